@@ -1,0 +1,208 @@
+import express, { type Express, type NextFunction, type Request, type Response } from 'express';
+import type { Queue } from 'bullmq';
+import type { Redis } from 'ioredis';
+import type { Registry } from 'prom-client';
+import type { Env, SyncConfig } from '../../shared/config.js';
+import { HttpError, StoreError } from '../../shared/errors.js';
+import type { BatchLedger } from '../../shared/ledger/ledger.js';
+import { reapOnce } from '../../shared/ledger/reaper.js';
+import type { Logger } from '../../shared/logger.js';
+import type { ObjectStore } from '../../shared/store/types.js';
+import { TokenRoles } from './auth.js';
+import { createApiMetrics, type ApiMetrics } from './metrics.js';
+import { createEventsServerPlugin } from './plugin.js';
+import { createSyncRouter } from './router.js';
+import { LoadShedder } from './shedder.js';
+
+export interface ApiDeps {
+  env: Pick<Env, 'BASE_PATH' | 'QUEUE_HIGH_WATER' | 'REDIS_MEMORY_HIGH_WATER' | 'IDEMPOTENCY_WINDOW_SECONDS' | 'ORPHAN_GRACE_SECONDS'>;
+  config: SyncConfig;
+  store: ObjectStore;
+  /** Producer connection (no offline queue). */
+  redis: Redis;
+  queue: Queue;
+  ledger: BatchLedger;
+  tokens: ReadonlyMap<string, readonly string[]>;
+  registry: Registry;
+  logger: Logger;
+  /** Extra registries to serve on /metrics (the embedded encoder's). */
+  extraMetrics?: () => Promise<string>;
+}
+
+export interface ApiApp {
+  app: Express;
+  metrics: ApiMetrics;
+  shedder: LoadShedder;
+  /** One pass of the background upkeep: gauges and orphan reaping. */
+  upkeep(): Promise<void>;
+  /** Starts the background loops (shedder sampling, upkeep every few seconds). */
+  start(): void;
+  /** Stops the loops. Idempotent. */
+  stop(): void;
+}
+
+async function timeout<T>(p: Promise<T>, ms: number): Promise<T> {
+  let t: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([p, new Promise<never>((_, rej) => (t = setTimeout(() => rej(new Error(`timed out after ${ms} ms`)), ms)))]);
+  } finally {
+    clearTimeout(t);
+  }
+}
+
+/** The API's Express app: sync routes for every collection plus /healthz, /readyz and /metrics. */
+export function createApiApp(deps: ApiDeps): ApiApp {
+  const { config, store, redis, queue, ledger, registry, logger } = deps;
+  const metrics = createApiMetrics(registry);
+  const shedder = new LoadShedder({
+    queue,
+    redis,
+    maxWaiting: deps.env.QUEUE_HIGH_WATER,
+    maxMemoryRatio: deps.env.REDIS_MEMORY_HIGH_WATER,
+    onSample: (s) => metrics.redisUsedMemoryRatio.set(s.memoryRatio),
+  });
+  const plugins = config.collections.map((c) =>
+    createEventsServerPlugin({
+      store,
+      collection: c,
+      storagePath: c.storagePath,
+      queue: { queue, ledger, idempotencyWindowSeconds: deps.env.IDEMPOTENCY_WINDOW_SECONDS },
+      observe: { mintSeconds: (s) => metrics.mintDuration.observe(s), enqueueSeconds: (s) => metrics.enqueueDuration.observe(s) },
+    }),
+  );
+  const router = createSyncRouter({
+    store,
+    config,
+    plugins,
+    auth: new TokenRoles(deps.tokens),
+    shedReason: () => shedder.shedReason(),
+    observer: {
+      rejected: (reason) => {
+        metrics.pushes.inc({ outcome: 'rejected' });
+        metrics.rejections.inc({ reason });
+      },
+      shed: () => metrics.pushes.inc({ outcome: 'shed' }),
+      pushed: (r, bytes) => {
+        if (r.batchId === null) return void metrics.pushes.inc({ outcome: 'empty' });
+        if (r.deduplicated) return void metrics.pushes.inc({ outcome: 'deduplicated' });
+        metrics.pushes.inc({ outcome: 'accepted' });
+        metrics.eventsAccepted.inc(r.events);
+        metrics.bytesAccepted.inc(bytes);
+      },
+    },
+  });
+
+  const app = express();
+  app.disable('x-powered-by');
+  app.set('etag', false);
+  app.set('query parser', 'simple');
+
+  app.use(function accessLog(req: Request, res: Response, next: NextFunction) {
+    const start = performance.now();
+    res.on('finish', () => {
+      const route = req.route ? `${req.baseUrl}${String((req.route as { path: unknown }).path)}` : 'unmatched';
+      const seconds = (performance.now() - start) / 1000;
+      metrics.httpDuration.observe({ route, method: req.method, status: String(res.statusCode) }, seconds);
+      const line = { method: req.method, route, status: res.statusCode, ms: Math.round(seconds * 1000), bytesIn: Number(req.headers['content-length'] ?? 0) };
+      if (res.statusCode >= 500) logger.warn(line, 'request');
+      else logger.info(line, 'request');
+    });
+    next();
+  });
+
+  app.get('/healthz', (_req, res) => {
+    res.json({ ok: true });
+  });
+
+  app.get('/readyz', async (_req, res) => {
+    const checks: Record<string, string> = {};
+    let ok = true;
+    try {
+      await timeout(redis.ping(), 1000);
+      checks.redis = 'ok';
+    } catch (err) {
+      ok = false;
+      checks.redis = `unreachable: ${(err as Error).message}`;
+    }
+    try {
+      await timeout(store.healthcheck(), 2000);
+      checks.store = 'ok';
+    } catch (err) {
+      ok = false;
+      checks.store = `unreachable: ${(err as Error).message}`;
+    }
+    let watermarkLagSeconds: number | null = null;
+    if (checks.redis === 'ok') watermarkLagSeconds = (await timeout(ledger.maxLagMs(), 1000).catch(() => 0)) / 1000;
+    res.status(ok ? 200 : 503).json({ ok, checks, watermarkLagSeconds, shedding: shedder.shedReason() });
+  });
+
+  app.get('/metrics', async (_req, res) => {
+    const own = await registry.metrics();
+    const extra = deps.extraMetrics ? await deps.extraMetrics() : '';
+    res.setHeader('Content-Type', registry.contentType);
+    res.send(extra ? `${own}\n${extra}` : own);
+  });
+
+  app.use(deps.env.BASE_PATH || '/', router);
+
+  app.use((req, _res, next) => next(new HttpError(404, `no route for ${req.method} ${req.path}`)));
+
+  app.use(function errorHandler(err: unknown, _req: Request, res: Response, _next: NextFunction) {
+    if (res.headersSent) return;
+    if (err instanceof HttpError) {
+      res.set(err.headers).status(err.status).json({ error: err.message });
+      return;
+    }
+    if (err instanceof StoreError) {
+      logger.warn({ err: err.message, retriable: err.retriable }, 'store error');
+      res.status(err.retriable ? 503 : 500).set(err.retriable ? { 'Retry-After': '1' } : {}).json({ error: err.retriable ? 'store unavailable; retry later' : 'store error' });
+      return;
+    }
+    const status = (err as { status?: unknown }).status;
+    if (typeof status === 'number' && status >= 400 && status < 500) {
+      res.status(status).json({ error: (err as Error).message || 'bad request' });
+      return;
+    }
+    logger.error({ err: err instanceof Error ? err.message : String(err) }, 'unhandled error');
+    res.status(500).json({ error: 'internal error' });
+  });
+
+  const graceMs = deps.env.ORPHAN_GRACE_SECONDS * 1000;
+  async function upkeep(): Promise<void> {
+    const counts = await queue.getJobCounts('waiting', 'active', 'delayed', 'failed', 'prioritized', 'completed');
+    for (const [state, n] of Object.entries(counts)) metrics.queueJobs.set({ state }, n);
+    const [oldest] = await queue.getJobs(['waiting'], 0, 0, true);
+    metrics.queueOldestWaiting.set(oldest ? Math.max(0, (Date.now() - oldest.timestamp) / 1000) : 0);
+    const reaped = await reapOnce(ledger, queue, graceMs);
+    if (reaped.orphans) metrics.orphansReaped.inc({ kind: 'orphan' }, reaped.orphans);
+    if (reaped.dead) metrics.orphansReaped.inc({ kind: 'dead' }, reaped.dead);
+    if (reaped.orphans || reaped.dead) logger.warn(reaped, 'released stuck in-flight batch ids');
+    metrics.watermarkLag.set((await ledger.maxLagMs()) / 1000);
+  }
+
+  let timer: NodeJS.Timeout | undefined;
+  let busy = false;
+  return {
+    app,
+    metrics,
+    shedder,
+    upkeep,
+    start() {
+      shedder.start();
+      if (timer) return;
+      timer = setInterval(() => {
+        if (busy) return;
+        busy = true;
+        upkeep()
+          .catch(() => undefined)
+          .finally(() => (busy = false));
+      }, 5000);
+      timer.unref();
+    },
+    stop() {
+      shedder.stop();
+      clearInterval(timer);
+      timer = undefined;
+    },
+  };
+}

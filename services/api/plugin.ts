@@ -1,0 +1,233 @@
+import { createHash } from 'node:crypto';
+import type { Queue } from 'bullmq';
+import type { CollectionConfig } from '../../shared/config.js';
+import { HttpError, StoreError } from '../../shared/errors.js';
+import { batchIdMs, isBatchId, parseBatchRef } from '../../shared/ids.js';
+import { type BatchLedger, type ListBound, visibleUnder } from '../../shared/ledger/ledger.js';
+import { MemoryLedger } from '../../shared/ledger/memory.js';
+import { encodeBatch } from '../../shared/parquet/encode.js';
+import { type StoragePathTemplate, batchKey, listPrefix, parseStoragePath } from '../../shared/paths.js';
+import { BATCH_JOB_OPTIONS, type BatchJob, JOB_NAME, packBody } from '../../shared/queue.js';
+import type { ObjectStore, StoredObject } from '../../shared/store/types.js';
+
+export const PARQUET_MIME_TYPE = 'application/vnd.apache.parquet';
+
+/** Where accepted batches go: a BullMQ queue plus the Redis ledger that mints ids. */
+export interface QueueBinding {
+  queue: Queue;
+  ledger: BatchLedger;
+  /** Retried pushes (same Idempotency-Key, or same body) within this window get the first answer. 0 disables. */
+  idempotencyWindowSeconds?: number;
+  /** A push whose enqueue has not finished by then answers 503 (default 3000 ms). */
+  enqueueTimeoutMs?: number;
+}
+
+export interface EventsPluginOptions {
+  store: ObjectStore;
+  /** Collection name, or its config (then its MIME types and encryption are checked too). */
+  collection: string | CollectionConfig;
+  storagePath: string;
+  /** Without a queue the plugin encodes inside the push (single process, no Redis). */
+  queue?: QueueBinding;
+  /** Observers for metrics; all optional. */
+  observe?: { mintSeconds?(s: number): void; enqueueSeconds?(s: number): void };
+}
+
+export interface PushResult {
+  hash: string;
+  batchId: string | null;
+  events: number;
+  deduplicated: boolean;
+}
+
+export interface ListResult {
+  items: string[];
+  hasMore: boolean;
+}
+
+/** The events plugin the sync router serves a collection with. */
+export interface EventsServerPlugin {
+  readonly name: 'events';
+  readonly collection: string;
+  readonly template: StoragePathTemplate;
+  readonly store: ObjectStore;
+  readonly mode: 'queue' | 'inline';
+  push(params: Readonly<Record<string, string>>, body: Buffer, validated: { text: string; events: number }, opts?: { idempotencyKey?: string }): Promise<PushResult>;
+  list(params: Readonly<Record<string, string>>, after: string | undefined, limit: number): Promise<ListResult>;
+  pull(params: Readonly<Record<string, string>>, ref: string): Promise<(StoredObject & { batchId: string }) | null>;
+}
+
+function sha256Hex(data: Uint8Array | string): string {
+  return createHash('sha256').update(data).digest('hex');
+}
+
+async function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([
+      p,
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`${what} timed out after ${ms} ms`)), ms);
+      }),
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+const unavailable = (what: string): HttpError => new HttpError(503, `${what}; retry later`, { 'Retry-After': '1' });
+
+/**
+ * Builds the events plugin. Throws when the store cannot write bytes, the storagePath does
+ * not end with a `{param}`, or the collection config is not a JSON-typed, unencrypted one.
+ */
+export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServerPlugin {
+  const { store, storagePath, queue } = opts;
+  if (!store || typeof store.putBytes !== 'function' || typeof store.getBytes !== 'function' || typeof store.listKeys !== 'function') {
+    throw new Error('events plugin: the store must implement putBytes, getBytes and listKeys');
+  }
+  const template = parseStoragePath(storagePath);
+  const collection = typeof opts.collection === 'string' ? opts.collection : opts.collection.name;
+  if (typeof opts.collection !== 'string') {
+    const c = opts.collection;
+    if (!c.allowedMimeTypes.every((m) => /^application\/(?:[a-z0-9.+-]+\+)?json$/i.test(m))) {
+      throw new Error(`events plugin: collection "${collection}" must be JSON-typed (allowedMimeTypes ["application/json"])`);
+    }
+    if (c.encryption !== 'none') throw new Error(`events plugin: collection "${collection}" must have encryption "none"`);
+  }
+  const inlineLedger = queue ? null : new MemoryLedger();
+  const windowSeconds = queue?.idempotencyWindowSeconds ?? 86_400;
+  const enqueueTimeoutMs = queue?.enqueueTimeoutMs ?? 3000;
+  // Last bound read per prefix: safe to reuse while Redis is down, since a bound only
+  // ever names ids that were final when it was read.
+  const lastBounds = new Map<string, ListBound>();
+
+  async function pushQueued(q: QueueBinding, params: Readonly<Record<string, string>>, body: Buffer, events: number, hash: string, idemKey?: string): Promise<PushResult> {
+    const prefix = listPrefix(template, params);
+    const scope = windowSeconds > 0 ? `${collection}\n${prefix}\n${idemKey !== undefined ? `key:${idemKey}` : `body:${hash}`}` : undefined;
+    const t0 = performance.now();
+    let minted;
+    try {
+      minted = await withTimeout(q.ledger.mint(prefix, { idempotencyScope: scope, windowSeconds }), enqueueTimeoutMs, 'id minting');
+    } catch {
+      throw unavailable('queue unavailable (Redis)');
+    } finally {
+      opts.observe?.mintSeconds?.((performance.now() - t0) / 1000);
+    }
+    const { batchId } = minted;
+    if (minted.deduplicated) {
+      await confirmEnqueued(q, prefix, batchId);
+      return { hash, batchId, events, deduplicated: true };
+    }
+    const job: BatchJob = {
+      v: 1,
+      collection,
+      key: batchKey(template, params, batchId),
+      prefix,
+      params: { ...params },
+      batchId,
+      receivedAt: batchIdMs(batchId),
+      events,
+      ...(await packBody(body)),
+    };
+    const t1 = performance.now();
+    try {
+      await withTimeout(q.queue.add(JOB_NAME, job, { ...BATCH_JOB_OPTIONS, jobId: batchId }), enqueueTimeoutMs, 'enqueue');
+    } catch {
+      // Not enqueued: take the id out of flight so it does not hold the list back, and forget
+      // the idempotency key so the client's retry is accepted.
+      await q.ledger.release(prefix, batchId, scope).catch(() => undefined);
+      throw unavailable('queue unavailable (Redis)');
+    } finally {
+      opts.observe?.enqueueSeconds?.((performance.now() - t1) / 1000);
+    }
+    return { hash, batchId, events, deduplicated: false };
+  }
+
+  /**
+   * A retry may arrive while the first push is between minting and enqueueing: answer it
+   * only once the job exists (or the batch already left flight), so a 200 always means durable.
+   */
+  async function confirmEnqueued(q: QueueBinding, prefix: string, batchId: string): Promise<void> {
+    const deadline = Date.now() + enqueueTimeoutMs;
+    for (let i = 0; i < 100 && Date.now() < deadline; i++) {
+      try {
+        const state = await q.queue.getJobState(batchId);
+        if (state !== 'unknown') return;
+        if (!(await q.ledger.isPending(prefix, batchId))) return;
+      } catch {
+        throw unavailable('queue unavailable (Redis)');
+      }
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    throw unavailable('an earlier push with this idempotency key is still being accepted');
+  }
+
+  async function pushInline(ledger: MemoryLedger, params: Readonly<Record<string, string>>, text: string, events: number, hash: string): Promise<PushResult> {
+    const prefix = listPrefix(template, params);
+    const { batchId } = await ledger.mint(prefix);
+    try {
+      const encoded = encodeBatch(text, batchIdMs(batchId));
+      if (!encoded.ok) throw new HttpError(400, encoded.reason);
+      await store.putBytes(batchKey(template, params, batchId), encoded.bytes, { contentType: PARQUET_MIME_TYPE });
+    } catch (err) {
+      if (err instanceof StoreError) throw unavailable('store unavailable');
+      throw err;
+    } finally {
+      await ledger.release(prefix, batchId);
+    }
+    return { hash, batchId, events, deduplicated: false };
+  }
+
+  return {
+    name: 'events',
+    collection,
+    template,
+    store,
+    mode: queue ? 'queue' : 'inline',
+
+    async push(params, body, validated, pushOpts = {}) {
+      const hash = sha256Hex(body);
+      if (validated.events === 0) return { hash, batchId: null, events: 0, deduplicated: false };
+      if (queue) return pushQueued(queue, params, body, validated.events, hash, pushOpts.idempotencyKey);
+      return pushInline(inlineLedger as MemoryLedger, params, validated.text, validated.events, hash);
+    },
+
+    async list(params, after, limit) {
+      const prefix = listPrefix(template, params);
+      let bound: ListBound;
+      try {
+        bound = queue ? await withTimeout(queue.ledger.listBound(prefix), 2000, 'list bound') : await (inlineLedger as MemoryLedger).listBound(prefix);
+        lastBounds.set(prefix, bound);
+      } catch {
+        const cached = lastBounds.get(prefix);
+        if (!cached) throw unavailable('ordering ledger unavailable (Redis)');
+        bound = cached;
+      }
+      const items: string[] = [];
+      let startAfter = after === undefined ? undefined : `${prefix}${after}.parquet`;
+      // Foreign files (not <id>.parquet) are skipped; pages are bounded so a folder full of them cannot spin.
+      for (let page = 0; page < 50; page++) {
+        const want = limit + 1 - items.length;
+        const keys = await store.listKeys(prefix, { startAfter, limit: want });
+        for (const key of keys) {
+          const name = key.slice(prefix.length);
+          const id = name.endsWith('.parquet') ? name.slice(0, -8) : '';
+          if (!isBatchId(id)) continue;
+          if (!visibleUnder(bound, id)) return { items: items.slice(0, limit), hasMore: items.length > limit };
+          items.push(name);
+        }
+        if (items.length > limit || keys.length < want) break;
+        startAfter = keys[keys.length - 1];
+      }
+      return { items: items.slice(0, limit), hasMore: items.length > limit };
+    },
+
+    async pull(params, ref) {
+      const batchId = parseBatchRef(ref);
+      if (!batchId) return null;
+      const obj = await store.getBytes(batchKey(template, params, batchId));
+      return obj ? { ...obj, batchId } : null;
+    },
+  };
+}

@@ -1,0 +1,173 @@
+import { createHash } from 'node:crypto';
+import express, { type NextFunction, type Request, type Response, type Router } from 'express';
+import { type SyncConfigInput, parseSyncConfig } from '../../shared/config.js';
+import { checkEnvelope } from '../../shared/envelope.js';
+import { HttpError } from '../../shared/errors.js';
+import { isBatchId } from '../../shared/ids.js';
+import { checkParamValue, routePattern } from '../../shared/paths.js';
+import type { ObjectStore } from '../../shared/store/types.js';
+import { TokenRoles, requireRoles } from './auth.js';
+import { contentTypeAllowed, readBody } from './body.js';
+import type { RejectReason } from './metrics.js';
+import { type EventsServerPlugin, PARQUET_MIME_TYPE, type PushResult } from './plugin.js';
+
+/** Hooks the service wires to its metrics; the router itself holds no metric objects. */
+export interface RouterObserver {
+  rejected?(reason: RejectReason): void;
+  pushed?(result: PushResult, bodyBytes: number): void;
+  shed?(): void;
+}
+
+export interface SyncRouterOptions {
+  store: ObjectStore;
+  config: SyncConfigInput;
+  plugins: readonly EventsServerPlugin[];
+  /** Bearer token → roles; a plain map or a TokenRoles. */
+  auth?: TokenRoles | ReadonlyMap<string, readonly string[]>;
+  observer?: RouterObserver;
+  /** Load shedding: a reason to refuse pushes right now (503 + Retry-After), or null. */
+  shedReason?: () => string | null;
+}
+
+const IDEMPOTENCY_KEY_RE = /^[\x21-\x7e]{1,255}$/;
+
+function reject(observer: RouterObserver | undefined, reason: RejectReason, status: number, message: string, headers?: Record<string, string>): HttpError {
+  observer?.rejected?.(reason);
+  return new HttpError(status, message, headers);
+}
+
+/** Checks every route param; a bad one is a 400 naming it. */
+function paramsOf(req: Request, names: readonly string[], observer?: RouterObserver): Record<string, string> {
+  const out: Record<string, string> = {};
+  const raw = req.params as Record<string, string | undefined>;
+  for (const name of names) {
+    const value = raw[name] ?? '';
+    const problem = checkParamValue(value);
+    if (problem) throw reject(observer, 'bad_param', 400, `path parameter "${name}" ${problem}`);
+    out[name] = value;
+  }
+  return out;
+}
+
+function parseLimit(raw: unknown): number {
+  if (raw === undefined) return 100;
+  if (typeof raw !== 'string' || !/^\d{1,4}$/.test(raw)) throw new HttpError(400, 'limit must be an integer from 1 to 1000');
+  const n = Number(raw);
+  if (n < 1 || n > 1000) throw new HttpError(400, 'limit must be an integer from 1 to 1000');
+  return n;
+}
+
+function parseAfter(raw: unknown): string | undefined {
+  if (raw === undefined || raw === '') return undefined;
+  if (typeof raw !== 'string') throw new HttpError(400, 'after must be a single batch id');
+  const bare = raw.endsWith('.parquet') ? raw.slice(0, -8) : raw;
+  if (!isBatchId(bare)) throw new HttpError(400, 'after must be a batch id like 1782933157690-0000-735223 (with or without .parquet)');
+  return bare;
+}
+
+type Handler = (req: Request, res: Response) => Promise<void>;
+const wrap =
+  (fn: Handler) =>
+  (req: Request, res: Response, next: NextFunction): void => {
+    fn(req, res).catch(next);
+  };
+
+/**
+ * The sync router: for every configured collection, `POST /push/<storagePath>`,
+ * `GET /pull/<storagePath>` and (when listable) `GET /list/<storagePath minus its last segment>`.
+ */
+export function createSyncRouter(opts: SyncRouterOptions): Router {
+  const config = parseSyncConfig(opts.config);
+  const tokens = opts.auth instanceof TokenRoles ? opts.auth : new TokenRoles(opts.auth ?? new Map());
+  const { observer } = opts;
+  const router = express.Router({ caseSensitive: true, strict: false });
+  const denied = (status: 401 | 403): void => observer?.rejected?.(status === 401 ? 'unauthorized' : 'forbidden');
+  const deniedRead = (): void => undefined;
+
+  for (const collection of config.collections) {
+    const plugin = opts.plugins.find((p) => p.collection === collection.name);
+    if (!plugin) throw new Error(`collection "${collection.name}" has no events plugin; pass createEventsServerPlugin({ collection: "${collection.name}", ... })`);
+    if (plugin.template.source !== collection.storagePath) {
+      throw new Error(`collection "${collection.name}": plugin storagePath "${plugin.template.source}" differs from the config's "${collection.storagePath}"`);
+    }
+    const t = plugin.template;
+    const allNames = t.segments.flatMap((s) => (s.kind === 'param' ? [s.name] : []));
+    const full = routePattern(t.segments);
+    const prefixRoute = routePattern(t.segments.slice(0, -1));
+
+    router.post(
+      `/push/${full}`,
+      requireRoles(collection.writeRoles, tokens, denied),
+      wrap(async (req, res) => {
+        const shed = opts.shedReason?.();
+        if (shed) {
+          observer?.shed?.();
+          req.resume();
+          throw new HttpError(503, `overloaded: ${shed}; retry later`, { 'Retry-After': '2', Connection: 'close' });
+        }
+        const params = paramsOf(req, allNames, observer);
+        if (!contentTypeAllowed(req.headers['content-type'], collection.allowedMimeTypes)) {
+          throw reject(observer, 'content_type', 415, `Content-Type must be ${collection.allowedMimeTypes.join(' or ')} (UTF-8)`);
+        }
+        const idemHeader = req.headers['idempotency-key'];
+        if (idemHeader !== undefined && (typeof idemHeader !== 'string' || !IDEMPOTENCY_KEY_RE.test(idemHeader))) {
+          throw reject(observer, 'bad_header', 400, 'Idempotency-Key must be 1-255 printable ASCII characters');
+        }
+        let body: Buffer;
+        try {
+          body = await readBody(req, collection.maxBodyBytes);
+        } catch (err) {
+          if (err instanceof HttpError && err.status === 413) observer?.rejected?.('too_large');
+          throw err;
+        }
+        const check = checkEnvelope(body);
+        if (!check.ok) throw reject(observer, check.error.startsWith('malformed JSON') || check.error.includes('UTF-8') ? 'bad_json' : 'bad_envelope', 400, check.error);
+        delete params[t.batchParam];
+        const result = await plugin.push(params, body, check, { idempotencyKey: idemHeader });
+        observer?.pushed?.(result, body.length);
+        res.status(200).json({ hash: result.hash, batchId: result.batchId });
+      }),
+    );
+
+    if (collection.listable) {
+      router.get(
+        `/list/${prefixRoute}`,
+        requireRoles(collection.readRoles, tokens, deniedRead),
+        wrap(async (req, res) => {
+          const params = paramsOf(req, t.prefixParams);
+          const limit = parseLimit(req.query.limit);
+          const after = parseAfter(req.query.after);
+          const result = await plugin.list(params, after, limit);
+          res.status(200).json(result);
+        }),
+      );
+    }
+
+    router.get(
+      `/pull/${full}`,
+      requireRoles(collection.readRoles, tokens, deniedRead),
+      wrap(async (req, res) => {
+        const params = paramsOf(req, allNames);
+        const ref = params[t.batchParam] as string;
+        delete params[t.batchParam];
+        const obj = await plugin.pull(params, ref);
+        if (!obj) {
+          res.status(200).json({ data: {}, hash: '', timestamp: Date.now() });
+          return;
+        }
+        const etag = `"${createHash('sha256').update(obj.body).digest('hex')}"`;
+        res.setHeader('ETag', etag);
+        res.setHeader('Cache-Control', 'private, max-age=31536000, immutable');
+        const inm = req.headers['if-none-match'];
+        if (inm && inm.split(',').some((v) => v.trim().replace(/^W\//, '') === etag || v.trim() === '*')) {
+          res.status(304).end();
+          return;
+        }
+        res.setHeader('Content-Type', PARQUET_MIME_TYPE);
+        res.setHeader('Content-Length', String(obj.body.byteLength));
+        res.status(200).end(Buffer.from(obj.body.buffer, obj.body.byteOffset, obj.body.byteLength));
+      }),
+    );
+  }
+  return router;
+}

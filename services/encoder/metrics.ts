@@ -1,0 +1,26 @@
+import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import { METRIC_PREFIX as P, SLOW_BUCKETS } from '../../shared/metrics.js';
+
+/** Metrics of the encoder service (one set per registry). */
+export function createEncoderMetrics(registry: Registry) {
+  const registers = [registry];
+  const m = {
+    batches: new Counter({ name: `${P}encoder_batches_total`, help: 'Batch jobs by outcome (written, retried, failed)', labelNames: ['outcome'], registers }),
+    eventsWritten: new Counter({ name: `${P}encoder_events_written_total`, help: 'Events written to Parquet files', registers }),
+    inputBytes: new Counter({ name: `${P}encoder_input_bytes_total`, help: 'JSON body bytes of written batches', registers }),
+    parquetBytes: new Counter({ name: `${P}encoder_parquet_bytes_total`, help: 'Parquet bytes written to the store', registers }),
+    storeErrors: new Counter({ name: `${P}encoder_store_errors_total`, help: 'Failed store writes', labelNames: ['retriable'], registers }),
+    waitSeconds: new Histogram({ name: `${P}encoder_wait_seconds`, help: 'Time a job waited in the queue before an encoder took it', buckets: SLOW_BUCKETS, registers }),
+    encodeSeconds: new Histogram({ name: `${P}encoder_encode_duration_seconds`, help: 'JSON -> Arrow -> Parquet time per batch', buckets: SLOW_BUCKETS, registers }),
+    writeSeconds: new Histogram({ name: `${P}encoder_write_duration_seconds`, help: 'Store write time per batch', buckets: SLOW_BUCKETS, registers }),
+    endToEndSeconds: new Histogram({ name: `${P}encoder_end_to_end_seconds`, help: 'From received_at (id instant) to the file being durable', buckets: SLOW_BUCKETS, registers }),
+    compressionRatio: new Histogram({ name: `${P}encoder_compression_ratio`, help: 'JSON bytes / Parquet bytes per batch', buckets: [0.5, 1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30], registers }),
+    concurrency: new Gauge({ name: `${P}encoder_concurrency`, help: 'Configured job concurrency of this encoder process', registers }),
+    active: new Gauge({ name: `${P}encoder_active_jobs`, help: 'Jobs being processed by this encoder process now', registers }),
+  };
+  for (const o of ['written', 'retried', 'failed']) m.batches.inc({ outcome: o }, 0);
+  m.storeErrors.inc({ retriable: 'true' }, 0);
+  m.storeErrors.inc({ retriable: 'false' }, 0);
+  return m;
+}
+export type EncoderMetrics = ReturnType<typeof createEncoderMetrics>;

@@ -1,0 +1,40 @@
+import { StoreError } from '../../shared/errors.js';
+import { encodeBatch } from '../../shared/parquet/encode.js';
+import { type BatchJob, BatchJobSchema, unpackBody } from '../../shared/queue.js';
+import type { ObjectStore } from '../../shared/store/types.js';
+
+export const PARQUET_MIME_TYPE = 'application/vnd.apache.parquet';
+
+/** A step's outcome: bad data is a value with a reason, not a thrown surprise. */
+export type Step<T> = { ok: true; value: T } | { ok: false; reason: string };
+
+/** Step 1: the job payload matches the shared contract. */
+export function decodeJob(data: unknown): Step<BatchJob> {
+  const r = BatchJobSchema.safeParse(data);
+  return r.success ? { ok: true, value: r.data } : { ok: false, reason: `job payload does not match the contract: ${r.error.issues[0]?.path.join('.') ?? ''} ${r.error.issues[0]?.message ?? ''}` };
+}
+
+/** Step 2: the request body bytes back from the payload. */
+export async function restoreBody(job: BatchJob): Promise<Step<Buffer>> {
+  try {
+    return { ok: true, value: await unpackBody(job) };
+  } catch (err) {
+    return { ok: false, reason: `job body cannot be unpacked: ${(err as Error).message}` };
+  }
+}
+
+/** Step 3: JSON → rows → Arrow → Parquet. */
+export function encode(job: BatchJob, body: Buffer): Step<{ bytes: Uint8Array; rows: number }> {
+  const r = encodeBatch(body, job.receivedAt);
+  return r.ok ? { ok: true, value: { bytes: r.bytes, rows: r.rows } } : { ok: false, reason: r.reason };
+}
+
+/** Step 4: the file under its final key (the key is a function of the batch id, so a retry overwrites). */
+export async function write(store: ObjectStore, job: BatchJob, bytes: Uint8Array): Promise<void> {
+  try {
+    await store.putBytes(job.key, bytes, { contentType: PARQUET_MIME_TYPE });
+  } catch (err) {
+    if (err instanceof StoreError) throw err;
+    throw new StoreError(`write of ${job.key} failed: ${(err as Error).message}`, { retriable: true, cause: err });
+  }
+}

@@ -1,0 +1,127 @@
+import { type Job, UnrecoverableError, Worker } from 'bullmq';
+import type { Redis } from 'ioredis';
+import type { Registry } from 'prom-client';
+import type { BatchLedger } from '../../shared/ledger/ledger.js';
+import type { Logger } from '../../shared/logger.js';
+import type { BatchJob } from '../../shared/queue.js';
+import type { ObjectStore } from '../../shared/store/types.js';
+import { StoreError } from '../../shared/errors.js';
+import { createEncoderMetrics, type EncoderMetrics } from './metrics.js';
+import { decodeJob, encode, restoreBody, write } from './pipeline.js';
+
+export interface EncoderOptions {
+  queueName: string;
+  /** Connection for BullMQ (maxRetriesPerRequest null); the worker duplicates it for blocking reads. */
+  connection: Redis;
+  ledger: BatchLedger;
+  store: ObjectStore;
+  registry: Registry;
+  logger: Logger;
+  concurrency: number;
+  /** Lock held per active job; renewed at half this. Encoding a batch takes far less. */
+  lockDurationMs?: number;
+}
+
+export interface Encoder {
+  worker: Worker;
+  metrics: EncoderMetrics;
+  /** Waits for active jobs (up to `graceMs`), then closes; unfinished jobs go back to the queue. Idempotent. */
+  close(graceMs?: number): Promise<void>;
+}
+
+/** Processes one job: decode → unpack → encode → write → release. */
+async function processJob(job: Job, o: EncoderOptions, m: EncoderMetrics): Promise<{ key: string; rows: number; bytes: number }> {
+  const decoded = decodeJob(job.data);
+  if (!decoded.ok) throw new UnrecoverableError(decoded.reason);
+  const data: BatchJob = decoded.value;
+  if (job.processedOn && job.attemptsMade === 0) m.waitSeconds.observe(Math.max(0, job.processedOn - job.timestamp) / 1000);
+  const body = await restoreBody(data);
+  if (!body.ok) throw new UnrecoverableError(body.reason);
+
+  const t0 = performance.now();
+  const encoded = encode(data, body.value);
+  m.encodeSeconds.observe((performance.now() - t0) / 1000);
+  if (!encoded.ok) throw new UnrecoverableError(`bad batch data: ${encoded.reason}`);
+  const { bytes, rows } = encoded.value;
+
+  const t1 = performance.now();
+  try {
+    await write(o.store, data, bytes);
+  } catch (err) {
+    const retriable = !(err instanceof StoreError) || err.retriable;
+    m.storeErrors.inc({ retriable: String(retriable) });
+    throw err;
+  } finally {
+    m.writeSeconds.observe((performance.now() - t1) / 1000);
+  }
+  // Released only after the file is durable, so the list never shows a later id before this one.
+  await o.ledger.release(data.prefix, data.batchId);
+
+  m.batches.inc({ outcome: 'written' });
+  m.eventsWritten.inc(rows);
+  m.inputBytes.inc(data.bodyBytes);
+  m.parquetBytes.inc(bytes.byteLength);
+  m.compressionRatio.observe(data.bodyBytes / Math.max(1, bytes.byteLength));
+  m.endToEndSeconds.observe(Math.max(0, Date.now() - data.receivedAt) / 1000);
+  o.logger.info({ batchId: data.batchId, key: data.key, events: rows, bytes: bytes.byteLength, ms: Math.round(performance.now() - t0) }, 'batch written');
+  return { key: data.key, rows, bytes: bytes.byteLength };
+}
+
+/** Starts a BullMQ worker that turns batch jobs into Parquet files. */
+export function createEncoder(o: EncoderOptions): Encoder {
+  const metrics = createEncoderMetrics(o.registry);
+  metrics.concurrency.set(o.concurrency);
+  const worker = new Worker(
+    o.queueName,
+    async (job) => {
+      metrics.active.inc();
+      try {
+        return await processJob(job, o, metrics);
+      } finally {
+        metrics.active.dec();
+      }
+    },
+    {
+      connection: o.connection,
+      concurrency: o.concurrency,
+      lockDuration: o.lockDurationMs ?? 60_000,
+      // A killed worker's job comes back as stalled; it must be retried, not failed.
+      maxStalledCount: 20,
+      stalledInterval: 15_000,
+      autorun: true,
+    },
+  );
+  worker.on('failed', (job, err) => {
+    if (!job) return;
+    const attempts = job.opts.attempts ?? 1;
+    const final = err instanceof UnrecoverableError || err.name === 'UnrecoverableError' || job.attemptsMade >= attempts;
+    const data = job.data as Partial<BatchJob>;
+    if (final) {
+      metrics.batches.inc({ outcome: 'failed' });
+      o.logger.error({ batchId: job.id, key: data.key, attempts: job.attemptsMade, reason: err.message }, 'batch dead-lettered');
+      // A dead batch must not hold newer ones back from the list forever.
+      if (typeof data.prefix === 'string' && job.id) o.ledger.release(data.prefix, job.id).catch(() => undefined);
+    } else {
+      metrics.batches.inc({ outcome: 'retried' });
+      o.logger.warn({ batchId: job.id, key: data.key, attempt: job.attemptsMade, reason: err.message }, 'batch will be retried');
+    }
+  });
+  worker.on('error', (err) => o.logger.warn({ err: err.message }, 'worker error'));
+
+  let closing: Promise<void> | undefined;
+  return {
+    worker,
+    metrics,
+    close(graceMs = 15_000) {
+      closing ??= (async () => {
+        const force = new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), graceMs).unref());
+        const r = await Promise.race([worker.close().then(() => 'closed' as const), force]);
+        if (r === 'timeout') {
+          o.logger.warn('active jobs did not finish in time; closing anyway (they will be retried as stalled)');
+          await worker.close(true).catch(() => undefined);
+        }
+      })();
+      return closing;
+    },
+  };
+}

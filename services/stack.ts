@@ -1,0 +1,135 @@
+import http from 'node:http';
+import { Queue } from 'bullmq';
+import type { Redis } from 'ioredis';
+import type { Registry } from 'prom-client';
+import { type Env, loadSyncConfig, loadTokens } from '../shared/config.js';
+import { BatchLedger } from '../shared/ledger/ledger.js';
+import { type Logger, createLogger } from '../shared/logger.js';
+import { createRegistry } from '../shared/metrics.js';
+import { type RedisHandle, ensureRedis } from '../shared/private-redis.js';
+import { type RunningServer, listen } from '../shared/http.js';
+import { DEFAULT_REDIS_URL, createRedis } from '../shared/redis.js';
+import { storeFromEnv } from '../shared/store/from-env.js';
+import type { ObjectStore } from '../shared/store/types.js';
+import { type ApiApp, createApiApp } from './api/app.js';
+import { type Encoder, createEncoder } from './encoder/worker.js';
+
+export interface StackParts {
+  api: boolean;
+  encoder: boolean;
+  /** Start a private redis-server when REDIS_URL is unset and nothing answers on 6379 (`npm start` only). */
+  embeddedRedis?: boolean;
+}
+
+export interface RunningStack {
+  logger: Logger;
+  store: ObjectStore;
+  redisUrl: string;
+  registry: Registry;
+  api?: { server: RunningServer; app: ApiApp };
+  encoder?: Encoder;
+  metricsServer?: RunningServer;
+  /** Graceful stop: stop accepting, finish in-flight requests and jobs, close connections. Idempotent. */
+  close(): Promise<void>;
+}
+
+/**
+ * Starts the API and/or the encoder from a parsed environment. Config is read and validated
+ * before anything listens, so a bad config never leaves a half-started process.
+ */
+export async function startStack(env: Env, parts: StackParts, logger = createLogger({ level: env.LOG_LEVEL, name: parts.api && parts.encoder ? 'ingest' : parts.api ? 'api' : 'encoder' })): Promise<RunningStack> {
+  const config = loadSyncConfig(env);
+  const tokens = loadTokens(env);
+  const store = storeFromEnv(env);
+  let redisHandle: RedisHandle | undefined;
+  const redisUrl = parts.embeddedRedis
+    ? (redisHandle = await ensureRedis({ redisUrl: env.REDIS_URL, dataDir: env.DATA_DIR, logger })).url
+    : (env.REDIS_URL ?? DEFAULT_REDIS_URL);
+  const registry = createRegistry(parts.api && parts.encoder ? 'ingest' : parts.api ? 'api' : 'encoder');
+  const connections: Redis[] = [];
+  const queues: Queue[] = [];
+  const stack: RunningStack = { logger, store, redisUrl, registry, close: async () => undefined };
+
+  if (parts.encoder) {
+    const workerConn = createRedis(redisUrl, 'worker');
+    const ledgerConn = createRedis(redisUrl, 'worker');
+    connections.push(workerConn, ledgerConn);
+    stack.encoder = createEncoder({
+      queueName: env.QUEUE_NAME,
+      connection: workerConn,
+      ledger: new BatchLedger(ledgerConn, env.QUEUE_NAME),
+      store,
+      registry,
+      logger,
+      concurrency: env.ENCODER_CONCURRENCY,
+    });
+    if (!parts.api) {
+      stack.metricsServer = await listen(
+        (req, res) => {
+          if (req.url === '/metrics') {
+            void registry.metrics().then((text) => res.writeHead(200, { 'Content-Type': registry.contentType }).end(text));
+          } else if (req.url === '/healthz') {
+            res.writeHead(200, { 'Content-Type': 'application/json' }).end(JSON.stringify({ ok: stack.encoder?.worker.isRunning() ?? false }));
+          } else res.writeHead(404, { 'Content-Type': 'application/json' }).end('{"error":"not found"}');
+        },
+        env.METRICS_PORT,
+        env.HOST,
+      );
+      logger.info({ metrics: `${stack.metricsServer.url}/metrics`, queue: env.QUEUE_NAME, concurrency: env.ENCODER_CONCURRENCY, store: store.describe() }, 'encoder started');
+    }
+  }
+
+  if (parts.api) {
+    const producer = createRedis(redisUrl, 'producer');
+    connections.push(producer);
+    const queue = new Queue(env.QUEUE_NAME, { connection: producer });
+    queue.on('error', () => undefined);
+    queues.push(queue);
+    const ledger = new BatchLedger(producer, env.QUEUE_NAME);
+    const app = createApiApp({ env, config, store, redis: producer, queue, ledger, tokens, registry, logger });
+    app.start();
+    const server = await listen(app.app as http.RequestListener, env.PORT, env.HOST);
+    stack.api = { server, app };
+    logger.info(
+      { url: server.url, redis: redisUrl, store: store.describe(), collections: config.collections.map((c) => c.name), queue: env.QUEUE_NAME, encoder: parts.encoder },
+      'api listening',
+    );
+    for (const c of config.collections) {
+      if (!c.readRoles.includes('public') && tokens.size === 0) logger.warn({ collection: c.name }, 'no tokens configured (ADMIN_TOKEN/TOKENS_FILE): list and pull will answer 401');
+    }
+  }
+
+  // A 200 means "in Redis"; say so loudly when this Redis would lose it on restart.
+  void (async () => {
+    try {
+      const [, aof] = (await connections[0]?.config('GET', 'appendonly')) as [string, string];
+      if (aof !== 'yes') logger.warn({ redis: redisUrl }, 'Redis runs without AOF (appendonly no): acknowledged batches still queued are lost if Redis restarts');
+    } catch {
+      /* CONFIG may be disabled (managed Redis); nothing to warn about then */
+    }
+  })();
+
+  let closing: Promise<void> | undefined;
+  stack.close = () => {
+    closing ??= (async () => {
+      const steps: (() => Promise<unknown>)[] = [
+        async () => stack.api?.app.stop(),
+        async () => stack.api?.server.close(10_000),
+        async () => stack.encoder?.close(15_000),
+        async () => stack.metricsServer?.close(1000),
+        ...queues.map((q) => () => q.close()),
+        ...connections.map((c) => async () => c.quit().catch(() => c.disconnect())),
+        async () => redisHandle?.stop(),
+      ];
+      for (const step of steps) {
+        try {
+          await step();
+        } catch (err) {
+          logger.warn({ err: (err as Error).message }, 'close step failed');
+        }
+      }
+    })();
+    return closing;
+  };
+  return stack;
+}

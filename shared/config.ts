@@ -1,0 +1,182 @@
+import { readFileSync } from 'node:fs';
+import { z } from 'zod';
+import { parseStoragePath } from './paths.js';
+
+/** Raised when configuration is invalid; the message names the field. Entry points print it and exit 1. */
+export class ConfigError extends Error {
+  override readonly name = 'ConfigError';
+}
+
+const JSON_MIME_RE = /^application\/(?:[a-z0-9.+-]+\+)?json$/i;
+
+const CollectionSchema = z
+  .object({
+    name: z.string().regex(/^[A-Za-z0-9._~-]{1,128}$/, 'must be 1-128 characters of [A-Za-z0-9._~-]'),
+    storagePath: z.string().min(1),
+    readRoles: z.array(z.string().min(1)).default(['admin']),
+    writeRoles: z.array(z.string().min(1)).default(['public']),
+    encryption: z.string().default('none'),
+    allowedMimeTypes: z.array(z.string()).min(1).default(['application/json']),
+    maxBodyBytes: z.number().int().positive().max(256 * 1024 * 1024).default(8_000_000),
+    listable: z.boolean().default(false),
+  })
+  .superRefine((c, ctx) => {
+    try {
+      parseStoragePath(c.storagePath);
+    } catch (err) {
+      ctx.addIssue({ code: 'custom', path: ['storagePath'], message: (err as Error).message });
+    }
+    if (c.encryption !== 'none') {
+      ctx.addIssue({ code: 'custom', path: ['encryption'], message: `events collections store plain Parquet; encryption must be "none" (got "${c.encryption}")` });
+    }
+    const bad = c.allowedMimeTypes.filter((m) => !JSON_MIME_RE.test(m));
+    if (bad.length > 0) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['allowedMimeTypes'],
+        message: `an events collection must be JSON-typed (only application/json); not ${bad.map((m) => JSON.stringify(m)).join(', ')}`,
+      });
+    }
+  });
+
+export const SyncConfigSchema = z
+  .object({
+    version: z.literal(1),
+    collections: z.array(CollectionSchema).min(1),
+  })
+  .superRefine((cfg, ctx) => {
+    const seen = new Set<string>();
+    cfg.collections.forEach((c, i) => {
+      if (seen.has(c.name)) ctx.addIssue({ code: 'custom', path: ['collections', i, 'name'], message: `duplicate collection name "${c.name}"` });
+      seen.add(c.name);
+    });
+    const routes = new Set<string>();
+    cfg.collections.forEach((c, i) => {
+      const shape = c.storagePath.replace(/\{[^}]*\}/g, '{}');
+      if (routes.has(shape)) ctx.addIssue({ code: 'custom', path: ['collections', i, 'storagePath'], message: `routes of "${c.storagePath}" collide with another collection` });
+      routes.add(shape);
+    });
+  });
+
+export type SyncConfig = z.infer<typeof SyncConfigSchema>;
+export type CollectionConfig = SyncConfig['collections'][number];
+/** What callers may pass (defaults filled in by parsing). */
+export type SyncConfigInput = z.input<typeof SyncConfigSchema>;
+
+/** The config used when no CONFIG_FILE is given. */
+export const DEFAULT_SYNC_CONFIG: SyncConfigInput = {
+  version: 1,
+  collections: [
+    {
+      name: 'events',
+      storagePath: 'events/{app}/{batchId}',
+      readRoles: ['admin'],
+      writeRoles: ['public'],
+      encryption: 'none',
+      allowedMimeTypes: ['application/json'],
+      maxBodyBytes: 8_000_000,
+      listable: true,
+    },
+  ],
+};
+
+function formatIssues(prefix: string, error: z.ZodError): string {
+  return error.issues
+    .map((i) => `${prefix}${i.path.length ? i.path.join('.') : '(root)'}: ${i.message}`)
+    .join('; ');
+}
+
+/** Validates a SyncConfig value; throws ConfigError naming each bad field. */
+export function parseSyncConfig(input: unknown, source = 'config'): SyncConfig {
+  const r = SyncConfigSchema.safeParse(input);
+  if (!r.success) throw new ConfigError(formatIssues(`${source} `, r.error));
+  return r.data;
+}
+
+function readJsonFile(path: string, what: string): unknown {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    throw new ConfigError(`${what}: cannot read ${path}: ${(err as Error).message}`);
+  }
+  try {
+    return JSON.parse(text) as unknown;
+  } catch (err) {
+    throw new ConfigError(`${what}: ${path} is not valid JSON: ${(err as Error).message}`);
+  }
+}
+
+const boolish = z
+  .enum(['true', 'false', '1', '0', 'yes', 'no', ''])
+  .transform((v) => v === 'true' || v === '1' || v === 'yes');
+const port = z.coerce.number().int().min(0).max(65535);
+const positiveInt = z.coerce.number().int().positive();
+
+/** Environment of every service; parsed once at start and passed down as a value. */
+export const EnvSchema = z
+  .object({
+    PORT: port.default(8787),
+    HOST: z.string().min(1).default('0.0.0.0'),
+    BASE_PATH: z
+      .string()
+      .regex(/^(\/[A-Za-z0-9._~-]+)*$/, 'must be empty or like /ingest (no trailing slash)')
+      .default(''),
+    REDIS_URL: z.string().url().optional(),
+    QUEUE_NAME: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'must be 1-64 characters of [A-Za-z0-9_-]').default('events-ingest'),
+    STORE: z.enum(['fs', 's3', 'memory']).default('fs'),
+    DATA_DIR: z.string().min(1).default('./data'),
+    S3_BUCKET: z.string().optional(),
+    S3_PREFIX: z.string().default(''),
+    S3_ENDPOINT: z.string().url().optional(),
+    S3_REGION: z.string().default('us-east-1'),
+    S3_FORCE_PATH_STYLE: boolish.default(false),
+    CONFIG_FILE: z.string().optional(),
+    ADMIN_TOKEN: z.string().min(16, 'must be at least 16 characters').optional(),
+    TOKENS_FILE: z.string().optional(),
+    ENCODER_CONCURRENCY: positiveInt.max(64).default(2),
+    QUEUE_HIGH_WATER: positiveInt.default(20_000),
+    REDIS_MEMORY_HIGH_WATER: z.coerce.number().gt(0).lt(1).default(0.8),
+    IDEMPOTENCY_WINDOW_SECONDS: z.coerce.number().int().min(0).default(86_400),
+    ORPHAN_GRACE_SECONDS: positiveInt.default(60),
+    METRICS_PORT: port.default(9464),
+    LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  })
+  .superRefine((e, ctx) => {
+    if (e.STORE === 's3' && !e.S3_BUCKET) ctx.addIssue({ code: 'custom', path: ['S3_BUCKET'], message: 'is required when STORE=s3' });
+  });
+
+export type Env = z.infer<typeof EnvSchema>;
+
+/** Parses the environment (empty strings count as unset); throws ConfigError naming each bad variable. */
+export function parseEnv(env: NodeJS.ProcessEnv = process.env): Env {
+  const cleaned: Record<string, string> = {};
+  for (const [k, v] of Object.entries(env)) if (v !== undefined && v !== '') cleaned[k] = v;
+  const r = EnvSchema.safeParse(cleaned);
+  if (!r.success) throw new ConfigError(formatIssues('environment variable ', r.error));
+  return r.data;
+}
+
+/** The SyncConfig from CONFIG_FILE, or the default one. */
+export function loadSyncConfig(env: Pick<Env, 'CONFIG_FILE'>): SyncConfig {
+  if (!env.CONFIG_FILE) return parseSyncConfig(DEFAULT_SYNC_CONFIG, 'default config');
+  return parseSyncConfig(readJsonFile(env.CONFIG_FILE, 'CONFIG_FILE'), `CONFIG_FILE ${env.CONFIG_FILE}:`);
+}
+
+const TokensFileSchema = z.union([
+  z.record(z.string().min(16), z.array(z.string().min(1)).min(1)),
+  z.array(z.object({ token: z.string().min(16), roles: z.array(z.string().min(1)).min(1) })),
+]);
+
+/** Token → roles: ADMIN_TOKEN gives `admin`; TOKENS_FILE (`{"<token>": ["role"]}` or `[{token, roles}]`) adds more. */
+export function loadTokens(env: Pick<Env, 'ADMIN_TOKEN' | 'TOKENS_FILE'>): Map<string, string[]> {
+  const tokens = new Map<string, string[]>();
+  if (env.ADMIN_TOKEN) tokens.set(env.ADMIN_TOKEN, ['admin']);
+  if (env.TOKENS_FILE) {
+    const r = TokensFileSchema.safeParse(readJsonFile(env.TOKENS_FILE, 'TOKENS_FILE'));
+    if (!r.success) throw new ConfigError(formatIssues(`TOKENS_FILE ${env.TOKENS_FILE}: `, r.error));
+    const entries = Array.isArray(r.data) ? r.data.map((e) => [e.token, e.roles] as const) : Object.entries(r.data);
+    for (const [token, roles] of entries) tokens.set(token, [...new Set([...(tokens.get(token) ?? []), ...roles])]);
+  }
+  return tokens;
+}

@@ -1,0 +1,84 @@
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { mkdirSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { Redis } from 'ioredis';
+import { ConfigError } from './config.js';
+import type { Logger } from './logger.js';
+
+export interface RedisHandle {
+  url: string;
+  /** True when this process started the server (and stops it on exit). */
+  owned: boolean;
+  stop(): Promise<void>;
+}
+
+/** Resolves when a Redis answers PING at `url` within `ms`. */
+export async function redisAnswers(url: string, ms: number): Promise<boolean> {
+  const probe = new Redis(url, { lazyConnect: true, connectTimeout: ms, maxRetriesPerRequest: 0, retryStrategy: () => null, enableOfflineQueue: false });
+  probe.on('error', () => undefined);
+  try {
+    await probe.connect();
+    return (await probe.ping()) === 'PONG';
+  } catch {
+    return false;
+  } finally {
+    probe.disconnect();
+  }
+}
+
+/**
+ * The embedded default: with no REDIS_URL, use a Redis on 127.0.0.1:6379, or start a private
+ * `redis-server` there (AOF on, data under DATA_DIR/redis, noeviction) so a 200 survives restarts.
+ */
+export async function ensureRedis(opts: { redisUrl?: string; dataDir: string; logger: Logger; port?: number }): Promise<RedisHandle> {
+  if (opts.redisUrl) return { url: opts.redisUrl, owned: false, stop: async () => undefined };
+  const port = opts.port ?? 6379;
+  const url = `redis://127.0.0.1:${port}`;
+  if (await redisAnswers(url, 1000)) {
+    opts.logger.info({ redis: url }, 'using the Redis already running on the default port');
+    return { url, owned: false, stop: async () => undefined };
+  }
+  const probe = spawnSync('redis-server', ['--version'], { encoding: 'utf8' });
+  if (probe.error || probe.status !== 0) {
+    throw new ConfigError(
+      `REDIS_URL is not set, nothing answers on ${url}, and no redis-server is installed. ` +
+        'Install one (Debian/Ubuntu: sudo apt-get install redis-server; macOS: brew install redis) or set REDIS_URL=redis://host:port.',
+    );
+  }
+  const dir = resolve(opts.dataDir, 'redis');
+  mkdirSync(dir, { recursive: true });
+  const child: ChildProcess = spawn(
+    'redis-server',
+    ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--appendonly', 'yes', '--appendfsync', 'everysec', '--save', '', '--maxmemory-policy', 'noeviction', '--daemonize', 'no', '--logfile', 'redis.log'],
+    { stdio: 'ignore' },
+  );
+  let exited = false;
+  child.once('exit', () => (exited = true));
+  const deadline = Date.now() + 10_000;
+  while (Date.now() < deadline && !exited) {
+    if (await redisAnswers(url, 500)) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  if (exited || !(await redisAnswers(url, 500))) {
+    child.kill('SIGKILL');
+    throw new ConfigError(`started redis-server on ${url} but it did not answer; see ${dir}/redis.log`);
+  }
+  opts.logger.info({ redis: url, dir, pid: child.pid }, 'started a private redis-server (AOF on)');
+  let stopping: Promise<void> | undefined;
+  return {
+    url,
+    owned: true,
+    stop() {
+      stopping ??= new Promise<void>((done) => {
+        if (exited) return done();
+        const t = setTimeout(() => child.kill('SIGKILL'), 5000);
+        child.once('exit', () => {
+          clearTimeout(t);
+          done();
+        });
+        child.kill('SIGTERM');
+      });
+      return stopping;
+    },
+  };
+}

@@ -1,0 +1,59 @@
+import { promisify } from 'node:util';
+import { deflateRaw, inflateRaw, constants as zc } from 'node:zlib';
+import type { JobsOptions } from 'bullmq';
+import { z } from 'zod';
+
+/**
+ * The one job contract between the API (producer) and the encoder (consumer).
+ * Job id = batch id, so a re-added job is a no-op and a retried job rewrites the same key.
+ */
+export const JOB_NAME = 'encode-batch';
+
+export const BatchJobSchema = z.object({
+  v: z.literal(1),
+  collection: z.string().min(1),
+  /** Object key of the Parquet file (a function of the batch id). */
+  key: z.string().min(1),
+  /** List prefix whose in-flight set holds this batch. */
+  prefix: z.string(),
+  params: z.record(z.string(), z.string()),
+  batchId: z.string(),
+  /** Epoch ms = the id's instant; every row's received_at. */
+  receivedAt: z.number().int(),
+  events: z.number().int().nonnegative(),
+  /** `identity`: body is the UTF-8 JSON text; `deflate-raw`: body is base64 of the raw-deflated text. */
+  encoding: z.enum(['identity', 'deflate-raw']),
+  body: z.string(),
+  bodyBytes: z.number().int().nonnegative(),
+});
+export type BatchJob = z.infer<typeof BatchJobSchema>;
+
+/**
+ * Below this size a batch is stored as text: deflate + base64 only pays once the
+ * repeated keys of a few events give it something to squeeze.
+ */
+const COMPRESS_MIN_BYTES = 1024;
+const deflateRawAsync = promisify(deflateRaw);
+const inflateRawAsync = promisify(inflateRaw);
+
+/** Packs a request body for the job payload (zlib runs on the libuv pool, off the event loop). */
+export async function packBody(body: Buffer): Promise<Pick<BatchJob, 'encoding' | 'body' | 'bodyBytes'>> {
+  if (body.length < COMPRESS_MIN_BYTES) return { encoding: 'identity', body: body.toString('utf8'), bodyBytes: body.length };
+  const packed = await deflateRawAsync(body, { level: 1, strategy: zc.Z_DEFAULT_STRATEGY });
+  return { encoding: 'deflate-raw', body: packed.toString('base64'), bodyBytes: body.length };
+}
+
+/** Restores the request body bytes from a job payload. */
+export async function unpackBody(job: Pick<BatchJob, 'encoding' | 'body' | 'bodyBytes'>): Promise<Buffer> {
+  if (job.encoding === 'identity') return Buffer.from(job.body, 'utf8');
+  // The advertised size bounds inflation, so a corrupt payload cannot balloon memory.
+  return inflateRawAsync(Buffer.from(job.body, 'base64'), { maxOutputLength: Math.max(job.bodyBytes, 1) });
+}
+
+/** Retry policy: exponential backoff; an exhausted job stays in the failed set (dead letter) for replay. */
+export const BATCH_JOB_OPTIONS: JobsOptions = {
+  attempts: 10,
+  backoff: { type: 'exponential', delay: 1000 },
+  removeOnComplete: true,
+  removeOnFail: false,
+};

@@ -1,0 +1,48 @@
+import { ConfigError } from './config.js';
+import type { Logger } from './logger.js';
+
+/** Prints a start-up failure without a stack for config problems, and exits 1. */
+export function exitOnStartupError(err: unknown): never {
+  if (err instanceof ConfigError) process.stderr.write(`configuration error: ${err.message}\n`);
+  else process.stderr.write(`start-up failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+  process.exit(1);
+}
+
+/**
+ * Runs `cleanups` once on SIGTERM/SIGINT, each in its own try/catch, then exits 0; a second
+ * signal or `boundMs` passing forces exit 1.
+ */
+export function handleShutdown(logger: Logger, cleanups: readonly (() => Promise<unknown>)[], boundMs = 30_000): () => Promise<void> {
+  let running: Promise<void> | undefined;
+  const shutdown = (): Promise<void> => {
+    running ??= (async () => {
+      const force = setTimeout(() => {
+        logger.error({ boundMs }, 'shutdown took too long; exiting');
+        process.exit(1);
+      }, boundMs);
+      force.unref();
+      for (const c of cleanups) {
+        try {
+          await c();
+        } catch (err) {
+          logger.warn({ err: (err as Error).message }, 'cleanup step failed');
+        }
+      }
+      clearTimeout(force);
+      logger.info('shut down cleanly');
+      logger.flush();
+    })();
+    return running;
+  };
+  const onSignal = (signal: string): void => {
+    if (running) {
+      logger.warn({ signal }, 'second signal: exiting now');
+      process.exit(1);
+    }
+    logger.info({ signal }, 'shutting down');
+    void shutdown().then(() => process.exit(0));
+  };
+  process.on('SIGTERM', () => onSignal('SIGTERM'));
+  process.on('SIGINT', () => onSignal('SIGINT'));
+  return shutdown;
+}
