@@ -8,7 +8,7 @@ import { type Logger, createLogger } from '../shared/logger.js';
 import { createRegistry } from '../shared/metrics.js';
 import { type RedisHandle, ensureRedis } from '../shared/private-redis.js';
 import { type RunningServer, listen } from '../shared/http.js';
-import { DEFAULT_REDIS_URL, createRedis } from '../shared/redis.js';
+import { DEFAULT_REDIS_URL, createRedis, waitReady } from '../shared/redis.js';
 import { storeFromEnv } from '../shared/store/from-env.js';
 import type { ObjectStore } from '../shared/store/types.js';
 import { type ApiApp, createApiApp } from './api/app.js';
@@ -82,6 +82,8 @@ export async function startStack(env: Env, parts: StackParts, logger = createLog
   if (parts.api) {
     const producer = createRedis(redisUrl, 'producer');
     connections.push(producer);
+    // Pushes fail fast while Redis is away; give it a moment at start so the first ones do not.
+    await waitReady(producer, 5000).catch(() => logger.warn({ redis: redisUrl }, 'Redis not reachable yet: pushes answer 503 until it is'));
     const queue = new Queue(env.QUEUE_NAME, { connection: producer });
     queue.on('error', () => undefined);
     queues.push(queue);

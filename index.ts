@@ -1,0 +1,18 @@
+/**
+ * Library entry: the Starfish-compatible API (`createSyncRouter`, `createEventsServerPlugin`),
+ * the object stores, and the pieces the services are built from.
+ */
+export { createSyncRouter } from './services/api/router.js';
+export type { SyncRouterOptions, RouterObserver } from './services/api/router.js';
+export { createEventsServerPlugin, PARQUET_MIME_TYPE } from './services/api/plugin.js';
+export type { EventsPluginOptions, EventsServerPlugin, QueueBinding, PushResult, ListResult } from './services/api/plugin.js';
+export { TokenRoles, requireRoles } from './services/api/auth.js';
+export { FilesystemObjectStore, MemoryObjectStore, S3ObjectStore } from './shared/store/index.js';
+export type { ObjectStore, StoredObject, PutOptions, ListOptions } from './shared/store/index.js';
+export { StoreError, HttpError } from './shared/errors.js';
+export { DEFAULT_SYNC_CONFIG, parseSyncConfig, parseEnv } from './shared/config.js';
+export type { SyncConfig, SyncConfigInput, CollectionConfig, Env } from './shared/config.js';
+export { BatchLedger } from './shared/ledger/ledger.js';
+export { BATCH_ID_RE, isBatchId, batchIdMs } from './shared/ids.js';
+export { encodeBatch, EVENT_COLUMNS } from './shared/parquet/encode.js';
+export { startStack } from './services/stack.js';

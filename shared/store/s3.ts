@@ -1,0 +1,268 @@
+import {
+  GetObjectCommand,
+  HeadBucketCommand,
+  ListObjectsV2Command,
+  PutObjectCommand,
+  S3Client,
+} from '@aws-sdk/client-s3';
+import { StoreError } from '../errors.js';
+import { isValidKey, prefixCanMatchKeys, resolveListLimit, validateKey } from './keys.js';
+import type { ListOptions, ObjectStore, PutOptions, StoredObject } from './types.js';
+
+/**
+ * Few attempts with the SDK's backoff: enough to ride out a blip, short enough
+ * that an outage surfaces quickly (the encoder has its own BullMQ retries).
+ */
+const MAX_ATTEMPTS = 3;
+/** An unreachable endpoint should fail fast rather than hang a request or /readyz. */
+const CONNECTION_TIMEOUT_MS = 2_000;
+/** Generous for one batch file (a few MB), still bounded. */
+const REQUEST_TIMEOUT_MS = 10_000;
+/** ListObjectsV2 never returns more than this per page. */
+const MAX_KEYS_PER_PAGE = 1000;
+
+/** Error names that are configuration or permission problems: retrying cannot help. */
+const NON_RETRIABLE_NAMES = new Set([
+  'CredentialsProviderError',
+  'NoSuchBucket',
+  'AccessDenied',
+  'InvalidAccessKeyId',
+  'SignatureDoesNotMatch',
+  'InvalidBucketName',
+  'PermanentRedirect',
+]);
+
+/** Error names S3 (and compatibles) use for overload or transient trouble, whatever the status code. */
+const RETRIABLE_NAMES = new Set([
+  'SlowDown',
+  'Throttling',
+  'ThrottlingException',
+  'TooManyRequestsException',
+  'RequestTimeout',
+  'RequestTimeoutException',
+  'TimeoutError',
+  'InternalError',
+  'ServiceUnavailable',
+]);
+
+export interface S3ObjectStoreOptions {
+  bucket: string;
+  /** Folder inside the bucket (`data` and `data/` both mean keys under `data/`); added on write, stripped on list. */
+  prefix?: string;
+  /** For S3-compatible servers (MinIO, R2, s3rver); omit for AWS. */
+  endpoint?: string;
+  /** Defaults to `us-east-1`, which S3-compatible servers generally accept. */
+  region?: string;
+  /** Path-style URLs (`endpoint/bucket/key`), needed by MinIO and most local servers. */
+  forcePathStyle?: boolean;
+  /** Omit to use the SDK's default credential chain. */
+  credentials?: { accessKeyId: string; secretAccessKey: string };
+  /** A ready client; when given, endpoint/region/credentials only describe it and are not applied. */
+  client?: S3Client;
+}
+
+/**
+ * An `ObjectStore` on S3 or an S3-compatible server. Every failure becomes a
+ * `StoreError`: 5xx, throttling and network failures are retriable, other
+ * 4xx are not. The connection settings are exposed so DuckDB SQL for the
+ * same objects can be built from them.
+ */
+export class S3ObjectStore implements ObjectStore {
+  readonly bucket: string;
+  /** `''` or a folder ending in `/`. */
+  readonly prefix: string;
+  readonly endpoint: string | undefined;
+  readonly region: string;
+  readonly forcePathStyle: boolean;
+  private readonly client: S3Client;
+  private readonly ownsClient: boolean;
+  private destroyed = false;
+
+  constructor(opts: S3ObjectStoreOptions) {
+    if (typeof opts.bucket !== 'string' || opts.bucket.length === 0) {
+      throw new StoreError('S3 store needs a bucket', { retriable: false });
+    }
+    this.bucket = opts.bucket;
+    this.prefix = normalizePrefix(opts.prefix);
+    this.endpoint = opts.endpoint;
+    this.region = opts.region ?? 'us-east-1';
+    this.forcePathStyle = opts.forcePathStyle ?? false;
+    this.ownsClient = opts.client === undefined;
+    this.client =
+      opts.client ??
+      new S3Client({
+        region: this.region,
+        endpoint: opts.endpoint,
+        forcePathStyle: this.forcePathStyle,
+        credentials: opts.credentials,
+        maxAttempts: MAX_ATTEMPTS,
+        // Newer SDKs add CRC checksums (and aws-chunked uploads) by default, which s3rver, older MinIO and R2 reject.
+        requestChecksumCalculation: 'WHEN_REQUIRED',
+        responseChecksumValidation: 'WHEN_REQUIRED',
+        requestHandler: {
+          connectionTimeout: CONNECTION_TIMEOUT_MS,
+          requestTimeout: REQUEST_TIMEOUT_MS,
+          // Without this the SDK only logs a warning when requestTimeout passes.
+          throwOnRequestTimeout: true,
+        },
+      });
+  }
+
+  /** Uploads the whole object in one PutObject; S3 makes it visible only once complete. */
+  async putBytes(key: string, body: Uint8Array, opts: PutOptions = {}): Promise<void> {
+    validateKey(key);
+    try {
+      await this.client.send(
+        new PutObjectCommand({
+          Bucket: this.bucket,
+          Key: this.prefix + key,
+          // A Buffer view (no copy) lets the SDK set Content-Length and hash the payload in one pass.
+          Body: Buffer.from(body.buffer, body.byteOffset, body.byteLength),
+          ContentType: opts.contentType,
+        }),
+      );
+    } catch (err) {
+      throw toStoreError('put', key, err);
+    }
+  }
+
+  /** The object and its stored content type, or null on NoSuchKey / 404 (a missing bucket is an error). */
+  async getBytes(key: string): Promise<StoredObject | null> {
+    validateKey(key);
+    try {
+      const res = await this.client.send(new GetObjectCommand({ Bucket: this.bucket, Key: this.prefix + key }));
+      const body = res.Body === undefined ? new Uint8Array(0) : await res.Body.transformToByteArray();
+      const result: StoredObject = { body };
+      if (res.ContentType !== undefined) result.contentType = res.ContentType;
+      return result;
+    } catch (err) {
+      if (isMissingObject(err)) return null;
+      throw toStoreError('get', key, err);
+    }
+  }
+
+  /**
+   * Keys under `prefix` via ListObjectsV2 (which lists in UTF-8 byte order),
+   * following continuation tokens until `limit` keys are gathered or the
+   * listing ends. Keys that are not valid store keys (e.g. console-made
+   * `folder/` markers) are skipped because they could not be read back.
+   */
+  async listKeys(prefix: string, opts: ListOptions = {}): Promise<string[]> {
+    const limit = resolveListLimit(opts.limit);
+    if (limit === 0 || !prefixCanMatchKeys(prefix)) return [];
+    const startAfter = opts.startAfter === undefined ? undefined : this.prefix + opts.startAfter;
+    const out: string[] = [];
+    let token: string | undefined;
+    try {
+      // Each pass consumes one page and the token must change, so this ends with the listing.
+      for (;;) {
+        const res = await this.client.send(
+          new ListObjectsV2Command({
+            Bucket: this.bucket,
+            Prefix: this.prefix + prefix,
+            // The token already encodes the position; some compatible servers mishandle both together.
+            StartAfter: token === undefined ? startAfter : undefined,
+            ContinuationToken: token,
+            MaxKeys: Math.min(MAX_KEYS_PER_PAGE, limit - out.length),
+          }),
+        );
+        for (const object of res.Contents ?? []) {
+          const full = object.Key;
+          if (full === undefined || !full.startsWith(this.prefix)) continue;
+          const key = full.slice(this.prefix.length);
+          if (!isValidKey(key)) continue;
+          out.push(key);
+          if (out.length >= limit) return out;
+        }
+        if (res.IsTruncated !== true) return out;
+        const next = res.NextContinuationToken;
+        if (next === undefined || next === '' || next === token) {
+          throw new StoreError(`S3 list of ${JSON.stringify(prefix)}: truncated page without a new continuation token`, {
+            retriable: false,
+          });
+        }
+        token = next;
+      }
+    } catch (err) {
+      throw toStoreError('list', prefix, err);
+    }
+  }
+
+  /** HeadBucket: proves the endpoint answers, the credentials work and the bucket exists. */
+  async healthcheck(): Promise<void> {
+    try {
+      await this.client.send(new HeadBucketCommand({ Bucket: this.bucket }));
+    } catch (err) {
+      throw toStoreError('healthcheck', this.bucket, err);
+    }
+  }
+
+  describe(): string {
+    const where = `s3://${this.bucket}${this.prefix === '' ? '' : `/${this.prefix}`}`;
+    return this.endpoint === undefined ? where : `${where} (${this.endpoint})`;
+  }
+
+  /**
+   * Closes the sockets of a client this store created (not one passed in).
+   * Idempotent; the store must not be used afterwards.
+   */
+  destroy(): void {
+    if (this.destroyed || !this.ownsClient) return;
+    this.destroyed = true;
+    this.client.destroy();
+  }
+}
+
+/** `'a/b'`, `'/a/b/'` → `'a/b/'`; absent or `''` → `''`. Segments follow the key rules so the prefix cannot hide `..`. */
+function normalizePrefix(prefix: string | undefined): string {
+  if (prefix === undefined) return '';
+  const trimmed = prefix.replace(/^\/+/, '').replace(/\/+$/, '');
+  if (trimmed === '') return '';
+  if (!isValidKey(trimmed)) {
+    throw new StoreError(`invalid S3 key prefix ${JSON.stringify(prefix)}`, { retriable: false });
+  }
+  return `${trimmed}/`;
+}
+
+interface ErrorFacts {
+  name: string | undefined;
+  status: number | undefined;
+  code: string | undefined;
+}
+
+function errorFacts(err: unknown): ErrorFacts {
+  if (typeof err !== 'object' || err === null) return { name: undefined, status: undefined, code: undefined };
+  const record = err as { name?: unknown; code?: unknown; $metadata?: { httpStatusCode?: unknown } };
+  const status = record.$metadata?.httpStatusCode;
+  return {
+    name: typeof record.name === 'string' ? record.name : undefined,
+    status: typeof status === 'number' ? status : undefined,
+    code: typeof record.code === 'string' ? record.code : undefined,
+  };
+}
+
+function isMissingObject(err: unknown): boolean {
+  const { name, status } = errorFacts(err);
+  if (name === 'NoSuchBucket') return false;
+  return name === 'NoSuchKey' || name === 'NotFound' || status === 404;
+}
+
+function isRetriable({ name, status }: ErrorFacts): boolean {
+  if (name !== undefined && NON_RETRIABLE_NAMES.has(name)) return false;
+  if (name !== undefined && RETRIABLE_NAMES.has(name)) return true;
+  if (status !== undefined) return status >= 500 || status === 429 || status === 408;
+  // No HTTP response at all: refused, reset, DNS, timeout. The store may come back.
+  return true;
+}
+
+function toStoreError(op: string, target: string, err: unknown): StoreError {
+  if (err instanceof StoreError) return err;
+  const facts = errorFacts(err);
+  const parts = [facts.name ?? 'error'];
+  if (facts.status !== undefined) parts.push(`HTTP ${facts.status}`);
+  if (facts.code !== undefined && facts.code !== facts.name) parts.push(facts.code);
+  return new StoreError(`S3 ${op} of ${JSON.stringify(target)} failed: ${parts.join(', ')}`, {
+    retriable: isRetriable(facts),
+    cause: err,
+  });
+}

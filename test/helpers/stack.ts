@@ -1,0 +1,45 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { inject } from 'vitest';
+import { parseEnv } from '../../shared/config.js';
+import { createLogger } from '../../shared/logger.js';
+import { type RunningStack, type StackParts, startStack } from '../../services/stack.js';
+import { uniqueName } from './names.js';
+
+export const ADMIN_TOKEN = 'test-admin-token-0123456789';
+
+export interface TestStack extends RunningStack {
+  url: string;
+  dataDir: string;
+  queueName: string;
+  /** Closes the stack, then removes the data folder. */
+  shutdown(): Promise<void>;
+}
+
+/** The product's own stack, in this process, on a free port, against the test Redis and a fresh data folder. */
+export async function startTestStack(env: Record<string, string> = {}, parts: StackParts = { api: true, encoder: true }): Promise<TestStack> {
+  const dataDir = mkdtempSync(join(tmpdir(), 'ingest-data-'));
+  const queueName = env.QUEUE_NAME ?? uniqueName('q');
+  const parsed = parseEnv({
+    PORT: '0',
+    HOST: '127.0.0.1',
+    METRICS_PORT: '0',
+    REDIS_URL: inject('redisUrl'),
+    DATA_DIR: dataDir,
+    ADMIN_TOKEN,
+    QUEUE_NAME: queueName,
+    LOG_LEVEL: 'silent',
+    ...env,
+  });
+  const stack = await startStack(parsed, parts, createLogger({ level: parsed.LOG_LEVEL, name: 'test' }));
+  return Object.assign(stack, {
+    url: stack.api?.server.url ?? '',
+    dataDir,
+    queueName,
+    async shutdown() {
+      await stack.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  });
+}

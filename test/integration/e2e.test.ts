@@ -1,0 +1,185 @@
+import { createHash } from 'node:crypto';
+import { existsSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, inject, it } from 'vitest';
+import { BATCH_ID_RE, batchIdMs } from '../../shared/ids.js';
+import { createLogger } from '../../shared/logger.js';
+import { ensureRedis } from '../../shared/private-redis.js';
+import { duckQuery } from '../helpers/duckdb.js';
+import { batchBody, sampleEvent } from '../helpers/events.js';
+import { uniqueName } from '../helpers/names.js';
+import { type ServiceProcess, startService, waitFor, waitForHttp } from '../helpers/proc.js';
+import { freePort } from '../helpers/redis-server.js';
+import { startS3Server } from '../helpers/s3.js';
+
+const TOKEN = 'e2e-admin-token-0123456789';
+const SENTINEL = 'SENTINEL-c0ffee-never-log-me';
+const sha256 = (b: Uint8Array | string): string => createHash('sha256').update(b).digest('hex');
+
+async function push(url: string, app: string, body: string): Promise<{ status: number; json: { hash?: string; batchId?: string; error?: string } }> {
+  const r = await fetch(`${url}/push/events/${app}/whatever`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body });
+  return { status: r.status, json: (await r.json()) as { hash?: string; batchId?: string } };
+}
+
+async function list(url: string, app: string, query = ''): Promise<{ items: string[]; hasMore: boolean }> {
+  const r = await fetch(`${url}/list/events/${app}${query}`, { headers: { Authorization: `Bearer ${TOKEN}` } });
+  expect(r.status).toBe(200);
+  return (await r.json()) as { items: string[]; hasMore: boolean };
+}
+
+function listFiles(dir: string): string[] {
+  if (!existsSync(dir)) return [];
+  return readdirSync(dir, { recursive: true, encoding: 'utf8' }).filter((f) => statSync(join(dir, f)).isFile());
+}
+
+const oddEvent = { event_type: 'track', event: 'odd', distinct_id: SENTINEL, properties: { note: SENTINEL, n: 3.5, list: [1, 'two'] }, context: { who: SENTINEL }, ts: 1782933157, dt: true, unknown_field: { deep: [SENTINEL] }, another: 7 };
+
+describe('end to end over real ports, as a user runs it', () => {
+  const procs: ServiceProcess[] = [];
+  const dirs: string[] = [];
+  afterAll(async () => {
+    for (const p of procs) await p.stop('SIGKILL');
+    for (const d of dirs) rmSync(d, { recursive: true, force: true });
+  });
+
+  it('`npm start`: push, list, pull, DuckDB reads both README queries; logs hold no event contents; SIGTERM exits 0', async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), 'ingest-e2e-'));
+    dirs.push(dataDir);
+    const port = await freePort();
+    const url = `http://127.0.0.1:${port}`;
+    const proc = startService('services/main.ts', { PORT: String(port), HOST: '127.0.0.1', DATA_DIR: dataDir, REDIS_URL: inject('redisUrl'), QUEUE_NAME: uniqueName('e2e'), ADMIN_TOKEN: TOKEN });
+    procs.push(proc);
+    await waitForHttp(`${url}/readyz`, 30_000, proc);
+
+    const bodies = [batchBody(100, (i) => ({ ...sampleEvent(i), distinct_id: `${SENTINEL}-${i}` })), JSON.stringify({ data: { events: [oddEvent] }, baseHash: null }), batchBody(1000)];
+    const ids: string[] = [];
+    for (const body of bodies) {
+      const r = await push(url, 'shop', body);
+      expect(r.status).toBe(200);
+      expect(r.json.hash).toBe(sha256(body));
+      expect(r.json.batchId).toMatch(BATCH_ID_RE);
+      ids.push(r.json.batchId as string);
+    }
+    expect([...ids].sort()).toEqual(ids);
+    const listed = await waitFor(async () => {
+      const l = await list(url, 'shop');
+      return l.items.length === 3 ? l : null;
+    }, 30_000, 'three batches listed');
+    expect(listed).toEqual({ items: ids.map((id) => `${id}.parquet`), hasMore: false });
+    expect((await fetch(`${url}/list/events/shop`)).status).toBe(401);
+    expect((await fetch(`${url}/pull/events/shop/${ids[0]}`)).status).toBe(401);
+
+    for (const id of ids) {
+      const r = await fetch(`${url}/pull/events/shop/${id}.parquet`, { headers: { Authorization: `Bearer ${TOKEN}` } });
+      expect(r.status).toBe(200);
+      expect(r.headers.get('content-type')).toBe('application/vnd.apache.parquet');
+      const bytes = new Uint8Array(await r.arrayBuffer());
+      expect(r.headers.get('etag')).toBe(`"${sha256(bytes)}"`);
+      const again = await fetch(`${url}/pull/events/shop/${id}`, { headers: { Authorization: `Bearer ${TOKEN}`, 'If-None-Match': r.headers.get('etag') as string } });
+      expect(again.status).toBe(304);
+    }
+
+    // Exactly one .parquet per batch under the store root; nothing else beside them.
+    const eventFiles = listFiles(join(dataDir, 'events'));
+    expect(eventFiles.sort()).toEqual(ids.map((id) => join('shop', `${id}.parquet`)));
+    const root = dataDir;
+    const q1 = await duckQuery(`SELECT event_type, COUNT(*) AS n FROM read_parquet('${root}/events/shop/**/*.parquet') GROUP BY event_type ORDER BY n DESC;`);
+    expect(q1.reduce((a, r) => a + Number(r.n), 0)).toBe(1101);
+    const q2 = await duckQuery(`SELECT time_bucket(INTERVAL '1 hour', received_at::TIMESTAMPTZ) AS hour, COUNT(*) AS n
+FROM read_parquet('${root}/events/shop/**/*.parquet') WHERE received_at >= now() - INTERVAL '7 days' GROUP BY 1 ORDER BY 1;`);
+    expect(q2.reduce((a, r) => a + Number(r.n), 0)).toBe(1101);
+
+    const schema = await duckQuery(`DESCRIBE SELECT * FROM read_parquet('${root}/events/shop/*.parquet')`);
+    expect(schema.map((c) => [c.column_name, c.column_type])).toEqual([
+      ['event_type', 'VARCHAR'], ['event', 'VARCHAR'], ['distinct_id', 'VARCHAR'], ['anonymous_id', 'VARCHAR'], ['ts', 'VARCHAR'], ['message_id', 'VARCHAR'],
+      ['properties', 'VARCHAR'], ['context', 'VARCHAR'], ['dt', 'VARCHAR'], ['received_at', 'TIMESTAMP WITH TIME ZONE'], ['extra', 'VARCHAR'],
+    ]);
+    const codecs = await duckQuery(`SELECT DISTINCT compression FROM parquet_metadata('${root}/events/shop/*.parquet')`);
+    expect(codecs.map((c) => c.compression)).toEqual(['ZSTD']);
+    const perFile = await duckQuery(`SELECT filename, min(epoch_ms(received_at))::BIGINT AS lo, max(epoch_ms(received_at))::BIGINT AS hi FROM read_parquet('${root}/events/shop/*.parquet', filename = true) GROUP BY 1`);
+    for (const f of perFile) {
+      const id = String(f.filename).split('/').pop()!.replace('.parquet', '');
+      expect([Number(f.lo), Number(f.hi)]).toEqual([batchIdMs(id), batchIdMs(id)]);
+    }
+    const [odd] = await duckQuery(`SELECT ts, dt, properties, context, extra FROM read_parquet('${root}/events/shop/${ids[1]}.parquet')`);
+    expect(odd).toEqual({ ts: '1782933157', dt: 'true', properties: JSON.stringify(oddEvent.properties), context: JSON.stringify(oddEvent.context), extra: JSON.stringify({ unknown_field: oddEvent.unknown_field, another: 7 }) });
+
+    expect(await proc.stop('SIGTERM')).toBe(0);
+    const logs = proc.output();
+    expect(logs).toMatch(/batch written/);
+    expect(logs).not.toContain(SENTINEL);
+  });
+
+  it('STORE=s3 with the API and the encoder as separate processes', async () => {
+    const s3 = await startS3Server();
+    const [apiPort, metricsPort] = [await freePort(), await freePort()];
+    const url = `http://127.0.0.1:${apiPort}`;
+    const common = { HOST: '127.0.0.1', STORE: 's3', S3_BUCKET: s3.bucket, S3_ENDPOINT: s3.endpoint, S3_FORCE_PATH_STYLE: 'true', S3_REGION: 'us-east-1', AWS_ACCESS_KEY_ID: 'S3RVER', AWS_SECRET_ACCESS_KEY: 'S3RVER', REDIS_URL: inject('redisUrl'), QUEUE_NAME: uniqueName('s3'), ADMIN_TOKEN: TOKEN };
+    const api = startService('services/api/main.ts', { ...common, PORT: String(apiPort) });
+    const encoder = startService('services/encoder/main.ts', { ...common, METRICS_PORT: String(metricsPort) });
+    procs.push(api, encoder);
+    try {
+      await waitForHttp(`${url}/readyz`, 30_000, api);
+      await waitForHttp(`http://127.0.0.1:${metricsPort}/metrics`, 30_000, encoder);
+      const ids: string[] = [];
+      for (const n of [100, 1, 1000]) {
+        const r = await push(url, 'mobile', batchBody(n));
+        expect(r.status).toBe(200);
+        ids.push(r.json.batchId as string);
+      }
+      const listed = await waitFor(async () => {
+        const l = await list(url, 'mobile');
+        return l.items.length === 3 ? l.items : null;
+      }, 30_000, 'three batches listed');
+      expect(listed).toEqual(ids.map((id) => `${id}.parquet`));
+      const dir = mkdtempSync(join(tmpdir(), 'ingest-pulled-'));
+      dirs.push(dir);
+      for (const id of ids) {
+        const r = await fetch(`${url}/pull/events/mobile/${id}`, { headers: { Authorization: `Bearer ${TOKEN}` } });
+        expect(r.status).toBe(200);
+        writeFileSync(join(dir, `${id}.parquet`), new Uint8Array(await r.arrayBuffer()));
+      }
+      const [row] = await duckQuery(`SELECT count(*)::INTEGER AS n FROM read_parquet('${dir}/*.parquet')`);
+      expect(row?.n).toBe(1101);
+      const metrics = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
+      expect(metrics).toMatch(/ingest_encoder_batches_total\{outcome="written",service="encoder"\} 3/);
+      expect(await api.stop('SIGTERM')).toBe(0);
+      expect(await encoder.stop('SIGTERM')).toBe(0);
+    } finally {
+      await s3.close();
+    }
+  });
+
+  it('the embedded default starts a private redis-server with AOF under DATA_DIR/redis when none answers', async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), 'ingest-embedded-'));
+    dirs.push(dataDir);
+    const handle = await ensureRedis({ dataDir, logger: createLogger({ level: 'silent', name: 't' }), port: await freePort() });
+    try {
+      expect(handle.owned).toBe(true);
+      expect(existsSync(join(dataDir, 'redis'))).toBe(true);
+      const { Redis } = await import('ioredis');
+      const r = new Redis(handle.url);
+      expect(await r.config('GET', 'appendonly')).toEqual(['appendonly', 'yes']);
+      expect(await r.config('GET', 'maxmemory-policy')).toEqual(['maxmemory-policy', 'noeviction']);
+      r.disconnect();
+    } finally {
+      await handle.stop();
+    }
+  });
+
+  it('a bad config stops the process with a message naming the field', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'ingest-badcfg-'));
+    dirs.push(dir);
+    const cfg = join(dir, 'config.json');
+    writeFileSync(cfg, JSON.stringify({ version: 1, collections: [{ name: 'events', storagePath: 'events/{app}/{batchId}', readRoles: ['admin'], writeRoles: ['public'], encryption: 'none', allowedMimeTypes: ['application/vnd.apache.parquet'], maxBodyBytes: 1000 }] }));
+    const p = startService('services/api/main.ts', { CONFIG_FILE: cfg, PORT: String(await freePort()), REDIS_URL: inject('redisUrl') });
+    procs.push(p);
+    expect(await p.exited()).toBe(1);
+    expect(p.output()).toMatch(/collections\.0\.allowedMimeTypes/);
+    const p2 = startService('services/api/main.ts', { PORT: 'eighty', REDIS_URL: inject('redisUrl') });
+    procs.push(p2);
+    expect(await p2.exited()).toBe(1);
+    expect(p2.output()).toMatch(/PORT/);
+  });
+});
