@@ -5,9 +5,28 @@ import { FAST_BUCKETS, METRIC_PREFIX as P } from '../../shared/metrics.js';
 export const REJECT_REASONS = ['content_type', 'too_large', 'bad_json', 'bad_envelope', 'bad_param', 'bad_header', 'unauthorized', 'forbidden'] as const;
 export type RejectReason = (typeof REJECT_REASONS)[number];
 
-/** Metrics of the API service (one set per registry). */
-export function createApiMetrics(registry: Registry) {
+/** Outcomes of a push request; every one is exported from the start so rates never lack a series. */
+export const PUSH_OUTCOMES = ['accepted', 'empty', 'deduplicated', 'rejected', 'shed', 'unavailable'] as const;
+
+/** Queue states exported by `ingest_queue_jobs` (the dashboard and alerts name these). */
+export const QUEUE_STATES = ['waiting', 'active', 'delayed', 'failed', 'prioritized', 'completed'] as const;
+
+export interface ApiMetricsOptions {
+  /**
+   * Refreshes the queue gauges from Redis. Called whenever the registry is read (a scrape),
+   * so queue depth is as fresh as the scrape, not as old as the last upkeep pass. It must
+   * bound its own time and never throw: a slow Redis must not hang /metrics.
+   */
+  refreshQueueGauges?: () => Promise<void>;
+}
+
+/** Metrics of the API service (one set per registry). Labels are fixed small sets: never an app or batch id. */
+export function createApiMetrics(registry: Registry, opts: ApiMetricsOptions = {}) {
   const registers = [registry];
+  const refresh = opts.refreshQueueGauges;
+  // Every queue gauge awaits the same refresh: prom-client reads metrics concurrently, and a
+  // gauge without its own collect would be read before the refresh finished.
+  const collect = refresh ? () => refresh() : undefined;
   const m = {
     pushes: new Counter({ name: `${P}pushes_total`, help: 'Push requests by outcome (accepted, empty, deduplicated, rejected, shed, unavailable)', labelNames: ['outcome'], registers }),
     rejections: new Counter({ name: `${P}push_rejections_total`, help: 'Refused pushes by reason', labelNames: ['reason'], registers }),
@@ -16,14 +35,17 @@ export function createApiMetrics(registry: Registry) {
     httpDuration: new Histogram({ name: `${P}http_request_duration_seconds`, help: 'HTTP request duration by route and status', labelNames: ['route', 'method', 'status'], buckets: FAST_BUCKETS, registers }),
     mintDuration: new Histogram({ name: `${P}mint_duration_seconds`, help: 'Time to mint a batch id in Redis', buckets: FAST_BUCKETS, registers }),
     enqueueDuration: new Histogram({ name: `${P}enqueue_duration_seconds`, help: 'Time to add a batch job to the queue', buckets: FAST_BUCKETS, registers }),
-    queueJobs: new Gauge({ name: `${P}queue_jobs`, help: 'Jobs in the queue by state', labelNames: ['state'], registers }),
-    queueOldestWaiting: new Gauge({ name: `${P}queue_oldest_waiting_age_seconds`, help: 'Age of the oldest waiting job (0 when none)', registers }),
-    watermarkLag: new Gauge({ name: `${P}watermark_lag_seconds`, help: 'Age of the oldest in-flight batch over all list prefixes: newer batches are hidden from list until it is written', registers }),
+    queueJobs: new Gauge({ name: `${P}queue_jobs`, help: 'Jobs in the queue by state', labelNames: ['state'], registers, collect }),
+    queueOldestWaiting: new Gauge({ name: `${P}queue_oldest_waiting_age_seconds`, help: 'Age of the oldest waiting job (0 when none)', registers, collect }),
+    queueWorkers: new Gauge({ name: `${P}queue_workers`, help: 'BullMQ workers (encoder connections) attached to the queue, as Redis sees them', registers, collect }),
+    watermarkLag: new Gauge({ name: `${P}watermark_lag_seconds`, help: 'Age of the oldest in-flight batch over all list prefixes: newer batches are hidden from list until it is written', registers, collect }),
     orphansReaped: new Counter({ name: `${P}orphans_reaped_total`, help: 'In-flight ids released by the reaper (minted but never enqueued, or dead-lettered)', labelNames: ['kind'], registers }),
     redisUsedMemoryRatio: new Gauge({ name: `${P}redis_memory_used_ratio`, help: 'Redis used_memory / maxmemory as last sampled by the load shedder (0 when maxmemory is unset)', registers }),
   };
-  for (const o of ['accepted', 'empty', 'deduplicated', 'rejected', 'shed', 'unavailable']) m.pushes.inc({ outcome: o }, 0);
+  for (const o of PUSH_OUTCOMES) m.pushes.inc({ outcome: o }, 0);
   for (const r of REJECT_REASONS) m.rejections.inc({ reason: r }, 0);
+  for (const s of QUEUE_STATES) m.queueJobs.set({ state: s }, 0);
+  for (const k of ['orphan', 'dead']) m.orphansReaped.inc({ kind: k }, 0);
   return m;
 }
 export type ApiMetrics = ReturnType<typeof createApiMetrics>;

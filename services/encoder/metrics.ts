@@ -1,7 +1,7 @@
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import { METRIC_PREFIX as P, SLOW_BUCKETS } from '../../shared/metrics.js';
 
-/** Metrics of the encoder service (one set per registry). */
+/** Metrics of the encoder service (one set per registry). Labels are fixed small sets: never an app or batch id. */
 export function createEncoderMetrics(registry: Registry) {
   const registers = [registry];
   const m = {
@@ -17,6 +17,9 @@ export function createEncoderMetrics(registry: Registry) {
     compressionRatio: new Histogram({ name: `${P}encoder_compression_ratio`, help: 'JSON bytes / Parquet bytes per batch', buckets: [0.5, 1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30], registers }),
     concurrency: new Gauge({ name: `${P}encoder_concurrency`, help: 'Configured job concurrency of this encoder process', registers }),
     active: new Gauge({ name: `${P}encoder_active_jobs`, help: 'Jobs being processed by this encoder process now', registers }),
+    // Summed over instances this is the number of live encoders; `up` alone cannot tell a
+    // process that still answers scrapes but has stopped taking jobs (shutting down).
+    workers: new Gauge({ name: `${P}encoder_workers`, help: 'BullMQ workers taking jobs in this encoder process (1 while running, 0 once closing)', registers }),
   };
   for (const o of ['written', 'retried', 'failed']) m.batches.inc({ outcome: o }, 0);
   m.storeErrors.inc({ retriable: 'true' }, 0);

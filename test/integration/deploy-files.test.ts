@@ -1,0 +1,213 @@
+import { existsSync, readFileSync, readdirSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { parse } from 'yaml';
+
+/**
+ * Docker cannot run on the dev and CI machines, so the deployment files are checked by
+ * parsing them: the parts of the stack, their settings and how they wire together.
+ */
+const ROOT = resolve(import.meta.dirname, '../..');
+const read = (p: string): string => readFileSync(join(ROOT, p), 'utf8');
+
+interface Healthcheck {
+  test?: string | string[];
+}
+interface DependsOn {
+  condition?: string;
+}
+interface ComposeService {
+  image?: string;
+  build?: string | { context?: string; dockerfile?: string };
+  command?: string | string[];
+  container_name?: string;
+  ports?: unknown[];
+  expose?: unknown[];
+  environment?: Record<string, string> | string[];
+  volumes?: (string | { source?: string; target?: string })[];
+  healthcheck?: Healthcheck;
+  depends_on?: string[] | Record<string, DependsOn>;
+  deploy?: { replicas?: number };
+}
+interface Compose {
+  services: Record<string, ComposeService>;
+  volumes?: Record<string, unknown>;
+}
+
+const compose = parse(read('docker-compose.yml'), { merge: true }) as Compose;
+const svc = (name: string): ComposeService => {
+  const s = compose.services[name];
+  if (!s) throw new Error(`docker-compose.yml has no service "${name}"`);
+  return s;
+};
+const words = (c: string | string[] | undefined): string[] => (Array.isArray(c) ? c.map(String) : String(c ?? '').split(/\s+/));
+const env = (s: ComposeService): Record<string, string> =>
+  Array.isArray(s.environment) ? Object.fromEntries(s.environment.map((e) => [e.slice(0, e.indexOf('=')), e.slice(e.indexOf('=') + 1)])) : (s.environment ?? {});
+const volumeTargets = (s: ComposeService): { source: string; target: string }[] =>
+  (s.volumes ?? []).map((v) => {
+    if (typeof v !== 'string') return { source: v.source ?? '', target: v.target ?? '' };
+    const [source = '', target = ''] = v.split(':');
+    return { source, target };
+  });
+const dependsOn = (s: ComposeService): Record<string, string | undefined> =>
+  Array.isArray(s.depends_on) ? Object.fromEntries(s.depends_on.map((d) => [d, undefined])) : Object.fromEntries(Object.entries(s.depends_on ?? {}).map(([k, v]) => [k, v.condition]));
+
+describe('docker-compose.yml', () => {
+  it('has the whole stack', () => {
+    for (const name of ['redis', 'minio', 'api', 'encoder', 'prometheus', 'grafana']) expect(Object.keys(compose.services)).toContain(name);
+  });
+
+  it('redis keeps what it acknowledged: AOF on, noeviction, a maxmemory, data on a volume, a health check', () => {
+    const redis = svc('redis');
+    const cmd = words(redis.command);
+    expect(cmd[cmd.indexOf('--appendonly') + 1]).toBe('yes');
+    expect(cmd[cmd.indexOf('--maxmemory-policy') + 1]).toBe('noeviction');
+    expect(cmd).toContain('--maxmemory');
+    const data = volumeTargets(redis).find((v) => v.target === '/data');
+    expect(data?.source).toBeTruthy();
+    expect(Object.keys(compose.volumes ?? {})).toContain(data?.source);
+    expect(words(redis.healthcheck?.test).join(' ')).toMatch(/redis-cli.*ping/);
+  });
+
+  it('minio has a bucket created at start by a one-shot job the services wait for', () => {
+    const minio = svc('minio');
+    expect(minio.healthcheck?.test).toBeTruthy();
+    expect(volumeTargets(minio).some((v) => v.target === '/data')).toBe(true);
+    const [jobName, job] = Object.entries(compose.services).find(([, s]) => words(s.command).join(' ').includes('mc mb')) ?? [];
+    expect(jobName).toBeTruthy();
+    expect(words(job?.command).join(' ')).toContain(`local/${env(svc('api')).S3_BUCKET}`);
+    expect(dependsOn(job as ComposeService).minio).toBe('service_healthy');
+    for (const name of ['api', 'encoder']) expect(dependsOn(svc(name))[jobName as string]).toBe('service_completed_successfully');
+  });
+
+  it('api and encoder are built from the repo Dockerfile and share Redis, queue and store settings', () => {
+    for (const name of ['api', 'encoder']) {
+      const s = svc(name);
+      const build = typeof s.build === 'string' ? { context: s.build } : s.build;
+      expect(build?.context).toBe('.');
+      expect(build?.dockerfile ?? 'Dockerfile').toBe('Dockerfile');
+      const e = env(s);
+      expect(e.REDIS_URL).toBe('redis://redis:6379');
+      expect(e.STORE).toBe('s3');
+      expect(e.S3_ENDPOINT).toBe('http://minio:9000');
+      expect(e.S3_FORCE_PATH_STYLE).toBe('true');
+      expect(dependsOn(s).redis).toBe('service_healthy');
+      expect(s.healthcheck?.test).toBeTruthy();
+    }
+    expect(env(svc('api')).QUEUE_NAME).toBe(env(svc('encoder')).QUEUE_NAME);
+    expect(env(svc('api')).S3_BUCKET).toBe(env(svc('encoder')).S3_BUCKET);
+    expect(words(svc('api').command).join(' ')).toContain('services/api/main.ts');
+    expect(words(svc('encoder').command).join(' ')).toContain('services/encoder/main.ts');
+    expect(words(svc('api').healthcheck?.test).join(' ')).toContain(':8787/readyz');
+    expect(words(svc('encoder').healthcheck?.test).join(' ')).toContain(`:${env(svc('encoder')).METRICS_PORT}/healthz`);
+  });
+
+  it('the encoder scales with --scale encoder=N: no container_name, no fixed host port', () => {
+    const encoder = svc('encoder');
+    expect(encoder.container_name).toBeUndefined();
+    // Prometheus reaches each replica on the compose network; a published port would collide.
+    expect(encoder.ports ?? []).toEqual([]);
+    expect(env(encoder).METRICS_PORT).toBe('9464');
+  });
+
+  it('prometheus gets its config and alert rules mounted; grafana its provisioning and dashboards', () => {
+    const prom = svc('prometheus');
+    const pv = volumeTargets(prom);
+    expect(pv).toContainEqual({ source: './prometheus/prometheus.yml', target: '/etc/prometheus/prometheus.yml' });
+    expect(pv).toContainEqual({ source: './prometheus/alerts.yml', target: '/etc/prometheus/alerts.yml' });
+    expect(words(prom.command)).toContain('--config.file=/etc/prometheus/prometheus.yml');
+    expect(prom.healthcheck?.test).toBeTruthy();
+
+    const grafana = svc('grafana');
+    const gv = volumeTargets(grafana);
+    expect(gv).toContainEqual({ source: './grafana/provisioning', target: '/etc/grafana/provisioning' });
+    const dashTarget = gv.find((v) => v.source === './grafana/dashboards')?.target;
+    expect(dashTarget).toBeTruthy();
+    expect(dependsOn(grafana).prometheus).toBe('service_healthy');
+    // The dashboards provider must point where the dashboards are mounted.
+    const providers = parse(read('grafana/provisioning/dashboards/dashboards.yml')) as { providers: { type: string; options: { path: string } }[] };
+    expect(providers.providers.map((p) => p.options.path)).toContain(dashTarget);
+    const ds = parse(read('grafana/provisioning/datasources/prometheus.yml')) as { datasources: { type: string; url: string; uid: string }[] };
+    expect(ds.datasources[0]).toMatchObject({ type: 'prometheus', url: 'http://prometheus:9090' });
+    // Every panel names the provisioned datasource, so a fresh Grafana shows data without a prompt.
+    for (const file of readdirSync(join(ROOT, 'grafana/dashboards')).filter((f) => f.endsWith('.json'))) {
+      const dash = JSON.parse(read(`grafana/dashboards/${file}`)) as { panels: { type: string; datasource?: { uid?: string } }[] };
+      for (const p of dash.panels.filter((x) => x.type !== 'row')) expect(p.datasource?.uid).toBe(ds.datasources[0]?.uid);
+    }
+  });
+
+  it('every local file the stack mounts exists', () => {
+    for (const s of Object.values(compose.services)) {
+      for (const v of volumeTargets(s)) if (v.source.startsWith('./')) expect(existsSync(join(ROOT, v.source)), v.source).toBe(true);
+    }
+  });
+});
+
+describe('prometheus/prometheus.yml', () => {
+  const cfg = parse(read('prometheus/prometheus.yml')) as {
+    rule_files?: string[];
+    scrape_configs: { job_name: string; metrics_path?: string; static_configs?: { targets: string[] }[]; dns_sd_configs?: { names: string[]; type?: string; port?: number }[] }[];
+  };
+  const targets = (job: string): string[] => {
+    const j = cfg.scrape_configs.find((s) => s.job_name === job);
+    return [...(j?.static_configs ?? []).flatMap((s) => s.targets), ...(j?.dns_sd_configs ?? []).flatMap((d) => d.names.map((n) => `${n}:${d.port}`))];
+  };
+
+  it('scrapes the api on 8787 and every encoder replica on 9464 (DNS A records of the compose service)', () => {
+    expect(targets('api')).toContain('api:8787');
+    expect(targets('encoder')).toContain('encoder:9464');
+    const enc = cfg.scrape_configs.find((s) => s.job_name === 'encoder');
+    expect(enc?.dns_sd_configs?.[0]?.type).toBe('A');
+  });
+
+  it('loads the alert rules file the compose stack mounts', () => {
+    expect(cfg.rule_files).toContain('/etc/prometheus/alerts.yml');
+    const rules = parse(read('prometheus/alerts.yml')) as { groups: { rules: { alert: string; expr: string }[] }[] };
+    const exprs = rules.groups.flatMap((g) => g.rules.map((r) => r.expr)).join('\n');
+    expect(exprs).toMatch(/ingest_queue_jobs\{state="failed"\}/);
+    expect(exprs).toMatch(/ingest_queue_oldest_waiting_age_seconds/);
+    expect(exprs).toMatch(/ingest_watermark_lag_seconds/);
+    expect(exprs).toMatch(/up\{job="encoder"\}/);
+  });
+});
+
+describe('Dockerfile and .dockerignore', () => {
+  const lines = read('Dockerfile')
+    .split('\n')
+    .map((l) => l.trim())
+    .filter((l) => l && !l.startsWith('#'));
+  const froms = lines.filter((l) => /^FROM\s/i.test(l));
+
+  it('is multi-stage: production deps installed in one stage, copied into the runtime stage', () => {
+    expect(froms.length).toBeGreaterThanOrEqual(2);
+    const depsStage = /\bAS\s+(\S+)/i.exec(froms[0] ?? '')?.[1];
+    expect(depsStage).toBeTruthy();
+    expect(lines.some((l) => /^RUN\s.*npm ci\b.*--omit=dev/.test(l))).toBe(true);
+    expect(lines.some((l) => /^RUN\s.*npm (install|i)\b/.test(l))).toBe(false);
+    const lastFrom = lines.lastIndexOf(froms[froms.length - 1] as string);
+    const runtime = lines.slice(lastFrom);
+    expect(runtime.some((l) => new RegExp(`^COPY\\s+--from=${depsStage}\\b.*node_modules`).test(l))).toBe(true);
+    // The runtime stage installs nothing itself: only what the deps stage resolved without dev deps.
+    expect(runtime.some((l) => /npm (ci|install)/.test(l))).toBe(false);
+  });
+
+  it('runs as a non-root user, starting the API through tsx (a production dependency)', () => {
+    const users = lines.filter((l) => /^USER\s/i.test(l));
+    expect(users.length).toBeGreaterThan(0);
+    expect(users[users.length - 1]).not.toMatch(/^USER\s+(root|0)(:|$)/i);
+    const cmd = lines.filter((l) => /^CMD\s/.test(l)).pop() ?? '';
+    expect(cmd).toContain('tsx');
+    expect(cmd).toContain('services/api/main.ts');
+    const pkg = JSON.parse(read('package.json')) as { dependencies: Record<string, string> };
+    expect(Object.keys(pkg.dependencies)).toContain('tsx');
+  });
+
+  it('.dockerignore keeps node_modules, data, .git and bench results out of the context', () => {
+    const ignored = read('.dockerignore')
+      .split('\n')
+      .map((l) => l.trim())
+      .filter((l) => l && !l.startsWith('#'));
+    for (const p of ['node_modules', 'data', '.git']) expect(ignored).toContain(p);
+    expect(ignored.some((p) => p === 'bench' || p === 'bench/results')).toBe(true);
+  });
+});
