@@ -16,3 +16,5 @@ export { BatchLedger } from './shared/ledger/ledger.js';
 export { BATCH_ID_RE, isBatchId, batchIdMs } from './shared/ids.js';
 export { encodeBatch, EVENT_COLUMNS } from './shared/parquet/encode.js';
 export { startStack } from './services/stack.js';
+export { duckdbReadParquetSql, sqlStringLiteral, ANY_PARAM } from './shared/duckdb.js';
+export type { DuckdbReadParquetOptions, DuckdbReadParquet, DuckdbS3Credentials } from './shared/duckdb.js';

@@ -1,0 +1,153 @@
+/**
+ * `events-ingest`: the analyst and admin CLI (`npx events-ingest …`, `npm run cli -- …`).
+ *   sync   incremental, resumable download of a collection's batches into a folder
+ *   query  SQL in DuckDB over a synced folder or the configured store, with an `events` view
+ * Exit codes: 0 ok, 1 error, 2 usage, 3 sync lock held by another run, 130 interrupted.
+ */
+import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
+import { ConfigError, parseEnv } from '../shared/config.js';
+import { CliError, EXIT, messageOf } from './errors.js';
+import { DEFAULT_RETRY } from './http.js';
+import type { QuerySource } from './query.js';
+
+function intOption(min: number, max: number): (raw: string) => number {
+  return (raw) => {
+    if (!/^\d{1,9}$/.test(raw)) throw new InvalidArgumentError(`must be an integer from ${min} to ${max}`);
+    const n = Number(raw);
+    if (n < min || n > max) throw new InvalidArgumentError(`must be an integer from ${min} to ${max}`);
+    return n;
+  };
+}
+
+interface SyncFlags {
+  url: string;
+  app: string;
+  out: string;
+  token?: string;
+  collectionPath: string;
+  limit: number;
+  maxRetries: number;
+  timeout: number;
+  maxBatches: number;
+}
+
+interface QueryFlags {
+  dir?: string;
+  store?: boolean;
+  app?: string;
+  collection?: string;
+  json?: boolean;
+  csv?: boolean;
+}
+
+/** The commander program; actions throw CliError, which `main` turns into exit codes. */
+export function buildProgram(io: { stdout: NodeJS.WriteStream; stderr: NodeJS.WriteStream; env: NodeJS.ProcessEnv; signal: AbortSignal }): Command {
+  const program = new Command('events-ingest')
+    .description('Analyst and admin tools for events-ingest: sync batches to a folder, query them with DuckDB')
+    .exitOverride()
+    .showHelpAfterError()
+    .configureOutput({ writeOut: (s) => io.stdout.write(s), writeErr: (s) => io.stderr.write(s) });
+
+  program
+    .command('sync')
+    .description('download new batches (list ?after= + pull) into a folder; resumable, safe from cron')
+    .requiredOption('--url <url>', 'server base URL (with BASE_PATH if any), e.g. http://127.0.0.1:8787')
+    .requiredOption('--app <app>', 'app whose batches to download')
+    .requiredOption('--out <dir>', 'folder for <batchId>.parquet files, .cursor and .sync.lock')
+    .option('--token <token>', 'bearer token with a read role (default: $EVENTS_INGEST_TOKEN; prefer the variable, arguments show in ps)')
+    .option('--collection-path <path>', 'list/pull path before the app (storagePath without {app}/{batchId})', 'events')
+    .option('--limit <n>', 'list page size (1-1000)', intOption(1, 1000), 1000)
+    .option('--max-retries <n>', 'retries per request on 429/5xx/network errors', intOption(0, 100), DEFAULT_RETRY.maxRetries)
+    .option('--timeout <ms>', 'per-request timeout in ms, body included', intOption(1000, 3_600_000), DEFAULT_RETRY.timeoutMs)
+    .option('--max-batches <n>', 'stop after this many batches (0: until caught up)', intOption(0, 1_000_000_000), 0)
+    .action(async (flags: SyncFlags) => {
+      const token = flags.token ?? (io.env.EVENTS_INGEST_TOKEN || undefined);
+      // Loaded on demand: each command's dependencies (DuckDB, the AWS SDK) cost start-up time the other does not need.
+      const [{ runSync }, { createProgress }] = await Promise.all([import('./sync.js'), import('./progress.js')]);
+      const result = await runSync({
+        url: flags.url,
+        app: flags.app,
+        out: flags.out,
+        token,
+        collectionPath: flags.collectionPath.replace(/^\/+|\/+$/g, ''),
+        limit: flags.limit,
+        retry: { ...DEFAULT_RETRY, maxRetries: flags.maxRetries, timeoutMs: flags.timeout },
+        maxBatches: flags.maxBatches,
+        progress: createProgress(io.stderr),
+        signal: io.signal,
+      });
+      const unchanged = result.unchanged > 0 ? `; ${result.unchanged} already present` : '';
+      io.stdout.write(`synced ${result.downloaded} batches (${result.bytes} bytes), cursor ${result.cursor ?? 'none'}${unchanged}\n`);
+    });
+
+  program
+    .command('query')
+    .description('run SQL in DuckDB; "events" is a view over the synced folder (--dir) or the configured store (--store)')
+    .argument('<sql>', 'SQL to run, e.g. "SELECT event_type, COUNT(*) AS n FROM events GROUP BY 1 ORDER BY n DESC"')
+    .addOption(new Option('--dir <dir>', 'folder filled by sync: events = <dir>/*.parquet').conflicts('store'))
+    .addOption(new Option('--store', 'the store the server writes to, from STORE, DATA_DIR, S3_*, CONFIG_FILE (as the server reads them)').conflicts('dir'))
+    .option('--app <app>', 'with --store: only this app (default: every app)')
+    .option('--collection <name>', 'with --store: collection name from CONFIG_FILE (default: the first)')
+    .addOption(new Option('--json', 'JSON lines, one object per row').conflicts('csv'))
+    .addOption(new Option('--csv', 'CSV with a header row').conflicts('json'))
+    .action(async (sql: string, flags: QueryFlags) => {
+      const { renderResult, runQuery } = await import('./query.js');
+      let source: QuerySource;
+      if (flags.dir !== undefined) {
+        if (flags.app !== undefined || flags.collection !== undefined) throw new CliError('--app and --collection go with --store (a synced folder holds one app)', EXIT.usage);
+        source = { kind: 'dir', dir: flags.dir };
+      } else if (flags.store) {
+        let env;
+        try {
+          env = parseEnv(io.env);
+        } catch (err) {
+          throw new CliError(messageOf(err));
+        }
+        source = { kind: 'store', env, app: flags.app, collection: flags.collection };
+      } else {
+        throw new CliError('query needs --dir <dir> or --store', EXIT.usage);
+      }
+      const result = await runQuery(sql, source);
+      io.stdout.write(renderResult(result, flags.json ? 'json' : flags.csv ? 'csv' : 'table'));
+    });
+
+  return program;
+}
+
+/** Runs the CLI on `argv` and resolves to the exit code (never throws). */
+export async function main(argv: readonly string[], io = { stdout: process.stdout, stderr: process.stderr, env: process.env }): Promise<number> {
+  const abort = new AbortController();
+  const onSignal = (): void => {
+    abort.abort(new CliError('interrupted', EXIT.interrupted));
+    // Work between requests (hashing, fsync) is not abortable; do not let it hold a ^C for long.
+    setTimeout(() => process.exit(EXIT.interrupted), 5_000).unref();
+  };
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  try {
+    await buildProgram({ ...io, signal: abort.signal }).parseAsync([...argv], { from: 'user' });
+    return EXIT.ok;
+  } catch (err) {
+    if (err instanceof CommanderError) {
+      // Help and version are "errors" to commander; real usage errors were already printed by it.
+      return err.exitCode === 0 ? EXIT.ok : EXIT.usage;
+    }
+    if (err instanceof CliError) {
+      io.stderr.write(`events-ingest: ${err.message}\n`);
+      return err.exitCode;
+    }
+    if (err instanceof ConfigError) {
+      io.stderr.write(`events-ingest: ${err.message}\n`);
+      return EXIT.error;
+    }
+    io.stderr.write(`events-ingest: ${messageOf(err)}\n`);
+    return EXIT.error;
+  } finally {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+  }
+}
+
+// Always the entry point (run by tsx or imported by bin/events-ingest.mjs); stdout is flushed before exit.
+const code = await main(process.argv.slice(2));
+process.exitCode = code;

@@ -1,0 +1,244 @@
+/**
+ * `events-ingest sync`: copies a collection's batches from a server into a local folder,
+ * incrementally and safely from cron.
+ *
+ * Why it never skips a batch: the server's list is gap-free (an id appears only after every
+ * older id is written or dead-lettered), the cursor only moves past a batch once its file is
+ * durably in the folder, and the next run asks for `?after=<cursor>`.
+ * Why it never downloads one twice: a file already in the folder (a run killed between the
+ * rename and the cursor write) is offered to the server as `If-None-Match: "<its sha256>"`
+ * and answered 304; the folder lock keeps two runs from working at once.
+ */
+import { createHash } from 'node:crypto';
+import { promises as fs } from 'node:fs';
+import path from 'node:path';
+import { isBatchId } from '../shared/ids.js';
+import { checkParamValue } from '../shared/paths.js';
+import { CliError, EXIT } from './errors.js';
+import { fileSha256, fsyncDir, partPath, removeStaleParts, writeFileAtomic } from './files.js';
+import { type RetryPolicy, RetriableError, failFor, withRetries } from './http.js';
+import { acquireLock } from './lock.js';
+import type { SyncProgress } from './progress.js';
+
+export const CURSOR_NAME = '.cursor';
+const PARQUET_MIME = 'application/vnd.apache.parquet';
+
+export interface SyncOptions {
+  /** Server base URL, with its BASE_PATH if any (`http://host:8787/ingest`). */
+  url: string;
+  app: string;
+  out: string;
+  token?: string;
+  /** The list route's path before the app (`events` for storagePath `events/{app}/{batchId}`). */
+  collectionPath: string;
+  /** Page size of list calls (1-1000). */
+  limit: number;
+  retry: RetryPolicy;
+  /** Stop after this many batches (0 = until caught up). */
+  maxBatches: number;
+  progress: SyncProgress;
+  /** Aborts the run (SIGINT/SIGTERM); the current temp file is removed and the lock released. */
+  signal?: AbortSignal;
+}
+
+export interface SyncResult {
+  /** Batches written to the folder by this run. */
+  downloaded: number;
+  /** Batches already in the folder (304 Not Modified). */
+  unchanged: number;
+  bytes: number;
+  cursor: string | null;
+}
+
+/** What `.cursor` holds. `app` and `collectionPath` stop two sources from being mixed in one folder. */
+export interface CursorFile {
+  version: 1;
+  lastId: string | null;
+  app: string;
+  collectionPath: string;
+  updatedAt: string;
+}
+
+/** Reads `<dir>/.cursor`; null when there is none yet. A malformed cursor is an error (never silently restarted). */
+export async function readCursor(dir: string): Promise<CursorFile | null> {
+  const file = path.join(dir, CURSOR_NAME);
+  let text: string;
+  try {
+    text = await fs.readFile(file, 'utf8');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
+    throw err;
+  }
+  let v: Partial<CursorFile>;
+  try {
+    v = JSON.parse(text) as Partial<CursorFile>;
+  } catch {
+    throw new CliError(`${file} is not JSON; move it away to sync from the start (files already here are kept and not downloaded again)`);
+  }
+  if (v.version !== 1 || (v.lastId !== null && (typeof v.lastId !== 'string' || !isBatchId(v.lastId))) || typeof v.app !== 'string' || typeof v.collectionPath !== 'string') {
+    throw new CliError(`${file} is not a sync cursor (expected {"version":1,"lastId":"<batch id>",...})`);
+  }
+  return { version: 1, lastId: v.lastId ?? null, app: v.app, collectionPath: v.collectionPath, updatedAt: String(v.updatedAt ?? '') };
+}
+
+function checkOptions(opts: SyncOptions): URL {
+  let base: URL;
+  try {
+    base = new URL(opts.url);
+  } catch {
+    throw new CliError(`--url ${JSON.stringify(opts.url)} is not a URL`, EXIT.usage);
+  }
+  if (base.protocol !== 'http:' && base.protocol !== 'https:') throw new CliError('--url must be http:// or https://', EXIT.usage);
+  const bad = checkParamValue(opts.app);
+  if (bad) throw new CliError(`--app ${bad}`, EXIT.usage);
+  for (const seg of opts.collectionPath.split('/')) {
+    const problem = checkParamValue(seg);
+    if (problem) throw new CliError(`--collection-path segment ${JSON.stringify(seg)} ${problem}`, EXIT.usage);
+  }
+  if (!Number.isInteger(opts.limit) || opts.limit < 1 || opts.limit > 1000) throw new CliError('--limit must be an integer from 1 to 1000', EXIT.usage);
+  return base;
+}
+
+/**
+ * Runs one sync of `opts.app` into `opts.out`: takes the folder lock, removes temp files of
+ * killed runs, then lists `?after=<cursor>` page by page and pulls every batch into
+ * `<out>/<id>.parquet`, moving the cursor after each durable write. Throws CliError on failure
+ * (exit 3 when another run holds the lock).
+ */
+export async function runSync(opts: SyncOptions): Promise<SyncResult> {
+  const base = checkOptions(opts);
+  const dir = path.resolve(opts.out);
+  await fs.mkdir(dir, { recursive: true });
+  const lock = await acquireLock(dir);
+  try {
+    const removed = await removeStaleParts(dir);
+    if (removed > 0) opts.progress.note(`removed ${removed} partial download(s) of an interrupted run`);
+    const saved = await readCursor(dir);
+    if (saved && (saved.app !== opts.app || saved.collectionPath !== opts.collectionPath)) {
+      throw new CliError(`${dir} holds a sync of ${saved.collectionPath}/${saved.app}; use another --out for ${opts.collectionPath}/${opts.app}`);
+    }
+    return await syncLoop(opts, base, dir, saved?.lastId ?? null);
+  } finally {
+    opts.progress.stop();
+    await lock.release();
+  }
+}
+
+async function syncLoop(opts: SyncOptions, base: URL, dir: string, start: string | null): Promise<SyncResult> {
+  const root = base.href.replace(/\/+$/, '');
+  const appPath = `${opts.collectionPath}/${encodeURIComponent(opts.app)}`;
+  const headers: Record<string, string> = opts.token ? { Authorization: `Bearer ${opts.token}` } : {};
+  const result: SyncResult = { downloaded: 0, unchanged: 0, bytes: 0, cursor: start };
+  const onRetry = (message: string, delayMs: number, retry: number): void =>
+    opts.progress.note(`${message}; retry ${retry}/${opts.retry.maxRetries} in ${(delayMs / 1000).toFixed(1)} s`);
+  let known = 0;
+
+  for (;;) {
+    const query = new URLSearchParams({ limit: String(opts.limit) });
+    if (result.cursor) query.set('after', result.cursor);
+    const listUrl = `${root}/list/${appPath}?${query}`;
+    const page = await withRetries(
+      'list',
+      opts.retry,
+      async (signal) => {
+        const res = await fetch(listUrl, { headers, signal });
+        if (res.status !== 200) return failFor(`list ${opts.collectionPath}/${opts.app}`, res);
+        return parseListPage(await res.json());
+      },
+      { signal: opts.signal, onRetry },
+    );
+    known += page.items.length;
+    opts.progress.listed(known);
+
+    for (const name of page.items) {
+      const id = name.slice(0, -'.parquet'.length);
+      // Ids must keep strictly increasing: a server that broke this could otherwise loop forever.
+      if (result.cursor !== null && id <= result.cursor) throw new CliError(`server listed ${name} after cursor ${result.cursor}; refusing to go backwards`);
+      const got = await withRetries(`pull ${name}`, opts.retry, (signal) => pullOne(`${root}/pull/${appPath}/${name}`, headers, dir, name, signal), {
+        signal: opts.signal,
+        onRetry,
+      });
+      if (got === 'unchanged') result.unchanged++;
+      else {
+        result.downloaded++;
+        result.bytes += got;
+      }
+      result.cursor = id;
+      const cursor: CursorFile = { version: 1, lastId: id, app: opts.app, collectionPath: opts.collectionPath, updatedAt: new Date().toISOString() };
+      await writeFileAtomic(path.join(dir, CURSOR_NAME), `${JSON.stringify(cursor)}\n`);
+      opts.progress.advanced(result.downloaded + result.unchanged, result.bytes);
+      if (opts.maxBatches > 0 && result.downloaded + result.unchanged >= opts.maxBatches) return result;
+    }
+    if (!page.hasMore) return result;
+    if (page.items.length === 0) throw new CliError('server said hasMore with an empty page; refusing to spin');
+  }
+}
+
+function parseListPage(body: unknown): { items: string[]; hasMore: boolean } {
+  const v = body as { items?: unknown; hasMore?: unknown };
+  if (typeof v !== 'object' || v === null || !Array.isArray(v.items) || typeof v.hasMore !== 'boolean') {
+    throw new CliError('list answered something that is not {items, hasMore}; is --url an events-ingest server?');
+  }
+  const items: string[] = [];
+  let prev = '';
+  for (const item of v.items) {
+    // The name becomes a local file name: only `<batch id>.parquet` is accepted, never a path.
+    if (typeof item !== 'string' || !item.endsWith('.parquet') || !isBatchId(item.slice(0, -8))) {
+      throw new CliError(`list returned ${JSON.stringify(item)}, not a <batch id>.parquet name`);
+    }
+    if (item <= prev) throw new CliError('list items are not in ascending order');
+    prev = item;
+    items.push(item);
+  }
+  return { items, hasMore: v.hasMore };
+}
+
+/**
+ * Pulls one batch into `<dir>/<name>`: streamed to a temp file while hashing, checked against
+ * the ETag, fsynced, renamed. Returns the bytes written, or 'unchanged' on 304.
+ */
+async function pullOne(url: string, headers: Record<string, string>, dir: string, name: string, signal: AbortSignal): Promise<number | 'unchanged'> {
+  const final = path.join(dir, name);
+  const localSha = await fileSha256(final);
+  const res = await fetch(url, { headers: localSha ? { ...headers, 'If-None-Match': `"${localSha}"` } : headers, signal });
+  if (res.status === 304) {
+    await res.body?.cancel();
+    return 'unchanged';
+  }
+  if (res.status !== 200) return failFor(`pull ${name}`, res);
+  const type = res.headers.get('content-type') ?? '';
+  if (!type.startsWith(PARQUET_MIME) || !res.body) {
+    await res.body?.cancel();
+    // The sync protocol's empty answer: listed but gone from the store. Retrying will not bring it back.
+    throw new CliError(`pull ${name} returned no Parquet file (Content-Type ${type || 'none'}); the batch was listed but is missing from the store`);
+  }
+  const etag = (res.headers.get('etag') ?? '').replace(/^"|"$/g, '');
+  const tmp = partPath(dir, name);
+  const hash = createHash('sha256');
+  let bytes = 0;
+  const handle = await fs.open(tmp, 'w');
+  try {
+    const reader = res.body.getReader();
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      hash.update(value);
+      bytes += value.byteLength;
+      await handle.write(value);
+    }
+    await handle.sync();
+  } catch (err) {
+    await handle.close().catch(() => undefined);
+    await fs.rm(tmp, { force: true });
+    throw err;
+  }
+  await handle.close();
+  const sha = hash.digest('hex');
+  if (etag && sha !== etag) {
+    await fs.rm(tmp, { force: true });
+    throw new RetriableError(`pull ${name}: received bytes hash to ${sha.slice(0, 12)}…, not the ETag ${etag.slice(0, 12)}…`);
+  }
+  await fs.rename(tmp, final);
+  await fsyncDir(dir);
+  return bytes;
+}

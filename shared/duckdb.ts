@@ -1,0 +1,146 @@
+/**
+ * SQL for reading a collection's Parquet files with DuckDB, straight from the store the
+ * product writes to: a `read_parquet('<glob>')` expression plus the statements DuckDB needs
+ * first (the `httpfs` extension and an S3 secret on S3; nothing on the filesystem).
+ */
+import path from 'node:path';
+import { checkParamValue, listPrefix, parseStoragePath } from './paths.js';
+import { FilesystemObjectStore } from './store/filesystem.js';
+import { S3ObjectStore } from './store/s3.js';
+import type { ObjectStore } from './store/types.js';
+
+/** Matches every value of a prefix param (all apps, for example). */
+export const ANY_PARAM = '*';
+
+/** S3 credentials written into the DuckDB secret. */
+export interface DuckdbS3Credentials {
+  accessKeyId: string;
+  secretAccessKey: string;
+  sessionToken?: string;
+}
+
+export interface DuckdbReadParquetOptions {
+  /** A `FilesystemObjectStore` or `S3ObjectStore` (any other store has no files DuckDB can open). */
+  store: ObjectStore;
+  /** The collection: its config (anything with a `storagePath`) or the storagePath itself. */
+  collection: { storagePath: string } | string;
+  /** Values of the list-prefix params (`{ app: 'myapp' }`); `'*'` matches every value. Missing params are an error. */
+  params?: Readonly<Record<string, string>>;
+  /** S3 only: explicit credentials; otherwise `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`/`AWS_SESSION_TOKEN` from `env`. */
+  credentials?: DuckdbS3Credentials;
+  /** S3 only: where to look for credentials when none are given (default `process.env`). */
+  env?: Readonly<Record<string, string | undefined>>;
+  /** S3 only: name of the DuckDB secret (default `events_ingest`). */
+  secretName?: string;
+}
+
+export interface DuckdbReadParquet {
+  /** Statements to run, in order, before any query that uses `from` (none for the filesystem). May hold credentials: never log them. */
+  setup: string[];
+  /** `read_parquet('<glob>')`, usable wherever DuckDB takes a table: `SELECT ... FROM <from>`. */
+  from: string;
+  /** The glob inside `from` (an absolute path, or `s3://bucket/...`). */
+  glob: string;
+}
+
+/** Characters DuckDB's glob would interpret; refused in roots and prefixes rather than silently matching more files. */
+const GLOB_META_RE = /[*?[\]{}]/;
+const SECRET_NAME_RE = /^[A-Za-z_][A-Za-z0-9_]{0,63}$/;
+
+/** Quotes `value` as a SQL string literal: the only escape inside `'...'` is a doubled quote. */
+export function sqlStringLiteral(value: string): string {
+  if (value.includes('\0')) throw new Error('SQL string must not contain NUL characters');
+  return `'${value.replaceAll("'", "''")}'`;
+}
+
+/**
+ * The DuckDB SQL that reads a collection's Parquet files where the store keeps them.
+ *
+ * - Filesystem store: `from` is `read_parquet('<absolute root>/events/<app>/*.parquet')`, `setup` is empty.
+ * - S3 store: `from` is `read_parquet('s3://<bucket>/<prefix>events/<app>/*.parquet')`, and `setup` is
+ *   `INSTALL httpfs`, `LOAD httpfs` and a `CREATE OR REPLACE SECRET` (TYPE s3) scoped to the bucket with the
+ *   region, the endpoint (`host:port`, for MinIO/R2), `URL_STYLE 'path'` when the store uses path-style
+ *   URLs, `USE_SSL false` for an `http://` endpoint, and the credentials when any are known.
+ *
+ * Throws an Error naming the problem for any other store, a bad storagePath, a missing or invalid
+ * param, or a root/prefix holding glob characters.
+ */
+export function duckdbReadParquetSql(opts: DuckdbReadParquetOptions): DuckdbReadParquet {
+  const storagePath = typeof opts.collection === 'string' ? opts.collection : opts.collection.storagePath;
+  const template = parseStoragePath(storagePath);
+  const params: Record<string, string> = {};
+  for (const name of template.prefixParams) {
+    const value = opts.params?.[name];
+    if (value === undefined) throw new Error(`duckdbReadParquetSql: missing param "${name}" for storagePath "${storagePath}" (use "${ANY_PARAM}" for all values)`);
+    if (value !== ANY_PARAM) {
+      const problem = checkParamValue(value);
+      if (problem) throw new Error(`duckdbReadParquetSql: param "${name}" ${problem}`);
+    }
+    params[name] = value;
+  }
+  // Params are [A-Za-z0-9._~-] or the wildcard, and literals are checked by parseStoragePath, so the prefix is glob-safe.
+  const prefix = listPrefix(template, params);
+  const { store } = opts;
+
+  if (store instanceof FilesystemObjectStore) {
+    const root = path.resolve(store.root).split(path.sep).join('/');
+    if (GLOB_META_RE.test(root)) throw new Error(`duckdbReadParquetSql: filesystem root ${JSON.stringify(root)} contains glob characters (*?[]{}); DuckDB would misread it`);
+    const glob = `${root.replace(/\/$/, '')}/${prefix}*.parquet`;
+    return { setup: [], from: `read_parquet(${sqlStringLiteral(glob)})`, glob };
+  }
+
+  if (store instanceof S3ObjectStore) {
+    if (GLOB_META_RE.test(store.prefix) || GLOB_META_RE.test(store.bucket)) {
+      throw new Error(`duckdbReadParquetSql: S3 bucket/prefix ${JSON.stringify(`${store.bucket}/${store.prefix}`)} contains glob characters (*?[]{})`);
+    }
+    const glob = `s3://${store.bucket}/${store.prefix}${prefix}*.parquet`;
+    const secretName = opts.secretName ?? 'events_ingest';
+    if (!SECRET_NAME_RE.test(secretName)) throw new Error(`duckdbReadParquetSql: secretName ${JSON.stringify(secretName)} must be an identifier`);
+    const fields: string[] = ['TYPE s3'];
+    const creds = opts.credentials ?? credentialsFromEnv(opts.env ?? process.env);
+    if (creds) {
+      fields.push(`KEY_ID ${sqlStringLiteral(creds.accessKeyId)}`, `SECRET ${sqlStringLiteral(creds.secretAccessKey)}`);
+      if (creds.sessionToken) fields.push(`SESSION_TOKEN ${sqlStringLiteral(creds.sessionToken)}`);
+    }
+    fields.push(`REGION ${sqlStringLiteral(store.region)}`);
+    if (store.endpoint !== undefined) {
+      const endpoint = endpointParts(store.endpoint);
+      fields.push(`ENDPOINT ${sqlStringLiteral(endpoint.host)}`);
+      if (!endpoint.tls) fields.push('USE_SSL false');
+    }
+    if (store.forcePathStyle) fields.push(`URL_STYLE 'path'`);
+    // Scoped so this secret is only used for our bucket, whatever other secrets the session holds.
+    fields.push(`SCOPE ${sqlStringLiteral(`s3://${store.bucket}/${store.prefix}`)}`);
+    return {
+      setup: ['INSTALL httpfs', 'LOAD httpfs', `CREATE OR REPLACE SECRET ${secretName} (${fields.join(', ')})`],
+      from: `read_parquet(${sqlStringLiteral(glob)})`,
+      glob,
+    };
+  }
+
+  throw new Error(
+    `duckdbReadParquetSql: store ${store.describe()} keeps no files DuckDB can open; use a FilesystemObjectStore or an S3ObjectStore`,
+  );
+}
+
+/** The standard AWS variables; null when the key pair is incomplete (DuckDB then reads anonymously). */
+function credentialsFromEnv(env: Readonly<Record<string, string | undefined>>): DuckdbS3Credentials | null {
+  const accessKeyId = env.AWS_ACCESS_KEY_ID;
+  const secretAccessKey = env.AWS_SECRET_ACCESS_KEY;
+  if (!accessKeyId || !secretAccessKey) return null;
+  return { accessKeyId, secretAccessKey, sessionToken: env.AWS_SESSION_TOKEN || undefined };
+}
+
+/** DuckDB wants `host[:port]` without a scheme, and TLS as a separate flag. */
+function endpointParts(endpoint: string): { host: string; tls: boolean } {
+  let url: URL;
+  try {
+    // A bare `host:port` (no scheme) is how DuckDB itself spells it; treat it as https like DuckDB does.
+    url = new URL(/^[a-z][a-z0-9+.-]*:\/\//i.test(endpoint) ? endpoint : `https://${endpoint}`);
+  } catch {
+    throw new Error(`duckdbReadParquetSql: S3 endpoint ${JSON.stringify(endpoint)} is not a URL`);
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new Error(`duckdbReadParquetSql: S3 endpoint ${JSON.stringify(endpoint)} must be http(s)`);
+  if (url.pathname !== '/' && url.pathname !== '') throw new Error(`duckdbReadParquetSql: S3 endpoint ${JSON.stringify(endpoint)} has a path; DuckDB takes host:port only`);
+  return { host: url.host, tls: url.protocol === 'https:' };
+}
