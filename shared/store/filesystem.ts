@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { constants as fsConstants, promises as fs } from 'node:fs';
-import type { Dirent } from 'node:fs';
+import type { BigIntStats, Dirent } from 'node:fs';
 import path from 'node:path';
 import { StoreError } from '../errors.js';
 import { compareKeys, prefixCanMatchKeys, resolveListLimit, validateKey } from './keys.js';
@@ -57,6 +57,8 @@ interface ListCandidate {
  */
 export class FilesystemObjectStore implements ObjectStore {
   readonly root: string;
+  /** Sorted listings of large, quiet directories (see sortedEntries), least recently used first. */
+  private readonly dirCache = new Map<string, CachedDir>();
 
   constructor(opts: FilesystemObjectStoreOptions) {
     if (typeof opts.root !== 'string' || opts.root.length === 0) {
@@ -106,7 +108,9 @@ export class FilesystemObjectStore implements ObjectStore {
    * prefix points into is read, plus the subdirectories whose names match; in
    * each directory entries are sorted so the walk emits keys already in
    * order, which lets it skip whole subtrees before `startAfter` and stop at
-   * `limit`. A directory holding 100,000 files costs one readdir and one sort.
+   * `limit`. A directory holding 100,000 files costs one readdir and one
+   * (near-linear) sort, or only a stat while it has not changed for a few
+   * seconds (see sortedEntries).
    */
   async listKeys(prefix: string, opts: ListOptions = {}): Promise<string[]> {
     const limit = resolveListLimit(opts.limit);
@@ -182,33 +186,17 @@ export class FilesystemObjectStore implements ObjectStore {
     out: string[],
   ): Promise<void> {
     const dirPath = dirKey === '' ? this.root : path.join(this.root, ...dirKey.slice(0, -1).split('/'));
-    let entries: Dirent[];
-    try {
-      entries = await fs.readdir(dirPath, { withFileTypes: true });
-    } catch (err) {
-      const code = errnoCode(err);
-      if (code === 'ENOENT' || code === 'ENOTDIR') return;
-      throw err;
+    const entries = await this.sortedEntries(dirPath);
+    if (entries === null) return;
+    // Entries are sorted, so the names sharing `namePrefix` form one run, and the ones wholly
+    // at or before `startAfter` are a leading part of the list: binary search skips both.
+    let i = lowerBound(entries, (c) => compareKeys(c.sortName, namePrefix) < 0);
+    if (startAfter !== undefined) {
+      i = Math.max(i, lowerBound(entries, (c) => isWhollyAtOrBefore(dirKey + c.sortName, c.kind, startAfter)));
     }
-
-    const candidates: ListCandidate[] = [];
-    for (const entry of entries) {
-      const name = entry.name;
-      if (!name.startsWith(namePrefix) || name.includes('\\')) continue;
-      const reported = direntKind(entry);
-      if (reported === 'other') continue;
-      const kind = reported === 'unknown' ? await lstatKind(path.join(dirPath, name)) : reported;
-      if (kind === undefined) continue;
-      if (kind === 'file' && name.startsWith(TEMP_PREFIX)) continue;
-      const sortName = kind === 'dir' ? `${name}/` : name;
-      if (startAfter !== undefined && isWhollyAtOrBefore(dirKey + sortName, kind, startAfter)) continue;
-      candidates.push({ sortName, kind });
-    }
-    // All candidates share dirKey, so sorting by the rest avoids comparing that common prefix every time.
-    candidates.sort((a, b) => compareKeys(a.sortName, b.sortName));
-
-    for (const candidate of candidates) {
-      if (out.length >= limit) return;
+    for (; i < entries.length && out.length < limit; i++) {
+      const candidate = entries[i] as ListCandidate;
+      if (!candidate.sortName.startsWith(namePrefix)) return;
       const key = dirKey + candidate.sortName;
       if (candidate.kind === 'file') {
         out.push(key);
@@ -217,6 +205,116 @@ export class FilesystemObjectStore implements ObjectStore {
       }
     }
   }
+
+  /**
+   * Every listable entry of a directory, sorted by key; null when it does not exist. A large
+   * directory that has not changed for a while is served from memory, so listing a page of a
+   * quiet prefix of 100,000 files costs one stat instead of one readdir of them all.
+   *
+   * Why the cache cannot go stale: it is only filled when the directory's mtime was already
+   * older than {@link QUIET_NS} before the readdir began and unchanged after it. Any entry
+   * added, removed or renamed since then stamps the directory with a later mtime (timestamps
+   * are at worst 2 s coarse), which fails the check on the next call and forces a readdir.
+   */
+  private async sortedEntries(dirPath: string): Promise<ListCandidate[] | null> {
+    let before: BigIntStats;
+    try {
+      before = await fs.stat(dirPath, { bigint: true });
+    } catch (err) {
+      const code = errnoCode(err);
+      if (code === 'ENOENT' || code === 'ENOTDIR') return null;
+      throw err;
+    }
+    if (!before.isDirectory()) return null;
+    const cached = this.dirCache.get(dirPath);
+    if (cached && sameDirVersion(cached.version, before)) {
+      // Refresh its place in the LRU order.
+      this.dirCache.delete(dirPath);
+      this.dirCache.set(dirPath, cached);
+      return cached.entries;
+    }
+    // A changed directory's old listing is useless from now on; free it.
+    if (cached) this.dirCache.delete(dirPath);
+    let dirents: Dirent[];
+    try {
+      dirents = await fs.readdir(dirPath, { withFileTypes: true });
+    } catch (err) {
+      const code = errnoCode(err);
+      if (code === 'ENOENT' || code === 'ENOTDIR') return null;
+      throw err;
+    }
+    const entries: ListCandidate[] = [];
+    for (const entry of dirents) {
+      const name = entry.name;
+      if (name.includes('\\')) continue;
+      const reported = direntKind(entry);
+      if (reported === 'other') continue;
+      const kind = reported === 'unknown' ? await lstatKind(path.join(dirPath, name)) : reported;
+      if (kind === undefined) continue;
+      if (kind === 'file' && name.startsWith(TEMP_PREFIX)) continue;
+      entries.push({ sortName: kind === 'dir' ? `${name}/` : name, kind });
+    }
+    // readdir already returns byte order on Linux, so this is close to one linear pass.
+    entries.sort((a, b) => compareKeys(a.sortName, b.sortName));
+    if (entries.length >= DIR_CACHE_MIN_ENTRIES && BigInt(Date.now()) * 1_000_000n - before.mtimeNs > QUIET_NS) {
+      const after = await fs.stat(dirPath, { bigint: true }).catch(() => null);
+      if (after && sameDirVersion(versionOf(before), after)) this.remember(dirPath, { version: versionOf(before), entries });
+    }
+    return entries;
+  }
+
+  /** Adds a listing to the cache, evicting the least recently used ones beyond the entry budget. */
+  private remember(dirPath: string, listing: CachedDir): void {
+    this.dirCache.delete(dirPath);
+    this.dirCache.set(dirPath, listing);
+    let total = 0;
+    for (const v of this.dirCache.values()) total += v.entries.length;
+    for (const [k, v] of this.dirCache) {
+      if (total <= DIR_CACHE_MAX_ENTRIES || this.dirCache.size <= 1) break;
+      this.dirCache.delete(k);
+      total -= v.entries.length;
+    }
+  }
+}
+
+/** Identity and last change of a directory, as the listing cache checks them. */
+interface DirVersion {
+  dev: bigint;
+  ino: bigint;
+  mtimeNs: bigint;
+  ctimeNs: bigint;
+}
+
+interface CachedDir {
+  version: DirVersion;
+  entries: ListCandidate[];
+}
+
+/** Directories smaller than this are cheap to read every time and not worth the memory. */
+const DIR_CACHE_MIN_ENTRIES = 2000;
+/** At most this many cached entries over all directories (~100 bytes each). */
+const DIR_CACHE_MAX_ENTRIES = 500_000;
+/** A directory unchanged for this long (ns) may be cached: well above any filesystem's mtime granularity (FAT: 2 s). */
+const QUIET_NS = 3_000_000_000n;
+
+function versionOf(st: BigIntStats): DirVersion {
+  return { dev: st.dev, ino: st.ino, mtimeNs: st.mtimeNs, ctimeNs: st.ctimeNs };
+}
+
+function sameDirVersion(v: DirVersion, st: BigIntStats): boolean {
+  return v.dev === st.dev && v.ino === st.ino && v.mtimeNs === st.mtimeNs && v.ctimeNs === st.ctimeNs;
+}
+
+/** Index of the first element for which `before` is false; `before` must hold for a leading run only. */
+function lowerBound<T>(xs: readonly T[], before: (x: T) => boolean): number {
+  let lo = 0;
+  let hi = xs.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (before(xs[mid] as T)) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
 }
 
 /**

@@ -85,6 +85,56 @@ describe('batch id minting (Lua script on a real Redis)', () => {
     expect(await callers[0]!.oldestPending('p/', 5000)).toEqual([...all].sort());
   });
 
+  it('a step back at counter 9999 rolls forward, and a rolled-ahead ms keeps counting when the real clock catches up', async () => {
+    const ledger = new BatchLedger(redis, uniqueName('mint'));
+    const ns = ledger.namespace;
+    const T = 1_800_000_000_000;
+    const pipe = redis.pipeline();
+    for (let i = 0; i < 10_000; i++) {
+      (pipe as unknown as { ingestMint(...a: string[]): void }).ingestMint(`{${ns}}:clock`, `{${ns}}:pending:p/`, `{${ns}}:idem:-`, `{${ns}}:prefixes`, 'abcdef', '0', '0', String(T), 'p/');
+    }
+    const filled = ((await pipe.exec()) ?? []).map(([err, v]) => {
+      if (err) throw err;
+      return (v as [string, number])[0];
+    });
+    expect(filled[9999]).toBe(`${T}-9999-abcdef`);
+    // The clock steps back exactly when the ms is full: the next id must still be larger.
+    const back = (await ledger.mint('p/', { clockMs: T - 5000 })).batchId;
+    expect(back.slice(0, 18)).toBe(`${T + 1}-0000`);
+    // The real clock reaches the ms the counter rolled into: counting continues, no repeat.
+    const caught = (await ledger.mint('p/', { clockMs: T + 1 })).batchId;
+    expect(caught.slice(0, 18)).toBe(`${T + 1}-0001`);
+    const ahead = (await ledger.mint('p/', { clockMs: T + 2 })).batchId;
+    expect(ahead.slice(0, 18)).toBe(`${T + 2}-0000`);
+    expectStrictlyIncreasing([filled[9999] as string, back, caught, ahead]);
+  });
+
+  it('stays unique and ordered under concurrent callers on different prefixes while the clock jitters backwards', async () => {
+    const ns = uniqueName('mint');
+    const T = 1_800_000_000_000;
+    const callers = Array.from({ length: 4 }, () => new BatchLedger(conn(), ns));
+    const perCaller = await Promise.all(
+      callers.map(async (l, c) => {
+        const out: string[] = [];
+        for (let i = 0; i < 500; i++) {
+          // Each caller's clock runs forward slowly but jumps back by up to 3 ms every few calls,
+          // and the callers disagree with each other, as API hosts would without Redis TIME.
+          const clockMs = T + Math.floor(i / 50) - ((i * (c + 1)) % 4);
+          out.push((await l.mint(`events/app${c}/`, { clockMs })).batchId);
+        }
+        return out;
+      }),
+    );
+    for (const ids of perCaller) expectStrictlyIncreasing(ids);
+    const all = perCaller.flat();
+    expect(new Set(all).size).toBe(all.length);
+    // One clock for all prefixes: merged, the pending sets hold every id exactly once, and no
+    // id is earlier than the first ms any caller asked for.
+    const pending = (await Promise.all(callers.map((l, c) => l.oldestPending(`events/app${c}/`, 1000)))).flat();
+    expect([...pending].sort()).toEqual([...all].sort());
+    for (const id of all) expect(batchIdMs(id)).toBeGreaterThanOrEqual(T - 3);
+  });
+
   it('holds the list back below the oldest in-flight id, and releases it', async () => {
     const ledger = new BatchLedger(redis, uniqueName('mint'));
     const fresh = await ledger.listBound('p/');

@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdir, mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, rm, utimes, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
@@ -315,6 +315,32 @@ describe('filesystem', () => {
         expected.slice(1000, 2000),
       );
       expect(await store.listKeys('events/', { startAfter: expected[2997] })).toEqual(expected.slice(2998));
+    });
+
+    it('serves a large quiet folder from its listing cache, and never misses a file added or removed later', async () => {
+      const dir = path.join(root, 'events', 'quiet');
+      await mkdir(dir, { recursive: true });
+      const names = Array.from({ length: 2500 }, (_, i) => `${1782933157690 + i * 7}-0000-${i.toString(16).padStart(6, '0')}.parquet`);
+      for (let i = 0; i < names.length; i += 250) {
+        await Promise.all(names.slice(i, i + 250).map((n) => writeFile(path.join(dir, n), 'x')));
+      }
+      const keys = names.map((n) => `events/quiet/${n}`);
+      // Backdate the folder instead of waiting: it now looks unchanged for an hour.
+      const old = new Date(Date.now() - 3_600_000);
+      await utimes(dir, old, old);
+      const cacheSize = (): number => (store as unknown as { dirCache: Map<string, unknown> }).dirCache.size;
+
+      expect(await store.listKeys('events/quiet/', { startAfter: keys[1000], limit: 3 })).toEqual(keys.slice(1001, 1004));
+      expect(cacheSize()).toBe(1);
+      expect(await store.listKeys('events/quiet/', { startAfter: keys[2497] })).toEqual(keys.slice(2498));
+      expect(await store.listKeys('events/quiet/1782933164', { limit: 2 })).toEqual(keys.filter((k) => k.startsWith('events/quiet/1782933164')).slice(0, 2));
+
+      // A new key between cached ones, and one removed behind the store's back: both seen at once.
+      const added = `events/quiet/${names[1001]!.replace('-0000-', '-0001-')}`;
+      await store.putBytes(added, bytesOf(1));
+      expect(await store.listKeys('events/quiet/', { startAfter: keys[1000], limit: 3 })).toEqual([keys[1001], added, keys[1002]]);
+      await rm(path.join(dir, names[1002]!));
+      expect(await store.listKeys('events/quiet/', { startAfter: keys[1000], limit: 3 })).toEqual([keys[1001], added, keys[1003]]);
     });
 
     it('healthcheck fails without retry when the root is a file', async () => {
