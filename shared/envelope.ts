@@ -11,8 +11,8 @@ export type EnvelopeCheck = { ok: true; text: string; events: number } | { ok: f
 const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false });
 
 /**
- * Deepest `[`/`{` nesting in JSON text, ignoring brackets inside strings. Runs before
- * JSON.parse so a hostile 100k-deep body costs one linear scan, not a deep parse.
+ * Deepest `[`/`{` nesting in JSON text, ignoring brackets inside strings: a check on text that
+ * has not been parsed. checkEnvelope parses first and walks the parsed containers instead.
  */
 export function jsonDepthExceeds(text: string, limit: number): boolean {
   let depth = 0;
@@ -26,6 +26,41 @@ export function jsonDepthExceeds(text: string, limit: number): boolean {
     else if (c === 123 || c === 91) {
       if (++depth > limit) return true;
     } else if (c === 125 || c === 93) depth--;
+  }
+  return false;
+}
+
+/**
+ * Deepest object/array nesting of a parsed JSON value, counted like {@link jsonDepthExceeds}
+ * counts brackets. Checked after JSON.parse (V8 parses iteratively, so a hostile 100k-deep body
+ * cannot overflow the stack there) and before anything recurses into the value. Walking the
+ * containers is ~10x cheaper than scanning every character of a 60 KB body (bench/: 0.37 ms of
+ * API CPU per 100-event batch went to the character scan).
+ */
+function valueDepthExceeds(root: unknown, limit: number): boolean {
+  const stack: unknown[] = [root];
+  const depths: number[] = [1];
+  // Bounded by the number of containers in the body, itself bounded by maxBodyBytes.
+  while (stack.length > 0) {
+    const value = stack.pop() as object;
+    const depth = depths.pop() as number;
+    if (depth > limit) return true;
+    if (Array.isArray(value)) {
+      for (const child of value) {
+        if (typeof child === 'object' && child !== null) {
+          stack.push(child);
+          depths.push(depth + 1);
+        }
+      }
+    } else {
+      for (const key in value) {
+        const child: unknown = (value as Record<string, unknown>)[key];
+        if (typeof child === 'object' && child !== null) {
+          stack.push(child);
+          depths.push(depth + 1);
+        }
+      }
+    }
   }
   return false;
 }
@@ -45,9 +80,6 @@ export function checkEnvelope(body: Buffer): EnvelopeCheck {
   } catch {
     return { ok: false, error: 'body is not valid UTF-8' };
   }
-  if (jsonDepthExceeds(text, MAX_JSON_DEPTH + 2)) {
-    return { ok: false, error: `JSON nesting deeper than ${MAX_JSON_DEPTH} levels inside an event` };
-  }
   let parsed: unknown;
   try {
     parsed = JSON.parse(text);
@@ -65,6 +97,9 @@ export function checkEnvelope(body: Buffer): EnvelopeCheck {
   }
   const events = (data as Record<string, unknown>).events;
   if (!Array.isArray(events)) return { ok: false, error: `"data.events" must be an array, got ${describeType(events)}` };
+  if (valueDepthExceeds(parsed, MAX_JSON_DEPTH + 2)) {
+    return { ok: false, error: `JSON nesting deeper than ${MAX_JSON_DEPTH} levels inside an event` };
+  }
   for (let i = 0; i < events.length; i++) {
     const e: unknown = events[i];
     if (typeof e !== 'object' || e === null || Array.isArray(e)) {

@@ -50,7 +50,7 @@ describe('SyncConfig validation', () => {
 describe('environment', () => {
   it('has the documented defaults', () => {
     const env = parseEnv({});
-    expect(env).toMatchObject({ PORT: 8787, HOST: '0.0.0.0', STORE: 'fs', DATA_DIR: './data', ENCODER_CONCURRENCY: 2, METRICS_PORT: 9464, LOG_LEVEL: 'info', S3_FORCE_PATH_STYLE: false });
+    expect(env).toMatchObject({ PORT: 8787, HOST: '0.0.0.0', STORE: 'fs', DATA_DIR: './data', ENCODER_CONCURRENCY: 8, METRICS_PORT: 9464, LOG_LEVEL: 'info', S3_FORCE_PATH_STYLE: false });
     expect(env.REDIS_URL).toBeUndefined();
   });
 

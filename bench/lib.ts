@@ -1,0 +1,223 @@
+/**
+ * Shared plumbing for the bench scenarios: child processes, CPU accounting, load generation,
+ * file counting. Everything talks to 127.0.0.1 only, and every wait is bounded.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import autocannon, { type AutocannonResult } from 'autocannon';
+import { Redis } from 'ioredis';
+import { sampleEvent } from '../test/helpers/events.js';
+import type { BenchRow } from './types.js';
+
+export const ROOT = resolve(import.meta.dirname, '..');
+
+/** Median of a non-empty list (mean of the middle two for even lengths). */
+export function median(xs: readonly number[]): number {
+  if (xs.length === 0) return Number.NaN;
+  const s = [...xs].sort((a, b) => a - b);
+  const mid = s.length >> 1;
+  return s.length % 2 ? s[mid] : (s[mid - 1] + s[mid]) / 2;
+}
+
+export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/** A row with its ratio and pass/fail filled in from a `>=`/`<=` target on the ratio. */
+export function row(r: Omit<BenchRow, 'ratio' | 'pass'> & { ratioTarget?: { op: '>=' | '<='; value: number } }): BenchRow {
+  const { ratioTarget, ...rest } = r;
+  const out: BenchRow = { ...rest };
+  if (r.reference !== undefined && Number.isFinite(r.reference) && r.reference !== 0) out.ratio = r.ours / r.reference;
+  if (ratioTarget) {
+    out.target = `${ratioTarget.op} ${ratioTarget.value}×`;
+    out.pass = out.ratio !== undefined && (ratioTarget.op === '>=' ? out.ratio >= ratioTarget.value : out.ratio <= ratioTarget.value);
+  }
+  return out;
+}
+
+export interface Child {
+  child: ChildProcess;
+  pid: number;
+  output(): string;
+  /** SIGTERM, then SIGKILL after `ms`; resolves when the process is gone. Idempotent. */
+  stop(ms?: number): Promise<void>;
+}
+
+/**
+ * Runs a TypeScript entry point as `node --import tsx <entry>` (one process, so its pid is the
+ * one doing the work and /proc CPU figures are its own, unlike the `tsx` CLI which forks).
+ * Output is kept (bounded) for error messages only; it is never printed while the bench runs.
+ */
+export function spawnTs(entry: string, env: Record<string, string>): Child {
+  const child = spawn(process.execPath, ['--import', 'tsx', entry], {
+    cwd: ROOT,
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  const keep = (d: Buffer): void => {
+    out = (out + d.toString()).slice(-20_000);
+  };
+  child.stdout?.on('data', keep);
+  child.stderr?.on('data', keep);
+  const exited = new Promise<void>((r) => child.once('exit', () => r()));
+  let stopping: Promise<void> | undefined;
+  return {
+    child,
+    pid: child.pid ?? -1,
+    output: () => out,
+    stop(ms = 15_000) {
+      stopping ??= (async () => {
+        if (child.exitCode !== null || child.signalCode !== null) return;
+        child.kill('SIGTERM');
+        const t = setTimeout(() => child.kill('SIGKILL'), ms);
+        await exited;
+        clearTimeout(t);
+      })();
+      return stopping;
+    },
+  };
+}
+
+/** Polls `url` until it answers 200, failing early if `proc` exits. */
+export async function waitHttp(url: string, proc?: Child, ms = 30_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (Date.now() < deadline) {
+    if (proc && proc.child.exitCode !== null) throw new Error(`process exited (${proc.child.exitCode}) before ${url} answered:\n${proc.output().slice(-3000)}`);
+    try {
+      const r = await fetch(url);
+      await r.arrayBuffer();
+      if (r.ok) return;
+    } catch {
+      /* not up yet */
+    }
+    await sleep(100);
+  }
+  throw new Error(`${url} did not answer within ${ms} ms${proc ? `:\n${proc.output().slice(-3000)}` : ''}`);
+}
+
+const CLK_TCK = 100;
+
+/** User + system CPU seconds a process has used so far (Linux /proc; NaN elsewhere). */
+export function processCpuSeconds(pid: number): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // Fields after the parenthesised command name; utime and stime are the 14th and 15th fields.
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) / CLK_TCK;
+  } catch {
+    return Number.NaN;
+  }
+}
+
+/** Redis server CPU seconds (user + sys, main thread and helpers) from INFO cpu. */
+export async function redisCpuSeconds(redis: Redis): Promise<number> {
+  const info = await redis.info('cpu');
+  const f = (name: string): number => Number(new RegExp(`^${name}:([\\d.]+)`, 'm').exec(info)?.[1] ?? Number.NaN);
+  return f('used_cpu_user') + f('used_cpu_sys');
+}
+
+/** Redis `used_memory` in bytes. */
+export async function redisUsedMemory(redis: Redis): Promise<number> {
+  const info = await redis.info('memory');
+  return Number(/^used_memory:(\d+)/m.exec(info)?.[1] ?? Number.NaN);
+}
+
+/** Number and total size of finished `.parquet` files directly under `dir` (temp files excluded). */
+export function parquetFiles(dir: string): { files: number; bytes: number; paths: string[] } {
+  if (!existsSync(dir)) return { files: 0, bytes: 0, paths: [] };
+  const paths = readdirSync(dir)
+    .filter((n) => n.endsWith('.parquet') && !n.startsWith('.'))
+    .sort()
+    .map((n) => join(dir, n));
+  let bytes = 0;
+  for (const p of paths) bytes += statSync(p).size;
+  return { files: paths.length, bytes, paths };
+}
+
+/** Count of finished `.parquet` files under `dir` (cheap: no stat). */
+export function countParquet(dir: string): number {
+  if (!existsSync(dir)) return 0;
+  let n = 0;
+  for (const name of readdirSync(dir)) if (name.endsWith('.parquet') && !name.startsWith('.')) n++;
+  return n;
+}
+
+/**
+ * Polls until `dir` holds at least `want` Parquet files; resolves with the time the count was
+ * first seen complete (ms, performance.now) or rejects after `ms`.
+ */
+export async function waitForFiles(dir: string, want: number, ms: number, onProgress?: (have: number) => void): Promise<number> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const have = countParquet(dir);
+    if (have >= want) return performance.now();
+    onProgress?.(have);
+    if (Date.now() > deadline) throw new Error(`only ${have}/${want} files in ${dir} after ${ms} ms`);
+    await sleep(50);
+  }
+}
+
+/**
+ * Push bodies that are all different (the service deduplicates byte-identical bodies within its
+ * idempotency window, and the bench must not measure that shortcut): one base batch per slot,
+ * with the first event's message_id replaced by a fresh sequence number per request.
+ */
+export function bodyFactory(eventsPerBatch: number, distinct = 16): () => string {
+  const MARK = '__bench_seq__';
+  const parts = Array.from({ length: distinct }, () => {
+    // One device sends a batch, so one distinct_id per batch (as an SDK's batch has).
+    const device = randomUUID();
+    const events = Array.from({ length: eventsPerBatch }, (_, i) => sampleEvent(i, device));
+    events[0].message_id = MARK;
+    const text = JSON.stringify({ data: { events }, baseHash: null });
+    const at = text.indexOf(MARK);
+    return [text.slice(0, at), text.slice(at + MARK.length)] as const;
+  });
+  const run = randomUUID().slice(0, 8);
+  let seq = 0;
+  return () => {
+    const [a, b] = parts[seq % parts.length];
+    return `${a}${run}-${seq++}${b}`;
+  };
+}
+
+export interface LoadOptions {
+  url: string;
+  path: () => string;
+  body: () => string;
+  connections: number;
+  durationSec: number;
+  /** Fixed offered load in requests/s across all connections; omit for saturation. */
+  overallRate?: number;
+}
+
+/** One autocannon run of JSON pushes; each request gets a fresh body and path. */
+export function loadTest(o: LoadOptions): Promise<AutocannonResult> {
+  return new Promise((resolvePromise, reject) => {
+    autocannon(
+      {
+        url: o.url,
+        connections: o.connections,
+        duration: o.durationSec,
+        ...(o.overallRate !== undefined ? { overallRate: o.overallRate } : {}),
+        timeout: 30,
+        requests: [
+          {
+            method: 'POST',
+            headers: { 'content-type': 'application/json' },
+            setupRequest: (req) => ({ ...req, path: o.path(), body: o.body() }),
+          },
+        ],
+      },
+      (err, result) => (err ? reject(err) : resolvePromise(result)),
+    );
+  });
+}
+
+/** A Redis client for the bench's own probes (no retries: a dead Redis is a bench failure). */
+export function probeRedis(url: string): Redis {
+  const r = new Redis(url, { maxRetriesPerRequest: 1, enableOfflineQueue: true });
+  r.on('error', () => undefined);
+  return r;
+}

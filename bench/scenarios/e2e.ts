@@ -1,0 +1,178 @@
+/**
+ * Scenario 2 — end to end on one machine. The reference server (bench/reference-server.ts) and
+ * `npm start` (services/main.ts: API + encoder in one process, a private AOF redis-server started
+ * here, a filesystem store) each run as their own process and take the same autocannon load:
+ * 100-event batches, 32 connections, alternated ours/reference. Measured per run: accepted
+ * pushes/s, durable events/s (ours: until every accepted batch is a file; the reference encodes
+ * inside the push so accepted = durable), latency at saturation and at 60% of the reference's
+ * saturation rate, non-2xx, CPU per batch, bytes per event on disk, DuckDB query time.
+ */
+import { linkSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { basename, join } from 'node:path';
+import { DuckDBInstance } from '@duckdb/node-api';
+import { freePort, startRedisServer } from '../../test/helpers/redis-server.js';
+import { type Child, bodyFactory, loadTest, median, parquetFiles, probeRedis, processCpuSeconds, redisCpuSeconds, row, sleep, spawnTs, waitForFiles, waitHttp } from '../lib.js';
+import type { BenchContext, BenchRow } from '../types.js';
+
+const EVENTS_PER_BATCH = 100;
+const CONNECTIONS = 32;
+
+/** The private Redis `npm start` would start: AOF on, fsync every second, no eviction. */
+export const EMBEDDED_REDIS_ARGS = ['--appendonly', 'yes', '--appendfsync', 'everysec', '--maxmemory-policy', 'noeviction'];
+
+interface Side {
+  name: 'ours' | 'ref';
+  url: string;
+  dataDir: string;
+  proc: Child;
+}
+
+interface RunResult {
+  acceptedPerSec: number;
+  durableEventsPerSec: number;
+  p50: number;
+  p99: number;
+  bad: number;
+  accepted: number;
+  nodeCpuMsPerBatch: number;
+  redisCpuMsPerBatch: number;
+  dir: string;
+}
+
+export async function run(ctx: BenchContext): Promise<BenchRow[]> {
+  const smoke = ctx.smoke;
+  const satSec = smoke ? 1 : 12;
+  const rateSec = smoke ? 1 : 10;
+  const rounds = smoke ? 1 : 2;
+  const tmp = mkdtempSync(join(tmpdir(), 'ingest-bench-e2e-'));
+  const redisServer = await startRedisServer({ args: EMBEDDED_REDIS_ARGS });
+  const redis = probeRedis(redisServer.url);
+  const procs: Child[] = [];
+  try {
+    const oursDir = join(tmp, 'ours');
+    const refDir = join(tmp, 'ref');
+    const [oursPort, refPort] = [await freePort(), await freePort()];
+    const ours: Side = {
+      name: 'ours',
+      url: `http://127.0.0.1:${oursPort}`,
+      dataDir: oursDir,
+      // LOG_LEVEL as `npm start` has it unless the caller overrides, so the bench measures the default.
+      proc: spawnTs('services/main.ts', { PORT: String(oursPort), HOST: '127.0.0.1', REDIS_URL: redisServer.url, DATA_DIR: oursDir, QUEUE_NAME: 'bench-e2e', ...(process.env.BENCH_LOG_LEVEL ? { LOG_LEVEL: process.env.BENCH_LOG_LEVEL } : {}) }),
+    };
+    const ref: Side = { name: 'ref', url: `http://127.0.0.1:${refPort}`, dataDir: refDir, proc: spawnTs('bench/reference-server.ts', { PORT: String(refPort), DATA_DIR: refDir }) };
+    procs.push(ours.proc, ref.proc);
+    ctx.progress('e2e: starting both servers');
+    await Promise.all([waitHttp(`${ours.url}/healthz`, ours.proc), waitHttp(`${ref.url}/healthz`, ref.proc)]);
+
+    let runNo = 0;
+    const oneRun = async (side: Side, label: string, durationSec: number, overallRate?: number): Promise<RunResult> => {
+      const app = `${label}-${runNo++}`;
+      const dir = join(side.dataDir, 'events', app);
+      const body = bodyFactory(EVENTS_PER_BATCH);
+      const cpu0 = processCpuSeconds(side.proc.pid);
+      const rcpu0 = side.name === 'ours' ? await redisCpuSeconds(redis) : 0;
+      const t0 = performance.now();
+      const result = await loadTest({ url: side.url, path: () => `/push/events/${app}/x`, body, connections: CONNECTIONS, durationSec, overallRate });
+      const tLoad = performance.now();
+      const accepted = result['2xx'];
+      let tDurable = tLoad;
+      if (side.name === 'ours') {
+        tDurable = await waitForFiles(dir, accepted, 180_000, (have) => ctx.progress(`e2e: ${side.name} ${label}: draining, ${have}/${accepted} files`));
+      }
+      const cpu = processCpuSeconds(side.proc.pid) - cpu0;
+      const rcpu = side.name === 'ours' ? (await redisCpuSeconds(redis)) - rcpu0 : 0;
+      return {
+        acceptedPerSec: accepted / ((tLoad - t0) / 1000),
+        durableEventsPerSec: (accepted * EVENTS_PER_BATCH) / ((tDurable - t0) / 1000),
+        p50: result.latency.p50,
+        p99: result.latency.p99,
+        bad: result.non2xx + result.errors + result.timeouts,
+        accepted,
+        nodeCpuMsPerBatch: (cpu * 1000) / Math.max(1, accepted),
+        redisCpuMsPerBatch: (rcpu * 1000) / Math.max(1, accepted),
+        dir,
+      };
+    };
+
+    // Warm-up: JIT, connection pools, wasm; not measured.
+    for (const side of [ref, ours]) {
+      ctx.progress(`e2e: warm-up ${side.name}`);
+      await oneRun(side, 'warmup', smoke ? 0.5 : 2);
+    }
+
+    const sat: Record<Side['name'], RunResult[]> = { ours: [], ref: [] };
+    for (let r = 0; r < rounds; r++) {
+      for (const side of r % 2 === 0 ? [ref, ours] : [ours, ref]) {
+        ctx.progress(`e2e: saturation round ${r + 1}/${rounds}, ${side.name} (${satSec} s)`);
+        sat[side.name].push(await oneRun(side, 'sat', satSec));
+        await sleep(smoke ? 100 : 1000);
+      }
+    }
+    const refSatPushes = median(sat.ref.map((x) => x.acceptedPerSec));
+    const offered = Math.max(1, Math.round(refSatPushes * 0.6));
+    const fixed: Record<Side['name'], RunResult[]> = { ours: [], ref: [] };
+    for (let r = 0; r < rounds; r++) {
+      for (const side of r % 2 === 0 ? [ours, ref] : [ref, ours]) {
+        ctx.progress(`e2e: fixed ${offered} pushes/s round ${r + 1}/${rounds}, ${side.name} (${rateSec} s)`);
+        fixed[side.name].push(await oneRun(side, 'fixed', rateSec, offered));
+        await sleep(smoke ? 100 : 1000);
+      }
+    }
+
+    // On-disk size and DuckDB time over equal numbers of files (and so of events).
+    const oursFiles = parquetFiles(sat.ours[0].dir);
+    const refFiles = parquetFiles(sat.ref[0].dir);
+    const k = Math.min(oursFiles.files, refFiles.files, smoke ? 200 : 3000);
+    const duckDirs = { ours: join(tmp, 'duck-ours'), ref: join(tmp, 'duck-ref') };
+    for (const [name, files] of [['ours', oursFiles], ['ref', refFiles]] as const) {
+      mkdirSync(duckDirs[name], { recursive: true });
+      for (const p of files.paths.slice(0, k)) linkSync(p, join(duckDirs[name], basename(p)));
+    }
+    const duck = await DuckDBInstance.create(':memory:');
+    const query = async (dir: string): Promise<number> => {
+      const conn = await duck.connect();
+      try {
+        const t0 = performance.now();
+        const reader = await conn.runAndReadAll(`SELECT event_type, count(*) AS n FROM read_parquet('${join(dir, '**', '*.parquet').replaceAll("'", "''")}') GROUP BY 1`);
+        const total = reader.getRowObjectsJson().reduce((s, r) => s + Number(r.n), 0);
+        if (total !== k * EVENTS_PER_BATCH) throw new Error(`DuckDB counted ${total} events in ${dir}, expected ${k * EVENTS_PER_BATCH}`);
+        return performance.now() - t0;
+      } finally {
+        conn.closeSync();
+      }
+    };
+    const duckMs: Record<Side['name'], number[]> = { ours: [], ref: [] };
+    const duckRounds = smoke ? 2 : 7;
+    await query(duckDirs.ours);
+    await query(duckDirs.ref);
+    for (let r = 0; r < duckRounds; r++) {
+      ctx.progress(`e2e: DuckDB query over ${k} files each, round ${r + 1}/${duckRounds}`);
+      for (const name of r % 2 === 0 ? (['ours', 'ref'] as const) : (['ref', 'ours'] as const)) duckMs[name].push(await query(duckDirs[name]));
+    }
+
+    const m = (xs: RunResult[], f: (x: RunResult) => number): number => median(xs.map(f));
+    const total = (xs: RunResult[]): number => xs.reduce((s, x) => s + x.bad, 0);
+    return [
+      row({ scenario: 'e2e', metric: 'accepted pushes/s at saturation (32 conns, 100-event batches)', unit: 'pushes/s', ours: m(sat.ours, (x) => x.acceptedPerSec), reference: m(sat.ref, (x) => x.acceptedPerSec) }),
+      row({ scenario: 'e2e', metric: 'durable events/s at saturation', unit: 'events/s', ours: m(sat.ours, (x) => x.durableEventsPerSec), reference: m(sat.ref, (x) => x.durableEventsPerSec), ratioTarget: { op: '>=', value: 1.0 } }),
+      row({ scenario: 'e2e', metric: 'push p50 latency at saturation', unit: 'ms', ours: m(sat.ours, (x) => x.p50), reference: m(sat.ref, (x) => x.p50) }),
+      row({ scenario: 'e2e', metric: 'push p99 latency at saturation', unit: 'ms', ours: m(sat.ours, (x) => x.p99), reference: m(sat.ref, (x) => x.p99) }),
+      row({ scenario: 'e2e', metric: 'non-2xx/errors at saturation', unit: 'count', ours: total(sat.ours), reference: total(sat.ref) }),
+      row({ scenario: 'e2e', metric: `offered load (60% of ref saturation)`, unit: 'pushes/s', ours: offered }),
+      row({ scenario: 'e2e', metric: 'push p50 latency at 60% load', unit: 'ms', ours: m(fixed.ours, (x) => x.p50), reference: m(fixed.ref, (x) => x.p50) }),
+      row({ scenario: 'e2e', metric: 'push p99 latency at 60% load', unit: 'ms', ours: m(fixed.ours, (x) => x.p99), reference: m(fixed.ref, (x) => x.p99), ratioTarget: { op: '<=', value: 0.5 } }),
+      { ...row({ scenario: 'e2e', metric: 'non-2xx/errors at 60% load', unit: 'count', ours: total(fixed.ours), reference: total(fixed.ref) }), target: 'ours = 0', pass: total(fixed.ours) === 0 },
+      row({ scenario: 'e2e', metric: 'bytes per event on disk', unit: 'B', ours: oursFiles.bytes / (oursFiles.files * EVENTS_PER_BATCH), reference: refFiles.bytes / (refFiles.files * EVENTS_PER_BATCH), ratioTarget: { op: '<=', value: 0.35 } }),
+      row({ scenario: 'e2e', metric: `DuckDB GROUP BY event_type over ${k * EVENTS_PER_BATCH} events (${k} files)`, unit: 'ms', ours: median(duckMs.ours), reference: median(duckMs.ref), ratioTarget: { op: '<=', value: 0.7 } }),
+      row({ scenario: 'e2e', metric: 'CPU per batch at saturation: server process (ours: API+encoder)', unit: 'ms', ours: m(sat.ours, (x) => x.nodeCpuMsPerBatch), reference: m(sat.ref, (x) => x.nodeCpuMsPerBatch) }),
+      row({ scenario: 'e2e', metric: 'CPU per batch at saturation: Redis', unit: 'ms', ours: m(sat.ours, (x) => x.redisCpuMsPerBatch), reference: 0 }),
+    ];
+  } finally {
+    ctx.progress('e2e: stopping servers');
+    await Promise.all(procs.map((p) => p.stop()));
+    redis.disconnect();
+    await redisServer.stop();
+    rmSync(tmp, { recursive: true, force: true });
+  }
+}

@@ -1,0 +1,64 @@
+/**
+ * `npm run bench -- --smoke` end to end: the harness starts the reference server, our services and
+ * their Redis, runs every scenario briefly and writes a results file with a number in every row.
+ * Speeds are not asserted here (they belong to the full bench run); only that the numbers exist.
+ */
+import { spawn } from 'node:child_process';
+import { existsSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { describe, expect, it } from 'vitest';
+
+const ROOT = resolve(import.meta.dirname, '../..');
+const RESULTS = join(ROOT, 'bench', 'results');
+
+interface ResultFile {
+  smoke: boolean;
+  rows: { scenario: string; metric: string; ours: unknown; reference?: unknown; ratio?: unknown }[];
+  failures: unknown[];
+}
+
+function runSmoke(): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((done) => {
+    const child = spawn(join(ROOT, 'node_modules/.bin/tsx'), ['bench/run.ts', '--smoke'], { cwd: ROOT, env: { ...process.env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (stderr = (stderr + d.toString()).slice(-20_000)));
+    // Bounded: a hung harness is killed rather than holding the suite.
+    const t = setTimeout(() => child.kill('SIGKILL'), 170_000);
+    child.once('exit', (code) => {
+      clearTimeout(t);
+      done({ code, stdout, stderr });
+    });
+  });
+}
+
+describe('npm run bench -- --smoke', () => {
+  it('writes a results file with a numeric row for every scenario', { timeout: 180_000 }, async () => {
+    const before = new Set(existsSync(RESULTS) ? readdirSync(RESULTS) : []);
+    const { code, stdout, stderr } = await runSmoke();
+    expect(code, stderr).toBe(0);
+    const created = readdirSync(RESULTS).filter((f) => !before.has(f) && f.endsWith('-smoke.json'));
+    expect(created).toHaveLength(1);
+    const file = join(RESULTS, created[0]);
+    try {
+      const result = JSON.parse(readFileSync(file, 'utf8')) as ResultFile;
+      expect(result.smoke).toBe(true);
+      expect(result.failures).toEqual([]);
+      const scenarios = new Set(result.rows.map((r) => r.scenario));
+      const expected = ['encoder', 'e2e', 'redis-memory', 'scaling'];
+      if (existsSync(join(ROOT, 'bench/scenarios/list.ts'))) expected.push('list');
+      for (const s of expected) expect(scenarios, `scenario ${s} has rows`).toContain(s);
+      for (const r of result.rows) {
+        expect(typeof r.ours, `${r.scenario}: ${r.metric}`).toBe('number');
+        expect(Number.isFinite(r.ours), `${r.scenario}: ${r.metric}`).toBe(true);
+        if (r.reference !== undefined) expect(Number.isFinite(r.reference), `${r.scenario}: ${r.metric} reference`).toBe(true);
+      }
+      // The table on stdout carries the same rows.
+      expect(stdout).toContain('| scenario');
+      expect(stdout).toContain('durable events/s at saturation');
+    } finally {
+      rmSync(file, { force: true });
+    }
+  });
+});
