@@ -19,6 +19,14 @@ export interface StackParts {
   encoder: boolean;
   /** Start a private redis-server when REDIS_URL is unset and nothing answers on 6379 (`npm start` only). */
   embeddedRedis?: boolean;
+  /** Serve the encoder's own /metrics on METRICS_PORT when there is no API (default true). */
+  encoderMetricsServer?: boolean;
+  /** Node process metrics in this stack's registry (default true; off in a worker thread, whose process the main thread already reports). */
+  defaultMetrics?: boolean;
+  /** `service` label of every metric (default: api, encoder or ingest). */
+  serviceLabel?: string;
+  /** More metrics text appended to the API's /metrics (the encoder thread's, in `npm start`). */
+  extraMetrics?: () => Promise<string>;
 }
 
 export interface RunningStack {
@@ -45,7 +53,7 @@ export async function startStack(env: Env, parts: StackParts, logger = createLog
   const redisUrl = parts.embeddedRedis
     ? (redisHandle = await ensureRedis({ redisUrl: env.REDIS_URL, dataDir: env.DATA_DIR, logger })).url
     : (env.REDIS_URL ?? DEFAULT_REDIS_URL);
-  const registry = createRegistry(parts.api && parts.encoder ? 'ingest' : parts.api ? 'api' : 'encoder');
+  const registry = createRegistry(parts.serviceLabel ?? (parts.api && parts.encoder ? 'ingest' : parts.api ? 'api' : 'encoder'), parts.defaultMetrics ?? true);
   const connections: Redis[] = [];
   const queues: Queue[] = [];
   const stack: RunningStack = { logger, store, redisUrl, registry, close: async () => undefined };
@@ -62,8 +70,10 @@ export async function startStack(env: Env, parts: StackParts, logger = createLog
       registry,
       logger,
       concurrency: env.ENCODER_CONCURRENCY,
+      lockDurationMs: env.ENCODER_LOCK_SECONDS * 1000,
+      listIndexSeconds: env.LIST_INDEX_SECONDS,
     });
-    if (!parts.api) {
+    if (!parts.api && (parts.encoderMetricsServer ?? true)) {
       stack.metricsServer = await listen(
         (req, res) => {
           if (req.url === '/metrics') {
@@ -88,7 +98,7 @@ export async function startStack(env: Env, parts: StackParts, logger = createLog
     queue.on('error', () => undefined);
     queues.push(queue);
     const ledger = new BatchLedger(producer, env.QUEUE_NAME);
-    const app = createApiApp({ env, config, store, redis: producer, queue, ledger, tokens, registry, logger });
+    const app = createApiApp({ env, config, store, redis: producer, queue, ledger, tokens, registry, logger, extraMetrics: parts.extraMetrics });
     app.start();
     const server = await listen(app.app as http.RequestListener, env.PORT, env.HOST);
     stack.api = { server, app };

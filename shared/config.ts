@@ -143,6 +143,7 @@ export const EnvSchema = z
     REDIS_MEMORY_HIGH_WATER: z.coerce.number().gt(0).lt(1).default(0.8),
     IDEMPOTENCY_WINDOW_SECONDS: z.coerce.number().int().min(0).default(86_400),
     ORPHAN_GRACE_SECONDS: positiveInt.default(60),
+    LIST_INDEX_SECONDS: z.coerce.number().int().min(0).default(3600),
     METRICS_PORT: port.default(9464),
     LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   })

@@ -34,11 +34,16 @@ export function handleShutdown(logger: Logger, cleanups: readonly (() => Promise
     })();
     return running;
   };
+  let firstSignalAt = 0;
   const onSignal = (signal: string): void => {
+    // Process managers and wrappers (npm, tsx, pkill -f) often deliver the same SIGTERM twice
+    // within moments; only a later signal means "stop now".
+    if (running && Date.now() - firstSignalAt < 2000) return;
     if (running) {
       logger.warn({ signal }, 'second signal: exiting now');
       process.exit(1);
     }
+    firstSignalAt = Date.now();
     logger.info({ signal }, 'shutting down');
     void shutdown().then(() => process.exit(0));
   };

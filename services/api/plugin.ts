@@ -102,7 +102,7 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
   // ever names ids that were final when it was read.
   const lastBounds = new Map<string, ListBound>();
 
-  async function pushQueued(q: QueueBinding, params: Readonly<Record<string, string>>, body: Buffer, events: number, hash: string, idemKey?: string): Promise<PushResult> {
+  async function pushQueued(q: QueueBinding, params: Readonly<Record<string, string>>, body: Buffer, events: number, hash: string, idemKey?: string, remint = true): Promise<PushResult> {
     const prefix = listPrefix(template, params);
     const scope = windowSeconds > 0 ? `${collection}\n${prefix}\n${idemKey !== undefined ? `key:${idemKey}` : `body:${hash}`}` : undefined;
     const t0 = performance.now();
@@ -116,8 +116,20 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
     }
     const { batchId } = minted;
     if (minted.deduplicated) {
-      await confirmEnqueued(q, prefix, batchId);
-      return { hash, batchId, events, deduplicated: true };
+      const seen = await confirmEnqueued(q, prefix, batchId);
+      if (seen === 'enqueued') return { hash, batchId, events, deduplicated: true };
+      if (seen === 'gone') {
+        // Not in flight and no job: written (and removed on completion), or minted by an API that
+        // died before enqueueing and then reaped. Only the store can tell; a reaped id must not be
+        // answered, or the client would stop retrying a batch that exists nowhere.
+        if (await fileExists(batchKey(template, params, batchId))) return { hash, batchId, events, deduplicated: true };
+        await q.ledger.release(prefix, batchId, scope).catch(() => undefined);
+        if (!remint) throw unavailable('an earlier push with this idempotency key was lost before it was queued');
+        return pushQueued(q, params, body, events, hash, idemKey, false);
+      }
+      // 'abandoned': the first push minted this id and died before enqueueing; the id still holds
+      // its place in the ordering ledger, so enqueueing this retry's body under it keeps the
+      // `?after=` promise, and the job id makes a late first enqueue a no-op.
     }
     const job: BatchJob = {
       v: 1,
@@ -134,30 +146,49 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
     try {
       await withTimeout(q.queue.add(JOB_NAME, job, { ...BATCH_JOB_OPTIONS, jobId: batchId }), enqueueTimeoutMs, 'enqueue');
     } catch {
+      // A timed-out add may still have landed: then the batch is durable and must be answered as such.
+      const state = await withTimeout(q.queue.getJobState(batchId), 1000, 'job state').catch(() => 'unknown');
+      if (state !== 'unknown') return { hash, batchId, events, deduplicated: minted.deduplicated };
       // Not enqueued: take the id out of flight so it does not hold the list back, and forget
-      // the idempotency key so the client's retry is accepted.
+      // the idempotency key so the client's retry is accepted. If Redis is unreachable this fails
+      // too; the id then stays in flight and the retry takes it over (see confirmEnqueued).
       await q.ledger.release(prefix, batchId, scope).catch(() => undefined);
       throw unavailable('queue unavailable (Redis)');
     } finally {
       opts.observe?.enqueueSeconds?.((performance.now() - t1) / 1000);
     }
-    return { hash, batchId, events, deduplicated: false };
+    return { hash, batchId, events, deduplicated: minted.deduplicated };
+  }
+
+  async function fileExists(key: string): Promise<boolean> {
+    try {
+      // A one-key listing is cheaper than fetching an 8 MB object just to see that it exists.
+      return (await store.listKeys(key, { limit: 1 }))[0] === key;
+    } catch {
+      throw unavailable('store unavailable');
+    }
   }
 
   /**
-   * A retry may arrive while the first push is between minting and enqueueing: answer it
-   * only once the job exists (or the batch already left flight), so a 200 always means durable.
+   * A retry may arrive while the first push is between minting and enqueueing: answer it only
+   * once the job exists, so a 200 always means durable. `gone`: the id left flight without a job
+   * (written and removed, or reaped). `abandoned`: the id is still in flight with no job long after
+   * the first push must have finished or given up (its API died in between).
    */
-  async function confirmEnqueued(q: QueueBinding, prefix: string, batchId: string): Promise<void> {
+  async function confirmEnqueued(q: QueueBinding, prefix: string, batchId: string): Promise<'enqueued' | 'gone' | 'abandoned'> {
+    // The first push enqueues within enqueueTimeoutMs of minting or releases the id; twice that
+    // plus a margin leaves room for clock skew between this host and the Redis that minted it.
+    const abandonedAfterMs = 2 * enqueueTimeoutMs + 1000;
     const deadline = Date.now() + enqueueTimeoutMs;
     for (let i = 0; i < 100 && Date.now() < deadline; i++) {
       try {
         const state = await q.queue.getJobState(batchId);
-        if (state !== 'unknown') return;
-        if (!(await q.ledger.isPending(prefix, batchId))) return;
+        if (state !== 'unknown') return 'enqueued';
+        if (!(await q.ledger.isPending(prefix, batchId))) return 'gone';
       } catch {
         throw unavailable('queue unavailable (Redis)');
       }
+      if (Date.now() - batchIdMs(batchId) > abandonedAfterMs) return 'abandoned';
       await new Promise((r) => setTimeout(r, 50));
     }
     throw unavailable('an earlier push with this idempotency key is still being accepted');
@@ -197,8 +228,20 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
       const prefix = listPrefix(template, params);
       let bound: ListBound;
       try {
-        bound = queue ? await withTimeout(queue.ledger.listBound(prefix), 2000, 'list bound') : await (inlineLedger as MemoryLedger).listBound(prefix);
-        lastBounds.set(prefix, bound);
+        if (queue && after !== undefined) {
+          // A poller that keeps up asks for ids after a recent cursor: Redis' index of written ids
+          // answers that in O(log n), however many files the prefix holds.
+          const fromIndex = await withTimeout(queue.ledger.listWritten(prefix, after, limit + 1), 2000, 'list index');
+          lastBounds.set(prefix, fromIndex.bound);
+          if (fromIndex.ids) {
+            const visible = fromIndex.ids.filter((id) => visibleUnder(fromIndex.bound, id));
+            return { items: visible.slice(0, limit).map((id) => `${id}.parquet`), hasMore: visible.length > limit };
+          }
+          bound = fromIndex.bound;
+        } else {
+          bound = queue ? await withTimeout(queue.ledger.listBound(prefix), 2000, 'list bound') : await (inlineLedger as MemoryLedger).listBound(prefix);
+          lastBounds.set(prefix, bound);
+        }
       } catch {
         const cached = lastBounds.get(prefix);
         if (!cached) throw unavailable('ordering ledger unavailable (Redis)');

@@ -18,7 +18,13 @@ export interface EncoderOptions {
   registry: Registry;
   logger: Logger;
   concurrency: number;
-  /** Lock held per active job; renewed at half this. Encoding a batch takes far less. */
+  /** How long written ids stay in Redis' list index (0: no limit). */
+  listIndexSeconds?: number;
+  /**
+   * Lock held per active job; renewed at half this. Encoding an 8 MB batch blocks the event loop
+   * for a few seconds at most, far less. A killed worker's job is retried after this plus the
+   * stalled-check interval (half of it, at most 15 s).
+   */
   lockDurationMs?: number;
 }
 
@@ -50,12 +56,15 @@ async function processJob(job: Job, o: EncoderOptions, m: EncoderMetrics): Promi
   } catch (err) {
     const retriable = !(err instanceof StoreError) || err.retriable;
     m.storeErrors.inc({ retriable: String(retriable) });
+    // Retrying a permission or path problem only delays the dead letter by minutes of backoff;
+    // fail it now, keep it in the failed set, and let an operator replay it once fixed.
+    if (!retriable) throw new UnrecoverableError((err as Error).message);
     throw err;
   } finally {
     m.writeSeconds.observe((performance.now() - t1) / 1000);
   }
   // Released only after the file is durable, so the list never shows a later id before this one.
-  await o.ledger.release(data.prefix, data.batchId);
+  await o.ledger.markWritten(data.prefix, data.batchId, o.listIndexSeconds ?? 3600);
 
   m.batches.inc({ outcome: 'written' });
   m.eventsWritten.inc(rows);
@@ -84,10 +93,10 @@ export function createEncoder(o: EncoderOptions): Encoder {
     {
       connection: o.connection,
       concurrency: o.concurrency,
-      lockDuration: o.lockDurationMs ?? 60_000,
+      lockDuration: o.lockDurationMs ?? 30_000,
       // A killed worker's job comes back as stalled; it must be retried, not failed.
       maxStalledCount: 20,
-      stalledInterval: 15_000,
+      stalledInterval: Math.min(15_000, Math.max(1000, Math.floor((o.lockDurationMs ?? 30_000) / 2))),
       autorun: true,
     },
   );
@@ -107,6 +116,7 @@ export function createEncoder(o: EncoderOptions): Encoder {
     }
   });
   worker.on('error', (err) => o.logger.warn({ err: err.message }, 'worker error'));
+  metrics.workers.set(1);
 
   let closing: Promise<void> | undefined;
   return {
@@ -114,6 +124,7 @@ export function createEncoder(o: EncoderOptions): Encoder {
     metrics,
     close(graceMs = 15_000) {
       closing ??= (async () => {
+        metrics.workers.set(0);
         const force = new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), graceMs).unref());
         const r = await Promise.race([worker.close().then(() => 'closed' as const), force]);
         if (r === 'timeout') {

@@ -26,8 +26,9 @@ export function visibleUnder(bound: ListBound, id: string): boolean {
 type MintArgs = [string, string, string, string, string, string, string, string, string];
 interface LedgerCommands {
   ingestMint(...args: MintArgs): Promise<[string, number]>;
-  ingestRelease(k1: string, k2: string, k3: string, a1: string, a2: string, a3: string): Promise<number>;
+  ingestRelease(k1: string, k2: string, k3: string, k4: string, k5: string, k6: string, a1: string, a2: string, a3: string, a4: string, a5: string): Promise<number>;
   ingestListBound(k1: string, k2: string): Promise<[string, string, string]>;
+  ingestListWritten(k1: string, k2: string, k3: string, k4: string, a1: string, a2: string): Promise<string[]>;
 }
 
 /**
@@ -42,8 +43,9 @@ export class BatchLedger {
     this.namespace = namespace;
     if (!('ingestMint' in redis)) {
       redis.defineCommand('ingestMint', { numberOfKeys: 4, lua: script('mint_batch-4.lua') });
-      redis.defineCommand('ingestRelease', { numberOfKeys: 3, lua: script('release_batch-3.lua') });
+      redis.defineCommand('ingestRelease', { numberOfKeys: 6, lua: script('release_batch-6.lua') });
       redis.defineCommand('ingestListBound', { numberOfKeys: 2, lua: script('list_bound-2.lua') });
+      redis.defineCommand('ingestListWritten', { numberOfKeys: 4, lua: script('list_written-4.lua') });
     }
     this.redis = redis as Redis & LedgerCommands;
   }
@@ -81,17 +83,53 @@ export class BatchLedger {
     return { batchId, deduplicated: existed === 1 };
   }
 
-  /** Takes `batchId` out of flight; with `forgetScope`, also forgets its idempotency key. */
+  /** Takes `batchId` out of flight (no file: dead-lettered or never enqueued); with `forgetScope`, also forgets its idempotency key. */
   async release(prefix: string, batchId: string, forgetScope?: string): Promise<boolean> {
+    return this.releaseWith(prefix, batchId, { forgetScope });
+  }
+
+  /**
+   * Takes `batchId` out of flight once its file is durable, and indexes it so list pages after a
+   * recent cursor come from Redis instead of a store listing. Ids older than `indexSeconds` leave
+   * the index (0 keeps no limit).
+   */
+  async markWritten(prefix: string, batchId: string, indexSeconds: number): Promise<boolean> {
+    const cutoff = indexSeconds > 0 ? String(Date.now() - indexSeconds * 1000).padStart(13, '0') : '';
+    return this.releaseWith(prefix, batchId, { written: true, cutoff });
+  }
+
+  private async releaseWith(prefix: string, batchId: string, o: { forgetScope?: string; written?: boolean; cutoff?: string }): Promise<boolean> {
     const n = await this.redis.ingestRelease(
       this.pendingKey(prefix),
       this.key('prefixes'),
-      forgetScope === undefined ? this.key('idem:-') : this.idemKey(forgetScope),
+      o.forgetScope === undefined ? this.key('idem:-') : this.idemKey(o.forgetScope),
+      this.key(`written:${prefix}`),
+      this.key(`floor:${prefix}`),
+      this.key('clock'),
       batchId,
       prefix,
-      forgetScope === undefined ? '0' : '1',
+      o.forgetScope === undefined ? '0' : '1',
+      o.written ? '1' : '0',
+      o.cutoff ?? '',
     );
     return n === 1;
+  }
+
+  /**
+   * The list bound and, when the index of written ids covers `after`, the next `count` written
+   * ids after it (unfiltered by the bound). `ids` is null when the store must be listed instead.
+   */
+  async listWritten(prefix: string, after: string, count: number): Promise<{ bound: ListBound; ids: string[] | null }> {
+    const [kind, id, covered, ...ids] = await this.redis.ingestListWritten(
+      this.key('clock'),
+      this.pendingKey(prefix),
+      this.key(`written:${prefix}`),
+      this.key(`floor:${prefix}`),
+      after,
+      String(count),
+    );
+    const bound: ListBound = kind === 'upTo' ? { kind: 'upTo', id: id as string } : { kind: 'below', id: id as string };
+    return { bound, ids: covered === '1' ? ids : null };
   }
 
   /** The bound the list route filters by (see list_bound-2.lua). */

@@ -166,3 +166,48 @@ describe('batch id minting (Lua script on a real Redis)', () => {
     expect(third.batchId > first.batchId).toBe(true);
   });
 });
+
+describe('index of written ids (list pages after a recent cursor)', () => {
+  let redis: Redis;
+  beforeAll(() => {
+    redis = new Redis(inject('redisUrl'));
+  });
+  afterAll(() => {
+    redis.disconnect();
+  });
+
+  it('answers from the index only for cursors at or above its floor, and only ids whose file is written', async () => {
+    const ledger = new BatchLedger(redis, uniqueName('idx'));
+    const old = (await ledger.mint('p/')).batchId;
+    // Before any file is written there is no index: the store must be listed.
+    expect((await ledger.listWritten('p/', old, 10)).ids).toBeNull();
+    const a = (await ledger.mint('p/')).batchId;
+    const b = (await ledger.mint('p/')).batchId;
+    const c = (await ledger.mint('p/')).batchId;
+    // b is written first; the floor becomes the last id minted by then (c).
+    await ledger.markWritten('p/', b, 3600);
+    expect((await ledger.listWritten('p/', a, 10)).ids).toBeNull();
+    const atFloor = await ledger.listWritten('p/', c, 10);
+    expect(atFloor.ids).toEqual([]);
+    expect(atFloor.bound).toEqual({ kind: 'below', id: old });
+    const d = (await ledger.mint('p/')).batchId;
+    const e = (await ledger.mint('p/')).batchId;
+    await ledger.markWritten('p/', e, 3600);
+    await ledger.release('p/', d); // dead-lettered: no file, never indexed
+    await ledger.markWritten('p/', c, 3600);
+    expect((await ledger.listWritten('p/', c, 10)).ids).toEqual([e]);
+    expect((await ledger.listWritten('p/', c, 0)).ids).toEqual([]);
+  });
+
+  it('trims ids older than the retention and raises the floor with it', async () => {
+    const ledger = new BatchLedger(redis, uniqueName('idx'));
+    const ids: string[] = [];
+    for (const ms of [1_000_000_000_000, 1_000_000_000_100, 1_800_000_000_000]) ids.push((await ledger.mint('p/', { clockMs: ms })).batchId);
+    await ledger.markWritten('p/', ids[0]!, 0);
+    await ledger.markWritten('p/', ids[1]!, 0);
+    // A retention of one hour drops the 2001 ids (cutoff far above them) when the next is written.
+    await ledger.markWritten('p/', ids[2]!, 3600);
+    expect(await redis.zrange(`{${ledger.namespace}}:written:p/`, '0', '-1')).toEqual([ids[2]]);
+    expect((await ledger.listWritten('p/', ids[0]!, 10)).ids).toBeNull();
+  });
+});

@@ -1,0 +1,44 @@
+--[[
+  Take a batch id out of flight (its file is written, it was dead-lettered, or its push failed),
+  and, when its file is written, add it to the prefix's index of written ids.
+
+  KEYS[1] pending zset    {ns}:pending:<prefix>
+  KEYS[2] prefixes set    {ns}:prefixes
+  KEYS[3] idempotency key {ns}:idem:<digest>     (deleted only if ARGV[3] == '1' and it still names ARGV[1])
+  KEYS[4] written zset    {ns}:written:<prefix>  ids whose file is written (score 0: ordered by member)
+  KEYS[5] floor key       {ns}:floor:<prefix>    the index holds every written id above this
+  KEYS[6] clock hash      {ns}:clock
+
+  ARGV[1] batch id
+  ARGV[2] list prefix
+  ARGV[3] '1' to forget the idempotency key (a push that failed must be retryable)
+  ARGV[4] '1' when the file is written (index it)
+  ARGV[5] trim cutoff: a 13-digit ms; ids older than it leave the index ('' = keep all)
+
+  Returns 1 when the id was in flight, else 0 (releasing twice is harmless).
+
+  The floor is set when a prefix's index is born: to the last id minted by then. Every id
+  written before that moment is at most that id, and every id minted after it is released (and
+  so indexed) after it. A list cursor at or above the floor can therefore be answered from the
+  index alone. Trimming raises the floor to the cutoff.
+]]
+local removed = redis.call('ZREM', KEYS[1], ARGV[1])
+if redis.call('ZCARD', KEYS[1]) == 0 then
+  redis.call('SREM', KEYS[2], ARGV[2])
+end
+if ARGV[3] == '1' and redis.call('GET', KEYS[3]) == ARGV[1] then
+  redis.call('DEL', KEYS[3])
+end
+if ARGV[4] == '1' then
+  if redis.call('EXISTS', KEYS[5]) == 0 then
+    redis.call('SET', KEYS[5], redis.call('HGET', KEYS[6], 'last') or ARGV[1])
+  end
+  redis.call('ZADD', KEYS[4], 0, ARGV[1])
+  if ARGV[5] ~= '' then
+    redis.call('ZREMRANGEBYLEX', KEYS[4], '-', '(' .. ARGV[5])
+    if redis.call('GET', KEYS[5]) < ARGV[5] then
+      redis.call('SET', KEYS[5], ARGV[5])
+    end
+  end
+end
+return removed
