@@ -9,8 +9,9 @@ import { reapOnce } from '../../shared/ledger/reaper.js';
 import type { Logger } from '../../shared/logger.js';
 import type { ObjectStore } from '../../shared/store/types.js';
 import { TokenRoles } from './auth.js';
-import { createApiMetrics, type ApiMetrics } from './metrics.js';
+import { QUEUE_STATES, createApiMetrics, type ApiMetrics } from './metrics.js';
 import { createEventsServerPlugin } from './plugin.js';
+import { createAdminRouter } from './admin.js';
 import { createSyncRouter } from './router.js';
 import { LoadShedder } from './shedder.js';
 
@@ -53,7 +54,8 @@ async function timeout<T>(p: Promise<T>, ms: number): Promise<T> {
 /** The API's Express app: sync routes for every collection plus /healthz, /readyz and /metrics. */
 export function createApiApp(deps: ApiDeps): ApiApp {
   const { config, store, redis, queue, ledger, registry, logger } = deps;
-  const metrics = createApiMetrics(registry);
+  // Refreshed when the registry is read (each scrape), so queue depth is never 5 s stale.
+  const metrics = createApiMetrics(registry, { refreshQueueGauges });
   const shedder = new LoadShedder({
     queue,
     redis,
@@ -144,6 +146,7 @@ export function createApiApp(deps: ApiDeps): ApiApp {
   });
 
   app.use(deps.env.BASE_PATH || '/', router);
+  app.use(deps.env.BASE_PATH || '/', createAdminRouter({ queue, ledger, redis, tokens: deps.tokens }));
 
   app.use((req, _res, next) => next(new HttpError(404, `no route for ${req.method} ${req.path}`)));
 
@@ -167,17 +170,36 @@ export function createApiApp(deps: ApiDeps): ApiApp {
     res.status(500).json({ error: 'internal error' });
   });
 
+  async function readQueueGauges(): Promise<void> {
+    const [counts, [oldest], lagMs, workers] = await Promise.all([
+      queue.getJobCounts(...QUEUE_STATES),
+      queue.getJobs(['waiting'], 0, 0, true),
+      ledger.maxLagMs(),
+      // CLIENT LIST may be disabled on a managed Redis: then the gauge keeps its last value.
+      queue.getWorkersCount().catch(() => null),
+    ]);
+    for (const [state, n] of Object.entries(counts)) metrics.queueJobs.set({ state }, n);
+    metrics.queueOldestWaiting.set(oldest ? Math.max(0, (Date.now() - oldest.timestamp) / 1000) : 0);
+    metrics.watermarkLag.set(lagMs / 1000);
+    if (workers !== null) metrics.queueWorkers.set(workers);
+  }
+
+  let gaugesInFlight: Promise<void> | undefined;
+  /** One Redis round per registry read however many gauges ask; a slow or absent Redis leaves the last values. */
+  function refreshQueueGauges(): Promise<void> {
+    gaugesInFlight ??= timeout(readQueueGauges(), 2000)
+      .catch(() => undefined)
+      .finally(() => (gaugesInFlight = undefined));
+    return gaugesInFlight;
+  }
+
   const graceMs = deps.env.ORPHAN_GRACE_SECONDS * 1000;
   async function upkeep(): Promise<void> {
-    const counts = await queue.getJobCounts('waiting', 'active', 'delayed', 'failed', 'prioritized', 'completed');
-    for (const [state, n] of Object.entries(counts)) metrics.queueJobs.set({ state }, n);
-    const [oldest] = await queue.getJobs(['waiting'], 0, 0, true);
-    metrics.queueOldestWaiting.set(oldest ? Math.max(0, (Date.now() - oldest.timestamp) / 1000) : 0);
     const reaped = await reapOnce(ledger, queue, graceMs);
     if (reaped.orphans) metrics.orphansReaped.inc({ kind: 'orphan' }, reaped.orphans);
     if (reaped.dead) metrics.orphansReaped.inc({ kind: 'dead' }, reaped.dead);
     if (reaped.orphans || reaped.dead) logger.warn(reaped, 'released stuck in-flight batch ids');
-    metrics.watermarkLag.set((await ledger.maxLagMs()) / 1000);
+    await readQueueGauges();
   }
 
   let timer: NodeJS.Timeout | undefined;

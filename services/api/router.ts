@@ -9,6 +9,7 @@ import type { ObjectStore } from '../../shared/store/types.js';
 import { TokenRoles, requireRoles } from './auth.js';
 import { contentTypeAllowed, readBody } from './body.js';
 import type { RejectReason } from './metrics.js';
+import { contentRange, decideRange, ifRangeAllows, unsatisfiedRange } from './range.js';
 import { type EventsServerPlugin, PARQUET_MIME_TYPE, type PushResult } from './plugin.js';
 
 /** Hooks the service wires to its metrics; the router itself holds no metric objects. */
@@ -158,14 +159,29 @@ export function createSyncRouter(opts: SyncRouterOptions): Router {
         const etag = `"${createHash('sha256').update(obj.body).digest('hex')}"`;
         res.setHeader('ETag', etag);
         res.setHeader('Cache-Control', 'private, max-age=31536000, immutable');
+        res.setHeader('Accept-Ranges', 'bytes');
         const inm = req.headers['if-none-match'];
         if (inm && inm.split(',').some((v) => v.trim().replace(/^W\//, '') === etag || v.trim() === '*')) {
           res.status(304).end();
           return;
         }
+        const size = obj.body.byteLength;
+        const body = Buffer.from(obj.body.buffer, obj.body.byteOffset, size);
+        // If-None-Match wins over Range (RFC 9110 §13.2.2); If-Range decides whether Range applies at all.
+        const range = ifRangeAllows(req.get('if-range'), etag) ? decideRange(req.headers.range, size) : ({ kind: 'full' } as const);
+        if (range.kind === 'unsatisfiable') {
+          // An error must not be cached for a year like the file itself.
+          res.removeHeader('Cache-Control');
+          throw new HttpError(416, `range not satisfiable: the batch has ${size} bytes`, { 'Content-Range': unsatisfiedRange(size) });
+        }
         res.setHeader('Content-Type', PARQUET_MIME_TYPE);
-        res.setHeader('Content-Length', String(obj.body.byteLength));
-        res.status(200).end(Buffer.from(obj.body.buffer, obj.body.byteOffset, obj.body.byteLength));
+        const slice = range.kind === 'partial' ? body.subarray(range.start, range.end + 1) : body;
+        if (range.kind === 'partial') res.setHeader('Content-Range', contentRange(range.start, range.end, size));
+        res.setHeader('Content-Length', String(slice.byteLength));
+        res.status(range.kind === 'partial' ? 206 : 200);
+        // Express routes HEAD to this GET handler: same headers, no body.
+        if (req.method === 'HEAD') res.end();
+        else res.end(slice);
       }),
     );
   }

@@ -2,7 +2,6 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { resolve } from 'node:path';
 
 const ROOT = resolve(import.meta.dirname, '../..');
-const TSX = resolve(ROOT, 'node_modules/.bin/tsx');
 
 export interface ServiceProcess {
   child: ChildProcess;
@@ -13,9 +12,13 @@ export interface ServiceProcess {
   exited(): Promise<number | null>;
 }
 
-/** Runs one of the product's entry points as a user would (`tsx services/...`), with `env` added. */
+/**
+ * Runs one of the product's entry points as `npm start` would, with `env` added. Node loads tsx
+ * in-process (`--import tsx`) so the pid is the service itself: the `tsx` command would fork a
+ * child that outlives a SIGKILL sent to it.
+ */
 export function startService(entry: 'services/main.ts' | 'services/api/main.ts' | 'services/encoder/main.ts', env: Record<string, string>): ServiceProcess {
-  const child = spawn(TSX, [entry], { cwd: ROOT, env: { ...process.env, LOG_LEVEL: 'info', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, ['--import', 'tsx', entry], { cwd: ROOT, env: { ...process.env, LOG_LEVEL: 'info', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   child.stdout?.on('data', (d: Buffer) => (out += d.toString()));
   child.stderr?.on('data', (d: Buffer) => (out += d.toString()));

@@ -1,0 +1,154 @@
+/**
+ * Small fault-injection helpers shared by `npm run chaos` and the reliability tests.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import net from 'node:net';
+import { resolve } from 'node:path';
+
+/** `pass`: forward bytes. `http503`: answer every request with an S3-style 503. `reset`: TCP reset on connect. */
+export type FaultMode = 'pass' | 'http503' | 'reset';
+
+const SERVICE_UNAVAILABLE_XML = '<?xml version="1.0" encoding="UTF-8"?><Error><Code>ServiceUnavailable</Code><Message>injected fault</Message></Error>';
+const SERVICE_UNAVAILABLE = [
+  'HTTP/1.1 503 Service Unavailable',
+  'Content-Type: application/xml',
+  `Content-Length: ${Buffer.byteLength(SERVICE_UNAVAILABLE_XML)}`,
+  'Connection: close',
+  '',
+  SERVICE_UNAVAILABLE_XML,
+].join('\r\n');
+
+/**
+ * A TCP proxy on 127.0.0.1 in front of an HTTP server (the S3 server), whose mode can be
+ * switched at any time. Switching to a fault drops every live connection too, so pooled
+ * keep-alive sockets cannot slip requests through an outage.
+ */
+export class FaultProxy {
+  mode: FaultMode = 'pass';
+  /** Connections answered with a fault since start. */
+  faults = 0;
+  private readonly live = new Set<net.Socket>();
+
+  private constructor(
+    private readonly server: net.Server,
+    readonly port: number,
+  ) {}
+
+  /** Listens on a free loopback port and forwards to `targetPort` on 127.0.0.1. */
+  static async start(targetPort: number): Promise<FaultProxy> {
+    let proxy: FaultProxy | undefined;
+    const server = net.createServer((client) => proxy?.accept(client, targetPort));
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(0, '127.0.0.1', () => resolve());
+    });
+    proxy = new FaultProxy(server, (server.address() as net.AddressInfo).port);
+    return proxy;
+  }
+
+  get url(): string {
+    return `http://127.0.0.1:${this.port}`;
+  }
+
+  setMode(mode: FaultMode): void {
+    this.mode = mode;
+    if (mode !== 'pass') for (const s of this.live) s.destroy();
+  }
+
+  private accept(client: net.Socket, targetPort: number): void {
+    client.on('error', () => undefined);
+    if (this.mode === 'reset') {
+      this.faults++;
+      client.resetAndDestroy();
+      return;
+    }
+    if (this.mode === 'http503') {
+      this.faults++;
+      // Answer once the request starts arriving, as a real overloaded server would.
+      client.once('data', () => client.end(SERVICE_UNAVAILABLE));
+      client.setTimeout(5000, () => client.destroy());
+      return;
+    }
+    const upstream = net.connect(targetPort, '127.0.0.1');
+    upstream.on('error', () => client.destroy());
+    client.on('close', () => upstream.destroy());
+    upstream.on('close', () => client.destroy());
+    this.live.add(client);
+    client.once('close', () => this.live.delete(client));
+    client.pipe(upstream).pipe(client);
+  }
+
+  /** Stops listening and drops every connection. Idempotent. */
+  async close(): Promise<void> {
+    for (const s of this.live) s.destroy();
+    if (!this.server.listening) return;
+    await new Promise<void>((resolve) => this.server.close(() => resolve()));
+  }
+}
+
+/** Resolves after `ms`. */
+export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+const ROOT = resolve(import.meta.dirname, '..');
+/** Enough of a service's output to explain a failure, without growing for the whole run. */
+const OUTPUT_KEEP_CHARS = 64 * 1024;
+
+/** A service entry point running in its own Node process. */
+export interface Service {
+  child: ChildProcess;
+  /** The pid of the process that runs the service code (signals reach it directly). */
+  pid: number;
+  /** The tail of what it printed (stdout + stderr). */
+  output(): string;
+  /** Exit code, or null when killed by a signal. */
+  exited(): Promise<number | null>;
+  /** Sends `signal` and waits for the exit (SIGKILL after `ms`). */
+  stop(signal?: NodeJS.Signals, ms?: number): Promise<number | null>;
+}
+
+/**
+ * Runs an entry point as `node --import tsx <entry>`: one process, so SIGKILL kills the service
+ * itself. (The `tsx` CLI runs the code in a child process; killing the CLI with SIGKILL would
+ * leave that child running and still holding its port.)
+ */
+export function spawnService(entry: string, env: Record<string, string>): Service {
+  const child = spawn(process.execPath, ['--import', 'tsx', entry], { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  const keep = (d: Buffer): void => {
+    out = (out + d.toString()).slice(-OUTPUT_KEEP_CHARS);
+  };
+  child.stdout?.on('data', keep);
+  child.stderr?.on('data', keep);
+  const exit = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
+  return {
+    child,
+    pid: child.pid ?? -1,
+    output: () => out,
+    exited: () => exit,
+    async stop(signal = 'SIGTERM', ms = 20_000) {
+      if (child.exitCode !== null || child.signalCode !== null) return child.exitCode;
+      child.kill(signal);
+      const t = setTimeout(() => child.kill('SIGKILL'), ms);
+      const code = await exit;
+      clearTimeout(t);
+      return code;
+    },
+  };
+}
+
+/** Polls `url` until it answers 200, failing early if `svc` exits (bounded by `ms`). */
+export async function waitHttpOk(url: string, ms: number, svc?: Service): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (Date.now() < deadline) {
+    if (svc && (svc.child.exitCode !== null || svc.child.signalCode !== null)) throw new Error(`${url}: process exited (${String(svc.child.exitCode)}):\n${svc.output()}`);
+    try {
+      const r = await fetch(url, { signal: AbortSignal.timeout(2000) });
+      await r.arrayBuffer();
+      if (r.ok) return;
+    } catch {
+      /* not up yet */
+    }
+    await sleep(100);
+  }
+  throw new Error(`${url} did not answer within ${ms} ms${svc ? `:\n${svc.output()}` : ''}`);
+}

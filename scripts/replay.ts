@@ -1,0 +1,74 @@
+/**
+ * `npm run replay -- <batchId...|--all> [--reissue] [--list]`: moves dead-lettered batches
+ * (BullMQ's failed set) back to the queue. Reads REDIS_URL and QUEUE_NAME like the services.
+ */
+import { Queue } from 'bullmq';
+import { Command } from 'commander';
+import { listFailed, replayFailed } from '../services/api/admin.js';
+import { ConfigError, parseEnv } from '../shared/config.js';
+import { isBatchId } from '../shared/ids.js';
+import { BatchLedger } from '../shared/ledger/ledger.js';
+import { DEFAULT_REDIS_URL, createRedis, waitReady } from '../shared/redis.js';
+
+const program = new Command()
+  .name('replay')
+  .description('Replay dead-lettered batches (failed jobs) once the cause is fixed')
+  .argument('[batchIds...]', 'batch ids to replay')
+  .option('--all', 'replay every failed batch (oldest first, at most 1000 per run)')
+  .option('--reissue', 'queue the body again under a NEW batch id (clients already past the old id will see it)')
+  .option('--list', 'only list the failed batches')
+  .parse();
+
+const opts = program.opts<{ all?: boolean; reissue?: boolean; list?: boolean }>();
+const ids = program.args;
+
+async function main(): Promise<number> {
+  let env;
+  try {
+    env = parseEnv();
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      process.stderr.write(`configuration error: ${err.message}\n`);
+      return 2;
+    }
+    throw err;
+  }
+  if (!opts.list && !opts.all && ids.length === 0) {
+    process.stderr.write('give batch ids, --all, or --list\n');
+    return 2;
+  }
+  const bad = ids.filter((id) => !isBatchId(id));
+  if (bad.length > 0) {
+    process.stderr.write(`not batch ids: ${bad.join(', ')}\n`);
+    return 2;
+  }
+  const redis = createRedis(env.REDIS_URL ?? DEFAULT_REDIS_URL, 'worker');
+  const queue = new Queue(env.QUEUE_NAME, { connection: redis });
+  queue.on('error', () => undefined);
+  try {
+    await waitReady(redis, 15_000);
+    if (opts.list) {
+      const { total, items } = await listFailed(queue, 1000);
+      process.stdout.write(`${total} failed batch(es) in queue ${env.QUEUE_NAME}\n`);
+      for (const f of items) process.stdout.write(`${f.batchId}\t${f.key ?? '?'}\tattempts=${f.attemptsMade}\t${f.failedReason}\n`);
+      return 0;
+    }
+    const results = await replayFailed(queue, new BatchLedger(redis, env.QUEUE_NAME), redis, opts.all ? 'all' : ids, { reissue: opts.reissue });
+    for (const r of results) process.stdout.write(`${r.batchId}\t${r.outcome}${r.newBatchId ? `\t${r.newBatchId}` : ''}${r.detail ? `\t${r.detail}` : ''}\n`);
+    const done = results.filter((r) => r.outcome === 'replayed' || r.outcome === 'reissued').length;
+    process.stdout.write(`${done} of ${results.length} batch(es) back in the queue\n`);
+    // Asking for a specific id that is not failed is an error worth an exit code; --all of nothing is not.
+    return results.every((r) => r.outcome === 'replayed' || r.outcome === 'reissued') ? 0 : 1;
+  } finally {
+    await queue.close().catch(() => undefined);
+    await redis.quit().catch(() => redis.disconnect());
+  }
+}
+
+main().then(
+  (code) => process.exit(code),
+  (err: unknown) => {
+    process.stderr.write(`replay failed: ${err instanceof Error ? err.message : String(err)}\n`);
+    process.exit(1);
+  },
+);

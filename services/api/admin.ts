@@ -1,0 +1,157 @@
+import express, { type NextFunction, type Request, type Response, type Router } from 'express';
+import type { Job, Queue } from 'bullmq';
+import type { Redis } from 'ioredis';
+import { HttpError } from '../../shared/errors.js';
+import { batchIdMs, isBatchId } from '../../shared/ids.js';
+import type { BatchLedger } from '../../shared/ledger/ledger.js';
+import { BATCH_JOB_OPTIONS, type BatchJob, BatchJobSchema, JOB_NAME } from '../../shared/queue.js';
+import { TokenRoles, requireRoles } from './auth.js';
+
+/** One dead-lettered batch, as the failed listing shows it (never its events). */
+export interface FailedBatch {
+  batchId: string;
+  key: string | null;
+  events: number | null;
+  attemptsMade: number;
+  failedReason: string;
+  failedAt: number | null;
+}
+
+/** What happened to one batch asked to be replayed. */
+export interface ReplayOutcome {
+  batchId: string;
+  /** `replayed`: back to waiting under its own id. `reissued`: queued under `newBatchId`, the failed job removed. */
+  outcome: 'replayed' | 'reissued' | 'not-failed' | 'bad-job';
+  newBatchId?: string;
+  detail?: string;
+}
+
+/** At most this many dead letters are listed or replayed per call, so one call stays bounded. */
+export const MAX_REPLAY_BATCH = 1000;
+
+function describeFailed(job: Job): FailedBatch {
+  const data = job.data as Partial<BatchJob>;
+  return {
+    batchId: String(job.id),
+    key: typeof data.key === 'string' ? data.key : null,
+    events: typeof data.events === 'number' ? data.events : null,
+    attemptsMade: job.attemptsMade,
+    failedReason: job.failedReason ?? '',
+    failedAt: job.finishedOn ?? null,
+  };
+}
+
+/** Dead-lettered batches, oldest first (at most `limit`). */
+export async function listFailed(queue: Queue, limit = 100): Promise<{ total: number; items: FailedBatch[] }> {
+  const n = Math.max(1, Math.min(limit, MAX_REPLAY_BATCH));
+  const [total, jobs] = await Promise.all([queue.getFailedCount(), queue.getJobs(['failed'], 0, n - 1, true)]);
+  return { total, items: jobs.filter((j): j is Job => Boolean(j)).map(describeFailed) };
+}
+
+/**
+ * Puts `batchId` back in the prefix's in-flight set. Done before the job is retried so the list
+ * route again waits for it: it cannot show newer ids while this one is being written. The
+ * prefixes-set key mirrors BatchLedger's layout (`{ns}:prefixes`), which the reaper walks.
+ */
+async function markInFlight(redis: Redis, ledger: BatchLedger, prefix: string, batchId: string): Promise<void> {
+  await redis.multi().zadd(ledger.pendingKey(prefix), 0, batchId).sadd(`{${ledger.namespace}}:prefixes`, prefix).exec();
+}
+
+/**
+ * Replays one dead-lettered batch. Default: the job goes back to waiting under its own id with
+ * fresh attempts (its file gets the id's original instant). With `reissue`, its body is queued
+ * again under a NEW id (so clients polling `?after=` past the old id still see it) and the
+ * failed job is removed.
+ */
+export async function replayOne(queue: Queue, ledger: BatchLedger, redis: Redis, batchId: string, opts: { reissue?: boolean } = {}): Promise<ReplayOutcome> {
+  const job = await queue.getJob(batchId);
+  if (!job || (await job.getState()) !== 'failed') return { batchId, outcome: 'not-failed' };
+  const parsed = BatchJobSchema.safeParse(job.data);
+  if (!parsed.success) return { batchId, outcome: 'bad-job', detail: 'job payload does not match the contract; left in the failed set' };
+  const data = parsed.data;
+  if (!opts.reissue) {
+    await markInFlight(redis, ledger, data.prefix, batchId);
+    await job.retry('failed', { resetAttemptsMade: true, resetAttemptsStarted: true });
+    return { batchId, outcome: 'replayed' };
+  }
+  const { batchId: newId } = await ledger.mint(data.prefix);
+  const oldSuffix = `${batchId}.parquet`;
+  const key = data.key.endsWith(oldSuffix) ? `${data.key.slice(0, -oldSuffix.length)}${newId}.parquet` : null;
+  if (!key) {
+    await ledger.release(data.prefix, newId);
+    return { batchId, outcome: 'bad-job', detail: 'job key does not end with its batch id; left in the failed set' };
+  }
+  const next: BatchJob = { ...data, batchId: newId, key, receivedAt: batchIdMs(newId) };
+  try {
+    await queue.add(JOB_NAME, next, { ...BATCH_JOB_OPTIONS, jobId: newId });
+  } catch (err) {
+    await ledger.release(data.prefix, newId).catch(() => undefined);
+    throw err;
+  }
+  // The new job holds the data now; removing the old one keeps `--all` from reissuing it twice.
+  await job.remove().catch(() => undefined);
+  return { batchId, outcome: 'reissued', newBatchId: newId };
+}
+
+/** Replays `ids`, or every dead letter (up to MAX_REPLAY_BATCH, oldest first) when `ids` is 'all'. */
+export async function replayFailed(queue: Queue, ledger: BatchLedger, redis: Redis, ids: readonly string[] | 'all', opts: { reissue?: boolean } = {}): Promise<ReplayOutcome[]> {
+  const targets = ids === 'all' ? (await queue.getJobs(['failed'], 0, MAX_REPLAY_BATCH - 1, true)).filter((j): j is Job => Boolean(j)).map((j) => String(j.id)) : ids;
+  const out: ReplayOutcome[] = [];
+  for (const id of targets.slice(0, MAX_REPLAY_BATCH)) out.push(await replayOne(queue, ledger, redis, id, opts));
+  return out;
+}
+
+export interface AdminRouterOptions {
+  queue: Queue;
+  ledger: BatchLedger;
+  /** A connection that may queue commands while Redis reconnects is fine here; admin calls are rare. */
+  redis: Redis;
+  tokens: TokenRoles | ReadonlyMap<string, readonly string[]>;
+}
+
+/**
+ * Admin-only routes (role `admin`): `GET /admin/failed?limit=` lists dead letters;
+ * `POST /admin/replay/<batchId>` and `POST /admin/replay` (all) replay them, `?reissue=1` under new ids.
+ */
+export function createAdminRouter(o: AdminRouterOptions): Router {
+  const tokens = o.tokens instanceof TokenRoles ? o.tokens : new TokenRoles(o.tokens);
+  const router = express.Router({ caseSensitive: true });
+  const admin = requireRoles(['admin'], tokens);
+  const wrap =
+    (fn: (req: Request, res: Response) => Promise<void>) =>
+    (req: Request, res: Response, next: NextFunction): void => {
+      fn(req, res).catch(next);
+    };
+  const reissueOf = (req: Request): boolean => req.query.reissue === '1' || req.query.reissue === 'true';
+
+  router.get(
+    '/admin/failed',
+    admin,
+    wrap(async (req, res) => {
+      const raw = req.query.limit;
+      const limit = raw === undefined ? 100 : Number(raw);
+      if (!Number.isInteger(limit) || limit < 1 || limit > MAX_REPLAY_BATCH) throw new HttpError(400, `limit must be an integer from 1 to ${MAX_REPLAY_BATCH}`);
+      res.json(await listFailed(o.queue, limit));
+    }),
+  );
+  router.post(
+    '/admin/replay/:batchId',
+    admin,
+    wrap(async (req, res) => {
+      const id = String(req.params.batchId);
+      if (!isBatchId(id)) throw new HttpError(400, 'batchId must be a batch id like 1782933157690-0000-735223');
+      const [r] = await replayFailed(o.queue, o.ledger, o.redis, [id], { reissue: reissueOf(req) });
+      if (r?.outcome === 'not-failed') throw new HttpError(404, `batch ${id} is not in the failed set`);
+      res.json(r);
+    }),
+  );
+  router.post(
+    '/admin/replay',
+    admin,
+    wrap(async (req, res) => {
+      const results = await replayFailed(o.queue, o.ledger, o.redis, 'all', { reissue: reissueOf(req) });
+      res.json({ replayed: results.filter((r) => r.outcome === 'replayed' || r.outcome === 'reissued').length, results });
+    }),
+  );
+  return router;
+}
