@@ -36,14 +36,15 @@ export class FaultProxy {
 
   /** Listens on a free loopback port and forwards to `targetPort` on 127.0.0.1. */
   static async start(targetPort: number): Promise<FaultProxy> {
-    let proxy: FaultProxy | undefined;
-    const server = net.createServer((client) => proxy?.accept(client, targetPort));
+    // The connection handler needs the proxy, which needs the listening server's port.
+    const ref: { proxy?: FaultProxy } = {};
+    const server = net.createServer((client) => ref.proxy?.accept(client, targetPort));
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
       server.listen(0, '127.0.0.1', () => resolve());
     });
-    proxy = new FaultProxy(server, (server.address() as net.AddressInfo).port);
-    return proxy;
+    ref.proxy = new FaultProxy(server, (server.address() as net.AddressInfo).port);
+    return ref.proxy;
   }
 
   get url(): string {

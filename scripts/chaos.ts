@@ -432,7 +432,7 @@ async function main(): Promise<number> {
 
   const report = await verify(direct);
   direct.destroy();
-  const exits = await Promise.all([api, ...encoders].map((p) => p?.stop('SIGTERM', 20_000)));
+  const exits = await Promise.all([api, ...encoders].map((p) => (p ? p.stop('SIGTERM', 20_000) : Promise.resolve(null))));
   progress(`SIGTERM exit codes: api ${exits[0]}, encoders ${exits[1]} ${exits[2]}`);
   printTable(report);
   process.stdout.write(`CHAOS_RESULT ${JSON.stringify(report)}\n`);
@@ -449,7 +449,7 @@ hardStop.unref();
 process.once('SIGINT', () => void cleanup().finally(() => process.exit(130)));
 process.once('SIGTERM', () => void cleanup().finally(() => process.exit(143)));
 
-main()
+void main()
   .catch((err: unknown) => {
     progress(`error: ${err instanceof Error ? err.message : String(err)}`);
     return 2;
