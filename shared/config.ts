@@ -144,6 +144,7 @@ export const EnvSchema = z
     IDEMPOTENCY_WINDOW_SECONDS: z.coerce.number().int().min(0).default(86_400),
     ORPHAN_GRACE_SECONDS: positiveInt.default(60),
     LIST_INDEX_SECONDS: z.coerce.number().int().min(0).default(3600),
+    ENCODER_THREAD_NICE: z.coerce.number().int().min(0).max(19).default(5),
     METRICS_PORT: port.default(9464),
     LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   })

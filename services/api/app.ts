@@ -84,6 +84,7 @@ export function createApiApp(deps: ApiDeps): ApiApp {
         metrics.rejections.inc({ reason });
       },
       shed: () => metrics.pushes.inc({ outcome: 'shed' }),
+      unavailable: () => metrics.pushes.inc({ outcome: 'unavailable' }),
       pushed: (r, bytes) => {
         if (r.batchId === null) return void metrics.pushes.inc({ outcome: 'empty' });
         if (r.deduplicated) return void metrics.pushes.inc({ outcome: 'deduplicated' });

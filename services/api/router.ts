@@ -17,6 +17,8 @@ export interface RouterObserver {
   rejected?(reason: RejectReason): void;
   pushed?(result: PushResult, bodyBytes: number): void;
   shed?(): void;
+  /** The batch could not be made durable (Redis or the store unreachable): answered 503. */
+  unavailable?(): void;
 }
 
 export interface SyncRouterOptions {
@@ -124,7 +126,13 @@ export function createSyncRouter(opts: SyncRouterOptions): Router {
         const check = checkEnvelope(body);
         if (!check.ok) throw reject(observer, check.error.startsWith('malformed JSON') || check.error.includes('UTF-8') ? 'bad_json' : 'bad_envelope', 400, check.error);
         delete params[t.batchParam];
-        const result = await plugin.push(params, body, check, { idempotencyKey: idemHeader });
+        let result: PushResult;
+        try {
+          result = await plugin.push(params, body, check, { idempotencyKey: idemHeader });
+        } catch (err) {
+          if (err instanceof HttpError && err.status === 503) observer?.unavailable?.();
+          throw err;
+        }
         observer?.pushed?.(result, body.length);
         res.status(200).json({ hash: result.hash, batchId: result.batchId });
       }),

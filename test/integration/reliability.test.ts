@@ -404,6 +404,8 @@ describe('Redis down and back', () => {
     expect(pulled.status).toBe(200);
     expect(pulled.headers.get('content-type')).toBe('application/vnd.apache.parquet');
     expect((await fetch(`http://127.0.0.1:${port}/readyz`)).status).toBe(503);
+    const metricsText = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+    expect(metricsText).toMatch(/ingest_pushes_total\{outcome="unavailable",service="api"\} [1-9]/);
 
     redisServer = await startRedisServer({ port: redisServer.port, dir: redisDir, args: aof });
     const again = await waitFor(async () => {
