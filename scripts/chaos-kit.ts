@@ -112,11 +112,13 @@ export interface Service {
  * itself. (The `tsx` CLI runs the code in a child process; killing the CLI with SIGKILL would
  * leave that child running and still holding its port.)
  */
-export function spawnService(entry: string, env: Record<string, string>): Service {
+export function spawnService(entry: string, env: Record<string, string>, opts: { keepChars?: number } = {}): Service {
   const child = spawn(process.execPath, ['--import', 'tsx', entry], { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const keepChars = opts.keepChars ?? OUTPUT_KEEP_CHARS;
   let out = '';
   const keep = (d: Buffer): void => {
-    out = (out + d.toString()).slice(-OUTPUT_KEEP_CHARS);
+    out += d.toString();
+    if (out.length > keepChars) out = out.slice(-keepChars);
   };
   child.stdout?.on('data', keep);
   child.stderr?.on('data', keep);

@@ -1,41 +1,13 @@
-import { type ChildProcess, spawn } from 'node:child_process';
-import { resolve } from 'node:path';
+import { type Service, spawnService } from '../../scripts/chaos-kit.js';
 
-const ROOT = resolve(import.meta.dirname, '../..');
-
-export interface ServiceProcess {
-  child: ChildProcess;
-  /** Everything the process printed so far (stdout + stderr). */
-  output(): string;
-  /** Sends `signal` and waits for the exit code (SIGKILL after `ms`). */
-  stop(signal?: NodeJS.Signals, ms?: number): Promise<number | null>;
-  exited(): Promise<number | null>;
-}
+export type ServiceProcess = Service;
 
 /**
- * Runs one of the product's entry points as `npm start` would, with `env` added. Node loads tsx
- * in-process (`--import tsx`) so the pid is the service itself: the `tsx` command would fork a
- * child that outlives a SIGKILL sent to it.
+ * Runs one of the product's entry points as `npm start` would, with `env` added, keeping all of
+ * its output (tests scan the logs).
  */
 export function startService(entry: 'services/main.ts' | 'services/api/main.ts' | 'services/encoder/main.ts', env: Record<string, string>): ServiceProcess {
-  const child = spawn(process.execPath, ['--import', 'tsx', entry], { cwd: ROOT, env: { ...process.env, LOG_LEVEL: 'info', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-  let out = '';
-  child.stdout?.on('data', (d: Buffer) => (out += d.toString()));
-  child.stderr?.on('data', (d: Buffer) => (out += d.toString()));
-  const exit = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
-  return {
-    child,
-    output: () => out,
-    exited: () => exit,
-    async stop(signal = 'SIGTERM', ms = 20_000) {
-      if (child.exitCode !== null || child.signalCode !== null) return child.exitCode;
-      child.kill(signal);
-      const t = setTimeout(() => child.kill('SIGKILL'), ms);
-      const code = await exit;
-      clearTimeout(t);
-      return code;
-    },
-  };
+  return spawnService(entry, { LOG_LEVEL: 'info', ...env }, { keepChars: Number.POSITIVE_INFINITY });
 }
 
 /** Polls `url` until it answers 200 (bounded by `ms`). */
