@@ -1,5 +1,5 @@
 import { ConfigError } from './config.js';
-import type { Logger } from './logger.js';
+import { type Logger, flushLogger } from './logger.js';
 
 /** Prints a start-up failure without a stack for config problems, and exits 1. */
 export function exitOnStartupError(err: unknown): never {
@@ -30,7 +30,7 @@ export function handleShutdown(logger: Logger, cleanups: readonly (() => Promise
       }
       clearTimeout(force);
       logger.info('shut down cleanly');
-      logger.flush();
+      await flushLogger(logger);
     })();
     return running;
   };

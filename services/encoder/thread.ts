@@ -2,6 +2,7 @@ import { readlinkSync } from 'node:fs';
 import { setPriority } from 'node:os';
 import { parentPort, workerData } from 'node:worker_threads';
 import type { Env } from '../../shared/config.js';
+import { flushLogger } from '../../shared/logger.js';
 import { startStack } from '../stack.js';
 
 /**
@@ -44,7 +45,8 @@ port.on('message', (msg: Inbound) => {
       () => port.postMessage({ type: 'metrics', text: '' }),
     );
   } else if (msg.type === 'close') {
-    void stack.close().finally(() => {
+    void stack.close().finally(async () => {
+      await flushLogger(stack.logger);
       port.postMessage({ type: 'closed' });
       port.close();
     });
