@@ -9,6 +9,11 @@ export class ConfigError extends Error {
 
 const JSON_MIME_RE = /^application\/(?:[a-z0-9.+-]+\+)?json$/i;
 
+/** True for `application/json` and `application/<x>+json`: what makes a collection JSON-typed. */
+export function isJsonMimeType(mime: string): boolean {
+  return JSON_MIME_RE.test(mime);
+}
+
 const CollectionSchema = z
   .object({
     name: z.string().regex(/^[A-Za-z0-9._~-]{1,128}$/, 'must be 1-128 characters of [A-Za-z0-9._~-]'),
@@ -29,7 +34,7 @@ const CollectionSchema = z
     if (c.encryption !== 'none') {
       ctx.addIssue({ code: 'custom', path: ['encryption'], message: `events collections store plain Parquet; encryption must be "none" (got "${c.encryption}")` });
     }
-    const bad = c.allowedMimeTypes.filter((m) => !JSON_MIME_RE.test(m));
+    const bad = c.allowedMimeTypes.filter((m) => !isJsonMimeType(m));
     if (bad.length > 0) {
       ctx.addIssue({
         code: 'custom',

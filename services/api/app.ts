@@ -7,6 +7,7 @@ import { HttpError, StoreError } from '../../shared/errors.js';
 import type { BatchLedger } from '../../shared/ledger/ledger.js';
 import { reapOnce } from '../../shared/ledger/reaper.js';
 import type { Logger } from '../../shared/logger.js';
+import { withTimeout } from '../../shared/timeout.js';
 import type { ObjectStore } from '../../shared/store/types.js';
 import { TokenRoles } from './auth.js';
 import { QUEUE_STATES, createApiMetrics, type ApiMetrics } from './metrics.js';
@@ -40,15 +41,6 @@ export interface ApiApp {
   start(): void;
   /** Stops the loops. Idempotent. */
   stop(): void;
-}
-
-async function timeout<T>(p: Promise<T>, ms: number): Promise<T> {
-  let t: NodeJS.Timeout | undefined;
-  try {
-    return await Promise.race([p, new Promise<never>((_, rej) => (t = setTimeout(() => rej(new Error(`timed out after ${ms} ms`)), ms)))]);
-  } finally {
-    clearTimeout(t);
-  }
 }
 
 /** The API's Express app: sync routes for every collection plus /healthz, /readyz and /metrics. */
@@ -121,21 +113,21 @@ export function createApiApp(deps: ApiDeps): ApiApp {
     const checks: Record<string, string> = {};
     let ok = true;
     try {
-      await timeout(redis.ping(), 1000);
+      await withTimeout(redis.ping(), 1000);
       checks.redis = 'ok';
     } catch (err) {
       ok = false;
       checks.redis = `unreachable: ${(err as Error).message}`;
     }
     try {
-      await timeout(store.healthcheck(), 2000);
+      await withTimeout(store.healthcheck(), 2000);
       checks.store = 'ok';
     } catch (err) {
       ok = false;
       checks.store = `unreachable: ${(err as Error).message}`;
     }
     let watermarkLagSeconds: number | null = null;
-    if (checks.redis === 'ok') watermarkLagSeconds = (await timeout(ledger.maxLagMs(), 1000).catch(() => 0)) / 1000;
+    if (checks.redis === 'ok') watermarkLagSeconds = (await withTimeout(ledger.maxLagMs(), 1000).catch(() => 0)) / 1000;
     res.status(ok ? 200 : 503).json({ ok, checks, watermarkLagSeconds, shedding: shedder.shedReason() });
   });
 
@@ -188,7 +180,7 @@ export function createApiApp(deps: ApiDeps): ApiApp {
   let gaugesInFlight: Promise<void> | undefined;
   /** One Redis round per registry read however many gauges ask; a slow or absent Redis leaves the last values. */
   function refreshQueueGauges(): Promise<void> {
-    gaugesInFlight ??= timeout(readQueueGauges(), 2000)
+    gaugesInFlight ??= withTimeout(readQueueGauges(), 2000)
       .catch(() => undefined)
       .finally(() => (gaugesInFlight = undefined));
     return gaugesInFlight;

@@ -1,16 +1,17 @@
 import { createHash } from 'node:crypto';
 import type { Queue } from 'bullmq';
-import type { CollectionConfig } from '../../shared/config.js';
+import { type CollectionConfig, isJsonMimeType } from '../../shared/config.js';
 import { HttpError, StoreError } from '../../shared/errors.js';
 import { batchIdMs, isBatchId, parseBatchRef } from '../../shared/ids.js';
 import { type BatchLedger, type ListBound, visibleUnder } from '../../shared/ledger/ledger.js';
 import { MemoryLedger } from '../../shared/ledger/memory.js';
-import { encodeBatch } from '../../shared/parquet/encode.js';
+import { PARQUET_MIME_TYPE, encodeBatch } from '../../shared/parquet/encode.js';
+import { withTimeout } from '../../shared/timeout.js';
 import { type StoragePathTemplate, batchKey, listPrefix, parseStoragePath } from '../../shared/paths.js';
 import { BATCH_JOB_OPTIONS, type BatchJob, JOB_NAME, packBody } from '../../shared/queue.js';
 import type { ObjectStore, StoredObject } from '../../shared/store/types.js';
 
-export const PARQUET_MIME_TYPE = 'application/vnd.apache.parquet';
+export { PARQUET_MIME_TYPE };
 
 /** Where accepted batches go: a BullMQ queue plus the Redis ledger that mints ids. */
 export interface QueueBinding {
@@ -61,20 +62,6 @@ function sha256Hex(data: Uint8Array | string): string {
   return createHash('sha256').update(data).digest('hex');
 }
 
-async function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  try {
-    return await Promise.race([
-      p,
-      new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(new Error(`${what} timed out after ${ms} ms`)), ms);
-      }),
-    ]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
 const unavailable = (what: string): HttpError => new HttpError(503, `${what}; retry later`, { 'Retry-After': '1' });
 
 /**
@@ -90,7 +77,7 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
   const collection = typeof opts.collection === 'string' ? opts.collection : opts.collection.name;
   if (typeof opts.collection !== 'string') {
     const c = opts.collection;
-    if (!c.allowedMimeTypes.every((m) => /^application\/(?:[a-z0-9.+-]+\+)?json$/i.test(m))) {
+    if (!c.allowedMimeTypes.every(isJsonMimeType)) {
       throw new Error(`events plugin: collection "${collection}" must be JSON-typed (allowedMimeTypes ["application/json"])`);
     }
     if (c.encryption !== 'none') throw new Error(`events plugin: collection "${collection}" must have encryption "none"`);

@@ -1,9 +1,8 @@
 import { StoreError } from '../../shared/errors.js';
-import { encodeBatch } from '../../shared/parquet/encode.js';
+import { PARQUET_MIME_TYPE, encodeBatch } from '../../shared/parquet/encode.js';
 import { type BatchJob, BatchJobSchema, unpackBody } from '../../shared/queue.js';
 import type { ObjectStore } from '../../shared/store/types.js';
 
-export const PARQUET_MIME_TYPE = 'application/vnd.apache.parquet';
 
 /** A step's outcome: bad data is a value with a reason, not a thrown surprise. */
 export type Step<T> = { ok: true; value: T } | { ok: false; reason: string };

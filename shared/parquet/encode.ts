@@ -18,6 +18,9 @@ import {
 } from 'parquet-wasm';
 
 /** The string columns of every events file, in file order (`received_at` and `extra` follow). */
+/** Media type of every file the encoder writes (and of pull responses). */
+export const PARQUET_MIME_TYPE = 'application/vnd.apache.parquet';
+
 export const EVENT_COLUMNS = [
   'event_type',
   'event',
