@@ -85,7 +85,6 @@ export function createSyncRouter(opts: SyncRouterOptions): Router {
   const { observer } = opts;
   const router = express.Router({ caseSensitive: true, strict: false });
   const denied = (status: 401 | 403): void => observer?.rejected?.(status === 401 ? 'unauthorized' : 'forbidden');
-  const deniedRead = (): void => undefined;
 
   for (const collection of config.collections) {
     const plugin = opts.plugins.find((p) => p.collection === collection.name);
@@ -141,7 +140,7 @@ export function createSyncRouter(opts: SyncRouterOptions): Router {
     if (collection.listable) {
       router.get(
         `/list/${prefixRoute}`,
-        requireRoles(collection.readRoles, tokens, deniedRead),
+        requireRoles(collection.readRoles, tokens),
         wrap(async (req, res) => {
           const params = paramsOf(req, t.prefixParams);
           const limit = parseLimit(req.query.limit);
@@ -154,7 +153,7 @@ export function createSyncRouter(opts: SyncRouterOptions): Router {
 
     router.get(
       `/pull/${full}`,
-      requireRoles(collection.readRoles, tokens, deniedRead),
+      requireRoles(collection.readRoles, tokens),
       wrap(async (req, res) => {
         const params = paramsOf(req, allNames);
         const ref = params[t.batchParam] as string;
