@@ -185,6 +185,8 @@ export function createApiApp(deps: ApiDeps): ApiApp {
   let gaugesInFlight: Promise<void> | undefined;
   /** One Redis round per registry read however many gauges ask; a slow or absent Redis leaves the last values. */
   function refreshQueueGauges(): Promise<void> {
+    // Redis known to be away: answer the scrape at once with the last values (the upkeep loop counts the outage).
+    if (redis.status !== 'ready') return Promise.resolve();
     gaugesInFlight ??= withTimeout(readQueueGauges(), 2000)
       .catch(() => undefined)
       .finally(() => (gaugesInFlight = undefined));
