@@ -132,7 +132,7 @@ export function createEncoder(o: EncoderOptions): Encoder {
         if (r === 'timeout') {
           o.logger.warn('active jobs did not finish in time; closing anyway (they will be retried as stalled)');
           // Bounded too: with Redis unreachable a forced close still waits for its connections.
-          await Promise.race([worker.close(true).catch(() => undefined), new Promise((r) => setTimeout(r, 1000).unref())]);
+          await Promise.race([worker.close(true).catch(() => undefined), new Promise((r) => setTimeout(r, Math.min(1000, graceMs)).unref())]);
         }
       })();
       return closing;
