@@ -201,8 +201,8 @@ export function createApiApp(deps: ApiDeps): ApiApp {
       await fn();
     } catch (err) {
       metrics.upkeepFailures.inc({ step });
-      // The error's class and Redis' address only: messages can quote keys' contents.
-      upkeepFailed({ step, err: err instanceof Error ? err.name : 'unknown', redis: redisAddress(redis), redisStatus: redis.status });
+      // Driver and ledger messages name keys and ids at most, never event contents.
+      upkeepFailed({ step, err: err instanceof Error ? `${err.name}: ${err.message.slice(0, 200)}` : 'unknown', redis: redisAddress(redis), redisStatus: redis.status });
       throw err;
     }
   }
