@@ -8,7 +8,9 @@ export const DEFAULT_REDIS_URL = 'redis://127.0.0.1:6379';
  * - `producer`: API pushes. No offline queue and short timeouts, so a push fails fast with
  *   503 while Redis is down instead of hanging.
  * - `worker`: BullMQ workers (blocking commands; BullMQ requires maxRetriesPerRequest null).
- * Both reconnect on their own with a capped backoff.
+ * Both reconnect on their own with a capped backoff. With a `logger`, connection errors are
+ * logged (`redis connection error`, host:port, error code, `count`) at most every
+ * CONNECTION_ERROR_LOG_MS per Redis, and `redis reachable again` when it is back.
  */
 export function createRedis(url: string, role: 'producer' | 'worker', extra: RedisOptions = {}, logger?: Logger): Redis {
   const base: RedisOptions = {
