@@ -270,5 +270,11 @@ export function createSyncRouter(opts: SyncRouterOptions): Router {
       }),
     );
   }
+  // A host app's default error page is HTML: answer the router's own refusals as JSON here.
+  // Anything else (store errors, bugs) goes on to the host's handler.
+  router.use(function syncRouterErrors(err: unknown, _req: Request, res: Response, next: NextFunction) {
+    if (!(err instanceof HttpError) || res.headersSent) return next(err);
+    res.set(err.headers).status(err.status).json({ error: err.message });
+  });
   return router;
 }

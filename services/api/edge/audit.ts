@@ -34,17 +34,18 @@ const SAFE_PARAM = /^[A-Za-z0-9._~-]{1,128}$/;
 export function audit(action: AuditEntry['action'], collection: string | null, logger: AuditLogger): RequestHandler {
   return function auditMiddleware(req: Request, res: Response, next: NextFunction): void {
     const t0 = performance.now();
+    // Read now: Express resets params and route once the request leaves the router.
+    const params: Record<string, string> = {};
+    for (const [k, v] of Object.entries((req.params ?? {}) as Record<string, string | undefined>)) if (typeof v === 'string' && SAFE_PARAM.test(v)) params[k] = v;
+    const route = `${req.baseUrl}${req.route ? String((req.route as { path: unknown }).path) : req.path}`;
     let done = false;
     const record = (): void => {
       if (done) return;
       done = true;
-      const params: Record<string, string> = {};
-      for (const [k, v] of Object.entries(req.params as Record<string, string | undefined>)) if (typeof v === 'string' && SAFE_PARAM.test(v)) params[k] = v;
-      const routePath = req.route ? String((req.route as { path: unknown }).path) : req.path;
       logger.record({
         timestamp: Date.now(),
         action,
-        route: `${req.baseUrl}${routePath}`,
+        route,
         method: req.method,
         collection,
         params,
