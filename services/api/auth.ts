@@ -81,9 +81,10 @@ export function tokenRoleResolver(tokens: TokenRoles | ReadonlyMap<string, reado
 }
 
 /**
- * Tries `resolvers` in order: the first that knows the credentials answers. An AuthError from
- * one is kept and thrown only if no later resolver accepts the request, so a static token and
- * a JWT can both be in use.
+ * Tries `resolvers` in order: the first that knows the credentials answers. An AuthError is
+ * thrown only if no resolver accepts the request, and it is the last one's (the most specific:
+ * a JWT's "token expired" rather than the token table's "unknown token"), so a static token
+ * and a JWT can both be in use.
  */
 export function firstOf(...resolvers: RoleResolver[]): RoleResolver {
   return async function anyResolver(req) {
@@ -94,7 +95,7 @@ export function firstOf(...resolvers: RoleResolver[]): RoleResolver {
         if (got) return got;
       } catch (err) {
         if (!(err instanceof AuthError)) throw err;
-        failure ??= err;
+        failure = err;
       }
     }
     if (failure) throw failure;

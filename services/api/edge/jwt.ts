@@ -77,7 +77,8 @@ export function createJwtRoleResolver(opts: JwtResolverOptions): RoleResolver {
     if (!token || token.split('.').length !== 3) return null;
     let payload: JWTPayload;
     try {
-      payload = typeof key === 'function' ? (await jwtVerify(token, key, verifyOptions)).payload : (await jwtVerify(token, key, verifyOptions)).payload;
+      // Two calls because jose's overloads take a key or a key getter, not their union.
+      payload = (typeof key === 'function' ? await jwtVerify(token, key, verifyOptions) : await jwtVerify(token, key, verifyOptions)).payload;
     } catch (err) {
       // The key server being slow or down is not the client's fault.
       if (err instanceof errors.JWKSTimeout || (err instanceof Error && !(err instanceof errors.JOSEError) && opts.jwksUrl)) {
