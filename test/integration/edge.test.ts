@@ -228,32 +228,35 @@ describe('edge: the service (CORS_ORIGINS, security headers, REQUEST_TIMEOUT_MS,
     expect(metrics.text).toMatch(/^ingest_request_timeouts_total\{[^}]*\} 1$/m);
   });
 
-  it('audit lines in the service log: list, pull and admin actions with identity, route, app and status', async () => {
+  it('audit lines in the service log: list and admin actions with identity, route, app and status; pushes with AUDIT_PUSH=on', async () => {
     const lines: string[] = [];
     const sink = new Writable({ write: (chunk: Buffer, _enc, cb) => (lines.push(...chunk.toString().split('\n').filter(Boolean)), cb()) });
     const dataDir = mkdtempSync(join(tmpdir(), 'ingest-edge-'));
     const stack = await startStack(
-      parseEnv({ PORT: '0', HOST: '127.0.0.1', REDIS_URL: inject('redisUrl'), DATA_DIR: dataDir, ADMIN_TOKEN, QUEUE_NAME: uniqueName('audit'), LOG_LEVEL: 'info' }),
+      parseEnv({ PORT: '0', HOST: '127.0.0.1', REDIS_URL: inject('redisUrl'), DATA_DIR: dataDir, ADMIN_TOKEN, QUEUE_NAME: uniqueName('audit'), LOG_LEVEL: 'info', AUDIT_PUSH: 'on' }),
       { api: true, encoder: false },
       createLogger({ level: 'info', name: 'audit-test', destination: sink }),
     );
     try {
       const app = stack.api!.app.app;
       expect((await request(app).get('/list/events/aud').set(auth)).status).toBe(200);
+      expect((await request(app).post('/push/events/aud/x').set('Content-Type', 'application/json').send(batchBody(2, () => ({ event: 'e', distinct_id: 'do-not-log-me-9931' })))).status).toBe(200);
       expect((await request(app).get('/admin/failed').set(auth)).status).toBe(200);
       expect((await request(app).get('/admin/failed')).status).toBe(401);
       const audits = await waitFor(async () => {
         const got = lines.map((l) => JSON.parse(l) as Record<string, unknown>).filter((l) => l.audit === true);
-        return got.length >= 3 ? got : null;
-      }, 5000, 'three audit lines');
+        return got.length >= 4 ? got : null;
+      }, 5000, 'four audit lines');
       expect(audits.map((a) => [a.action, a.route, a.status])).toEqual([
         ['list', '/list/events/:app', 200],
+        ['push', '/push/events/:app/:batchId', 200],
         ['admin', '/admin/failed', 200],
         ['admin', '/admin/failed', 401],
       ]);
       expect(audits[0]?.identity).toMatch(/^token:/);
       expect((audits[0]?.params as Record<string, string>).app).toBe('aud');
       expect(lines.join('\n')).not.toContain(ADMIN_TOKEN);
+      expect(lines.join('\n')).not.toContain('do-not-log-me-9931');
     } finally {
       await stack.close();
       rmSync(dataDir, { recursive: true, force: true });

@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseEnv } from '../../shared/config.js';
 import { batchBody } from '../helpers/events.js';
 import { waitFor } from '../helpers/proc.js';
+import { freePort } from '../helpers/redis-server.js';
 import { type TestStack, startTestStack } from '../helpers/stack.js';
 
 const ISSUER = 'https://issuer.test';
@@ -106,6 +107,18 @@ describe('JWT bearer tokens (jose), keys generated here', () => {
     } finally {
       await s2.shutdown();
       await new Promise((r) => jwks.close(r));
+    }
+  });
+
+  it('a JWKS endpoint that does not answer gives 503 + Retry-After, not a 401', async () => {
+    const s3 = await startTestStack({ JWT_JWKS_URL: `http://127.0.0.1:${await freePort()}/jwks.json` }, { api: true, encoder: false });
+    try {
+      const r = await request(s3.api!.app.app).get('/list/events/jwks').set('Authorization', `Bearer ${await token(keys, { roles: ['admin'] }, { kid: 'k1' })}`);
+      expect(r.status).toBe(503);
+      expect(r.headers['retry-after']).toBe('5');
+      expect(r.body.error).toMatch(/cannot fetch the JWT signing keys/);
+    } finally {
+      await s3.shutdown();
     }
   });
 
