@@ -1,10 +1,11 @@
 /**
- * Scenario — the cost of rate limiting. Three API processes (`services/api/main.ts`) on one
- * private Redis, identical but for their SyncConfig: no rate limit; a push rule (identity
- * bucket, a limit never reached, so every push runs the check and none is refused); the push
- * rule plus a per-app events budget (a second script call). Each takes the same closed-loop load
- * (a few connections pushing 10-event batches back to back), rounds alternated, and the
- * per-request latencies are measured here. Also the raw round trip of one check (the Lua
+ * Scenario — the cost of rate limiting. One API process (`services/api/main.ts`, no encoder) on
+ * a private Redis serves three collections that differ only in their `rateLimit`: none; a push
+ * rule (identity bucket, a limit never reached, so every push runs the check and none is
+ * refused); the push rule plus a per-app events budget (a second script call). Each takes the
+ * same closed-loop load (a few connections pushing 10-event batches back to back), rounds
+ * alternated, and the per-request latencies are measured here. Same process, same JIT, same
+ * Redis connection: only the check differs. Also the raw round trip of one check (the Lua
  * script) next to a Redis PING, from this process.
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -22,11 +23,26 @@ const NEVER = 1_000_000_000;
 
 type Variant = 'off' | 'rule' | 'rule+app';
 
-function configFor(v: Variant): unknown {
-  const rateLimit = v === 'off' ? undefined : { push: { windowMs: 60_000, maxRequests: NEVER, bucket: 'identity' }, ...(v === 'rule+app' ? { appEvents: { windowMs: 1000, maxEvents: NEVER } } : {}) };
+const VARIANTS: Variant[] = ['off', 'rule', 'rule+app'];
+/** The collection (and route prefix) of each variant. */
+const COLLECTION: Record<Variant, string> = { off: 'off', rule: 'rule', 'rule+app': 'both' };
+
+function config(): unknown {
+  const rateLimit = (v: Variant) =>
+    v === 'off' ? undefined : { push: { windowMs: 60_000, maxRequests: NEVER, bucket: 'identity' }, ...(v === 'rule+app' ? { appEvents: { windowMs: 1000, maxEvents: NEVER } } : {}) };
   return {
     version: 1,
-    collections: [{ name: 'events', storagePath: 'events/{app}/{batchId}', readRoles: ['admin'], writeRoles: ['public'], encryption: 'none', allowedMimeTypes: ['application/json'], maxBodyBytes: 8_000_000, listable: true, ...(rateLimit ? { rateLimit } : {}) }],
+    collections: VARIANTS.map((v) => ({
+      name: COLLECTION[v],
+      storagePath: `${COLLECTION[v]}/{app}/{batchId}`,
+      readRoles: ['admin'],
+      writeRoles: ['public'],
+      encryption: 'none',
+      allowedMimeTypes: ['application/json'],
+      maxBodyBytes: 8_000_000,
+      listable: true,
+      ...(rateLimit(v) ? { rateLimit: rateLimit(v) } : {}),
+    })),
   };
 }
 
@@ -36,7 +52,7 @@ function percentile(sorted: readonly number[], p: number): number {
 }
 
 /** `connections` loops pushing back to back for `ms`; returns every latency (ms) and the non-200 count. */
-async function closedLoop(base: string, app: string, ms: number): Promise<{ lat: number[]; bad: number }> {
+async function closedLoop(base: string, prefix: string, app: string, ms: number): Promise<{ lat: number[]; bad: number }> {
   const agent = new Agent({ keepAlive: true, maxSockets: CONNECTIONS });
   const body = bodyFactory(EVENTS_PER_BATCH);
   const url = new URL(base);
@@ -48,7 +64,7 @@ async function closedLoop(base: string, app: string, ms: number): Promise<{ lat:
       const payload = body();
       const t0 = performance.now();
       const req = request(
-        { agent, host: url.hostname, port: url.port, method: 'POST', path: `/push/events/${app}/x`, headers: { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(payload) } },
+        { agent, host: url.hostname, port: url.port, method: 'POST', path: `/push/${prefix}/${app}/x`, headers: { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(payload) } },
         (res) => {
           res.resume();
           res.on('end', () => {
@@ -79,32 +95,28 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
   const redis = probeRedis(redisServer.url);
   const procs: Child[] = [];
   try {
-    const variants: Variant[] = ['off', 'rule', 'rule+app'];
-    const urls = {} as Record<Variant, string>;
-    for (const v of variants) {
-      const port = await freePort();
-      const configFile = join(tmp, `${v}.json`);
-      writeFileSync(configFile, JSON.stringify(configFor(v)));
-      const proc = spawnTs('services/api/main.ts', {
-        PORT: String(port),
-        HOST: '127.0.0.1',
-        REDIS_URL: redisServer.url,
-        QUEUE_NAME: `bench-rl-${v.replace('+', '-')}`,
-        DATA_DIR: join(tmp, v),
-        CONFIG_FILE: configFile,
-        QUEUE_HIGH_WATER: '10000000',
-        LOG_LEVEL: 'warn',
-      });
-      procs.push(proc);
-      urls[v] = `http://127.0.0.1:${port}`;
-      // One at a time, generously bounded: three cold tsx starts at once crowd two cores.
-      ctx.progress(`rate-limit: starting the API (${v})`);
-      await waitHttp(`${urls[v]}/healthz`, proc, 120_000);
-    }
+    const variants = VARIANTS;
+    const port = await freePort();
+    const configFile = join(tmp, 'config.json');
+    writeFileSync(configFile, JSON.stringify(config()));
+    const proc = spawnTs('services/api/main.ts', {
+      PORT: String(port),
+      HOST: '127.0.0.1',
+      REDIS_URL: redisServer.url,
+      QUEUE_NAME: 'bench-rl',
+      DATA_DIR: join(tmp, 'data'),
+      CONFIG_FILE: configFile,
+      QUEUE_HIGH_WATER: '10000000',
+      LOG_LEVEL: 'warn',
+    });
+    procs.push(proc);
+    const base = `http://127.0.0.1:${port}`;
+    ctx.progress('rate-limit: starting the API');
+    await waitHttp(`${base}/healthz`, proc, 120_000);
 
     for (const v of variants) {
       ctx.progress(`rate-limit: warm-up ${v}`);
-      await closedLoop(urls[v], 'warmup', smoke ? 200 : 2000);
+      await closedLoop(base, COLLECTION[v], 'warmup', smoke ? 200 : 2000);
     }
     const lat: Record<Variant, number[]> = { off: [], rule: [], 'rule+app': [] };
     const p50s: Record<Variant, number[]> = { off: [], rule: [], 'rule+app': [] };
@@ -114,7 +126,7 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
       const order = r % 2 === 0 ? variants : [...variants].reverse();
       for (const v of order) {
         ctx.progress(`rate-limit: round ${r + 1}/${rounds}, ${v} (${runMs} ms)`);
-        const res = await closedLoop(urls[v], `r${r}`, runMs);
+        const res = await closedLoop(base, COLLECTION[v], `r${r}`, runMs);
         const sorted = [...res.lat].sort((a, b) => a - b);
         p50s[v].push(percentile(sorted, 50));
         p99s[v].push(percentile(sorted, 99));
