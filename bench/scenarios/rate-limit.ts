@@ -13,8 +13,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Agent, request } from 'node:http';
 import { RedisCounterStore } from '../../services/api/edge/counters.js';
+import { startStack } from '../../services/stack.js';
+import { parseEnv } from '../../shared/config.js';
 import { freePort, startRedisServer } from '../../test/helpers/redis-server.js';
-import { type Child, bodyFactory, median, probeRedis, row, sleep, spawnTs, waitHttp } from '../lib.js';
+import { bodyFactory, median, probeRedis, row, sleep, spawnTs, waitHttp } from '../lib.js';
 import type { BenchContext, BenchRow } from '../types.js';
 
 const EVENTS_PER_BATCH = 10;
@@ -93,13 +95,13 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
   const tmp = mkdtempSync(join(tmpdir(), 'ingest-bench-rl-'));
   const redisServer = await startRedisServer();
   const redis = probeRedis(redisServer.url);
-  const procs: Child[] = [];
+  const stops: (() => Promise<void>)[] = [];
   try {
     const variants = VARIANTS;
     const port = await freePort();
     const configFile = join(tmp, 'config.json');
     writeFileSync(configFile, JSON.stringify(config()));
-    const proc = spawnTs('services/api/main.ts', {
+    const env = {
       PORT: String(port),
       HOST: '127.0.0.1',
       REDIS_URL: redisServer.url,
@@ -108,11 +110,18 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
       CONFIG_FILE: configFile,
       QUEUE_HIGH_WATER: '10000000',
       LOG_LEVEL: 'warn',
-    });
-    procs.push(proc);
+    };
     const base = `http://127.0.0.1:${port}`;
     ctx.progress('rate-limit: starting the API');
-    await waitHttp(`${base}/healthz`, proc, 120_000);
+    if (smoke) {
+      // The smoke run proves the harness: the API in this process spares a cold process start.
+      const stack = await startStack(parseEnv({ ...env, LOG_LEVEL: 'silent' }), { api: true, encoder: false });
+      stops.push(() => stack.close());
+    } else {
+      const proc = spawnTs('services/api/main.ts', env);
+      stops.push(() => proc.stop());
+      await waitHttp(`${base}/healthz`, proc, 120_000);
+    }
 
     for (const v of variants) {
       ctx.progress(`rate-limit: warm-up ${v}`);
@@ -171,7 +180,7 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
     return rows;
   } finally {
     ctx.progress('rate-limit: stopping');
-    await Promise.all(procs.map((p) => p.stop()));
+    for (const stop of stops) await stop();
     redis.disconnect();
     await redisServer.stop();
     rmSync(tmp, { recursive: true, force: true });
