@@ -15,7 +15,7 @@ import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { CreateBucketCommand, S3Client } from '@aws-sdk/client-s3';
-import { S3ObjectStore } from '../../shared/store/s3.js';
+import { S3ObjectStore, S3_COMPATIBLE_CLIENT_SETTINGS } from '../../shared/store/s3.js';
 import { freePort } from './redis-server.js';
 
 /** What the three daemons and the two admin tools are called (Debian: packages of the same names, plus ceph-common). */
@@ -253,7 +253,7 @@ export async function startRgw(): Promise<RgwServer> {
     procs.osd = daemon('ceph-osd', ['-c', conf, '-i', '0']);
     await startGateway(deadline);
     await tool('radosgw-admin', ['-c', conf, 'user', 'create', '--uid', 'ingest-tests', '--display-name', 'events-ingest tests', '--access-key', accessKeyId, '--secret-key', secretAccessKey]);
-    const client = new S3Client({ region: REGION, endpoint, forcePathStyle: true, credentials: { accessKeyId, secretAccessKey }, maxAttempts: 5 });
+    const client = new S3Client({ region: REGION, endpoint, forcePathStyle: true, credentials: { accessKeyId, secretAccessKey }, maxAttempts: 5, ...S3_COMPATIBLE_CLIENT_SETTINGS });
     try {
       await client.send(new CreateBucketCommand({ Bucket: BUCKET }));
     } finally {
