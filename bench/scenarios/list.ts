@@ -210,7 +210,12 @@ export const run: Scenario = async (ctx) => {
       { backend: s3, indexed: false },
       { backend: rgw, indexed: false },
     ];
-    for (const { backend, indexed } of variants) {
+    // BENCH_LIST_ONLY=<text>: only the variants whose store name contains it (e.g. `rgw`), since
+    // filling every store to 100,000 files takes minutes each.
+    const only = process.env.BENCH_LIST_ONLY?.toLowerCase();
+    const chosen = only ? variants.filter((v) => v.backend.name.toLowerCase().includes(only)) : variants;
+    if (chosen.length === 0) throw new Error(`BENCH_LIST_ONLY=${only ?? ''} matches no store (${variants.map((v) => v.backend.name).join(', ')})`);
+    for (const { backend, indexed } of chosen) {
       const p50: number[] = [];
       for (const n of sizes) {
         const ids = fixtureIds(n);

@@ -18,8 +18,8 @@ import { CreateBucketCommand, S3Client } from '@aws-sdk/client-s3';
 import { S3ObjectStore, S3_COMPATIBLE_CLIENT_SETTINGS } from '../../shared/store/s3.js';
 import { freePort } from './redis-server.js';
 
-/** What the three daemons and the two admin tools are called (Debian: packages of the same names, plus ceph-common). */
-const BINARIES = ['ceph-mon', 'ceph-osd', 'radosgw', 'monmaptool', 'ceph', 'radosgw-admin'] as const;
+/** The three daemons, the admin tools (Debian: packages of the same names, plus ceph-common) and util-linux's setpriv. */
+const BINARIES = ['ceph-mon', 'ceph-osd', 'radosgw', 'monmaptool', 'ceph', 'radosgw-admin', 'setpriv'] as const;
 export const RGW_INSTALL_HINT = 'apt-get install -y --no-install-recommends radosgw ceph-mon ceph-osd (.ci/run does this)';
 /** Bounds on a loaded 2-core machine; an idle one starts in about 2 s. */
 const START_TIMEOUT_MS = 90_000;

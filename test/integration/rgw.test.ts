@@ -28,6 +28,18 @@ const auth = { Authorization: `Bearer ${TOKEN}` };
 const sha256 = (b: Uint8Array): string => createHash('sha256').update(b).digest('hex');
 const mb = (bytes: number): string => (bytes / 1024 / 1024).toFixed(0);
 
+describe('startRgw without the Ceph packages', () => {
+  it('fails loudly, naming the missing binary and how to install it (no silent skip)', async () => {
+    const saved = process.env.PATH;
+    process.env.PATH = '/nonexistent';
+    try {
+      await expect(startRgw()).rejects.toThrow(/needs ceph-mon on the PATH: apt-get install .*radosgw ceph-mon ceph-osd/);
+    } finally {
+      process.env.PATH = saved;
+    }
+  });
+});
+
 describe('the product on Ceph RGW (API and encoder as separate processes)', () => {
   let rgw: RgwServer;
   let direct: S3ObjectStore;
