@@ -33,7 +33,7 @@ describe('startRgw without the Ceph packages', () => {
     const saved = process.env.PATH;
     process.env.PATH = '/nonexistent';
     try {
-      await expect(startRgw()).rejects.toThrow(/needs ceph-mon on the PATH: apt-get install .*radosgw ceph-mon ceph-osd/);
+      await expect(startRgw()).rejects.toThrow(/need ceph-mon on the PATH: apt-get install .*radosgw ceph-mon ceph-osd/);
     } finally {
       process.env.PATH = saved;
     }
