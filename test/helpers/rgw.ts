@@ -260,8 +260,16 @@ export async function startRgw(): Promise<RgwServer> {
       client.destroy();
     }
   } catch (err) {
+    // A daemon that died (a port taken between choosing and binding it, say) explains an admin
+    // tool's timeout better than the tool does.
+    let cause = err as Error;
+    try {
+      for (const [name, logName] of [['mon', 'mon.a'], ['osd', 'osd.0'], ['rgw', 'client.rgw']] as const) check(name, logName);
+    } catch (died) {
+      cause = new Error(`${cause.message}\n${(died as Error).message}`, { cause: err });
+    }
     await close();
-    throw err;
+    throw cause;
   }
   const startupMs = performance.now() - started;
 

@@ -264,6 +264,8 @@ describe('the product on Ceph RGW (API and encoder as separate processes)', () =
       const lost = [...acked.keys()].filter((id) => !got.has(id));
       const wrong = [...acked.keys()].filter((id) => got.has(id) && (got.get(id)?.n !== sizes.get(id) || got.get(id)?.d !== sizes.get(id) || got.get(id)?.files !== 1));
       expect({ lost, wrong, extra: rows.length - acked.size }).toEqual({ lost: [], wrong: [], extra: 0 });
+      const m = rgw.memory();
+      console.log(`RGW RSS after the outage case: total ${mb(m.total)} MB (mon ${mb(m.mon)}, osd ${mb(m.osd)}, radosgw ${mb(m.rgw)})`);
       console.log(`outage: ${acked.size} pushes acknowledged (${before} objects written before the kill), ${keys.length} objects, ${retries} client retries, 0 lost, 0 duplicated`);
     } finally {
       stop = true;
