@@ -162,8 +162,8 @@ FROM read_parquet('${root}/events/shop/**/*.parquet') WHERE received_at >= now()
     procs.push(api, encoder);
     const direct = rgwStoreFor(rgw);
     try {
-      await waitForHttp(`${url}/readyz`, 30_000, api);
-      await waitForHttp(`http://127.0.0.1:${metricsPort}/metrics`, 30_000, encoder);
+      await waitForHttp(`${url}/readyz`, 60_000, api);
+      await waitForHttp(`http://127.0.0.1:${metricsPort}/metrics`, 60_000, encoder);
       const ids: string[] = [];
       for (const n of [100, 1, 1000]) {
         const r = await push(url, 'rgw', batchBody(n));

@@ -62,9 +62,10 @@ describe('the product on Ceph RGW (API and encoder as separate processes)', () =
     const common = { HOST: '127.0.0.1', ...rgwEnv(rgw), REDIS_URL: inject('redisUrl'), QUEUE_NAME: queueName, ADMIN_TOKEN: TOKEN, LOG_LEVEL: 'warn', ENCODER_LOCK_SECONDS: '5' };
     api = startService('services/api/main.ts', { ...common, PORT: String(apiPort) });
     encoder = startService('services/encoder/main.ts', { ...common, METRICS_PORT: String(metricsPort) });
-    await waitForHttp(`${url}/readyz`, 30_000, api);
-    await waitForHttp(`http://127.0.0.1:${metricsPort}/healthz`, 30_000, encoder);
-  }, 150_000);
+    // Generous: on a loaded 2-core machine two tsx processes can take most of a minute to start.
+    await waitForHttp(`${url}/readyz`, 90_000, api);
+    await waitForHttp(`http://127.0.0.1:${metricsPort}/healthz`, 90_000, encoder);
+  }, 240_000);
 
   afterAll(async () => {
     await api?.stop('SIGKILL');
