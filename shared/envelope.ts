@@ -76,6 +76,10 @@ function quoteKey(key: string): string {
   return JSON.stringify(key.length > MAX_QUOTED_KEY ? `${key.slice(0, MAX_QUOTED_KEY)}…` : key);
 }
 
+/** Keys per event compared pairwise before a Set takes over (real events have about ten). */
+const LINEAR_KEYS = 32;
+const textDecoder = new TextDecoder();
+
 const TRUE = [116, 114, 117, 101];
 const FALSE = [102, 97, 108, 115, 101];
 const NULL = [110, 117, 108, 108];
@@ -96,6 +100,8 @@ class Scanner {
   readonly topKeys: string[] = [];
   /** Key ranges of the current event: start, end, escaped (0/1), three numbers per key. */
   private readonly eventKeys: number[] = [];
+  /** The current event's keys once it has more than LINEAR_KEYS of them. */
+  private keySet: Set<string> | undefined;
 
   constructor(
     private readonly buf: Uint8Array,
@@ -202,7 +208,7 @@ class Scanner {
     if (this.buf[this.pos] !== 34) this.syntax('a string key');
     const start = this.pos;
     this.string();
-    return JSON.parse(Buffer.from(this.buf.buffer, this.buf.byteOffset + start, this.pos - start).toString('utf8')) as string;
+    return this.decode(start, this.pos);
   }
 
   number(): void {
@@ -330,9 +336,24 @@ class Scanner {
     while (!this.next(93, "',' or ']'"));
   }
 
-  /** Refuses a key the current event already has: storing both is impossible, dropping one silent. */
+  /**
+   * Refuses a key the current event already has: storing both is impossible, dropping one
+   * silent. Events have a handful of keys, compared byte by byte; past LINEAR_KEYS an event's
+   * keys go into a Set, so a hostile event with a million keys costs linear time, not quadratic.
+   */
   checkUnique(index: number, start: number, end: number, escaped: boolean): void {
     const keys = this.eventKeys;
+    let seen = this.keySet;
+    if (seen === undefined && keys.length >= LINEAR_KEYS * 3) {
+      seen = this.keySet = new Set<string>();
+      for (let k = 0; k < keys.length; k += 3) seen.add(this.decode(keys[k], keys[k + 1]));
+    }
+    if (seen !== undefined) {
+      const key = this.decode(start, end);
+      if (seen.has(key)) this.duplicate(index, key);
+      seen.add(key);
+      return;
+    }
     const b = this.buf;
     const len = end - start;
     for (let k = 0; k < keys.length; k += 3) {
@@ -347,21 +368,26 @@ class Scanner {
         while (i < len && b[s + i] === b[start + i]) i++;
         same = i === len;
       }
-      if (same) {
-        this.fail(`data.events[${index}] has the key ${quoteKey(this.decode(start, end))} twice; each top-level key of an event must be unique`);
-      }
+      if (same) this.duplicate(index, this.decode(start, end));
     }
     keys.push(start, end, escaped ? 1 : 0);
   }
 
+  duplicate(index: number, key: string): never {
+    this.fail(`data.events[${index}] has the key ${quoteKey(key)} twice; each top-level key of an event must be unique`);
+  }
+
+  /** The key or string `buf[start, end)` (quotes included) as a JS string. */
   decode(start: number, end: number): string {
-    return JSON.parse(Buffer.from(this.buf.buffer, this.buf.byteOffset + start, end - start).toString('utf8')) as string;
+    const text = textDecoder.decode(this.buf.subarray(start, end));
+    return text.includes('\\') ? (JSON.parse(text) as string) : text.slice(1, -1);
   }
 
   /** One event object at pos (level 1), its top-level members handed to the sink. */
   event(index: number): void {
     const sink = this.sink;
     this.eventKeys.length = 0;
+    this.keySet = undefined;
     this.eventIndex = index;
     sink?.beginEvent(index);
     this.pos++;
