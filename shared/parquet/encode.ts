@@ -99,12 +99,13 @@ function columnOfKey(body: Uint8Array, start: number, end: number): number | und
 
 /** A growing Arrow Utf8 column: values are appended as bytes, one row after another. */
 class Utf8Builder {
-  offsets = new Int32Array(64);
-  data: Uint8Array;
+  offsets = new Int32Array(1024);
+  data = new Uint8Array(64 * 1024);
   end = 0;
 
-  constructor(bytes: number) {
-    this.data = new Uint8Array(Math.max(bytes, 64));
+  /** Empties the builder, keeping its (grown) buffers for the next batch. */
+  reset(): void {
+    this.end = 0;
   }
 
   /** Marks where `row`'s value starts (at the current end). */
@@ -172,11 +173,26 @@ class Utf8Builder {
     this.end += textEncoder.encodeInto(value, this.data.subarray(this.end)).written;
   }
 
-  finish(rows: number, validity?: Uint8Array, nullCount = 0): Utf8Column {
+  /**
+   * The column at its exact size: copied out, or (`borrow`) a view of the builder's buffers that
+   * is only valid until the next batch is scanned.
+   */
+  finish(rows: number, borrow: boolean, validity?: Uint8Array, nullCount = 0): Utf8Column {
     this.startRow(rows);
-    return { offsets: this.offsets.subarray(0, rows + 1), data: this.data.subarray(0, this.end), validity, nullCount };
+    const offsets = borrow ? this.offsets.subarray(0, rows + 1) : this.offsets.slice(0, rows + 1);
+    const data = borrow ? this.data.subarray(0, this.end) : this.data.slice(0, this.end);
+    return { offsets, data, validity, nullCount };
   }
 }
+
+/**
+ * Staging buffers reused by every batch (encoding is synchronous, one batch at a time per
+ * thread): reuse avoids allocating and zeroing ten worst-case buffers per batch, and each column
+ * is copied out at its exact size. They grow to the largest batch seen (at most maxBodyBytes
+ * plus a few bytes per event in all).
+ */
+const FIXED_BUILDERS = EVENT_COLUMNS.map(() => new Utf8Builder());
+const EXTRA_BUILDER = new Utf8Builder();
 
 /**
  * Builds the column bytes from the scanner's members, copying each value's bytes as sent.
@@ -196,10 +212,10 @@ class ColumnSink implements EventSink {
   private row = -1;
 
   constructor(private readonly body: Uint8Array) {
-    // A first guess sized to the body: most bytes of a body end up in properties and context.
-    const guess = Math.min(body.length >> 2, 1 << 20);
-    this.fixed = EVENT_COLUMNS.map(() => new Utf8Builder(guess));
-    this.extra = new Utf8Builder(1024);
+    this.fixed = FIXED_BUILDERS;
+    this.extra = EXTRA_BUILDER;
+    for (const column of this.fixed) column.reset();
+    this.extra.reset();
   }
 
   beginEvent(index: number): void {
@@ -247,13 +263,13 @@ class ColumnSink implements EventSink {
     }
   }
 
-  finish(rows: number): EventColumns {
+  finish(rows: number, borrow: boolean): EventColumns {
     const columns: Record<string, unknown> = {
       rows,
-      extra: this.extra.finish(rows, this.validity.subarray(0, (rows + 7) >> 3), this.nullCount),
+      extra: this.extra.finish(rows, borrow, this.validity.subarray(0, (rows + 7) >> 3), this.nullCount),
     };
     EVENT_COLUMNS.forEach((name, i) => {
-      columns[name] = this.fixed[i].finish(rows);
+      columns[name] = this.fixed[i].finish(rows, borrow);
     });
     return columns as EventColumns;
   }
@@ -275,11 +291,16 @@ function decodeJson(body: Uint8Array, start: number, end: number): unknown {
  * @param body - The request body as received (UTF-8 bytes or text; decompression is the caller's job).
  */
 export function parseBatchColumns(body: string | Uint8Array): ParseResult {
+  return scanColumns(body, false);
+}
+
+/** {@link parseBatchColumns}; with `borrow`, the columns are views valid until the next scan. */
+function scanColumns(body: string | Uint8Array, borrow: boolean): ParseResult {
   const bytes = typeof body === 'string' ? Buffer.from(body, 'utf8') : body;
   const sink = new ColumnSink(bytes);
   const scan = scanEnvelope(bytes, sink);
   if (!scan.ok) return { ok: false, reason: scan.error };
-  return { ok: true, columns: sink.finish(scan.events) };
+  return { ok: true, columns: sink.finish(scan.events, borrow) };
 }
 
 /** A column's values as JS strings (null for a missing `extra`): for tests and debugging. */
@@ -424,7 +445,9 @@ export function arrowToParquet(table: arrow.Table, opts: ParquetWriteOptions = {
  *   array yields a valid zero-row file.
  */
 export function encodeBatch(body: string | Uint8Array, receivedAtMs: number): EncodeResult {
-  const parsed = parseBatchColumns(body);
+  // Borrowed columns: the table is serialised (tableToIPC copies every buffer) before anything
+  // else can scan into the builders.
+  const parsed = scanColumns(body, true);
   if (!parsed.ok) return parsed;
   const table = eventsToArrow(parsed.columns, receivedAtMs);
   return { ok: true, bytes: arrowToParquet(table), rows: table.numRows };

@@ -74,6 +74,15 @@ describe('parseBatchColumns', () => {
     if (!r.ok) expect(r.reason).toMatch(reason);
   });
 
+  it('returns columns of its own: a later scan (which reuses the staging buffers) does not change them', () => {
+    const first = parseBatchColumns(envelope([{ event: 'first', properties: { n: 1 } }]));
+    expect(encodeBatch(envelope([{ event: 'second overwrites', properties: { n: 22222 } }]), RECEIVED_AT).ok).toBe(true);
+    parseBatchColumns(envelope([{ event: 'third overwrites', properties: { n: 33333 } }]));
+    if (!first.ok) throw new Error(first.reason);
+    expect(columnValues(first.columns.event)).toEqual(['first']);
+    expect(columnValues(first.columns.properties)).toEqual(['{"n":1}']);
+  });
+
   it('rejects bytes that are not UTF-8', () => {
     expect(parseBatchColumns(new Uint8Array([0x7b, 0xff, 0x7d]))).toEqual({
       ok: false,
