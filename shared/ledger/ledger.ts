@@ -38,7 +38,11 @@ export interface IdempotencyClaim {
 const DESIGN_PUSHES_PER_SECOND = 500;
 const ENTRIES_PER_HASH = 100;
 
-/** Bucket length (seconds) of an idempotency window: a claim is looked up in 5 buckets (see mint_batch-4.lua). */
+/**
+ * Bucket length (seconds) of an idempotency window: a claim is looked up in the current bucket
+ * and the ceil(window / length) before it, so it lives between one window and window + length
+ * (see mint_batch-4.lua).
+ */
 export function idempotencyBucketSeconds(windowSeconds: number): number {
   return Math.max(1, Math.ceil(windowSeconds / 4));
 }
@@ -78,7 +82,7 @@ interface LedgerCommands {
 interface ClaimSlot {
   keyPrefix: string;
   field: Buffer;
-  bucketSeconds: number;
+  windowSeconds: number;
 }
 
 /**
@@ -93,8 +97,8 @@ interface ClaimSlot {
  *   leaves when written, dead-lettered, or reaped (`ORPHAN_GRACE_SECONDS`).
  * - `written:<prefix>`, `floor:<prefix>`: the list index; trimmed to `LIST_INDEX_SECONDS` and
  *   expiring that long after the prefix's last write.
- * - `idem:k:<shard>:<bucket>`, `idem:b:<shard>:<bucket>`: idempotency entries (keyed / body),
- *   expiring 1.25 windows after their bucket starts.
+ * - `idem:k:<shard>:<bucket>`, `idem:b:<shard>:<bucket>`: idempotency entries (keyed / body);
+ *   a bucket hash expires one window plus one bucket (window / 4) after it starts.
  * - `replaying:<id>`: a replay's marker, `REPLAY_MARK_SECONDS`.
  */
 export class BatchLedger {
@@ -144,7 +148,7 @@ export class BatchLedger {
     return {
       keyPrefix: this.key(`idem:${claim.family === 'key' ? 'k' : 'b'}:${shard}:`),
       field: digest.subarray(0, 16),
-      bucketSeconds: idempotencyBucketSeconds(claim.windowSeconds),
+      windowSeconds: claim.windowSeconds,
     };
   }
 
@@ -163,7 +167,7 @@ export class BatchLedger {
       slot ? slot.keyPrefix : this.key('idem:-'),
       this.prefixesKey(),
       randomSuffix(),
-      String(slot?.bucketSeconds ?? 0),
+      String(slot?.windowSeconds ?? 0),
       slot ? '1' : '0',
       opts.clockMs === undefined ? '' : String(opts.clockMs),
       prefix,
@@ -221,7 +225,7 @@ export class BatchLedger {
       o.written ? '1' : '0',
       o.cutoff ?? '',
       String(o.ttl ?? 0),
-      String(slot?.bucketSeconds ?? 0),
+      String(slot?.windowSeconds ?? 0),
       slot ? slot.field : '',
     );
     return n === 1;

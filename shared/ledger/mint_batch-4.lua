@@ -5,15 +5,16 @@
   KEYS[1] clock hash      {ns}:clock              fields: ms (last minted ms), n (counter in that ms), last (last id)
   KEYS[2] pending zset    {ns}:pending:<prefix>   members = in-flight ids (score 0: ordered by member)
   KEYS[3] idempotency key prefix {ns}:idem:<family>:<shard>:   (ignored unless ARGV[3] == '1')
-          The entries live in hashes named KEYS[3] .. <bucket>, bucket = floor(now s / ARGV[2]):
-          field = 16-byte digest of the claim's scope, value = id .. body digest (keyed claims) or
-          the id alone (body claims). A bucket hash expires 5 buckets after it starts, and a claim
-          is looked up in the current bucket and the 4 before it, so with ARGV[2] = ceil(window / 4)
-          an entry is recognised for at least the window and lives at most 1.25 windows.
+          The entries live in hashes named KEYS[3] .. <bucket>, bucket = floor(now s / len) with
+          len = ceil(window / 4): field = 16-byte digest of the claim's scope, value = id .. body
+          digest (keyed claims) or the id alone (body claims). A claim is looked up in the current
+          bucket and the back = ceil(window / len) before it, and a bucket hash expires back + 1
+          buckets after it starts, so an entry is recognised for at least the window and lives
+          at most window + len (1.25 windows).
   KEYS[4] prefixes set    {ns}:prefixes           list prefixes that have in-flight ids
 
   ARGV[1] random suffix (6 hex chars)
-  ARGV[2] idempotency bucket length in seconds
+  ARGV[2] idempotency window in seconds
   ARGV[3] '1' to use the claim (KEYS[3], ARGV[6], ARGV[7])
   ARGV[4] clock override in ms ('' = Redis TIME; tests only)
   ARGV[5] list prefix (member of KEYS[4])
@@ -35,11 +36,13 @@ else
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
-local bucketLen, bucket
+local bucketLen, bucket, back
 if ARGV[3] == '1' then
-  bucketLen = tonumber(ARGV[2])
+  local window = tonumber(ARGV[2])
+  bucketLen = math.max(1, math.ceil(window / 4))
+  back = math.ceil(window / bucketLen)
   bucket = math.floor(math.floor(now / 1000) / bucketLen)
-  for b = bucket, bucket - 4, -1 do
+  for b = bucket, bucket - back, -1 do
     local prior = redis.call('HGET', KEYS[3] .. b, ARGV[6])
     if prior then
       local id = string.sub(prior, 1, 25)
@@ -69,6 +72,6 @@ if ARGV[3] == '1' then
   redis.call('HSET', key, ARGV[6], id .. ARGV[7])
   -- Relative TTL (not EXPIREAT) so a test clock override cannot expire it at once.
   local nowS = math.floor(now / 1000)
-  redis.call('EXPIRE', key, (bucket + 5) * bucketLen - nowS)
+  redis.call('EXPIRE', key, (bucket + back + 1) * bucketLen - nowS)
 end
 return { id, 0 }

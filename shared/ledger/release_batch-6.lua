@@ -15,7 +15,7 @@
   ARGV[4] '1' when the file is written (index it)
   ARGV[5] trim cutoff: a 13-digit ms; ids older than it leave the index ('' = keep all)
   ARGV[6] idle TTL in seconds of the written zset and the floor key ('' or '0' = none)
-  ARGV[7] idempotency bucket length in seconds (with ARGV[3])
+  ARGV[7] idempotency window in seconds (with ARGV[3])
   ARGV[8] claim field (with ARGV[3]); its entry is deleted only while it still names ARGV[1]
 
   Returns 1 when the id was in flight, else 0 (releasing twice is harmless).
@@ -33,10 +33,11 @@ if redis.call('ZCARD', KEYS[1]) == 0 then
 end
 if ARGV[3] == '1' then
   local t = redis.call('TIME')
-  local bucketLen = tonumber(ARGV[7])
+  local window = tonumber(ARGV[7])
+  local bucketLen = math.max(1, math.ceil(window / 4))
   local bucket = math.floor(tonumber(t[1]) / bucketLen)
   -- One bucket ahead too: the mint may have run on a test clock or just before a bucket turned.
-  for b = bucket + 1, bucket - 4, -1 do
+  for b = bucket + 1, bucket - math.ceil(window / bucketLen), -1 do
     local key = KEYS[3] .. b
     local v = redis.call('HGET', key, ARGV[8])
     if v and string.sub(v, 1, 25) == ARGV[1] then
