@@ -18,6 +18,9 @@ import { createLogger } from '../shared/logger.js';
 export interface RedisFigures {
   usedMemory: number;
   dbsize: number;
+  /** Parts of used_memory that are not keys: the Lua script cache and client buffers. */
+  scripts: number;
+  clients: number;
 }
 
 /** Bytes and entries of one key family of the ledger (MEMORY USAGE of each key, so key overhead included). */
@@ -66,8 +69,8 @@ export interface SoakOptions {
 
 export async function redisFigures(redis: Redis): Promise<RedisFigures> {
   const info = await redis.info('memory');
-  const m = /^used_memory:(\d+)/m.exec(info);
-  return { usedMemory: Number(m?.[1] ?? 0), dbsize: await redis.dbsize() };
+  const field = (name: string): number => Number(new RegExp(`^${name}:(\\d+)`, 'm').exec(info)?.[1] ?? 0);
+  return { usedMemory: field('used_memory'), dbsize: await redis.dbsize(), scripts: field('used_memory_scripts'), clients: field('mem_clients_normal') };
 }
 
 /** The ledger's key families (see shared/ledger/ledger.ts), told apart by the part after the hash tag. */
@@ -141,7 +144,7 @@ export async function runSoak(o: SoakOptions): Promise<SoakResult> {
     await sleep(300);
     const before = await redisFigures(probe);
     const peak = { ...before };
-    log(`before: used_memory ${before.usedMemory} B, DBSIZE ${before.dbsize}`);
+    log(`before: used_memory ${before.usedMemory} B (scripts ${before.scripts} B, clients ${before.clients} B), DBSIZE ${before.dbsize}`);
     const ids = new Set<string>();
     let pushes = 0;
     let deduplicated = 0;
@@ -220,13 +223,18 @@ export async function runSoak(o: SoakOptions): Promise<SoakResult> {
     const t1 = performance.now();
     const settleBound = Date.now() + o.settleMs;
     let after = drained;
-    for (;;) {
+    for (; o.settleMs > 0; ) {
       after = await redisFigures(probe);
       if ((after.dbsize <= before.dbsize + slack.keys && after.usedMemory <= before.usedMemory + slack.bytes) || Date.now() > settleBound) break;
       await sleep(500);
     }
     const settledSeconds = (performance.now() - t1) / 1000;
-    log(`after the windows (${settledSeconds.toFixed(1)} s): used_memory ${after.usedMemory} B (${after.usedMemory - before.usedMemory >= 0 ? '+' : ''}${after.usedMemory - before.usedMemory}), DBSIZE ${after.dbsize} (${after.dbsize - before.dbsize >= 0 ? '+' : ''}${after.dbsize - before.dbsize})`);
+    const signed = (n: number): string => `${n >= 0 ? '+' : ''}${n}`;
+    if (o.settleMs > 0) {
+      log(
+        `after the windows (${settledSeconds.toFixed(1)} s): used_memory ${after.usedMemory} B (${signed(after.usedMemory - before.usedMemory)}; scripts ${signed(after.scripts - before.scripts)}, clients ${signed(after.clients - before.clients)}), DBSIZE ${after.dbsize} (${signed(after.dbsize - before.dbsize)})`,
+      );
+    }
     return { pushes, batches: ids.size, deduplicated, apps: Math.min(o.apps, pushes), files: countFiles(join(dataDir, 'events')), pushSeconds, before, peak, drained, after, families, eventsStream, settledSeconds };
   } finally {
     await stack.close();
