@@ -62,6 +62,8 @@ export interface SoakOptions {
   parallel?: number;
   /** How long to wait, at most, for Redis to come back to its starting figures. */
   settleMs: number;
+  /** Wait at least this long after draining (the longest lifetime of an entry) before judging. */
+  minSettleMs?: number;
   /** Used_memory and DBSIZE may stay this far above the start (BullMQ's capped stream, the clock). */
   slack?: { bytes: number; keys: number };
   log?: (line: string) => void;
@@ -163,6 +165,7 @@ export async function runSoak(o: SoakOptions): Promise<SoakResult> {
       }
       throw new Error('push kept answering 503');
     };
+    const keysBefore = new Set(await probe.keys('*'));
     const sampler = setInterval(() => {
       void redisFigures(probe).then(
         (f) => {
@@ -223,12 +226,17 @@ export async function runSoak(o: SoakOptions): Promise<SoakResult> {
     const t1 = performance.now();
     const settleBound = Date.now() + o.settleMs;
     let after = drained;
+    if (o.settleMs > 0) await sleep(o.minSettleMs ?? 0);
     for (; o.settleMs > 0; ) {
       after = await redisFigures(probe);
       if ((after.dbsize <= before.dbsize + slack.keys && after.usedMemory <= before.usedMemory + slack.bytes) || Date.now() > settleBound) break;
       await sleep(500);
     }
     const settledSeconds = (performance.now() - t1) / 1000;
+    if (o.settleMs > 0) {
+      const left = (await probe.keys('*')).filter((k) => !keysBefore.has(k));
+      log(`keys left that were not there before: ${left.length <= 20 ? left.join(', ') : `${left.length} keys`}`);
+    }
     const signed = (n: number): string => `${n >= 0 ? '+' : ''}${n}`;
     if (o.settleMs > 0) {
       log(
