@@ -15,7 +15,7 @@ import type { BenchContext, BenchRow } from '../types.js';
 import { EMBEDDED_REDIS_ARGS } from './e2e.js';
 import { Redis } from 'ioredis';
 import { BatchLedger, idempotencyBucketSeconds } from '../../shared/ledger/ledger.js';
-import { DEFAULT_BODY_DEDUP_WINDOW_SECONDS, DEFAULT_IDEMPOTENCY_WINDOW_SECONDS } from '../../services/api/plugin.js';
+import { DEFAULT_BODY_DEDUP_WINDOW_SECONDS, DEFAULT_IDEMPOTENCY_WINDOW_SECONDS } from '../../shared/config.js';
 
 const EVENTS_PER_BATCH = 100;
 

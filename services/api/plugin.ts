@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { Queue } from 'bullmq';
-import { type CollectionConfig, isJsonMimeType } from '../../shared/config.js';
+import { type CollectionConfig, DEFAULT_BODY_DEDUP_WINDOW_SECONDS, DEFAULT_IDEMPOTENCY_WINDOW_SECONDS, isJsonMimeType } from '../../shared/config.js';
 import { HttpError, StoreError } from '../../shared/errors.js';
 import { batchIdMs, isBatchId, parseBatchRef } from '../../shared/ids.js';
 import { type BatchLedger, type IdempotencyClaim, type ListBound, visibleUnder } from '../../shared/ledger/ledger.js';
@@ -66,10 +66,6 @@ export interface EventsServerPlugin {
 function sha256Hex(data: Uint8Array | string): string {
   return createHash('sha256').update(data).digest('hex');
 }
-
-/** Defaults of IDEMPOTENCY_WINDOW_SECONDS and BODY_DEDUP_WINDOW_SECONDS (sized in docs/reliability.md). */
-export const DEFAULT_IDEMPOTENCY_WINDOW_SECONDS = 3600;
-export const DEFAULT_BODY_DEDUP_WINDOW_SECONDS = 300;
 
 const unavailable = (what: string): HttpError => new HttpError(503, `${what}; retry later`, { 'Retry-After': '1' });
 
