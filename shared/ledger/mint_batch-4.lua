@@ -10,7 +10,7 @@
           digest (keyed claims) or the id alone (body claims). A claim is looked up in the current
           bucket and the back = ceil(window / len) before it, and a bucket hash expires back + 1
           buckets after it starts, so an entry is recognised for at least the window and lives
-          at most window + len (1.25 windows).
+          at most (back + 1) × len: 1.25 windows when the window is a multiple of 4 s.
   KEYS[4] prefixes set    {ns}:prefixes           list prefixes that have in-flight ids
 
   ARGV[1] random suffix (6 hex chars)
