@@ -66,7 +66,7 @@ export async function ledgerDensity(redisUrl: string, smoke: boolean): Promise<{
     const ns = 'bench-density';
     const ledger = new BatchLedger(redis, ns);
     const hash = 'c'.repeat(64);
-    const claimsOf = (window: number): number => (smoke ? 2000 : 500 * idempotencyBucketSeconds(window));
+    const claimsOf = (window: number): number => (smoke ? 200 : 500 * idempotencyBucketSeconds(window));
     const mintMany = async (n: number, family: 'key' | 'body', window: number): Promise<void> => {
       for (let i = 0; i < n; i += 2000) {
         await Promise.all(
@@ -82,11 +82,11 @@ export async function ledgerDensity(redisUrl: string, smoke: boolean): Promise<{
     const k = await familyBytes(redis, `{${ns}}:idem:k:*`);
     const b = await familyBytes(redis, `{${ns}}:idem:b:*`);
     // The list index of one busy prefix (a sorted set past 128 members: Redis' skiplist encoding).
-    const ids = (await redis.zrange(ledger.pendingKey('p/'), '0', smoke ? '1999' : '19999')) as string[];
+    const ids = (await redis.zrange(ledger.pendingKey('p/'), '0', smoke ? '199' : '19999')) as string[];
     for (let i = 0; i < ids.length; i += 2000) await Promise.all(ids.slice(i, i + 2000).map((id) => ledger.markWritten('p/', id, 3600)));
     const w = await familyBytes(redis, ledger.writtenKey('p/'));
     // Many quiet prefixes, 100 ids each (listpack encoding).
-    const small = smoke ? 20 : 300;
+    const small = smoke ? 3 : 300;
     for (let p = 0; p < small; p++) {
       const minted = await Promise.all(Array.from({ length: 100 }, () => ledger.mint(`q${p}/`)));
       await Promise.all(minted.map((m) => ledger.markWritten(`q${p}/`, m.batchId, 3600)));
