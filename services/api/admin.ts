@@ -6,7 +6,7 @@ import { withTimeout } from '../../shared/timeout.js';
 import { batchIdMs, isBatchId } from '../../shared/ids.js';
 import type { BatchLedger } from '../../shared/ledger/ledger.js';
 import { BATCH_JOB_OPTIONS, type BatchJob, BatchJobSchema, JOB_NAME } from '../../shared/queue.js';
-import { TokenRoles, requireRoles } from './auth.js';
+import { type RoleResolver, TokenRoles, requireRoles } from './auth.js';
 
 /** One dead-lettered batch, as the failed listing shows it (never its events). */
 export interface FailedBatch {
@@ -111,6 +111,8 @@ export interface AdminRouterOptions {
   /** The connection the queue uses: its status tells a Redis outage from a bad request. */
   redis: Redis;
   tokens: TokenRoles | ReadonlyMap<string, readonly string[]>;
+  /** The router's auth hook (JWT and tokens); when given, `tokens` is not used. */
+  roleResolver?: RoleResolver;
 }
 
 /**
@@ -120,7 +122,7 @@ export interface AdminRouterOptions {
 export function createAdminRouter(o: AdminRouterOptions): Router {
   const tokens = o.tokens instanceof TokenRoles ? o.tokens : new TokenRoles(o.tokens);
   const router = express.Router({ caseSensitive: true });
-  const admin = requireRoles(['admin'], tokens);
+  const admin = requireRoles(['admin'], o.roleResolver ?? tokens);
   // Every admin call is Redis work: bounded in time, and a Redis that is down or hung answers
   // 503 + Retry-After like a push does, never 500.
   const wrap =
