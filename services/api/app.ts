@@ -19,7 +19,9 @@ import { createSyncRouter } from './router.js';
 import { LoadShedder } from './shedder.js';
 
 export interface ApiDeps {
-  env: Pick<Env, 'BASE_PATH' | 'QUEUE_HIGH_WATER' | 'REDIS_MEMORY_HIGH_WATER' | 'IDEMPOTENCY_WINDOW_SECONDS' | 'ORPHAN_GRACE_SECONDS' | 'QUEUE_NAME'> & Partial<EdgeEnv>;
+  env: Pick<Env, 'BASE_PATH' | 'QUEUE_HIGH_WATER' | 'REDIS_MEMORY_HIGH_WATER' | 'IDEMPOTENCY_WINDOW_SECONDS' | 'ORPHAN_GRACE_SECONDS' | 'QUEUE_NAME'> &
+    Partial<EdgeEnv> &
+    Partial<Pick<Env, 'BODY_DEDUP_WINDOW_SECONDS'>>;
   config: SyncConfig;
   store: ObjectStore;
   /** Producer connection (no offline queue). */
@@ -62,7 +64,7 @@ export function createApiApp(deps: ApiDeps): ApiApp {
       store,
       collection: c,
       storagePath: c.storagePath,
-      queue: { queue, ledger, idempotencyWindowSeconds: deps.env.IDEMPOTENCY_WINDOW_SECONDS },
+      queue: { queue, ledger, idempotencyWindowSeconds: deps.env.IDEMPOTENCY_WINDOW_SECONDS, bodyDedupWindowSeconds: deps.env.BODY_DEDUP_WINDOW_SECONDS },
       observe: { mintSeconds: (s) => metrics.mintDuration.observe(s), enqueueSeconds: (s) => metrics.enqueueDuration.observe(s) },
     }),
   );
