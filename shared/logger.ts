@@ -49,7 +49,8 @@ export interface ThrottledWarn {
   pending(): number;
   /**
    * Ends an episode (the dependency is back): logs `msg` at `info` with `count`, the occurrences
-   * since the episode began, if there were any; the next occurrence is logged at once again.
+   * since the episode began, if there were any. The interval still holds for the next warning,
+   * so a dependency that flaps (or one connection back while another still fails) stays quiet.
    */
   flush(msg: string, fields?: Record<string, unknown>): void;
 }
@@ -78,7 +79,6 @@ export function throttledWarn(logger: Logger, msg: string, intervalMs = 5000): T
     if (episode > 0) logger.info({ ...fields, count: episode }, flushMsg);
     count = 0;
     episode = 0;
-    lastAt = Number.NEGATIVE_INFINITY;
   };
   return warn;
 }
