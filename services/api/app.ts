@@ -2,7 +2,8 @@ import express, { type Express, type NextFunction, type Request, type Response }
 import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Registry } from 'prom-client';
-import type { Env, SyncConfig } from '../../shared/config.js';
+import { type Env, MAX_INFLIGHT_BYTES_DEFAULT, type SyncConfig } from '../../shared/config.js';
+import { ByteBudget } from '../../shared/byte-budget.js';
 import { HttpError, StoreError } from '../../shared/errors.js';
 import type { BatchLedger } from '../../shared/ledger/ledger.js';
 import { reapOnce } from '../../shared/ledger/reaper.js';
@@ -17,7 +18,7 @@ import { createSyncRouter } from './router.js';
 import { LoadShedder } from './shedder.js';
 
 export interface ApiDeps {
-  env: Pick<Env, 'BASE_PATH' | 'QUEUE_HIGH_WATER' | 'REDIS_MEMORY_HIGH_WATER' | 'IDEMPOTENCY_WINDOW_SECONDS' | 'ORPHAN_GRACE_SECONDS'>;
+  env: Pick<Env, 'BASE_PATH' | 'QUEUE_HIGH_WATER' | 'REDIS_MEMORY_HIGH_WATER' | 'IDEMPOTENCY_WINDOW_SECONDS' | 'ORPHAN_GRACE_SECONDS'> & Partial<Pick<Env, 'MAX_INFLIGHT_BYTES'>>;
   config: SyncConfig;
   store: ObjectStore;
   /** Producer connection (no offline queue). */
@@ -64,18 +65,24 @@ export function createApiApp(deps: ApiDeps): ApiApp {
       observe: { mintSeconds: (s) => metrics.mintDuration.observe(s), enqueueSeconds: (s) => metrics.enqueueDuration.observe(s) },
     }),
   );
+  const inflightLimit = deps.env.MAX_INFLIGHT_BYTES ?? MAX_INFLIGHT_BYTES_DEFAULT;
+  metrics.inflightBytesLimit.set(inflightLimit);
   const router = createSyncRouter({
     store,
     config,
     plugins,
     auth: new TokenRoles(deps.tokens),
     shedReason: () => shedder.shedReason(),
+    inflightBudget: new ByteBudget(inflightLimit, (used) => metrics.inflightBytes.set(used)),
     observer: {
       rejected: (reason) => {
         metrics.pushes.inc({ outcome: 'rejected' });
         metrics.rejections.inc({ reason });
       },
-      shed: () => metrics.pushes.inc({ outcome: 'shed' }),
+      shed: (reason) => {
+        metrics.pushes.inc({ outcome: 'shed' });
+        metrics.shed.inc({ reason });
+      },
       unavailable: () => metrics.pushes.inc({ outcome: 'unavailable' }),
       pushed: (r, bytes) => {
         if (r.batchId === null) return void metrics.pushes.inc({ outcome: 'empty' });
