@@ -13,6 +13,7 @@ import { sampleEvent } from '../helpers/events.js';
 import { uniqueName } from '../helpers/names.js';
 import { type ServiceProcess, startService, waitFor, waitForHttp } from '../helpers/proc.js';
 import { freePort } from '../helpers/redis-server.js';
+import { ENCODER_MAX_INFLIGHT_BYTES_DEFAULT } from '../../shared/config.js';
 
 const PUSHES = 200;
 const BODY_BYTES = 7_900_000;
@@ -135,4 +136,82 @@ describe('memory budget of npm start', () => {
     const shedCount = Number(/^ingest_push_shed_total\{[^}]*reason="inflight_bytes"[^}]*\} (\d+)/m.exec(metrics)?.[1] ?? -1);
     expect(shedCount).toBe(shed.length);
   }, 240_000);
+});
+
+/**
+ * The figures docs/operations.md ("Memory") quotes: RSS of the API per byte of push bodies in
+ * flight, and of an encoder per byte of its job budget, each in its own process.
+ */
+describe('RSS per in-flight byte (API and encoder as separate processes)', () => {
+  const PUSHES_AT_ONCE = 12;
+  let api: ServiceProcess;
+  let encoder: ServiceProcess | undefined;
+  let dataDir: string;
+  let url: string;
+  const env: Record<string, string> = {};
+
+  beforeAll(async () => {
+    dataDir = mkdtempSync(join(tmpdir(), 'ingest-rss-'));
+    const port = await freePort();
+    url = `http://127.0.0.1:${port}`;
+    Object.assign(env, { HOST: '127.0.0.1', REDIS_URL: inject('redisUrl'), DATA_DIR: dataDir, QUEUE_NAME: uniqueName('rss'), LOG_LEVEL: 'warn' });
+    // A budget that sheds nothing, so every body of the burst is in flight at once.
+    api = startService('services/api/main.ts', { ...env, PORT: String(port), MAX_INFLIGHT_BYTES: String(4 * GB) });
+    await waitForHttp(`${url}/readyz`, 30_000, api);
+  });
+
+  afterAll(async () => {
+    await encoder?.stop('SIGTERM', 20_000);
+    await api?.stop('SIGTERM', 20_000);
+    rmSync(dataDir, { recursive: true, force: true });
+  });
+
+  it(`${PUSHES_AT_ONCE} concurrent ${BODY_BYTES / 1e6} MB pushes to the API, then an encoder with the default ENCODER_MAX_INFLIGHT_BYTES drains them`, async () => {
+    const { bulk, events } = bulkEvents(BODY_BYTES - 200);
+    const tail = Buffer.from(']},"baseHash":null}');
+    const warm = await push(url, Buffer.from('{"data":{"events":['), Buffer.from('{"event":"warm"}'), tail);
+    expect(warm.status, warm.body).toBe(200);
+    const apiBefore = memoryOf(api.pid).rss;
+    let apiPeak = apiBefore;
+    const apiSampler = setInterval(() => (apiPeak = Math.max(apiPeak, memoryOf(api.pid).rss)), 10);
+    let answers: Answer[];
+    try {
+      answers = await Promise.all(Array.from({ length: PUSHES_AT_ONCE }, (_, i) => push(url, Buffer.from(`{"data":{"events":[{"event":"rss","distinct_id":"p${i}"},`), bulk, tail)));
+    } finally {
+      clearInterval(apiSampler);
+    }
+    for (const a of answers) expect(a.status, a.body).toBe(200);
+    const inFlight = PUSHES_AT_ONCE * (bulk.length + 60);
+    const apiRatio = (apiPeak - apiBefore) / inFlight;
+
+    // The encoder starts once the queue holds every batch, so it works at its budget from the start.
+    const metricsPort = await freePort();
+    encoder = startService('services/encoder/main.ts', { ...env, METRICS_PORT: String(metricsPort) });
+    await waitForHttp(`http://127.0.0.1:${metricsPort}/healthz`, 30_000, encoder);
+    const encBefore = memoryOf(encoder.pid).rss;
+    let encPeak = encBefore;
+    const encSampler = setInterval(() => {
+      try {
+        encPeak = Math.max(encPeak, memoryOf(encoder!.pid).rss);
+      } catch {
+        /* exited: the wait below fails */
+      }
+    }, 10);
+    const ids = answers.map((a) => (JSON.parse(a.body) as { batchId: string }).batchId);
+    try {
+      await waitFor(async () => ids.every((id) => existsSync(join(dataDir, 'events', 'burst', `${id}.parquet`))), 180_000, 'every batch written');
+    } finally {
+      clearInterval(encSampler);
+    }
+    const encRatio = (encPeak - encBefore) / ENCODER_MAX_INFLIGHT_BYTES_DEFAULT;
+    console.log(
+      `API: ${PUSHES_AT_ONCE} x ${(bulk.length / 1e6).toFixed(2)} MB in flight, RSS ${(apiBefore / 2 ** 20).toFixed(0)} -> ${(apiPeak / 2 ** 20).toFixed(0)} MiB: ${apiRatio.toFixed(2)} bytes of RSS per in-flight body byte; ` +
+        `encoder: RSS ${(encBefore / 2 ** 20).toFixed(0)} -> ${(encPeak / 2 ** 20).toFixed(0)} MiB with ENCODER_MAX_INFLIGHT_BYTES ${ENCODER_MAX_INFLIGHT_BYTES_DEFAULT / 2 ** 20} MiB: ${encRatio.toFixed(2)} per budget byte`,
+    );
+    const [row] = await duckQuery(`SELECT count(*)::INTEGER AS n FROM read_parquet([${ids.map((id) => sqlString(join(dataDir, 'events', 'burst', `${id}.parquet`))).join(', ')}])`);
+    expect(row).toEqual({ n: ids.length * (events + 1) });
+    // Loose bounds around the documented figures: a regression that holds another copy of every body fails them.
+    expect(apiRatio).toBeLessThan(3.5);
+    expect(encRatio).toBeLessThan(6);
+  }, 300_000);
 });
