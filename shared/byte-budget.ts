@@ -22,11 +22,13 @@ export class ByteBudget {
   /**
    * Takes `bytes` if they fit right now, else takes nothing and returns false. Never waits: the
    * API answers 503 rather than queueing request bodies it would have to hold meanwhile. Like
-   * {@link take}, a request larger than the whole limit is granted when nothing else is held.
+   * {@link take}, a request larger than the whole limit is granted when nothing else is held;
+   * `alreadyHeld` (what the caller took before, for the same body) does not count as "else".
    */
-  tryTake(bytes: number): boolean {
+  tryTake(bytes: number, alreadyHeld = 0): boolean {
     if (bytes <= 0) return true;
-    if (!this.fits(bytes) || this.waiters.length > 0) return false;
+    const fits = this.used + bytes <= this.limit || this.used - alreadyHeld <= 0;
+    if (!fits || this.waiters.length > 0) return false;
     this.add(bytes);
     return true;
   }

@@ -114,7 +114,7 @@ function readJsonFile(path: string, what: string): unknown {
 
 /** Defaults of the memory budgets (docs/operations.md, "Memory", shows how they were sized). */
 export const MAX_INFLIGHT_BYTES_DEFAULT = 128 * 1024 * 1024;
-export const ENCODER_MAX_INFLIGHT_BYTES_DEFAULT = 48 * 1024 * 1024;
+export const ENCODER_MAX_INFLIGHT_BYTES_DEFAULT = 32 * 1024 * 1024;
 
 const boolish = z
   .enum(['true', 'false', '1', '0', 'yes', 'no', ''])

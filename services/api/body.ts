@@ -109,7 +109,7 @@ export async function readBody(req: Request, opts: ReadBodyOptions): Promise<Req
   /** Takes budget so that `total` bytes of this body are covered; false when the budget is spent. */
   const cover = (total: number): boolean => {
     if (!budget || total <= held.bytes) return true;
-    if (!budget.tryTake(total - held.bytes)) return false;
+    if (!budget.tryTake(total - held.bytes, held.bytes)) return false;
     held.bytes = total;
     return true;
   };

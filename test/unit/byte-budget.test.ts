@@ -31,6 +31,17 @@ describe('ByteBudget', () => {
     expect(b.inUse).toBe(0);
   });
 
+  it('a body growing past the limit alone keeps growing; beside another it is refused', () => {
+    const b = new ByteBudget(100);
+    expect(b.tryTake(80)).toBe(true);
+    expect(b.tryTake(50, 80)).toBe(true);
+    expect(b.inUse).toBe(130);
+    b.give(130);
+    expect(b.tryTake(80)).toBe(true);
+    expect(b.tryTake(10)).toBe(true);
+    expect(b.tryTake(50, 80)).toBe(false);
+  });
+
   it('take waits first come first served: a large waiter at the head is not overtaken by small ones', async () => {
     const b = new ByteBudget(100);
     await b.take(80);
