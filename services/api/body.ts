@@ -148,6 +148,9 @@ export async function readBody(req: Request, opts: ReadBodyOptions): Promise<Req
     const refuse = (reason: BodyErrorReason, status: number, message: string, extra: Record<string, string> = {}): void => {
       if (done) return;
       detach();
+      // What was read is dropped now: the budget is free for other pushes while the rest drains.
+      budget?.give(held.bytes);
+      held.bytes = 0;
       void discardRest(req).then((headers) => reject(new BodyError(reason, status, message, { ...headers, ...extra })));
     };
     const fail = (err: BodyError): void => {
