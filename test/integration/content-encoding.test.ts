@@ -41,8 +41,24 @@ function post(url: string, body: Buffer, headers: Record<string, string>, chunke
 
 describe('Content-Encoding on push (in-process stack, real Redis, filesystem store)', () => {
   let s: TestStack;
+  let plain: Buffer;
+  let variants: { name: string; headers: Record<string, string>; bytes: Buffer; chunked?: boolean }[];
 
   beforeAll(async () => {
+    // Compressed before the stack starts: seconds of synchronous zlib on a loaded machine would
+    // otherwise starve the in-process stack's Redis start-up commands of their timeouts.
+    // Non-ASCII text, escapes and a multi-byte character split across output slices of the decoder.
+    plain = Buffer.from(batchBody(400, (i) => ({ ...sampleEvent(i), properties: { note: `café ☕ 𝄞 "q" \\ ${'é'.repeat(i % 50)}`, i } })));
+    variants = [
+      { name: 'plain', headers: {}, bytes: plain },
+      { name: 'gzip', headers: { 'Content-Encoding': 'gzip' }, bytes: gzipSync(plain) },
+      { name: 'deflate', headers: { 'Content-Encoding': 'deflate' }, bytes: deflateSync(plain) },
+      { name: 'br', headers: { 'Content-Encoding': 'br' }, bytes: brotliCompressSync(plain) },
+      { name: 'x-gzip', headers: { 'Content-Encoding': 'X-GZIP' }, bytes: gzipSync(plain, { level: 1 }) },
+      { name: 'identity', headers: { 'Content-Encoding': 'identity' }, bytes: Buffer.concat([plain, Buffer.from(' ')]) },
+      { name: 'gzip chunked', headers: { 'Content-Encoding': 'gzip' }, bytes: gzipSync(plain, { level: 9 }), chunked: true },
+      { name: 'plain chunked', headers: {}, bytes: Buffer.concat([plain, Buffer.from('\n')]), chunked: true },
+    ];
     s = await startTestStack();
   });
   afterAll(async () => {
@@ -57,18 +73,6 @@ describe('Content-Encoding on push (in-process stack, real Redis, filesystem sto
   }
 
   it('gzip, deflate, br (and x-gzip, identity, chunked uploads) are stored exactly like the plain body; hash = sha256 of the bytes sent', async () => {
-    // Non-ASCII text, escapes and a multi-byte character split across output slices of the decoder.
-    const plain = Buffer.from(batchBody(400, (i) => ({ ...sampleEvent(i), properties: { note: `café ☕ 𝄞 "q" \\ ${'é'.repeat(i % 50)}`, i } })));
-    const variants: { name: string; headers: Record<string, string>; bytes: Buffer; chunked?: boolean }[] = [
-      { name: 'plain', headers: {}, bytes: plain },
-      { name: 'gzip', headers: { 'Content-Encoding': 'gzip' }, bytes: gzipSync(plain) },
-      { name: 'deflate', headers: { 'Content-Encoding': 'deflate' }, bytes: deflateSync(plain) },
-      { name: 'br', headers: { 'Content-Encoding': 'br' }, bytes: brotliCompressSync(plain) },
-      { name: 'x-gzip', headers: { 'Content-Encoding': 'X-GZIP' }, bytes: gzipSync(plain, { level: 1 }) },
-      { name: 'identity', headers: { 'Content-Encoding': 'identity' }, bytes: Buffer.concat([plain, Buffer.from(' ')]) },
-      { name: 'gzip chunked', headers: { 'Content-Encoding': 'gzip' }, bytes: gzipSync(plain, { level: 9 }), chunked: true },
-      { name: 'plain chunked', headers: {}, bytes: Buffer.concat([plain, Buffer.from('\n')]), chunked: true },
-    ];
     const app = 'enc';
     const results: { name: string; batchId: string }[] = [];
     for (const v of variants) {

@@ -263,8 +263,13 @@ function rawPost(url: string, headers: Record<string, string>, body?: Buffer): {
 describe('MAX_INFLIGHT_BYTES (in-process stack, 1 MiB budget)', () => {
   let s: TestStack;
   const limit = 1024 * 1024;
+  let first: Buffer;
+  let other: Buffer;
+  let big: Buffer;
 
   beforeAll(async () => {
+    // Built before the stack starts, so this process' event loop is free while the stack's Redis connections start.
+    [first, other, big] = [2200, 1100, 5500].map((n) => Buffer.from(batchBody(n))) as [Buffer, Buffer, Buffer];
     s = await startTestStack({ MAX_INFLIGHT_BYTES: String(limit) });
   });
   afterAll(async () => {
@@ -275,13 +280,11 @@ describe('MAX_INFLIGHT_BYTES (in-process stack, 1 MiB budget)', () => {
   const shedCount = async (): Promise<number> => (await s.api!.app.metrics.shed.get()).values.find((v) => v.labels.reason === 'inflight_bytes')?.value ?? 0;
 
   it('declared, chunked and decoded bytes past the budget get 503 + Retry-After; a body alone may exceed it', async () => {
-    const first = Buffer.from(batchBody(2200));
     const open = rawPost(s.url, { 'Content-Length': String(first.length) });
     open.req.write(first.subarray(0, 700_000));
     await waitFor(async () => (await gauge()) >= 700_000, 10_000, 'the first body to be held');
     const shedBefore = await shedCount();
 
-    const other = Buffer.from(batchBody(1100));
     expect(other.length + 700_000).toBeGreaterThan(limit);
     // Content-Length known: refused from the header.
     const declared = await rawPost(s.url, { 'Content-Length': String(other.length) }, other).answer;
@@ -304,7 +307,6 @@ describe('MAX_INFLIGHT_BYTES (in-process stack, 1 MiB budget)', () => {
     expect(await gauge()).toBe(0);
 
     // Alone, a body bigger than the whole budget is taken: with a Content-Length and without.
-    const big = Buffer.from(batchBody(5500));
     expect(big.length).toBeGreaterThan(2 * limit);
     for (const headers of [{ 'Content-Length': String(big.length) }, {}] as Record<string, string>[]) {
       const a = await rawPost(s.url, { ...headers, 'Idempotency-Key': `big-${Object.keys(headers).length}` }, big).answer;
