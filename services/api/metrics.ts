@@ -38,7 +38,7 @@ export function createApiMetrics(registry: Registry, opts: ApiMetricsOptions = {
     inflightBytesLimit: new Gauge({ name: `${P}push_inflight_bytes_limit`, help: 'MAX_INFLIGHT_BYTES of this process', registers }),
     rejections: new Counter({ name: `${P}push_rejections_total`, help: 'Refused pushes by reason', labelNames: ['reason'], registers }),
     eventsAccepted: new Counter({ name: `${P}events_accepted_total`, help: 'Events in accepted batches', registers }),
-    bytesAccepted: new Counter({ name: `${P}bytes_accepted_total`, help: 'Request body bytes of accepted batches', registers }),
+    bytesAccepted: new Counter({ name: `${P}bytes_accepted_total`, help: 'Request body bytes of accepted batches, as sent (compressed for a compressed push)', registers }),
     httpDuration: new Histogram({ name: `${P}http_request_duration_seconds`, help: 'HTTP request duration by route and status', labelNames: ['route', 'method', 'status'], buckets: FAST_BUCKETS, registers }),
     mintDuration: new Histogram({ name: `${P}mint_duration_seconds`, help: 'Time to mint a batch id in Redis', buckets: FAST_BUCKETS, registers }),
     enqueueDuration: new Histogram({ name: `${P}enqueue_duration_seconds`, help: 'Time to add a batch job to the queue', buckets: FAST_BUCKETS, registers }),
