@@ -134,9 +134,16 @@ describe('memory budget of npm start', () => {
     const [row] = await duckQuery(`SELECT count(*)::INTEGER AS n, count(DISTINCT filename)::INTEGER AS f FROM read_parquet([${files.map(sqlString).join(', ')}], filename = true)`);
     expect(row).toEqual({ n: ids.length * (events + 1), f: ids.length });
 
+    // Every 503 is counted: most for the body budget; on a loaded machine a few may instead be an
+    // enqueue that timed out (outcome "unavailable"), also 503 + Retry-After.
     const metrics = await (await fetch(`${url}/metrics`)).text();
-    const shedCount = Number(/^ingest_push_shed_total\{[^}]*reason="inflight_bytes"[^}]*\} (\d+)/m.exec(metrics)?.[1] ?? -1);
-    expect(shedCount).toBe(shed.length);
+    const sample = (re: RegExp): number => Number(re.exec(metrics)?.[1] ?? Number.NaN);
+    const shedForBytes = sample(/^ingest_push_shed_total\{[^}]*reason="inflight_bytes"[^}]*\} (\d+)/m);
+    const shedAll = sample(/^ingest_pushes_total\{[^}]*outcome="shed"[^}]*\} (\d+)/m);
+    const unavailable = sample(/^ingest_pushes_total\{[^}]*outcome="unavailable"[^}]*\} (\d+)/m);
+    expect(shedForBytes).toBeGreaterThan(0);
+    expect(shedAll + unavailable).toBe(shed.length);
+    expect(shedForBytes).toBeGreaterThanOrEqual(shed.length - unavailable);
   }, 240_000);
 });
 
