@@ -11,6 +11,7 @@ import type { Logger } from '../../shared/logger.js';
 import { withTimeout } from '../../shared/timeout.js';
 import type { ObjectStore } from '../../shared/store/types.js';
 import { TokenRoles } from './auth.js';
+import { edgeFromEnv, type EdgeEnv } from './edge/from-env.js';
 import { QUEUE_STATES, createApiMetrics, type ApiMetrics } from './metrics.js';
 import { createEventsServerPlugin } from './plugin.js';
 import { createAdminRouter } from './admin.js';
@@ -18,7 +19,9 @@ import { createSyncRouter } from './router.js';
 import { LoadShedder } from './shedder.js';
 
 export interface ApiDeps {
-  env: Pick<Env, 'BASE_PATH' | 'QUEUE_HIGH_WATER' | 'REDIS_MEMORY_HIGH_WATER' | 'IDEMPOTENCY_WINDOW_SECONDS' | 'ORPHAN_GRACE_SECONDS'> & Partial<Pick<Env, 'MAX_INFLIGHT_BYTES'>>;
+  env: Pick<Env, 'BASE_PATH' | 'QUEUE_HIGH_WATER' | 'REDIS_MEMORY_HIGH_WATER' | 'IDEMPOTENCY_WINDOW_SECONDS' | 'ORPHAN_GRACE_SECONDS' | 'QUEUE_NAME'> &
+    Partial<EdgeEnv> &
+    Partial<Pick<Env, 'MAX_INFLIGHT_BYTES'>>;
   config: SyncConfig;
   store: ObjectStore;
   /** Producer connection (no offline queue). */
@@ -65,16 +68,20 @@ export function createApiApp(deps: ApiDeps): ApiApp {
       observe: { mintSeconds: (s) => metrics.mintDuration.observe(s), enqueueSeconds: (s) => metrics.enqueueDuration.observe(s) },
     }),
   );
+  const tokens = new TokenRoles(deps.tokens);
+  const edge = edgeFromEnv(deps.env, { tokens, redis, registry, logger });
   const inflightLimit = deps.env.MAX_INFLIGHT_BYTES ?? MAX_INFLIGHT_BYTES_DEFAULT;
   metrics.inflightBytesLimit.set(inflightLimit);
   const router = createSyncRouter({
     store,
     config,
     plugins,
-    auth: new TokenRoles(deps.tokens),
+    auth: tokens,
+    ...edge.routerOptions,
     shedReason: () => shedder.shedReason(),
     inflightBudget: new ByteBudget(inflightLimit, (used) => metrics.inflightBytes.set(used)),
     observer: {
+      ...edge.observer,
       rejected: (reason) => {
         metrics.pushes.inc({ outcome: 'rejected' });
         metrics.rejections.inc({ reason });
@@ -146,7 +153,7 @@ export function createApiApp(deps: ApiDeps): ApiApp {
   });
 
   app.use(deps.env.BASE_PATH || '/', router);
-  app.use(deps.env.BASE_PATH || '/', createAdminRouter({ queue, ledger, redis, tokens: deps.tokens }));
+  app.use(deps.env.BASE_PATH || '/', edge.adminAudit, createAdminRouter({ queue, ledger, redis, tokens, roleResolver: edge.routerOptions.roleResolver }));
 
   app.use((req, _res, next) => next(new HttpError(404, `no route for ${req.method} ${req.path}`)));
 
