@@ -190,6 +190,10 @@ function readJsonFile(path: string, what: string): unknown {
   }
 }
 
+/** Defaults of the memory budgets (docs/operations.md, "Memory", shows how they were sized). */
+export const MAX_INFLIGHT_BYTES_DEFAULT = 128 * 1024 * 1024;
+export const ENCODER_MAX_INFLIGHT_BYTES_DEFAULT = 32 * 1024 * 1024;
+
 const boolish = z
   .enum(['true', 'false', '1', '0', 'yes', 'no', ''])
   .transform((v) => v === 'true' || v === '1' || v === 'yes');
@@ -236,6 +240,14 @@ export const EnvSchema = z
     BODY_DEDUP_WINDOW_SECONDS: z.coerce.number().int().min(0).max(86_400).default(DEFAULT_BODY_DEDUP_WINDOW_SECONDS),
     ORPHAN_GRACE_SECONDS: positiveInt.default(60),
     LIST_INDEX_SECONDS: z.coerce.number().int().min(0).default(3600),
+    /**
+     * Bytes of push bodies the API holds at once; past it pushes get 503 + Retry-After. Sized so
+     * `npm start` (API + encoder in one process) stays under 1 GB of RSS: see docs/operations.md
+     * ("Memory") for the measured RSS per in-flight byte.
+     */
+    MAX_INFLIGHT_BYTES: positiveInt.min(1024 * 1024).default(MAX_INFLIGHT_BYTES_DEFAULT),
+    /** Bytes of batch bodies (decoded JSON) one encoder process works on at once; a bigger batch runs alone. */
+    ENCODER_MAX_INFLIGHT_BYTES: positiveInt.min(1024 * 1024).default(ENCODER_MAX_INFLIGHT_BYTES_DEFAULT),
     ENCODER_THREAD_NICE: z.coerce.number().int().min(0).max(19).default(5),
     /** Browser origins allowed to call the sync routes: `*` or a comma list of origins; unset = CORS off. */
     CORS_ORIGINS: z

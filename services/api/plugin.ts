@@ -58,7 +58,8 @@ export interface EventsServerPlugin {
   readonly template: StoragePathTemplate;
   readonly store: ObjectStore;
   readonly mode: 'queue' | 'inline';
-  push(params: Readonly<Record<string, string>>, body: Buffer, validated: { text: string; events: number }, opts?: { idempotencyKey?: string }): Promise<PushResult>;
+  /** `opts.hash`: sha256 hex of the body as sent, when `body` is its decoded form (Content-Encoding); default sha256(body). */
+  push(params: Readonly<Record<string, string>>, body: Buffer, validated: { text: string; events: number }, opts?: { idempotencyKey?: string; hash?: string }): Promise<PushResult>;
   list(params: Readonly<Record<string, string>>, after: string | undefined, limit: number): Promise<ListResult>;
   pull(params: Readonly<Record<string, string>>, ref: string): Promise<(StoredObject & { batchId: string }) | null>;
 }
@@ -225,7 +226,7 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
     mode: queue ? 'queue' : 'inline',
 
     async push(params, body, validated, pushOpts = {}) {
-      const hash = sha256Hex(body);
+      const hash = pushOpts.hash ?? sha256Hex(body);
       if (validated.events === 0) return { hash, batchId: null, events: 0, deduplicated: false };
       if (queue) return pushQueued(queue, params, body, validated.events, hash, pushOpts.idempotencyKey);
       return pushInline(inlineLedger as MemoryLedger, params, validated.text, validated.events, hash);
