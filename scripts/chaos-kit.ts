@@ -108,12 +108,12 @@ export interface Service {
 }
 
 /**
- * Runs an entry point as `node --import tsx <entry>`: one process, so SIGKILL kills the service
- * itself. (The `tsx` CLI runs the code in a child process; killing the CLI with SIGKILL would
- * leave that child running and still holding its port.)
+ * Runs an entry point as `node --import tsx <entry>` (a compiled `.js` entry: plain `node <entry>`):
+ * one process, so SIGKILL kills the service itself. (The `tsx` CLI runs the code in a child
+ * process; killing the CLI with SIGKILL would leave that child running and still holding its port.)
  */
 export function spawnService(entry: string, env: Record<string, string>, opts: { keepChars?: number } = {}): Service {
-  const child = spawn(process.execPath, ['--import', 'tsx', entry], { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, entry.endsWith('.ts') ? ['--import', 'tsx', entry] : [entry], { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   const keepChars = opts.keepChars ?? OUTPUT_KEEP_CHARS;
   let out = '';
   const keep = (d: Buffer): void => {

@@ -2,11 +2,14 @@ import { type Service, spawnService } from '../../scripts/chaos-kit.js';
 
 export type ServiceProcess = Service;
 
+/** A compiled entry point (see test/helpers/dist.ts): run with plain `node`. */
+export type DistEntry = `${string}.js`;
+
 /**
- * Runs one of the product's entry points as `npm start` would, with `env` added, keeping all of
+ * Runs one of the product's entry points (sources through tsx, or a compiled `.js` with plain node), with `env` added, keeping all of
  * its output (tests scan the logs).
  */
-export function startService(entry: 'services/main.ts' | 'services/api/main.ts' | 'services/encoder/main.ts', env: Record<string, string>): ServiceProcess {
+export function startService(entry: 'services/main.ts' | 'services/api/main.ts' | 'services/encoder/main.ts' | DistEntry, env: Record<string, string>): ServiceProcess {
   return spawnService(entry, { LOG_LEVEL: 'info', ...env }, { keepChars: Number.POSITIVE_INFINITY });
 }
 
