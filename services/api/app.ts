@@ -3,7 +3,7 @@ import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Registry } from 'prom-client';
 import type { Env, SyncConfig } from '../../shared/config.js';
-import { HttpError, StoreError } from '../../shared/errors.js';
+import { HttpError } from '../../shared/errors.js';
 import type { BatchLedger } from '../../shared/ledger/ledger.js';
 import { reapOnce } from '../../shared/ledger/reaper.js';
 import type { Logger } from '../../shared/logger.js';
@@ -13,7 +13,7 @@ import { TokenRoles } from './auth.js';
 import { QUEUE_STATES, createApiMetrics, type ApiMetrics } from './metrics.js';
 import { createEventsServerPlugin } from './plugin.js';
 import { createAdminRouter } from './admin.js';
-import { createSyncRouter } from './router.js';
+import { createSyncRouter, jsonErrorHandler } from './router.js';
 import { LoadShedder } from './shedder.js';
 
 export interface ApiDeps {
@@ -69,6 +69,7 @@ export function createApiApp(deps: ApiDeps): ApiApp {
     config,
     plugins,
     auth: new TokenRoles(deps.tokens),
+    log: logger,
     shedReason: () => shedder.shedReason(),
     observer: {
       rejected: (reason) => {
@@ -143,25 +144,7 @@ export function createApiApp(deps: ApiDeps): ApiApp {
 
   app.use((req, _res, next) => next(new HttpError(404, `no route for ${req.method} ${req.path}`)));
 
-  app.use(function errorHandler(err: unknown, _req: Request, res: Response, _next: NextFunction) {
-    if (res.headersSent) return;
-    if (err instanceof HttpError) {
-      res.set(err.headers).status(err.status).json({ error: err.message });
-      return;
-    }
-    if (err instanceof StoreError) {
-      logger.warn({ err: err.message, retriable: err.retriable }, 'store error');
-      res.status(err.retriable ? 503 : 500).set(err.retriable ? { 'Retry-After': '1' } : {}).json({ error: err.retriable ? 'store unavailable; retry later' : 'store error' });
-      return;
-    }
-    const status = (err as { status?: unknown }).status;
-    if (typeof status === 'number' && status >= 400 && status < 500) {
-      res.status(status).json({ error: (err as Error).message || 'bad request' });
-      return;
-    }
-    logger.error({ err: err instanceof Error ? err.message : String(err) }, 'unhandled error');
-    res.status(500).json({ error: 'internal error' });
-  });
+  app.use(jsonErrorHandler(logger));
 
   async function readQueueGauges(): Promise<void> {
     const [counts, [oldest], lagMs, workers] = await Promise.all([
