@@ -5,6 +5,7 @@ import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { HeadObjectCommand, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
 import { StoreError } from '../../shared/errors.js';
 import { FilesystemObjectStore } from '../../shared/store/filesystem.js';
 import { MemoryObjectStore } from '../../shared/store/memory.js';
@@ -458,6 +459,33 @@ describe('s3 (s3rver)', () => {
       expect(await raw.listKeys(store.prefix)).toEqual([`${store.prefix}events/a/1`]);
       expect(await isolatedStore().listKeys('')).toEqual([]);
       expect(store.describe()).toBe(`s3://${server.bucket}/${store.prefix} (${server.endpoint})`);
+    });
+
+    it('stores the sha256 as object metadata at put; an object written without it (before, or by another writer) is hashed once per process', async () => {
+      const store = isolatedStore();
+      await store.putBytes('meta/new', bytesOf(1, 2));
+      const client = new S3Client({ region: 'us-east-1', endpoint: server.endpoint, forcePathStyle: true, credentials: { ...S3RVER_CREDENTIALS } });
+      try {
+        const head = await client.send(new HeadObjectCommand({ Bucket: server.bucket, Key: `${store.prefix}meta/new` }));
+        expect(head.Metadata?.sha256).toBe(sha256(bytesOf(1, 2)));
+        const legacy = new Uint8Array(randomBytes(20_000));
+        await client.send(new PutObjectCommand({ Bucket: server.bucket, Key: `${store.prefix}meta/legacy`, Body: legacy }));
+        expect(await store.head('meta/legacy')).toMatchObject({ size: 20_000, sha256: sha256(legacy) });
+        // Hashed once: the second head is answered from the store's memory, without a GetObject.
+        let gets = 0;
+        const counting = store as unknown as { getBytes(key: string): Promise<unknown> };
+        const original = counting.getBytes.bind(store);
+        counting.getBytes = (key: string) => ((gets += 1), original(key));
+        expect((await store.head('meta/legacy'))?.sha256).toBe(sha256(legacy));
+        expect(gets).toBe(0);
+        // Replaced (new S3 ETag): hashed again.
+        const replaced = new Uint8Array(randomBytes(100));
+        await client.send(new PutObjectCommand({ Bucket: server.bucket, Key: `${store.prefix}meta/legacy`, Body: replaced }));
+        expect((await store.head('meta/legacy'))?.sha256).toBe(sha256(replaced));
+        expect(gets).toBe(1);
+      } finally {
+        client.destroy();
+      }
     });
 
     it('pages through more than 1,000 keys with continuation tokens', async () => {
