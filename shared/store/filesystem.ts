@@ -3,6 +3,7 @@ import { constants as fsConstants, promises as fs } from 'node:fs';
 import type { BigIntStats, Dirent } from 'node:fs';
 import path from 'node:path';
 import { StoreError } from '../errors.js';
+import { errnoCode, fsyncDir, unlinkQuietly, writeFileDurably } from './durable.js';
 import { compareKeys, prefixCanMatchKeys, resolveListLimit, validateKey } from './keys.js';
 import type { Readable } from 'node:stream';
 import type { ByteRange, ListOptions, ObjectMeta, ObjectStore, PutOptions, StoredObject } from './types.js';
@@ -51,8 +52,6 @@ const NON_RETRIABLE_CODES = new Set([
   'EBADF',
 ]);
 
-/** Codes that mean "the directory cannot be fsynced here", which some platforms and filesystems report. */
-const DIR_FSYNC_UNSUPPORTED = new Set(['EISDIR', 'EINVAL', 'EPERM', 'EBADF', 'ENOTSUP']);
 
 export interface FilesystemObjectStoreOptions {
   /** Folder holding the objects; resolved to an absolute path, created on first write. */
@@ -465,32 +464,6 @@ async function ensureDirDurably(dir: string): Promise<void> {
   }
 }
 
-/**
- * Creates `file` exclusively, writes all of `body` and fsyncs it; on failure the partial file is
- * removed. Returns the inode and mtime that identify this version (a rename keeps both).
- */
-async function writeFileDurably(file: string, body: Uint8Array): Promise<{ ino: bigint; mtimeNs: bigint }> {
-  const handle = await fs.open(file, 'wx');
-  let version: { ino: bigint; mtimeNs: bigint };
-  try {
-    await handle.writeFile(body);
-    await handle.sync();
-    const st = await handle.stat({ bigint: true });
-    version = { ino: st.ino, mtimeNs: st.mtimeNs };
-  } catch (err) {
-    await handle.close().catch(() => undefined);
-    await unlinkQuietly(file);
-    throw err;
-  }
-  try {
-    await handle.close();
-  } catch (err) {
-    await unlinkQuietly(file);
-    throw err;
-  }
-  return version;
-}
-
 function sidecarPath(file: string): string {
   return path.join(path.dirname(file), `${META_PREFIX}${path.basename(file)}${META_SUFFIX}`);
 }
@@ -533,30 +506,6 @@ function isMissing(err: unknown): boolean {
   return code === 'ENOENT' || code === 'ENOTDIR' || code === 'EISDIR';
 }
 
-async function fsyncDir(dir: string): Promise<void> {
-  let handle: fs.FileHandle;
-  try {
-    handle = await fs.open(dir, 'r');
-  } catch (err) {
-    if (DIR_FSYNC_UNSUPPORTED.has(errnoCode(err) ?? '')) return;
-    throw err;
-  }
-  try {
-    await handle.sync();
-  } catch (err) {
-    if (!DIR_FSYNC_UNSUPPORTED.has(errnoCode(err) ?? '')) throw err;
-  } finally {
-    await handle.close().catch(() => undefined);
-  }
-}
-
-async function unlinkQuietly(file: string): Promise<void> {
-  try {
-    await fs.unlink(file);
-  } catch {
-    // Best effort: the original error is the one worth reporting, and a stray temp file is skipped by listings.
-  }
-}
 
 /** A Uint8Array over the same memory when the Buffer owns its whole ArrayBuffer, else a copy (never expose a shared pool). */
 function asPlainBytes(buf: Buffer): Uint8Array {
@@ -566,13 +515,6 @@ function asPlainBytes(buf: Buffer): Uint8Array {
   return new Uint8Array(buf);
 }
 
-function errnoCode(err: unknown): string | undefined {
-  if (typeof err === 'object' && err !== null && 'code' in err) {
-    const code = (err as { code: unknown }).code;
-    return typeof code === 'string' ? code : undefined;
-  }
-  return undefined;
-}
 
 function toStoreError(op: string, target: string, err: unknown): StoreError {
   if (err instanceof StoreError) return err;

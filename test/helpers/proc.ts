@@ -1,4 +1,5 @@
-import { type Service, spawnService } from '../../scripts/chaos-kit.js';
+import { type Service, spawnService, waitHttpOk } from '../../scripts/chaos-kit.js';
+import { pollUntil } from '../../shared/poll.js';
 
 export type ServiceProcess = Service;
 
@@ -13,34 +14,12 @@ export function startService(entry: 'services/main.ts' | 'services/api/main.ts' 
   return spawnService(entry, { LOG_LEVEL: 'info', ...env }, { keepChars: Number.POSITIVE_INFINITY });
 }
 
-/** Polls `url` until it answers 200 (bounded by `ms`). */
-export async function waitForHttp(url: string, ms = 20_000, proc?: ServiceProcess): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (Date.now() < deadline) {
-    if (proc && proc.child.exitCode !== null) throw new Error(`process exited (${proc.child.exitCode}):\n${proc.output()}`);
-    try {
-      const r = await fetch(url);
-      if (r.ok) return;
-    } catch {
-      /* not up yet */
-    }
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error(`${url} did not answer within ${ms} ms${proc ? `:\n${proc.output()}` : ''}`);
+/** Polls `url` until it answers 200 (bounded by `ms`), failing at once if `proc` exits. */
+export function waitForHttp(url: string, ms = 20_000, proc?: ServiceProcess): Promise<void> {
+  return waitHttpOk(url, ms, proc);
 }
 
 /** Polls `fn` until it returns a truthy value (bounded by `ms`). */
-export async function waitFor<T>(fn: () => Promise<T | undefined | null | false>, ms = 20_000, what = 'condition'): Promise<T> {
-  const deadline = Date.now() + ms;
-  let last: unknown;
-  while (Date.now() < deadline) {
-    try {
-      const v = await fn();
-      if (v) return v;
-    } catch (err) {
-      last = err;
-    }
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error(`timed out waiting for ${what}${last ? `: ${String(last)}` : ''}`);
+export function waitFor<T>(fn: () => Promise<T | undefined | null | false>, ms = 20_000, what = 'condition'): Promise<T> {
+  return pollUntil(fn, { ms, what });
 }
