@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // `npm run build`: tsc (tsconfig.build.json) into dist/, then the files tsc does not emit but the
-// code reads at run time (the ledger's Lua scripts, found next to ledger.js via import.meta.url).
+// code reads at run time (Lua scripts, found next to the module that loads them via import.meta.url).
 //   node scripts/build.mjs [--out <dir>] [--if-typescript]
 // --if-typescript (the `prepare` hook): a production install (`npm ci --omit=dev`) has no
 // TypeScript; then say so and leave dist/ as it is instead of failing the install.
@@ -31,11 +31,14 @@ rmSync(out, { recursive: true, force: true });
 const r = spawnSync(process.execPath, [tsc, '-p', path.join(root, 'tsconfig.build.json'), '--outDir', out], { cwd: root, stdio: 'inherit' });
 if (r.status !== 0) process.exit(r.status ?? 1);
 
-/** Non-TypeScript files the code loads relative to its own module. */
-const ASSET_DIRS = ['shared/ledger'];
-for (const dir of ASSET_DIRS) {
+/** Non-TypeScript files the code loads relative to its own module: every Lua script (the ledger's, the edge's). */
+const SOURCE_DIRS = ['shared', 'services', 'cli'];
+const copyLua = (dir) => {
   for (const name of readdirSync(path.join(root, dir))) {
-    const from = path.join(root, dir, name);
-    if (name.endsWith('.lua') && statSync(from).isFile()) cpSync(from, path.join(out, dir, name));
+    const rel = path.join(dir, name);
+    const from = path.join(root, rel);
+    if (statSync(from).isDirectory()) copyLua(rel);
+    else if (name.endsWith('.lua')) cpSync(from, path.join(out, rel));
   }
-}
+};
+for (const dir of SOURCE_DIRS) copyLua(dir);

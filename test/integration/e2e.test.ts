@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { existsSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { BATCH_ID_RE, batchIdMs } from '../../shared/ids.js';
 import { createLogger } from '../../shared/logger.js';
 import { ensureRedis } from '../../shared/private-redis.js';
@@ -39,6 +39,12 @@ const oddEvent = { event_type: 'track', event: 'odd', distinct_id: SENTINEL, pro
 describe('end to end over real ports, as a user runs it', () => {
   const procs: ServiceProcess[] = [];
   const dirs: string[] = [];
+  const entry: Record<string, `${string}.js`> = {};
+  // The compiled build (shared with other test files, rebuilt only when a source changed) takes
+  // tens of seconds on a loaded machine: outside the tests' own timeouts.
+  beforeAll(async () => {
+    for (const e of ['services/main.js', 'services/api/main.js', 'services/encoder/main.js'] as const) entry[e] = await distEntry(e);
+  }, 300_000);
   afterAll(async () => {
     for (const p of procs) await p.stop('SIGKILL');
     for (const d of dirs) rmSync(d, { recursive: true, force: true });
@@ -50,7 +56,7 @@ describe('end to end over real ports, as a user runs it', () => {
     dirs.push(dataDir);
     const port = await freePort();
     const url = `http://127.0.0.1:${port}`;
-    const proc = startService(await distEntry('services/main.js'), { PORT: String(port), HOST: '127.0.0.1', DATA_DIR: dataDir, REDIS_URL: inject('redisUrl'), QUEUE_NAME: uniqueName('e2e'), ADMIN_TOKEN: TOKEN });
+    const proc = startService(entry['services/main.js']!, { PORT: String(port), HOST: '127.0.0.1', DATA_DIR: dataDir, REDIS_URL: inject('redisUrl'), QUEUE_NAME: uniqueName('e2e'), ADMIN_TOKEN: TOKEN });
     procs.push(proc);
     await waitForHttp(`${url}/readyz`, 30_000, proc);
     expect(commandLine(proc.pid).join(' ')).not.toMatch(/tsx/);
@@ -119,8 +125,8 @@ FROM read_parquet('${root}/events/shop/**/*.parquet') WHERE received_at >= now()
     const [apiPort, metricsPort] = [await freePort(), await freePort()];
     const url = `http://127.0.0.1:${apiPort}`;
     const common = { HOST: '127.0.0.1', STORE: 's3', S3_BUCKET: s3.bucket, S3_ENDPOINT: s3.endpoint, S3_FORCE_PATH_STYLE: 'true', S3_REGION: 'us-east-1', AWS_ACCESS_KEY_ID: 'S3RVER', AWS_SECRET_ACCESS_KEY: 'S3RVER', REDIS_URL: inject('redisUrl'), QUEUE_NAME: uniqueName('s3'), ADMIN_TOKEN: TOKEN };
-    const api = startService(await distEntry('services/api/main.js'), { ...common, PORT: String(apiPort) });
-    const encoder = startService(await distEntry('services/encoder/main.js'), { ...common, METRICS_PORT: String(metricsPort) });
+    const api = startService(entry['services/api/main.js']!, { ...common, PORT: String(apiPort) });
+    const encoder = startService(entry['services/encoder/main.js']!, { ...common, METRICS_PORT: String(metricsPort) });
     procs.push(api, encoder);
     try {
       await waitForHttp(`${url}/readyz`, 30_000, api);

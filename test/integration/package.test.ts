@@ -2,7 +2,7 @@ import { spawnSync } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
-import { afterAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { uniqueName } from '../helpers/names.js';
 import { commandLine, distEntry, ROOT } from '../helpers/dist.js';
 import { startService, waitFor, waitForHttp } from '../helpers/proc.js';
@@ -82,6 +82,11 @@ describe('the package as others install it', () => {
   afterAll(() => {
     for (const d of dirs) rmSync(d, { recursive: true, force: true });
   });
+  let dist = '';
+  // The compiled build is shared with the other test files; outside the tests' own timeouts.
+  beforeAll(async () => {
+    dist = dirname(await distEntry('index.js'));
+  }, 300_000);
   const tempDir = (name: string): string => {
     const d = mkdtempSync(join(tmpdir(), name));
     dirs.push(d);
@@ -89,8 +94,7 @@ describe('the package as others install it', () => {
   };
 
   it('npm pack → install with production deps only: plain-node ESM import and the setup snippet (push → file), the bin, and a TypeScript consumer', async () => {
-    // Stage what `npm pack` would pack after `prepare` (the build is shared with the other tests).
-    const dist = dirname(await distEntry('index.js'));
+    // Stage what `npm pack` would pack after `prepare`.
     const stage = tempDir('pack-stage-');
     for (const f of ['package.json', 'README.md']) cpSync(join(ROOT, f), join(stage, f));
     for (const d of ['bin', 'docs']) cpSync(join(ROOT, d), join(stage, d), { recursive: true });
@@ -148,7 +152,6 @@ describe('the package as others install it', () => {
   }, 420_000);
 
   it('dist/ next to `npm ci --omit=dev` (the Dockerfile runtime stage) starts with plain node and serves a push', async () => {
-    const dist = dirname(await distEntry('index.js'));
     const app = tempDir('omit-dev-');
     for (const f of ['package.json', 'package-lock.json']) cpSync(join(ROOT, f), join(app, f));
     // As in the Dockerfile: `prepare` finds no TypeScript and leaves the build alone.
