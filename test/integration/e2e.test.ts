@@ -89,9 +89,10 @@ describe('end to end over real ports, as a user runs it', () => {
       expect(again.status).toBe(304);
     }
 
-    // Exactly one .parquet per batch under the store root; nothing else beside them.
+    // Exactly one .parquet per batch under the store root; beside them only their metadata sidecars.
     const eventFiles = listFiles(join(dataDir, 'events'));
-    expect(eventFiles.sort()).toEqual(ids.map((id) => join('shop', `${id}.parquet`)));
+    expect(eventFiles.filter((f) => !f.includes('/.meta-')).sort()).toEqual(ids.map((id) => join('shop', `${id}.parquet`)));
+    expect(eventFiles.filter((f) => f.includes('/.meta-')).sort()).toEqual(ids.map((id) => join('shop', `.meta-${id}.parquet.json`)));
     const root = dataDir;
     const q1 = await duckQuery(`SELECT event_type, COUNT(*) AS n FROM read_parquet('${root}/events/shop/**/*.parquet') GROUP BY event_type ORDER BY n DESC;`);
     expect(q1.reduce((a, r) => a + Number(r.n), 0)).toBe(1101);
