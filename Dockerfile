@@ -1,17 +1,32 @@
 # syntax=docker/dockerfile:1
 # One image for both services: `api` (default command) and `encoder`
-# (command: node --import tsx services/encoder/main.ts). The services are TypeScript run
-# through tsx, which is a production dependency, so no build step is needed.
+# (command: node dist/services/encoder/main.js). Both run compiled JavaScript on plain node:
+# no TypeScript, tsx or esbuild in the image.
 ARG NODE_VERSION=20
 
-# Stage 1: production dependencies only, exactly as locked.
+# Stage 1: compile. All dependencies (TypeScript is a dev dependency), then `npm run build` → dist/.
+FROM node:${NODE_VERSION}-bookworm-slim AS build
+WORKDIR /app
+COPY package.json package-lock.json ./
+COPY scripts/build.mjs scripts/build.mjs
+# The `prepare` hook would build before the sources are here; the build runs below instead.
+RUN npm ci --ignore-scripts --no-audit --no-fund
+COPY tsconfig.json tsconfig.build.json index.ts ./
+COPY shared shared
+COPY services services
+COPY cli cli
+RUN npm run build
+
+# Stage 2: production dependencies only, exactly as locked (no TypeScript, tsx or DuckDB:
+# @duckdb/node-api is an optional peer used only by the `query` command). `prepare` finds no
+# TypeScript here and skips the build.
 FROM node:${NODE_VERSION}-bookworm-slim AS deps
 WORKDIR /app
 COPY package.json package-lock.json ./
+COPY scripts/build.mjs scripts/build.mjs
 RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
 
-# Stage 2: runtime. node_modules from stage 1, sources from the context (.dockerignore keeps
-# tests, data, node_modules and the deploy files out).
+# Stage 3: runtime. Production node_modules, the compiled dist/ and the CLI launcher.
 FROM node:${NODE_VERSION}-bookworm-slim AS runtime
 ENV NODE_ENV=production \
     HOST=0.0.0.0 \
@@ -20,9 +35,11 @@ ENV NODE_ENV=production \
     DATA_DIR=/app/data
 WORKDIR /app
 COPY --from=deps --chown=node:node /app/node_modules ./node_modules
-COPY --chown=node:node . .
+COPY --from=build --chown=node:node /app/dist ./dist
+COPY --chown=node:node package.json ./
+COPY --chown=node:node bin bin
 # The filesystem store (STORE=fs) writes here; the image runs as the unprivileged `node` user.
 RUN mkdir -p /app/data && chown node:node /app/data
 USER node
 EXPOSE 8787 9464
-CMD ["node", "--import", "tsx", "services/api/main.ts"]
+CMD ["node", "dist/services/api/main.js"]

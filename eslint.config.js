@@ -3,7 +3,7 @@
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['node_modules/**', 'data/**', 'bench/results/**', 'coverage/**', '**/*.mjs', 'eslint.config.js'] },
+  { ignores: ['node_modules/**', 'dist/**', '.tmp/**', 'data/**', 'bench/results/**', 'coverage/**', '**/*.mjs', 'eslint.config.js'] },
   ...tseslint.configs.recommended,
   {
     files: ['**/*.ts'],

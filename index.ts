@@ -2,8 +2,8 @@
  * Library entry: the Starfish-compatible API (`createSyncRouter`, `createEventsServerPlugin`),
  * the object stores, and the pieces the services are built from.
  */
-export { createSyncRouter } from './services/api/router.js';
-export type { SyncRouterOptions, RouterObserver } from './services/api/router.js';
+export { createSyncRouter, jsonErrorHandler } from './services/api/router.js';
+export type { SyncRouterOptions, RouterObserver, ErrorLog } from './services/api/router.js';
 export { createEventsServerPlugin, PARQUET_MIME_TYPE } from './services/api/plugin.js';
 export type { EventsPluginOptions, EventsServerPlugin, QueueBinding, PushResult, ListResult } from './services/api/plugin.js';
 export { AuthError, TokenRoles, firstOf, requireRoles, tokenRoleResolver } from './services/api/auth.js';
@@ -16,7 +16,7 @@ export type { AuditEntry, AuditLogger } from './services/api/edge/audit.js';
 export { MemoryCounterStore, RedisCounterStore } from './services/api/edge/counters.js';
 export type { CounterStore } from './services/api/edge/counters.js';
 export { FilesystemObjectStore, MemoryObjectStore, S3ObjectStore } from './shared/store/index.js';
-export type { ObjectStore, StoredObject, PutOptions, ListOptions } from './shared/store/index.js';
+export type { ObjectStore, StoredObject, PutOptions, ListOptions, ObjectMeta, ByteRange } from './shared/store/index.js';
 export { StoreError, HttpError } from './shared/errors.js';
 export { DEFAULT_SYNC_CONFIG, parseSyncConfig, parseEnv } from './shared/config.js';
 export type { SyncConfig, SyncConfigInput, CollectionConfig, Env } from './shared/config.js';
@@ -26,3 +26,6 @@ export { encodeBatch, EVENT_COLUMNS } from './shared/parquet/encode.js';
 export { startStack } from './services/stack.js';
 export { duckdbReadParquetSql, sqlStringLiteral, ANY_PARAM } from './shared/duckdb.js';
 export type { DuckdbReadParquetOptions, DuckdbReadParquet, DuckdbS3Credentials } from './shared/duckdb.js';
+// The queue's job contract: what the API enqueues and an encoder (yours or ours) consumes.
+export { JOB_NAME, BatchJobSchema, BATCH_JOB_OPTIONS, packBody, unpackBody } from './shared/queue.js';
+export type { BatchJob } from './shared/queue.js';

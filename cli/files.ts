@@ -6,6 +6,7 @@
 import { createHash } from 'node:crypto';
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
+import { fsyncDir, writeFileDurably } from '../shared/store/durable.js';
 
 /** Temp names start with a dot and end with `.part-<pid>`: never matched by `*.parquet` globs. */
 const PART_RE = /^\..+\.part-\d+$/;
@@ -20,31 +21,14 @@ export function isPartName(name: string): boolean {
   return PART_RE.test(name);
 }
 
-/** Fsyncs a directory so a rename inside it survives a crash; filesystems that cannot are skipped. */
-export async function fsyncDir(dir: string): Promise<void> {
-  let handle: fs.FileHandle | undefined;
-  try {
-    handle = await fs.open(dir, 'r');
-    await handle.sync();
-  } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    if (code !== 'EINVAL' && code !== 'ENOTSUP' && code !== 'EISDIR' && code !== 'EPERM') throw err;
-  } finally {
-    await handle?.close().catch(() => undefined);
-  }
-}
+export { fsyncDir };
 
 /** Writes `text` to `file` atomically and durably (temp + fsync + rename + fsync dir). */
 export async function writeFileAtomic(file: string, text: string): Promise<void> {
   const dir = path.dirname(file);
-  const tmp = path.join(dir, `.${path.basename(file)}.part-${process.pid}`);
-  const handle = await fs.open(tmp, 'w');
-  try {
-    await handle.writeFile(text);
-    await handle.sync();
-  } finally {
-    await handle.close();
-  }
+  const tmp = partPath(dir, path.basename(file));
+  // Not exclusive: a part left by a killed run of this pid is simply overwritten.
+  await writeFileDurably(tmp, text, { exclusive: false });
   await fs.rename(tmp, file);
   await fsyncDir(dir);
 }

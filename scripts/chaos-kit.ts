@@ -4,6 +4,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import net from 'node:net';
 import { resolve } from 'node:path';
+import { pollUntil } from '../shared/poll.js';
 
 /** `pass`: forward bytes. `http503`: answer every request with an S3-style 503. `reset`: TCP reset on connect. */
 export type FaultMode = 'pass' | 'http503' | 'reset';
@@ -108,12 +109,12 @@ export interface Service {
 }
 
 /**
- * Runs an entry point as `node --import tsx <entry>`: one process, so SIGKILL kills the service
- * itself. (The `tsx` CLI runs the code in a child process; killing the CLI with SIGKILL would
- * leave that child running and still holding its port.)
+ * Runs an entry point as `node --import tsx <entry>` (a compiled `.js` entry: plain `node <entry>`):
+ * one process, so SIGKILL kills the service itself. (The `tsx` CLI runs the code in a child
+ * process; killing the CLI with SIGKILL would leave that child running and still holding its port.)
  */
 export function spawnService(entry: string, env: Record<string, string>, opts: { keepChars?: number } = {}): Service {
-  const child = spawn(process.execPath, ['--import', 'tsx', entry], { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, entry.endsWith('.ts') ? ['--import', 'tsx', entry] : [entry], { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   const keepChars = opts.keepChars ?? OUTPUT_KEEP_CHARS;
   let out = '';
   const keep = (d: Buffer): void => {
@@ -141,17 +142,16 @@ export function spawnService(entry: string, env: Record<string, string>, opts: {
 
 /** Polls `url` until it answers 200, failing early if `svc` exits (bounded by `ms`). */
 export async function waitHttpOk(url: string, ms: number, svc?: Service): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (Date.now() < deadline) {
-    if (svc && (svc.child.exitCode !== null || svc.child.signalCode !== null)) throw new Error(`${url}: process exited (${String(svc.child.exitCode)}):\n${svc.output()}`);
-    try {
-      const r = await fetch(url, { signal: AbortSignal.timeout(2000) });
-      await r.arrayBuffer();
-      if (r.ok) return;
-    } catch {
-      /* not up yet */
-    }
-    await sleep(100);
+  try {
+    await pollUntil(
+      async () => {
+        const r = await fetch(url, { signal: AbortSignal.timeout(2000) });
+        await r.arrayBuffer();
+        return r.ok;
+      },
+      { ms, what: url, giveUp: () => (svc && (svc.child.exitCode !== null || svc.child.signalCode !== null) ? `process exited (${String(svc.child.exitCode)})` : undefined) },
+    );
+  } catch (err) {
+    throw new Error(`${(err as Error).message}${svc ? `:\n${svc.output()}` : ''}`);
   }
-  throw new Error(`${url} did not answer within ${ms} ms${svc ? `:\n${svc.output()}` : ''}`);
 }

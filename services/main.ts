@@ -9,7 +9,9 @@ type FromThread = { type: 'ready' } | { type: 'metrics'; text: string } | { type
 
 /** Starts the encoder in a worker thread and resolves once it takes jobs. */
 async function startEncoderThread(env: ReturnType<typeof parseEnv>): Promise<{ metrics(): Promise<string>; close(): Promise<void> }> {
-  const worker = new Worker(new URL('./encoder/thread-entry.mjs', import.meta.url), { workerData: env });
+  // From dist/ the thread is plain JavaScript; under tsx (development) it needs tsx's loader again.
+  const entry = import.meta.url.endsWith('.ts') ? './encoder/thread-entry.mjs' : './encoder/thread.js';
+  const worker = new Worker(new URL(entry, import.meta.url), { workerData: env });
   const waiters: ((m: FromThread) => void)[] = [];
   let exited = false;
   worker.on('message', (m: FromThread) => {

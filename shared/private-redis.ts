@@ -4,6 +4,7 @@ import { resolve } from 'node:path';
 import { Redis } from 'ioredis';
 import { ConfigError } from './config.js';
 import type { Logger } from './logger.js';
+import { pollUntil } from './poll.js';
 
 export interface RedisHandle {
   url: string;
@@ -47,28 +48,52 @@ export async function ensureRedis(opts: { redisUrl?: string; dataDir: string; lo
   }
   const dir = resolve(opts.dataDir, 'redis');
   mkdirSync(dir, { recursive: true });
-  const child: ChildProcess = spawn(
-    'redis-server',
-    ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--appendonly', 'yes', '--appendfsync', 'everysec', '--save', '', '--maxmemory-policy', 'noeviction', '--daemonize', 'no', '--logfile', 'redis.log'],
-    { stdio: 'ignore' },
-  );
-  let exited = false;
-  child.once('exit', () => (exited = true));
-  const deadline = Date.now() + 10_000;
-  while (Date.now() < deadline && !exited) {
-    if (await redisAnswers(url, 500)) break;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  if (exited || !(await redisAnswers(url, 500))) {
-    child.kill('SIGKILL');
+  let server: RedisServerProcess;
+  try {
+    server = await spawnRedisServer({
+      port,
+      dir,
+      args: ['--appendonly', 'yes', '--appendfsync', 'everysec', '--save', '', '--maxmemory-policy', 'noeviction', '--logfile', 'redis.log'],
+    });
+  } catch {
     throw new ConfigError(`started redis-server on ${url} but it did not answer; see ${dir}/redis.log`);
   }
-  opts.logger.info({ redis: url, dir, pid: child.pid }, 'started a private redis-server (AOF on)');
+  opts.logger.info({ redis: url, dir, pid: server.child.pid }, 'started a private redis-server (AOF on)');
+  return { url, owned: true, stop: () => server.stop() };
+}
+
+/** A `redis-server` child of this process. */
+export interface RedisServerProcess {
+  url: string;
+  port: number;
+  child: ChildProcess;
+  /** Sends `signal` (default SIGTERM), SIGKILL after 5 s, resolves on exit. Idempotent. */
+  stop(signal?: NodeJS.Signals): Promise<void>;
+}
+
+/**
+ * The one way this project starts a `redis-server` (the embedded default above, the tests, the
+ * bench and the chaos run): on 127.0.0.1:`port` with its files in `dir` plus `args`, resolving
+ * once it answers PING (at most `ms`); throws (after killing it) when it exits or stays silent.
+ */
+export async function spawnRedisServer(opts: { port: number; dir: string; args?: readonly string[]; ms?: number }): Promise<RedisServerProcess> {
+  const url = `redis://127.0.0.1:${opts.port}`;
+  const child: ChildProcess = spawn('redis-server', ['--port', String(opts.port), '--bind', '127.0.0.1', '--dir', opts.dir, '--daemonize', 'no', ...(opts.args ?? [])], { stdio: 'ignore' });
+  let exited = false;
+  child.once('exit', () => (exited = true));
+  child.once('error', () => (exited = true));
+  try {
+    await pollUntil(() => redisAnswers(url, 500), { ms: opts.ms ?? 10_000, intervalMs: 50, what: `redis-server on ${url}`, giveUp: () => (exited ? 'it exited at start (is it installed? apt-get install redis-server)' : undefined) });
+  } catch (err) {
+    child.kill('SIGKILL');
+    throw err;
+  }
   let stopping: Promise<void> | undefined;
   return {
     url,
-    owned: true,
-    stop() {
+    port: opts.port,
+    child,
+    stop(signal = 'SIGTERM') {
       stopping ??= new Promise<void>((done) => {
         if (exited) return done();
         const t = setTimeout(() => child.kill('SIGKILL'), 5000);
@@ -76,7 +101,7 @@ export async function ensureRedis(opts: { redisUrl?: string; dataDir: string; lo
           clearTimeout(t);
           done();
         });
-        child.kill('SIGTERM');
+        child.kill(signal);
       });
       return stopping;
     },

@@ -16,7 +16,7 @@ import { edgeFromEnv, type EdgeEnv } from './edge/from-env.js';
 import { QUEUE_STATES, type UpkeepStep, createApiMetrics, type ApiMetrics } from './metrics.js';
 import { createEventsServerPlugin } from './plugin.js';
 import { createAdminRouter } from './admin.js';
-import { createSyncRouter } from './router.js';
+import { createSyncRouter, jsonErrorHandler } from './router.js';
 import { LoadShedder } from './shedder.js';
 
 export interface ApiDeps {
@@ -78,6 +78,7 @@ export function createApiApp(deps: ApiDeps): ApiApp {
     config,
     plugins,
     auth: tokens,
+    log: logger,
     ...edge.routerOptions,
     shedReason: () => shedder.shedReason(),
     inflightBudget: new ByteBudget(inflightLimit, (used) => metrics.inflightBytes.set(used)),
@@ -156,31 +157,18 @@ export function createApiApp(deps: ApiDeps): ApiApp {
 
   app.use((req, _res, next) => next(new HttpError(404, `no route for ${req.method} ${req.path}`)));
 
-  app.use(function errorHandler(err: unknown, _req: Request, res: Response, _next: NextFunction) {
-    if (res.headersSent) return;
-    if (err instanceof HttpError) {
-      res.set(err.headers).status(err.status).json({ error: err.message });
-      return;
-    }
-    if (err instanceof StoreError) {
-      logger.warn({ err: err.message, retriable: err.retriable }, 'store error');
-      res.status(err.retriable ? 503 : 500).set(err.retriable ? { 'Retry-After': '1' } : {}).json({ error: err.retriable ? 'store unavailable; retry later' : 'store error' });
-      return;
-    }
+  // Any route that reached Redis while it is away (or whose error says so): an outage, not a bug.
+  app.use(function redisDownErrors(err: unknown, _req: Request, res: Response, next: NextFunction) {
     const status = (err as { status?: unknown }).status;
-    if (typeof status === 'number' && status >= 400 && status < 500) {
-      res.status(status).json({ error: (err as Error).message || 'bad request' });
-      return;
-    }
-    // Any route that reached Redis while it is away (or whose error says so): an outage, not a bug.
-    if (isRedisUnavailable(err) || redis.status !== 'ready') {
+    const known = err instanceof HttpError || err instanceof StoreError || (typeof status === 'number' && status >= 400 && status < 500);
+    if (!known && !res.headersSent && (isRedisUnavailable(err) || redis.status !== 'ready')) {
       logger.warn({ err: err instanceof Error ? err.name : 'unknown', redis: redisAddress(redis) }, 'request failed: Redis unavailable');
       res.status(503).set('Retry-After', '5').json({ error: 'Redis unavailable; retry later' });
       return;
     }
-    logger.error({ err: err instanceof Error ? err.message : String(err) }, 'unhandled error');
-    res.status(500).json({ error: 'internal error' });
+    next(err);
   });
+  app.use(jsonErrorHandler(logger));
 
   async function readQueueGauges(): Promise<void> {
     const [counts, [oldest], lagMs, workers] = await Promise.all([

@@ -2,6 +2,11 @@
  * HTTP range requests (RFC 9110 §14) for pull: enough for range readers such as DuckDB's
  * httpfs and hyparquet, which fetch a Parquet file's footer and then the column chunks they need.
  * Pure functions; the router turns the result into 200/206/416.
+ *
+ * Not Express' `req.range()` (range-parser): it answers a reversed range (`bytes=9-3`), which
+ * RFC 9110 §14.1.1 says to ignore, as unsatisfiable (a 416 instead of the file), and it reads
+ * `Bytes = 5-5` as the unit "Bytes " so the caller must re-check the unit; this module is
+ * about as long as the glue would be.
  */
 
 /** What to send for a `Range` header against a representation of `size` bytes. */

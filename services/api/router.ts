@@ -1,11 +1,13 @@
 import { createHash } from 'node:crypto';
-import express, { type NextFunction, type Request, type Response, type Router } from 'express';
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import express, { type ErrorRequestHandler, type NextFunction, type Request, type Response, type Router } from 'express';
 import { type SyncConfigInput, parseSyncConfig } from '../../shared/config.js';
 import { checkEnvelope } from '../../shared/envelope.js';
-import { HttpError } from '../../shared/errors.js';
-import { isBatchId } from '../../shared/ids.js';
-import { checkParamValue, routePattern } from '../../shared/paths.js';
-import type { ObjectStore } from '../../shared/store/types.js';
+import { HttpError, StoreError } from '../../shared/errors.js';
+import { isBatchId, parseBatchRef } from '../../shared/ids.js';
+import { batchKey, checkParamValue, routePattern } from '../../shared/paths.js';
+import type { ByteRange, ObjectStore } from '../../shared/store/types.js';
 import type { Redis } from 'ioredis';
 import { type RoleResolver, TokenRoles, requireRoles, tokenRoleResolver } from './auth.js';
 import { type AuditLogger, audit } from './edge/audit.js';
@@ -73,6 +75,83 @@ export interface SyncRouterOptions {
    * Without it, only maxBodyBytes bounds each body.
    */
   inflightBudget?: ByteBudget;
+  /** Where the error mapping logs store failures and unexpected errors (a pino logger fits). */
+  log?: ErrorLog;
+}
+
+/** The two log levels the error mapping uses. */
+export interface ErrorLog {
+  warn(fields: Record<string, unknown>, msg: string): void;
+  error(fields: Record<string, unknown>, msg: string): void;
+}
+
+/**
+ * The router's JSON error mapping, exported so a host app can put it after its own routes too:
+ * `HttpError` → its status, headers and `{error}`; a retriable `StoreError` → 503 + `Retry-After`,
+ * another → 500; a 4xx from Express' own middleware keeps its status; anything else → 500
+ * `{"error":"internal error"}`. Never an HTML page, never an error's internals.
+ */
+export function jsonErrorHandler(log?: ErrorLog): ErrorRequestHandler {
+  return function jsonErrors(err: unknown, _req: Request, res: Response, next: NextFunction): void {
+    if (res.headersSent) {
+      // Too late for a JSON answer (a pull stream failed midway): let Express close the connection.
+      next(err);
+      return;
+    }
+    if (err instanceof HttpError) {
+      res.set(err.headers).status(err.status).json({ error: err.message });
+      return;
+    }
+    if (err instanceof StoreError) {
+      log?.warn({ err: err.message, retriable: err.retriable }, 'store error');
+      res.status(err.retriable ? 503 : 500).set(err.retriable ? { 'Retry-After': '1' } : {}).json({ error: err.retriable ? 'store unavailable; retry later' : 'store error' });
+      return;
+    }
+    const status = (err as { status?: unknown }).status;
+    if (typeof status === 'number' && status >= 400 && status < 500) {
+      res.status(status).json({ error: (err as Error).message || 'bad request' });
+      return;
+    }
+    log?.error({ err: err instanceof Error ? err.message : String(err) }, 'unhandled error');
+    res.status(500).json({ error: 'internal error' });
+  };
+}
+
+/** What pull needs of one stored object: its metadata and a way to read all or part of it. */
+interface PullObject {
+  size: number;
+  sha256: string;
+  read(range?: ByteRange): Promise<Readable>;
+}
+
+/**
+ * Metadata from `head` and bytes from `getStream`, so HEAD, 304 and Range read no more than they
+ * answer with. A custom store without them is read whole once (and hashed) instead.
+ */
+async function openObject(store: ObjectStore, key: string): Promise<PullObject | null> {
+  if (store.head && store.getStream) {
+    const meta = await store.head(key);
+    if (!meta) return null;
+    const getStream = store.getStream.bind(store);
+    return {
+      size: meta.size,
+      sha256: meta.sha256,
+      async read(range) {
+        const stream = await getStream(key, range);
+        // Deleted between head and read: the answer has begun (headers set), so fail it as a store error.
+        if (!stream) throw new StoreError(`object ${JSON.stringify(key)} vanished while being read`, { retriable: true });
+        return stream;
+      },
+    };
+  }
+  const obj = await store.getBytes(key);
+  if (!obj) return null;
+  const body = Buffer.from(obj.body.buffer, obj.body.byteOffset, obj.body.byteLength);
+  return {
+    size: body.byteLength,
+    sha256: createHash('sha256').update(body).digest('hex'),
+    read: async (range) => Readable.from([range ? body.subarray(range.start, range.end + 1) : body]),
+  };
 }
 
 const IDEMPOTENCY_KEY_RE = /^[\x21-\x7e]{1,255}$/;
@@ -110,13 +189,6 @@ function parseAfter(raw: unknown): string | undefined {
   if (!isBatchId(bare)) throw new HttpError(400, 'after must be a batch id like 1782933157690-0000-735223 (with or without .parquet)');
   return bare;
 }
-
-type Handler = (req: Request, res: Response) => Promise<void>;
-const wrap =
-  (fn: Handler) =>
-  (req: Request, res: Response, next: NextFunction): void => {
-    fn(req, res).catch(next);
-  };
 
 /**
  * The sync router: for every configured collection, `POST /push/<storagePath>`,
@@ -180,7 +252,7 @@ export function createSyncRouter(opts: SyncRouterOptions): Router {
       auditing('push', collection.name),
       requireRoles(collection.writeRoles, resolver, denied),
       limit('push'),
-      wrap(async (req, res) => {
+      async (req, res) => {
         const shed = opts.shedReason?.();
         if (shed) {
           observer?.shed?.('high_water');
@@ -229,7 +301,7 @@ export function createSyncRouter(opts: SyncRouterOptions): Router {
         } finally {
           opts.inflightBudget?.give(held.bytes);
         }
-      }),
+      },
     );
 
     if (collection.listable) {
@@ -239,13 +311,13 @@ export function createSyncRouter(opts: SyncRouterOptions): Router {
         noStore,
         requireRoles(collection.readRoles, resolver, deniedRead),
         limit('list'),
-        wrap(async (req, res) => {
+        async (req, res) => {
           const params = paramsOf(req, t.prefixParams);
           const limit = parseLimit(req.query.limit);
           const after = parseAfter(req.query.after);
           const result = await plugin.list(params, after, limit);
           res.status(200).json(result);
-        }),
+        },
       );
     }
 
@@ -254,26 +326,28 @@ export function createSyncRouter(opts: SyncRouterOptions): Router {
       auditing('pull', collection.name),
       requireRoles(collection.readRoles, resolver, deniedRead),
       limit('pull'),
-      wrap(async (req, res) => {
+      async (req, res) => {
         const params = paramsOf(req, allNames);
-        const ref = params[t.batchParam] as string;
+        const batchId = parseBatchRef(params[t.batchParam] as string);
         delete params[t.batchParam];
-        const obj = await plugin.pull(params, ref);
+        const obj = batchId === null ? null : await openObject(plugin.store, batchKey(t, params, batchId));
         if (!obj) {
           res.status(200).json({ data: {}, hash: '', timestamp: Date.now() });
           return;
         }
-        const etag = `"${createHash('sha256').update(obj.body).digest('hex')}"`;
+        const etag = `"${obj.sha256}"`;
         res.setHeader('ETag', etag);
         res.setHeader('Cache-Control', 'private, max-age=31536000, immutable');
         res.setHeader('Accept-Ranges', 'bytes');
+        // If-None-Match by weak comparison (RFC 9110 §13.1.2). Not Express' req.fresh: it answers
+        // "stale" whenever the request says Cache-Control: no-cache, which fetch() adds by itself
+        // to every request carrying If-None-Match, so fetch clients would never get their 304.
         const inm = req.headers['if-none-match'];
         if (inm && inm.split(',').some((v) => v.trim().replace(/^W\//, '') === etag || v.trim() === '*')) {
           res.status(304).end();
           return;
         }
-        const size = obj.body.byteLength;
-        const body = Buffer.from(obj.body.buffer, obj.body.byteOffset, size);
+        const { size } = obj;
         // If-None-Match wins over Range (RFC 9110 §13.2.2); If-Range decides whether Range applies at all.
         const range = ifRangeAllows(req.get('if-range'), etag) ? decideRange(req.headers.range, size) : ({ kind: 'full' } as const);
         if (range.kind === 'unsatisfiable') {
@@ -282,21 +356,21 @@ export function createSyncRouter(opts: SyncRouterOptions): Router {
           throw new HttpError(416, `range not satisfiable: the batch has ${size} bytes`, { 'Content-Range': unsatisfiedRange(size) });
         }
         res.setHeader('Content-Type', PARQUET_MIME_TYPE);
-        const slice = range.kind === 'partial' ? body.subarray(range.start, range.end + 1) : body;
-        if (range.kind === 'partial') res.setHeader('Content-Range', contentRange(range.start, range.end, size));
-        res.setHeader('Content-Length', String(slice.byteLength));
-        res.status(range.kind === 'partial' ? 206 : 200);
-        // Express routes HEAD to this GET handler: same headers, no body.
-        if (req.method === 'HEAD') res.end();
-        else res.end(slice);
-      }),
+        const part = range.kind === 'partial' ? { start: range.start, end: range.end } : undefined;
+        if (part) res.setHeader('Content-Range', contentRange(part.start, part.end, size));
+        res.setHeader('Content-Length', String(part ? part.end - part.start + 1 : size));
+        res.status(part ? 206 : 200);
+        // Express routes HEAD to this GET handler: same headers, no body, nothing read.
+        if (req.method === 'HEAD' || size === 0) {
+          res.end();
+          return;
+        }
+        // Streamed: an 8 MB batch never sits whole in memory; a client that goes away stops the read.
+        await pipeline(await obj.read(part), res);
+      },
     );
   }
-  // A host app's default error page is HTML: answer the router's own refusals as JSON here.
-  // Anything else (store errors, bugs) goes on to the host's handler.
-  router.use(function syncRouterErrors(err: unknown, _req: Request, res: Response, next: NextFunction) {
-    if (!(err instanceof HttpError) || res.headersSent) return next(err);
-    res.set(err.headers).status(err.status).json({ error: err.message });
-  });
+  // A host app's default error page is HTML: the router answers its own errors as JSON.
+  router.use(jsonErrorHandler(opts.log));
   return router;
 }

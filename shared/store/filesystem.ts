@@ -1,10 +1,12 @@
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { constants as fsConstants, promises as fs } from 'node:fs';
 import type { BigIntStats, Dirent } from 'node:fs';
 import path from 'node:path';
 import { StoreError } from '../errors.js';
+import { errnoCode, fsyncDir, unlinkQuietly, writeFileDurably } from './durable.js';
 import { compareKeys, prefixCanMatchKeys, resolveListLimit, validateKey } from './keys.js';
-import type { ListOptions, ObjectStore, PutOptions, StoredObject } from './types.js';
+import type { Readable } from 'node:stream';
+import type { ByteRange, ListOptions, ObjectMeta, ObjectStore, PutOptions, StoredObject } from './types.js';
 
 /**
  * In-flight writes live next to their final file under this name prefix, so
@@ -12,6 +14,24 @@ import type { ListOptions, ObjectStore, PutOptions, StoredObject } from './types
  * A key whose last segment starts with it is refused for the same reason.
  */
 const TEMP_PREFIX = '.tmp-';
+
+/**
+ * Each object's metadata (sha256, size, content type) sits next to it in `.meta-<name>.json`,
+ * written with the object, so `head` reads ~200 bytes instead of hashing the file. Names with
+ * this prefix are reserved and never listed; the `.json` ending keeps them out of `*.parquet` globs.
+ */
+const META_PREFIX = '.meta-';
+const META_SUFFIX = '.json';
+
+/** The sidecar's content. `ino` and `mtimeNs` tie it to one version of the file: any other version is re-hashed. */
+interface Sidecar {
+  v: 1;
+  ino: string;
+  mtimeNs: string;
+  size: number;
+  sha256: string;
+  contentType?: string;
+}
 
 /**
  * Errno codes a retry cannot fix (bad path shapes, permissions, a key that
@@ -32,8 +52,6 @@ const NON_RETRIABLE_CODES = new Set([
   'EBADF',
 ]);
 
-/** Codes that mean "the directory cannot be fsynced here", which some platforms and filesystems report. */
-const DIR_FSYNC_UNSUPPORTED = new Set(['EISDIR', 'EINVAL', 'EPERM', 'EBADF', 'ENOTSUP']);
 
 export interface FilesystemObjectStoreOptions {
   /** Folder holding the objects; resolved to an absolute path, created on first write. */
@@ -52,8 +70,9 @@ interface ListCandidate {
  * An `ObjectStore` that keeps each object as one file under `root`
  * (`events/app/id.parquet` → `<root>/events/app/id.parquet`). Writes are
  * atomic and durable (temp file, fsync, rename, fsync directory); keys are
- * validated and resolved so they can never leave the root. Content types are
- * not kept.
+ * validated and resolved so they can never leave the root. The sha256 and
+ * content type of each object are kept in a sidecar next to it (see META_PREFIX);
+ * `getBytes` returns bytes only.
  */
 export class FilesystemObjectStore implements ObjectStore {
   readonly root: string;
@@ -68,15 +87,21 @@ export class FilesystemObjectStore implements ObjectStore {
     this.root = path.resolve(opts.root);
   }
 
-  /** Writes `body` atomically under `key`; readers see the old object or the new one, never a part. */
-  async putBytes(key: string, body: Uint8Array, _opts?: PutOptions): Promise<void> {
+  /**
+   * Writes `body` atomically under `key`; readers see the old object or the new one, never a
+   * part. Its sha256 and content type go to the sidecar, which is renamed into place first: a
+   * crash in between leaves a sidecar naming another file version, which `head` then re-hashes.
+   */
+  async putBytes(key: string, body: Uint8Array, opts: PutOptions = {}): Promise<void> {
     const file = this.pathFor(key);
     const dir = path.dirname(file);
+    const sha256 = createHash('sha256').update(body).digest('hex');
     try {
       await ensureDirDurably(dir);
       const tmp = path.join(dir, `${TEMP_PREFIX}${randomBytes(8).toString('hex')}`);
-      await writeFileDurably(tmp, body);
+      const written = await writeFileDurably(tmp, body);
       try {
+        await writeSidecar(file, { v: 1, ino: String(written.ino), mtimeNs: String(written.mtimeNs), size: body.byteLength, sha256, ...(opts.contentType === undefined ? {} : { contentType: opts.contentType }) });
         await fs.rename(tmp, file);
       } catch (err) {
         await unlinkQuietly(tmp);
@@ -101,6 +126,72 @@ export class FilesystemObjectStore implements ObjectStore {
       throw toStoreError('get', key, err);
     }
     return { body: asPlainBytes(buf) };
+  }
+
+  /**
+   * Size, sha256 and content type from the sidecar written with the file. A file without a
+   * matching sidecar (written before sidecars existed, copied in by hand, or a crash between the
+   * two renames) is hashed once and its sidecar written, so later calls read only the sidecar.
+   */
+  async head(key: string): Promise<ObjectMeta | null> {
+    const file = this.pathFor(key);
+    let st: BigIntStats;
+    try {
+      st = await fs.stat(file, { bigint: true });
+    } catch (err) {
+      if (isMissing(err)) return null;
+      throw toStoreError('head', key, err);
+    }
+    if (!st.isFile()) return null;
+    const side = await readSidecar(file);
+    if (side && side.ino === String(st.ino) && side.mtimeNs === String(st.mtimeNs) && side.size === Number(st.size)) {
+      return metaOf(side);
+    }
+    try {
+      return await this.hashAndRecord(file, side?.contentType);
+    } catch (err) {
+      if (isMissing(err)) return null;
+      throw toStoreError('head', key, err);
+    }
+  }
+
+  /** A read stream of the file, or of `range` of it; null when there is no object. */
+  async getStream(key: string, range?: ByteRange): Promise<Readable | null> {
+    const file = this.pathFor(key);
+    let handle: fs.FileHandle;
+    try {
+      handle = await fs.open(file, 'r');
+    } catch (err) {
+      if (isMissing(err)) return null;
+      throw toStoreError('get', key, err);
+    }
+    try {
+      if (!(await handle.stat()).isFile()) {
+        await handle.close();
+        return null;
+      }
+    } catch (err) {
+      await handle.close().catch(() => undefined);
+      throw toStoreError('get', key, err);
+    }
+    return handle.createReadStream(range === undefined ? {} : { start: range.start, end: range.end });
+  }
+
+  /** Hashes one version of the file (through one open handle, so size and bytes agree) and records it. */
+  private async hashAndRecord(file: string, contentType: string | undefined): Promise<ObjectMeta> {
+    const handle = await fs.open(file, 'r');
+    let side: Sidecar;
+    try {
+      const st = await handle.stat({ bigint: true });
+      const hash = createHash('sha256');
+      for await (const chunk of handle.createReadStream({ autoClose: false })) hash.update(chunk as Buffer);
+      side = { v: 1, ino: String(st.ino), mtimeNs: String(st.mtimeNs), size: Number(st.size), sha256: hash.digest('hex'), ...(contentType === undefined ? {} : { contentType }) };
+    } finally {
+      await handle.close().catch(() => undefined);
+    }
+    // Only saves work next time: a read-only root still answers, it just hashes again.
+    await writeSidecar(file, side).catch(() => undefined);
+    return metaOf(side);
   }
 
   /**
@@ -159,8 +250,9 @@ export class FilesystemObjectStore implements ObjectStore {
   private pathFor(key: string): string {
     validateKey(key);
     const segments = key.split('/');
-    if (segments[segments.length - 1].startsWith(TEMP_PREFIX)) {
-      throw new StoreError(`invalid object key ${JSON.stringify(key)}: "${TEMP_PREFIX}" names are reserved`, {
+    const last = segments[segments.length - 1];
+    if (last.startsWith(TEMP_PREFIX) || last.startsWith(META_PREFIX)) {
+      throw new StoreError(`invalid object key ${JSON.stringify(key)}: "${TEMP_PREFIX}" and "${META_PREFIX}" names are reserved`, {
         retriable: false,
       });
     }
@@ -251,7 +343,7 @@ export class FilesystemObjectStore implements ObjectStore {
       if (reported === 'other') continue;
       const kind = reported === 'unknown' ? await lstatKind(path.join(dirPath, name)) : reported;
       if (kind === undefined) continue;
-      if (kind === 'file' && name.startsWith(TEMP_PREFIX)) continue;
+      if (kind === 'file' && (name.startsWith(TEMP_PREFIX) || name.startsWith(META_PREFIX))) continue;
       entries.push({ sortName: kind === 'dir' ? `${name}/` : name, kind });
     }
     // readdir already returns byte order on Linux, so this is close to one linear pass.
@@ -372,49 +464,48 @@ async function ensureDirDurably(dir: string): Promise<void> {
   }
 }
 
-/** Creates `file` exclusively, writes all of `body` and fsyncs it; on failure the partial file is removed. */
-async function writeFileDurably(file: string, body: Uint8Array): Promise<void> {
-  const handle = await fs.open(file, 'wx');
+function sidecarPath(file: string): string {
+  return path.join(path.dirname(file), `${META_PREFIX}${path.basename(file)}${META_SUFFIX}`);
+}
+
+/**
+ * Temp file + rename, not fsynced: a sidecar lost or torn in a crash fails to parse or names
+ * another file version, and `head` re-hashes; the directory fsync after the object's rename
+ * persists both in the normal case.
+ */
+async function writeSidecar(file: string, side: Sidecar): Promise<void> {
+  const tmp = path.join(path.dirname(file), `${TEMP_PREFIX}${randomBytes(8).toString('hex')}`);
   try {
-    await handle.writeFile(body);
-    await handle.sync();
+    await fs.writeFile(tmp, JSON.stringify(side), { flag: 'wx' });
+    await fs.rename(tmp, sidecarPath(file));
   } catch (err) {
-    await handle.close().catch(() => undefined);
-    await unlinkQuietly(file);
-    throw err;
-  }
-  try {
-    await handle.close();
-  } catch (err) {
-    await unlinkQuietly(file);
+    await unlinkQuietly(tmp);
     throw err;
   }
 }
 
-async function fsyncDir(dir: string): Promise<void> {
-  let handle: fs.FileHandle;
+/** The sidecar if it exists and parses; anything else means "hash the file". */
+async function readSidecar(file: string): Promise<Sidecar | null> {
   try {
-    handle = await fs.open(dir, 'r');
-  } catch (err) {
-    if (DIR_FSYNC_UNSUPPORTED.has(errnoCode(err) ?? '')) return;
-    throw err;
-  }
-  try {
-    await handle.sync();
-  } catch (err) {
-    if (!DIR_FSYNC_UNSUPPORTED.has(errnoCode(err) ?? '')) throw err;
-  } finally {
-    await handle.close().catch(() => undefined);
-  }
-}
-
-async function unlinkQuietly(file: string): Promise<void> {
-  try {
-    await fs.unlink(file);
+    const side = JSON.parse(await fs.readFile(sidecarPath(file), 'utf8')) as Partial<Sidecar>;
+    if (side.v !== 1 || typeof side.ino !== 'string' || typeof side.mtimeNs !== 'string' || typeof side.size !== 'number' || typeof side.sha256 !== 'string' || !/^[0-9a-f]{64}$/.test(side.sha256)) return null;
+    return side as Sidecar;
   } catch {
-    // Best effort: the original error is the one worth reporting, and a stray temp file is skipped by listings.
+    return null;
   }
 }
+
+function metaOf(side: Sidecar): ObjectMeta {
+  const meta: ObjectMeta = { size: side.size, sha256: side.sha256 };
+  if (side.contentType !== undefined) meta.contentType = side.contentType;
+  return meta;
+}
+
+function isMissing(err: unknown): boolean {
+  const code = errnoCode(err);
+  return code === 'ENOENT' || code === 'ENOTDIR' || code === 'EISDIR';
+}
+
 
 /** A Uint8Array over the same memory when the Buffer owns its whole ArrayBuffer, else a copy (never expose a shared pool). */
 function asPlainBytes(buf: Buffer): Uint8Array {
@@ -424,13 +515,6 @@ function asPlainBytes(buf: Buffer): Uint8Array {
   return new Uint8Array(buf);
 }
 
-function errnoCode(err: unknown): string | undefined {
-  if (typeof err === 'object' && err !== null && 'code' in err) {
-    const code = (err as { code: unknown }).code;
-    return typeof code === 'string' ? code : undefined;
-  }
-  return undefined;
-}
 
 function toStoreError(op: string, target: string, err: unknown): StoreError {
   if (err instanceof StoreError) return err;

@@ -1,4 +1,4 @@
-export type { ListOptions, ObjectStore, PutOptions, StoredObject } from './types.js';
+export type { ByteRange, ListOptions, ObjectMeta, ObjectStore, PutOptions, StoredObject } from './types.js';
 export { MemoryObjectStore } from './memory.js';
 export { FilesystemObjectStore } from './filesystem.js';
 export type { FilesystemObjectStoreOptions } from './filesystem.js';

@@ -1,8 +1,11 @@
-import type { ListOptions, ObjectStore, PutOptions, StoredObject } from './types.js';
+import { createHash } from 'node:crypto';
+import { Readable } from 'node:stream';
+import type { ByteRange, ListOptions, ObjectMeta, ObjectStore, PutOptions, StoredObject } from './types.js';
 import { compareKeys, prefixCanMatchKeys, resolveListLimit, validateKey } from './keys.js';
 
 interface MemoryEntry {
   body: Uint8Array;
+  sha256: string;
   contentType?: string;
 }
 
@@ -18,7 +21,7 @@ export class MemoryObjectStore implements ObjectStore {
   /** Stores a copy of `body` under `key`, replacing any earlier object. */
   async putBytes(key: string, body: Uint8Array, opts: PutOptions = {}): Promise<void> {
     validateKey(key);
-    const entry: MemoryEntry = { body: new Uint8Array(body) };
+    const entry: MemoryEntry = { body: new Uint8Array(body), sha256: createHash('sha256').update(body).digest('hex') };
     if (opts.contentType !== undefined) entry.contentType = opts.contentType;
     this.objects.set(key, entry);
   }
@@ -31,6 +34,25 @@ export class MemoryObjectStore implements ObjectStore {
     const result: StoredObject = { body: new Uint8Array(entry.body) };
     if (entry.contentType !== undefined) result.contentType = entry.contentType;
     return result;
+  }
+
+  /** Size, sha256 (computed at put) and content type of the object under `key`, or null. */
+  async head(key: string): Promise<ObjectMeta | null> {
+    validateKey(key);
+    const entry = this.objects.get(key);
+    if (entry === undefined) return null;
+    const meta: ObjectMeta = { size: entry.body.byteLength, sha256: entry.sha256 };
+    if (entry.contentType !== undefined) meta.contentType = entry.contentType;
+    return meta;
+  }
+
+  /** A stream of a copy of the object (or of `range` of it), or null. */
+  async getStream(key: string, range?: ByteRange): Promise<Readable | null> {
+    validateKey(key);
+    const entry = this.objects.get(key);
+    if (entry === undefined) return null;
+    const bytes = range === undefined ? entry.body : entry.body.subarray(range.start, range.end + 1);
+    return Readable.from([Buffer.from(bytes)], { objectMode: false });
   }
 
   /** Keys starting with `prefix`, in UTF-8 byte order; a full scan, which is fine at test sizes. */

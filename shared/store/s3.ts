@@ -1,6 +1,9 @@
+import { createHash } from 'node:crypto';
+import { Readable } from 'node:stream';
 import {
   GetObjectCommand,
   HeadBucketCommand,
+  HeadObjectCommand,
   ListObjectsV2Command,
   PutObjectCommand,
   S3Client,
@@ -8,7 +11,7 @@ import {
 } from '@aws-sdk/client-s3';
 import { StoreError } from '../errors.js';
 import { isValidKey, prefixCanMatchKeys, resolveListLimit, validateKey } from './keys.js';
-import type { ListOptions, ObjectStore, PutOptions, StoredObject } from './types.js';
+import type { ByteRange, ListOptions, ObjectMeta, ObjectStore, PutOptions, StoredObject } from './types.js';
 
 /**
  * Few attempts with the SDK's backoff: enough to ride out a blip, short enough
@@ -21,6 +24,14 @@ const CONNECTION_TIMEOUT_MS = 2_000;
 const REQUEST_TIMEOUT_MS = 10_000;
 /** ListObjectsV2 never returns more than this per page. */
 const MAX_KEYS_PER_PAGE = 1000;
+
+/** User metadata key (`x-amz-meta-sha256`) holding the hex sha256 recorded at put. */
+const SHA256_META = 'sha256';
+/**
+ * sha256s of objects written without that metadata (before it existed, or by another writer),
+ * hashed once per process: keyed by key and S3 ETag, so a replaced object is hashed again.
+ */
+const LEGACY_HASH_CACHE_ENTRIES = 10_000;
 
 /**
  * Client settings that make one client work on AWS S3 and on S3-compatible servers alike. The
@@ -92,6 +103,7 @@ export class S3ObjectStore implements ObjectStore {
   private readonly client: S3Client;
   private readonly ownsClient: boolean;
   private destroyed = false;
+  private readonly legacyHashes = new Map<string, string>();
 
   constructor(opts: S3ObjectStoreOptions) {
     if (typeof opts.bucket !== 'string' || opts.bucket.length === 0) {
@@ -132,6 +144,8 @@ export class S3ObjectStore implements ObjectStore {
           // A Buffer view (no copy) lets the SDK set Content-Length and hash the payload in one pass.
           Body: Buffer.from(body.buffer, body.byteOffset, body.byteLength),
           ContentType: opts.contentType,
+          // Read back by head(): pull's ETag and 304 without fetching the object.
+          Metadata: { [SHA256_META]: createHash('sha256').update(body).digest('hex') },
         }),
       );
     } catch (err) {
@@ -148,6 +162,57 @@ export class S3ObjectStore implements ObjectStore {
       const result: StoredObject = { body };
       if (res.ContentType !== undefined) result.contentType = res.ContentType;
       return result;
+    } catch (err) {
+      if (isMissingObject(err)) return null;
+      throw toStoreError('get', key, err);
+    }
+  }
+
+  /**
+   * HeadObject: size, content type and the sha256 stored as object metadata at put. An object
+   * without it is read and hashed once per process (see LEGACY_HASH_CACHE_ENTRIES).
+   */
+  async head(key: string): Promise<ObjectMeta | null> {
+    validateKey(key);
+    let res;
+    try {
+      res = await this.client.send(new HeadObjectCommand({ Bucket: this.bucket, Key: this.prefix + key }));
+    } catch (err) {
+      if (isMissingObject(err)) return null;
+      throw toStoreError('head', key, err);
+    }
+    const size = res.ContentLength ?? 0;
+    let sha256 = res.Metadata?.[SHA256_META];
+    if (sha256 === undefined || !/^[0-9a-f]{64}$/.test(sha256)) {
+      const cacheKey = `${key}\n${res.ETag ?? ''}`;
+      sha256 = this.legacyHashes.get(cacheKey);
+      if (sha256 === undefined) {
+        const obj = await this.getBytes(key);
+        if (obj === null) return null;
+        sha256 = createHash('sha256').update(obj.body).digest('hex');
+        if (this.legacyHashes.size >= LEGACY_HASH_CACHE_ENTRIES) this.legacyHashes.delete(this.legacyHashes.keys().next().value as string);
+        this.legacyHashes.set(cacheKey, sha256);
+      }
+    }
+    const meta: ObjectMeta = { size, sha256 };
+    if (res.ContentType !== undefined) meta.contentType = res.ContentType;
+    return meta;
+  }
+
+  /** GetObject (with `Range: bytes=start-end` when given) as a stream; null on a missing object. */
+  async getStream(key: string, range?: ByteRange): Promise<Readable | null> {
+    validateKey(key);
+    try {
+      const res = await this.client.send(
+        new GetObjectCommand({ Bucket: this.bucket, Key: this.prefix + key, Range: range === undefined ? undefined : `bytes=${range.start}-${range.end}` }),
+      );
+      const body = res.Body === undefined ? Readable.from([]) : res.Body instanceof Readable ? res.Body : Readable.from([await res.Body.transformToByteArray()]);
+      if (range === undefined) return body;
+      // A server that ignored or widened the Range (s3rver sends the whole object for `bytes=0-0`): cut it here.
+      const sent = /^bytes (\d+)-(\d+)\//.exec(res.ContentRange ?? '');
+      const sentStart = sent ? Number(sent[1]) : 0;
+      if (sent && sentStart === range.start && Number(sent[2]) === range.end) return body;
+      return Readable.from(sliceStream(body, { start: range.start - sentStart, end: range.end - sentStart }));
     } catch (err) {
       if (isMissingObject(err)) return null;
       throw toStoreError('get', key, err);
@@ -224,6 +289,20 @@ export class S3ObjectStore implements ObjectStore {
     this.destroyed = true;
     this.client.destroy();
   }
+}
+
+/** Bytes `range.start..range.end` of a stream of the whole object; stops reading once past the end. */
+async function* sliceStream(src: Readable, range: ByteRange): AsyncGenerator<Buffer> {
+  let pos = 0;
+  for await (const chunk of src) {
+    const b = chunk as Buffer;
+    const from = Math.max(range.start - pos, 0);
+    const to = Math.min(range.end + 1 - pos, b.length);
+    if (to > from) yield b.subarray(from, to);
+    pos += b.length;
+    if (pos > range.end) break;
+  }
+  src.destroy();
 }
 
 /** `'a/b'`, `'/a/b/'` → `'a/b/'`; absent or `''` → `''`. Segments follow the key rules so the prefix cannot hide `..`. */

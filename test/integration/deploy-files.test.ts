@@ -52,9 +52,41 @@ const volumeTargets = (s: ComposeService): { source: string; target: string }[] 
 const dependsOn = (s: ComposeService): Record<string, string | undefined> =>
   Array.isArray(s.depends_on) ? Object.fromEntries(s.depends_on.map((d) => [d, undefined])) : Object.fromEntries(Object.entries(s.depends_on ?? {}).map(([k, v]) => [k, v.condition]));
 
+/**
+ * Images that would not start the same stack tomorrow: no tag, a moving tag (`latest`, a branch
+ * name), a `minio/` image, or a built service with no `image:` name. A version tag starts with a
+ * digit (optionally after `v`); a digest (`@sha256:…`) pins too.
+ */
+function pinningProblems(c: Compose): string[] {
+  const out: string[] = [];
+  for (const [name, s] of Object.entries(c.services)) {
+    const image = s.image;
+    if (image === undefined) {
+      out.push(`${name}: no image`);
+      continue;
+    }
+    if (/^(docker\.io\/)?minio\//.test(image)) out.push(`${name}: ${image} is a MinIO image`);
+    else if (image.includes('@sha256:')) continue;
+    else {
+      const tag = /:([^/:]+)$/.exec(image)?.[1];
+      if (s.build !== undefined && tag === 'local') continue;
+      if (tag === undefined || !/^v?\d/.test(tag)) out.push(`${name}: ${image} is not pinned to a version`);
+    }
+  }
+  return out;
+}
+
 describe('docker-compose.yml', () => {
   it('has the whole stack', () => {
-    for (const name of ['redis', 'minio', 'api', 'encoder', 'prometheus', 'grafana']) expect(Object.keys(compose.services)).toContain(name);
+    for (const name of ['redis', 's3', 'api', 'encoder', 'prometheus', 'grafana']) expect(Object.keys(compose.services)).toContain(name);
+  });
+
+  it('pins every image to a version (no `latest`, no bare name) and pulls nothing from minio/ (its images are gone)', () => {
+    const problems = pinningProblems(compose);
+    expect(problems).toEqual([]);
+    // The check itself catches what it must.
+    const bad = { services: { a: { image: 'minio/minio:RELEASE.2025-01-01T00-00-00Z' }, b: { image: 'redis' }, c: { image: 'grafana/grafana:latest' }, d: { image: 'x/y:main' }, e: { build: '.' } } };
+    expect(pinningProblems(bad as Compose).map((p) => p.split(':')[0])).toEqual(['a', 'b', 'c', 'd', 'e']);
   });
 
   it('redis keeps what it acknowledged: AOF on, noeviction, a maxmemory, data on a volume, a health check', () => {
@@ -69,14 +101,23 @@ describe('docker-compose.yml', () => {
     expect(words(redis.healthcheck?.test).join(' ')).toMatch(/redis-cli.*ping/);
   });
 
-  it('minio has a bucket created at start by a one-shot job the services wait for', () => {
-    const minio = svc('minio');
-    expect(minio.healthcheck?.test).toBeTruthy();
-    expect(volumeTargets(minio).some((v) => v.target === '/data')).toBe(true);
-    const [jobName, job] = Object.entries(compose.services).find(([, s]) => words(s.command).join(' ').includes('mc mb')) ?? [];
+  it('the S3 server (SeaweedFS) keeps data on a volume; a one-shot job from the same image creates the bucket and key the services use', () => {
+    const s3 = svc('s3');
+    expect(s3.image).toMatch(/^chrislusf\/seaweedfs:/);
+    expect(words(s3.command)).toContain('-s3');
+    expect(s3.healthcheck?.test).toBeTruthy();
+    expect(volumeTargets(s3).some((v) => v.target === '/data')).toBe(true);
+    const [jobName, job] = Object.entries(compose.services).find(([, s]) => words(s.command).join(' ').includes('s3.bucket.create')) ?? [];
     expect(jobName).toBeTruthy();
-    expect(words(job?.command).join(' ')).toContain(`local/${env(svc('api')).S3_BUCKET}`);
-    expect(dependsOn(job as ComposeService).minio).toBe('service_healthy');
+    // No second image: the job runs SeaweedFS' own shell.
+    expect(job?.image).toBe(s3.image);
+    const script = words(job?.command).join(' ');
+    expect(script).toContain(`s3.bucket.create -name ${env(svc('api')).S3_BUCKET}`);
+    expect(script).toMatch(/s3\.configure .*-access_key .*-secret_key .*-apply/);
+    expect(dependsOn(job as ComposeService).s3).toBe('service_healthy');
+    // The key the job creates is the one the services sign with.
+    expect(env(job as ComposeService).S3_ACCESS_KEY).toBe(env(svc('api')).AWS_ACCESS_KEY_ID);
+    expect(env(job as ComposeService).S3_SECRET_KEY).toBe(env(svc('api')).AWS_SECRET_ACCESS_KEY);
     for (const name of ['api', 'encoder']) expect(dependsOn(svc(name))[jobName as string]).toBe('service_completed_successfully');
   });
 
@@ -89,15 +130,15 @@ describe('docker-compose.yml', () => {
       const e = env(s);
       expect(e.REDIS_URL).toBe('redis://redis:6379');
       expect(e.STORE).toBe('s3');
-      expect(e.S3_ENDPOINT).toBe('http://minio:9000');
+      expect(e.S3_ENDPOINT).toBe('http://s3:8333');
       expect(e.S3_FORCE_PATH_STYLE).toBe('true');
       expect(dependsOn(s).redis).toBe('service_healthy');
       expect(s.healthcheck?.test).toBeTruthy();
     }
     expect(env(svc('api')).QUEUE_NAME).toBe(env(svc('encoder')).QUEUE_NAME);
     expect(env(svc('api')).S3_BUCKET).toBe(env(svc('encoder')).S3_BUCKET);
-    expect(words(svc('api').command).join(' ')).toContain('services/api/main.ts');
-    expect(words(svc('encoder').command).join(' ')).toContain('services/encoder/main.ts');
+    expect(words(svc('api').command)).toEqual(['node', 'dist/services/api/main.js']);
+    expect(words(svc('encoder').command)).toEqual(['node', 'dist/services/encoder/main.js']);
     expect(words(svc('api').healthcheck?.test).join(' ')).toContain(':8787/readyz');
     expect(words(svc('encoder').healthcheck?.test).join(' ')).toContain(`:${env(svc('encoder')).METRICS_PORT}/healthz`);
   });
@@ -180,9 +221,12 @@ describe('Dockerfile and .dockerignore', () => {
 
   it('is multi-stage: production deps installed in one stage, copied into the runtime stage', () => {
     expect(froms.length).toBeGreaterThanOrEqual(2);
-    const depsStage = /\bAS\s+(\S+)/i.exec(froms[0] ?? '')?.[1];
+    // The stage whose `npm ci` omits dev dependencies.
+    const omitAt = lines.findIndex((l) => /^RUN\s.*npm ci\b.*--omit=dev/.test(l));
+    expect(omitAt).toBeGreaterThan(0);
+    const depsFrom = lines.slice(0, omitAt).filter((l) => /^FROM\s/i.test(l)).pop() ?? '';
+    const depsStage = /\bAS\s+(\S+)/i.exec(depsFrom)?.[1];
     expect(depsStage).toBeTruthy();
-    expect(lines.some((l) => /^RUN\s.*npm ci\b.*--omit=dev/.test(l))).toBe(true);
     expect(lines.some((l) => /^RUN\s.*npm (install|i)\b/.test(l))).toBe(false);
     const lastFrom = lines.lastIndexOf(froms[froms.length - 1] as string);
     const runtime = lines.slice(lastFrom);
@@ -191,15 +235,26 @@ describe('Dockerfile and .dockerignore', () => {
     expect(runtime.some((l) => /npm (ci|install)/.test(l))).toBe(false);
   });
 
-  it('runs as a non-root user, starting the API through tsx (a production dependency)', () => {
+  it('runs as a non-root user, starting the compiled API with plain node; the runtime stage gets dist/ from a build stage, no sources, no tsx', () => {
     const users = lines.filter((l) => /^USER\s/i.test(l));
     expect(users.length).toBeGreaterThan(0);
     expect(users[users.length - 1]).not.toMatch(/^USER\s+(root|0)(:|$)/i);
     const cmd = lines.filter((l) => /^CMD\s/.test(l)).pop() ?? '';
-    expect(cmd).toContain('tsx');
-    expect(cmd).toContain('services/api/main.ts');
-    const pkg = JSON.parse(read('package.json')) as { dependencies: Record<string, string> };
-    expect(Object.keys(pkg.dependencies)).toContain('tsx');
+    expect(JSON.parse(cmd.replace(/^CMD\s+/, ''))).toEqual(['node', 'dist/services/api/main.js']);
+    const buildStage = froms.map((f) => /\bAS\s+(\S+)/i.exec(f)?.[1]).find((name) => {
+      const at = lines.indexOf(froms.find((f) => f.endsWith(` ${name ?? ''}`)) as string);
+      const next = lines.findIndex((l, i) => i > at && /^FROM\s/i.test(l));
+      return lines.slice(at, next < 0 ? undefined : next).some((l) => /^RUN\s+npm run build\b/.test(l));
+    });
+    expect(buildStage).toBeTruthy();
+    const runtime = lines.slice(lines.lastIndexOf(froms[froms.length - 1] as string));
+    expect(runtime.some((l) => new RegExp(`^COPY\\s+--from=${buildStage}\\b.*\\bdist\\b`).test(l))).toBe(true);
+    // Only dist/, node_modules, package.json and the CLI launcher: no TypeScript sources in the image.
+    for (const l of runtime.filter((x) => /^COPY\s/.test(x) && !x.includes('--from='))) expect(l).toMatch(/\s(package\.json|bin)\s/);
+    const pkg = JSON.parse(read('package.json')) as { dependencies: Record<string, string>; devDependencies: Record<string, string> };
+    expect(Object.keys(pkg.dependencies)).not.toContain('tsx');
+    expect(Object.keys(pkg.dependencies)).not.toContain('@duckdb/node-api');
+    expect(Object.keys(pkg.devDependencies)).toContain('tsx');
   });
 
   it('.dockerignore keeps node_modules, data, .git and bench results out of the context', () => {

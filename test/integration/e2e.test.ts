@@ -2,13 +2,14 @@ import { createHash } from 'node:crypto';
 import { existsSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { BATCH_ID_RE, batchIdMs } from '../../shared/ids.js';
 import { createLogger } from '../../shared/logger.js';
 import { ensureRedis } from '../../shared/private-redis.js';
 import { duckQuery } from '../helpers/duckdb.js';
 import { batchBody, sampleEvent } from '../helpers/events.js';
 import { uniqueName } from '../helpers/names.js';
+import { commandLine, distEntry } from '../helpers/dist.js';
 import { type ServiceProcess, startService, waitFor, waitForHttp } from '../helpers/proc.js';
 import { freePort } from '../helpers/redis-server.js';
 import { rgwEnv, rgwStoreFor, startRgw } from '../helpers/rgw.js';
@@ -39,19 +40,27 @@ const oddEvent = { event_type: 'track', event: 'odd', distinct_id: SENTINEL, pro
 describe('end to end over real ports, as a user runs it', () => {
   const procs: ServiceProcess[] = [];
   const dirs: string[] = [];
+  const entry: Record<string, `${string}.js`> = {};
+  // The compiled build (shared with other test files, rebuilt only when a source changed) takes
+  // tens of seconds on a loaded machine: outside the tests' own timeouts.
+  beforeAll(async () => {
+    for (const e of ['services/main.js', 'services/api/main.js', 'services/encoder/main.js'] as const) entry[e] = await distEntry(e);
+  }, 300_000);
   afterAll(async () => {
     for (const p of procs) await p.stop('SIGKILL');
     for (const d of dirs) rmSync(d, { recursive: true, force: true });
   });
 
-  it('`npm start`: push, list, pull, DuckDB reads both README queries; logs hold no event contents; SIGTERM exits 0', async () => {
+  // The services run as production runs them: compiled JavaScript (npm run build) on plain node.
+  it('`npm start` (node dist/services/main.js): push, list, pull, DuckDB reads both README queries; logs hold no event contents; SIGTERM exits 0', async () => {
     const dataDir = mkdtempSync(join(tmpdir(), 'ingest-e2e-'));
     dirs.push(dataDir);
     const port = await freePort();
     const url = `http://127.0.0.1:${port}`;
-    const proc = startService('services/main.ts', { PORT: String(port), HOST: '127.0.0.1', DATA_DIR: dataDir, REDIS_URL: inject('redisUrl'), QUEUE_NAME: uniqueName('e2e'), ADMIN_TOKEN: TOKEN });
+    const proc = startService(entry['services/main.js']!, { PORT: String(port), HOST: '127.0.0.1', DATA_DIR: dataDir, REDIS_URL: inject('redisUrl'), QUEUE_NAME: uniqueName('e2e'), ADMIN_TOKEN: TOKEN });
     procs.push(proc);
     await waitForHttp(`${url}/readyz`, 30_000, proc);
+    expect(commandLine(proc.pid).join(' ')).not.toMatch(/tsx/);
 
     const bodies = [batchBody(100, (i) => ({ ...sampleEvent(i), distinct_id: `${SENTINEL}-${i}` })), JSON.stringify({ data: { events: [oddEvent] }, baseHash: null }), batchBody(1000)];
     const ids: string[] = [];
@@ -81,9 +90,10 @@ describe('end to end over real ports, as a user runs it', () => {
       expect(again.status).toBe(304);
     }
 
-    // Exactly one .parquet per batch under the store root; nothing else beside them.
+    // Exactly one .parquet per batch under the store root; beside them only their metadata sidecars.
     const eventFiles = listFiles(join(dataDir, 'events'));
-    expect(eventFiles.sort()).toEqual(ids.map((id) => join('shop', `${id}.parquet`)));
+    expect(eventFiles.filter((f) => !f.includes('/.meta-')).sort()).toEqual(ids.map((id) => join('shop', `${id}.parquet`)));
+    expect(eventFiles.filter((f) => f.includes('/.meta-')).sort()).toEqual(ids.map((id) => join('shop', `.meta-${id}.parquet.json`)));
     const root = dataDir;
     const q1 = await duckQuery(`SELECT event_type, COUNT(*) AS n FROM read_parquet('${root}/events/shop/**/*.parquet') GROUP BY event_type ORDER BY n DESC;`);
     expect(q1.reduce((a, r) => a + Number(r.n), 0)).toBe(1101);
@@ -112,17 +122,18 @@ FROM read_parquet('${root}/events/shop/**/*.parquet') WHERE received_at >= now()
     expect(logs).not.toContain(SENTINEL);
   });
 
-  it('STORE=s3 with the API and the encoder as separate processes', async () => {
+  it('STORE=s3 with the API and the encoder as separate processes (dist/services/api/main.js, dist/services/encoder/main.js)', async () => {
     const s3 = await startS3Server();
     const [apiPort, metricsPort] = [await freePort(), await freePort()];
     const url = `http://127.0.0.1:${apiPort}`;
     const common = { HOST: '127.0.0.1', STORE: 's3', S3_BUCKET: s3.bucket, S3_ENDPOINT: s3.endpoint, S3_FORCE_PATH_STYLE: 'true', S3_REGION: 'us-east-1', AWS_ACCESS_KEY_ID: 'S3RVER', AWS_SECRET_ACCESS_KEY: 'S3RVER', REDIS_URL: inject('redisUrl'), QUEUE_NAME: uniqueName('s3'), ADMIN_TOKEN: TOKEN };
-    const api = startService('services/api/main.ts', { ...common, PORT: String(apiPort) });
-    const encoder = startService('services/encoder/main.ts', { ...common, METRICS_PORT: String(metricsPort) });
+    const api = startService(entry['services/api/main.js']!, { ...common, PORT: String(apiPort) });
+    const encoder = startService(entry['services/encoder/main.js']!, { ...common, METRICS_PORT: String(metricsPort) });
     procs.push(api, encoder);
     try {
       await waitForHttp(`${url}/readyz`, 30_000, api);
       await waitForHttp(`http://127.0.0.1:${metricsPort}/metrics`, 30_000, encoder);
+      for (const p of [api, encoder]) expect(commandLine(p.pid).join(' ')).not.toMatch(/tsx/);
       const ids: string[] = [];
       for (const n of [100, 1, 1000]) {
         const r = await push(url, 'mobile', batchBody(n));

@@ -112,7 +112,8 @@ describe('metric values after a known sequence of pushes (read back from the reg
     expect(await sample(s, 'ingest_encoder_batches_total', { outcome: 'failed' })).toBe(0);
     expect(await sample(s, 'ingest_encoder_events_written_total')).toBe(60);
     expect(await sample(s, 'ingest_encoder_input_bytes_total')).toBe(acceptedBytes);
-    const files = filesUnder(join(s.dataDir, 'events', 'counts'));
+    // The batch files, not the store's metadata sidecars beside them.
+    const files = filesUnder(join(s.dataDir, 'events', 'counts')).filter((f) => f.endsWith('.parquet'));
     expect(files).toHaveLength(3);
     const fileBytes = files.map((f) => statSync(f).size);
     expect(await sample(s, 'ingest_encoder_parquet_bytes_total')).toBe(fileBytes.reduce((a, b) => a + b, 0));

@@ -1,10 +1,11 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdir, mkdtemp, readdir, rm, utimes, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, readdir, rename, rm, utimes, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { HeadObjectCommand, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
 import { StoreError } from '../../shared/errors.js';
 import { FilesystemObjectStore } from '../../shared/store/filesystem.js';
 import { MemoryObjectStore } from '../../shared/store/memory.js';
@@ -211,6 +212,48 @@ function describeObjectStoreConformance(name: string, target: ConformanceTarget)
     it('rejects a negative limit as a caller error', async () => {
       await expectStoreError(store.listKeys('', { limit: -1 }), false);
     });
+
+    // Metadata and ranged reads: what pull needs to answer HEAD, 304 and Range without reading the object.
+    it('head gives size, the sha256 recorded at write and the content type; null when there is no object', async () => {
+      const body = new Uint8Array(randomBytes(70_000));
+      await store.putBytes('meta/a.parquet', body, { contentType: 'application/vnd.apache.parquet' });
+      await store.putBytes('meta/empty', new Uint8Array(0));
+      const meta = await store.head!('meta/a.parquet');
+      expect(meta).toMatchObject({ size: 70_000, sha256: sha256(body) });
+      expect(meta?.contentType).toBe('application/vnd.apache.parquet');
+      expect(await store.head!('meta/empty')).toMatchObject({ size: 0, sha256: sha256(new Uint8Array(0)) });
+      expect(await store.head!('meta/missing')).toBeNull();
+      expect(await store.head!('nowhere/x/y')).toBeNull();
+      // An overwrite is seen at once, and the metadata never shows up as keys.
+      await store.putBytes('meta/a.parquet', bytesOf(1, 2, 3));
+      expect(await store.head!('meta/a.parquet')).toMatchObject({ size: 3, sha256: sha256(bytesOf(1, 2, 3)) });
+      expect(await store.listKeys('meta/')).toEqual(['meta/a.parquet', 'meta/empty']);
+      expect(await store.listKeys('')).toEqual(['meta/a.parquet', 'meta/empty']);
+    });
+
+    it('getStream streams the whole object or exactly the requested byte range; null when there is no object', async () => {
+      const body = Uint8Array.from({ length: 300_000 }, (_, i) => (i * 7) % 251);
+      await store.putBytes('range/obj', body);
+      const read = async (range?: { start: number; end: number }): Promise<Uint8Array> => {
+        const stream = await store.getStream!('range/obj', range);
+        expect(stream).not.toBeNull();
+        return new Uint8Array(Buffer.concat((await stream!.toArray()) as Buffer[]));
+      };
+      expect(sha256(await read())).toBe(sha256(body));
+      for (const [start, end] of [[0, 0], [0, 7], [299_992, 299_999], [100_000, 200_000], [5, 5]] as const) {
+        expect(Buffer.from(await read({ start, end })).equals(Buffer.from(body.subarray(start, end + 1)))).toBe(true);
+      }
+      expect(await store.getStream!('range/missing')).toBeNull();
+      expect(await store.getStream!('range/missing', { start: 0, end: 7 })).toBeNull();
+      expect(await store.getStream!('nowhere/x/y')).toBeNull();
+    });
+
+    it('head and getStream refuse invalid keys like every other call', async () => {
+      for (const key of INVALID_KEYS) {
+        await expectStoreError(store.head!(key), false);
+        await expectStoreError(store.getStream!(key), false);
+      }
+    });
   });
 }
 
@@ -259,7 +302,7 @@ describe('filesystem', () => {
       expect(relative.root).toBe(root);
       expect(store.describe()).toBe(`fs:${root}`);
       await store.putBytes('events/app/1.parquet', bytesOf(5));
-      expect(await readdir(path.join(root, 'events', 'app'))).toEqual(['1.parquet']);
+      expect((await readdir(path.join(root, 'events', 'app'))).filter((n) => !n.startsWith('.meta-'))).toEqual(['1.parquet']);
     });
 
     it('leaves no temp files behind after writes and overwrites', async () => {
@@ -268,7 +311,7 @@ describe('filesystem', () => {
       await store.putBytes('a/d', new Uint8Array(randomBytes(100_000)));
       await Promise.all(Array.from({ length: 10 }, (_, i) => store.putBytes('a/same', bytesOf(i))));
       const names = await allFileNames(root);
-      expect(names.sort()).toEqual(['c', 'd', 'same']);
+      expect(names.filter((n) => !n.startsWith('.meta-')).sort()).toEqual(['c', 'd', 'same']);
       expect(names.some((n) => n.startsWith('.tmp-'))).toBe(false);
     });
 
@@ -344,6 +387,32 @@ describe('filesystem', () => {
       expect(await store.listKeys('events/quiet/', { startAfter: keys[1000], limit: 3 })).toEqual([keys[1001], added, keys[1003]]);
     });
 
+    it('records each object\'s sha256 in a sidecar at write; a file without one (written before sidecars) is hashed once, then read from its sidecar', async () => {
+      await store.putBytes('events/app/new.parquet', bytesOf(1, 2, 3), { contentType: 'application/vnd.apache.parquet' });
+      expect((await readdir(path.join(root, 'events', 'app'))).sort()).toEqual(['.meta-new.parquet.json', 'new.parquet']);
+      await expectStoreError(store.putBytes('events/app/.meta-x', bytesOf(1)), false);
+
+      const legacy = new Uint8Array(randomBytes(50_000));
+      await writeFile(path.join(root, 'events', 'app', 'old.parquet'), legacy);
+      expect(await store.head('events/app/old.parquet')).toEqual({ size: 50_000, sha256: sha256(legacy) });
+      const sidecar = path.join(root, 'events', 'app', '.meta-old.parquet.json');
+      const recorded = JSON.parse(await readFile(sidecar, 'utf8')) as { sha256: string };
+      expect(recorded.sha256).toBe(sha256(legacy));
+      // Proof the second head reads the sidecar instead of hashing: a planted value comes back.
+      const planted = 'ab'.repeat(32);
+      await writeFile(sidecar, JSON.stringify({ ...recorded, sha256: planted }));
+      expect((await store.head('events/app/old.parquet'))?.sha256).toBe(planted);
+      // The file replaced behind the store's back (another inode/mtime): the sidecar no longer applies.
+      const replaced = new Uint8Array(randomBytes(10));
+      await writeFile(path.join(root, 'events', 'app', 'old.tmpcopy'), replaced);
+      await rename(path.join(root, 'events', 'app', 'old.tmpcopy'), path.join(root, 'events', 'app', 'old.parquet'));
+      expect(await store.head('events/app/old.parquet')).toEqual({ size: 10, sha256: sha256(replaced) });
+      // A torn sidecar (crash) is ignored too.
+      await writeFile(sidecar, '{"v":1,"ino');
+      expect((await store.head('events/app/old.parquet'))?.sha256).toBe(sha256(replaced));
+      expect(await store.listKeys('events/app/')).toEqual(['events/app/new.parquet', 'events/app/old.parquet']);
+    });
+
     it('healthcheck fails without retry when the root is a file', async () => {
       await writeFile(root, 'not a folder');
       await expectStoreError(store.healthcheck(), false);
@@ -391,6 +460,33 @@ describe('s3 (s3rver)', () => {
       expect(await raw.listKeys(store.prefix)).toEqual([`${store.prefix}events/a/1`]);
       expect(await isolatedStore().listKeys('')).toEqual([]);
       expect(store.describe()).toBe(`s3://${server.bucket}/${store.prefix} (${server.endpoint})`);
+    });
+
+    it('stores the sha256 as object metadata at put; an object written without it (before, or by another writer) is hashed once per process', async () => {
+      const store = isolatedStore();
+      await store.putBytes('meta/new', bytesOf(1, 2));
+      const client = new S3Client({ region: 'us-east-1', endpoint: server.endpoint, forcePathStyle: true, credentials: { ...S3RVER_CREDENTIALS } });
+      try {
+        const head = await client.send(new HeadObjectCommand({ Bucket: server.bucket, Key: `${store.prefix}meta/new` }));
+        expect(head.Metadata?.sha256).toBe(sha256(bytesOf(1, 2)));
+        const legacy = new Uint8Array(randomBytes(20_000));
+        await client.send(new PutObjectCommand({ Bucket: server.bucket, Key: `${store.prefix}meta/legacy`, Body: legacy }));
+        expect(await store.head('meta/legacy')).toMatchObject({ size: 20_000, sha256: sha256(legacy) });
+        // Hashed once: the second head is answered from the store's memory, without a GetObject.
+        let gets = 0;
+        const counting = store as unknown as { getBytes(key: string): Promise<unknown> };
+        const original = counting.getBytes.bind(store);
+        counting.getBytes = (key: string) => ((gets += 1), original(key));
+        expect((await store.head('meta/legacy'))?.sha256).toBe(sha256(legacy));
+        expect(gets).toBe(0);
+        // Replaced (new S3 ETag): hashed again.
+        const replaced = new Uint8Array(randomBytes(100));
+        await client.send(new PutObjectCommand({ Bucket: server.bucket, Key: `${store.prefix}meta/legacy`, Body: replaced }));
+        expect((await store.head('meta/legacy'))?.sha256).toBe(sha256(replaced));
+        expect(gets).toBe(1);
+      } finally {
+        client.destroy();
+      }
     });
 
     it('pages through more than 1,000 keys with continuation tokens', async () => {

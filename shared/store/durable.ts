@@ -1,0 +1,71 @@
+/**
+ * Durable local writes, shared by the filesystem store and the CLI's `sync`: a file is written and
+ * fsynced before it is renamed into place, and the folder is fsynced after the rename, so a crash
+ * leaves the old file or the new one, never a part.
+ */
+import { promises as fs } from 'node:fs';
+
+/** Codes that mean "the directory cannot be fsynced here", which some platforms and filesystems report. */
+const DIR_FSYNC_UNSUPPORTED = new Set(['EISDIR', 'EINVAL', 'EPERM', 'EBADF', 'ENOTSUP']);
+
+/**
+ * Creates `file` (exclusively unless `exclusive: false`), writes all of `body` and fsyncs it; on failure the partial file is
+ * removed. Returns the inode and mtime that identify this version (a rename keeps both).
+ */
+export async function writeFileDurably(file: string, body: Uint8Array | string, opts: { exclusive?: boolean } = {}): Promise<{ ino: bigint; mtimeNs: bigint }> {
+  const handle = await fs.open(file, opts.exclusive === false ? 'w' : 'wx');
+  let version: { ino: bigint; mtimeNs: bigint };
+  try {
+    await handle.writeFile(body);
+    await handle.sync();
+    const st = await handle.stat({ bigint: true });
+    version = { ino: st.ino, mtimeNs: st.mtimeNs };
+  } catch (err) {
+    await handle.close().catch(() => undefined);
+    await unlinkQuietly(file);
+    throw err;
+  }
+  try {
+    await handle.close();
+  } catch (err) {
+    await unlinkQuietly(file);
+    throw err;
+  }
+  return version;
+}
+
+/** Fsyncs a directory so a rename inside it survives a crash; filesystems that cannot are skipped. */
+export async function fsyncDir(dir: string): Promise<void> {
+  let handle: fs.FileHandle;
+  try {
+    handle = await fs.open(dir, 'r');
+  } catch (err) {
+    if (DIR_FSYNC_UNSUPPORTED.has(errnoCode(err) ?? '')) return;
+    throw err;
+  }
+  try {
+    await handle.sync();
+  } catch (err) {
+    if (!DIR_FSYNC_UNSUPPORTED.has(errnoCode(err) ?? '')) throw err;
+  } finally {
+    await handle.close().catch(() => undefined);
+  }
+}
+
+/** Removes a file if it is there; a failure is ignored (the error worth reporting is the caller's). */
+export async function unlinkQuietly(file: string): Promise<void> {
+  try {
+    await fs.unlink(file);
+  } catch {
+    // Best effort: the original error is the one worth reporting.
+  }
+}
+
+/** The errno code of a Node fs error (`ENOENT`, …), if any. */
+export function errnoCode(err: unknown): string | undefined {
+  if (typeof err === 'object' && err !== null && 'code' in err) {
+    const code = (err as { code: unknown }).code;
+    return typeof code === 'string' ? code : undefined;
+  }
+  return undefined;
+}

@@ -1,0 +1,65 @@
+import { spawnSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { join, relative } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+/** Inside the repository, so the compiled code finds node_modules the way dist/ does. */
+const OUT = join(ROOT, '.tmp', 'test-dist');
+const LOCK = join(ROOT, '.tmp', 'test-dist.lock');
+const STAMP = join(OUT, '.sources-sha256');
+/** A build takes ~20 s on a loaded 2-core machine; a stale lock (a killed run) is broken after this. */
+const LOCK_STALE_MS = 180_000;
+
+/** What the build reads: a change to any of these means a rebuild. */
+function sourcesDigest(): string {
+  const h = createHash('sha256');
+  const walk = (dir: string): void => {
+    for (const name of readdirSync(dir).sort()) {
+      const p = join(dir, name);
+      if (statSync(p).isDirectory()) walk(p);
+      else if (/\.(ts|lua|mjs)$/.test(name)) h.update(relative(ROOT, p)).update('\0').update(readFileSync(p));
+    }
+  };
+  for (const d of ['shared', 'services', 'cli']) walk(join(ROOT, d));
+  for (const f of ['index.ts', 'tsconfig.json', 'tsconfig.build.json', 'scripts/build.mjs', 'package-lock.json']) h.update(f).update(readFileSync(join(ROOT, f)));
+  return h.digest('hex');
+}
+
+/**
+ * Compiles the product with `npm run build`'s script into `.tmp/test-dist` once per source state
+ * (test files in parallel workers share one build through a lock folder) and returns the path of
+ * a compiled entry, e.g. `distEntry('services/main.js')`.
+ */
+export async function distEntry(entry: `${string}.js`): Promise<`${string}.js`> {
+  const digest = sourcesDigest();
+  const deadline = Date.now() + 2 * LOCK_STALE_MS;
+  mkdirSync(join(ROOT, '.tmp'), { recursive: true });
+  for (;;) {
+    try {
+      mkdirSync(LOCK);
+      break;
+    } catch {
+      const held = statSync(LOCK, { throwIfNoEntry: false });
+      if (held && Date.now() - held.mtimeMs > LOCK_STALE_MS) rmSync(LOCK, { recursive: true, force: true });
+      if (Date.now() > deadline) throw new Error('timed out waiting for another test to build dist');
+      await new Promise((r) => setTimeout(r, 250));
+    }
+  }
+  try {
+    if (!existsSync(STAMP) || readFileSync(STAMP, 'utf8') !== digest) {
+      const r = spawnSync(process.execPath, [join(ROOT, 'scripts/build.mjs'), '--out', OUT], { cwd: ROOT, encoding: 'utf8', timeout: LOCK_STALE_MS });
+      if (r.status !== 0) throw new Error(`build failed (${String(r.status)}):\n${r.stdout}\n${r.stderr}`);
+      writeFileSync(STAMP, digest);
+    }
+  } finally {
+    rmSync(LOCK, { recursive: true, force: true });
+  }
+  return join(OUT, entry) as `${string}.js`;
+}
+
+/** The command line of a running process, as the kernel has it (`/proc/<pid>/cmdline`). */
+export function commandLine(pid: number): string[] {
+  return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter((s) => s.length > 0);
+}
