@@ -18,3 +18,5 @@ export { encodeBatch, EVENT_COLUMNS } from './shared/parquet/encode.js';
 export { startStack } from './services/stack.js';
 export { duckdbReadParquetSql, sqlStringLiteral, ANY_PARAM } from './shared/duckdb.js';
 export type { DuckdbReadParquetOptions, DuckdbReadParquet, DuckdbS3Credentials } from './shared/duckdb.js';
+export { rollupViewSql as duckdbEventsViewSql, VIEW_COLUMNS } from './shared/rollup/view.js';
+export type { RollupView } from './shared/rollup/view.js';

@@ -7,6 +7,7 @@ import path from 'node:path';
 import { type Env, loadSyncConfig } from '../shared/config.js';
 import { ANY_PARAM, duckdbReadParquetSql, sqlStringLiteral } from '../shared/duckdb.js';
 import { parseStoragePath } from '../shared/paths.js';
+import { rollupViewSql } from '../shared/rollup/view.js';
 import { storeFromEnv } from '../shared/store/from-env.js';
 import { CliError, EXIT, messageOf } from './errors.js';
 import { formatCsv, formatJsonLines, formatTable } from './format.js';
@@ -47,9 +48,29 @@ export function eventsViewSql(source: QuerySource): string[] {
   return [...sql.setup, `CREATE VIEW events AS SELECT * FROM ${sql.from}`];
 }
 
+/**
+ * The `events` view statements, exact over rollups: with `--store`, rollup files of rolled periods
+ * plus batch files after each prefix's rolled watermark (shared/rollup/view.ts).
+ */
+export async function eventsViewStatements(source: QuerySource): Promise<string[]> {
+  if (source.kind === 'dir') return eventsViewSql(source);
+  const raw = eventsViewSql(source);
+  const config = loadSyncConfig(source.env);
+  const collection = source.collection === undefined ? config.collections[0] : config.collections.find((c) => c.name === source.collection);
+  if (!collection) return raw;
+  const template = parseStoragePath(collection.storagePath);
+  const params = Object.fromEntries(template.prefixParams.map((p) => [p, p === 'app' && source.app !== undefined ? source.app : ANY_PARAM]));
+  try {
+    const view = await rollupViewSql({ store: storeFromEnv(source.env), collection, params });
+    return [...view.setup, `CREATE VIEW events AS ${view.select}`];
+  } catch (err) {
+    throw new CliError(messageOf(err));
+  }
+}
+
 /** Runs `sql` with the `events` view defined; DuckDB errors become CliErrors (exit 1) with DuckDB's message. */
 export async function runQuery(sql: string, source: QuerySource): Promise<QueryResult> {
-  const setup = eventsViewSql(source);
+  const setup = await eventsViewStatements(source);
   let duck: typeof import('@duckdb/node-api');
   try {
     duck = await import('@duckdb/node-api');

@@ -13,6 +13,7 @@ import { storeFromEnv } from '../shared/store/from-env.js';
 import type { ObjectStore } from '../shared/store/types.js';
 import { type ApiApp, createApiApp } from './api/app.js';
 import { type Encoder, createEncoder } from './encoder/worker.js';
+import { type RollupService, startRollupService } from './rollup/service.js';
 
 export interface StackParts {
   api: boolean;
@@ -27,6 +28,8 @@ export interface StackParts {
   serviceLabel?: string;
   /** More metrics text appended to the API's /metrics (the encoder thread's, in `npm start`). */
   extraMetrics?: () => Promise<string>;
+  /** Run the rollup planner and worker too (unless ROLLUP=off); `npm start` does. */
+  rollup?: boolean;
 }
 
 export interface RunningStack {
@@ -36,6 +39,7 @@ export interface RunningStack {
   registry: Registry;
   api?: { server: RunningServer; app: ApiApp };
   encoder?: Encoder;
+  rollup?: RollupService;
   metricsServer?: RunningServer;
   /** Graceful stop: stop accepting, finish in-flight requests and jobs, close connections. Idempotent. */
   close(): Promise<void>;
@@ -111,6 +115,8 @@ export async function startStack(env: Env, parts: StackParts, logger = createLog
     }
   }
 
+  if (parts.rollup) stack.rollup = (await startRollupService({ env, config, store, redisUrl, registry, logger })) ?? undefined;
+
   // A 200 means "in Redis"; say so loudly when this Redis would lose it on restart.
   void (async () => {
     try {
@@ -128,6 +134,7 @@ export async function startStack(env: Env, parts: StackParts, logger = createLog
         async () => stack.api?.app.stop(),
         async () => stack.api?.server.close(10_000),
         async () => stack.encoder?.close(15_000),
+        async () => stack.rollup?.close(15_000),
         async () => stack.metricsServer?.close(1000),
         ...queues.map((q) => () => q.close()),
         ...connections.map((c) => async () => c.quit().catch(() => c.disconnect())),

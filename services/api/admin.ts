@@ -5,6 +5,7 @@ import { HttpError } from '../../shared/errors.js';
 import { batchIdMs, isBatchId } from '../../shared/ids.js';
 import type { BatchLedger } from '../../shared/ledger/ledger.js';
 import { BATCH_JOB_OPTIONS, type BatchJob, BatchJobSchema, JOB_NAME } from '../../shared/queue.js';
+import { noteReplayedBatch } from '../../shared/rollup/redis-keys.js';
 import { TokenRoles, requireRoles } from './auth.js';
 
 /** One dead-lettered batch, as the failed listing shows it (never its events). */
@@ -71,6 +72,8 @@ export async function replayOne(queue: Queue, ledger: BatchLedger, redis: Redis,
   const data = parsed.data;
   if (!opts.reissue) {
     await markInFlight(redis, ledger, data.prefix, batchId);
+    // If its period is already rolled, the rollup planner re-rolls it once the batch is written.
+    await noteReplayedBatch(redis, ledger.namespace, data.prefix, batchId);
     await job.retry('failed', { resetAttemptsMade: true, resetAttemptsStarted: true });
     return { batchId, outcome: 'replayed' };
   }

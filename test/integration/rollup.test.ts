@@ -1,0 +1,110 @@
+/**
+ * Rollups in one process: the product's stack (API + encoder + rollup service) on the test Redis,
+ * a filesystem store, DuckDB reading the result. Periods of 2 s keep it short.
+ */
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { Queue } from 'bullmq';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { batchIdMs } from '../../shared/ids.js';
+import { BatchLedger } from '../../shared/ledger/ledger.js';
+import { periodStart } from '../../shared/rollup/layout.js';
+import { readManifest } from '../../shared/rollup/manifest.js';
+import { storeRootUrl } from '../../shared/rollup/roll.js';
+import { replayOne } from '../../services/api/admin.js';
+import { duckQuery } from '../helpers/duckdb.js';
+import { batchBody, sampleEvent } from '../helpers/events.js';
+import { waitFor } from '../helpers/proc.js';
+import { expectManifestMatchesStore, expectViewEqualsBatches, viewCount } from '../helpers/rollup.js';
+import { type TestStack, startTestStack } from '../helpers/stack.js';
+
+async function push(url: string, app: string, n: number): Promise<string> {
+  const r = await fetch(`${url}/push/events/${app}/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(n, (i) => sampleEvent(i)) });
+  expect(r.status).toBe(200);
+  return ((await r.json()) as { batchId: string }).batchId;
+}
+
+describe('rollups (in process, 2 s periods)', () => {
+  let stack: TestStack;
+  let redis: Redis;
+  beforeAll(async () => {
+    stack = await startTestStack({ ROLLUP_PERIOD_SECONDS: '2', ROLLUP_DELAY_SECONDS: '0' }, { api: true, encoder: true, rollup: true });
+    redis = new Redis(inject('redisUrl'));
+  });
+  afterAll(async () => {
+    redis.disconnect();
+    await stack.shutdown();
+  });
+
+  it('rolls closed periods into sorted files; the view equals the batch files; manifest and store agree', async () => {
+    const apps = ['ra', 'rb'];
+    let pushed = 0;
+    const ids: string[] = [];
+    const until = Date.now() + 5000;
+    for (let i = 0; Date.now() < until; i++) {
+      const app = apps[i % 2] as string;
+      ids.push(await push(stack.url, app, 20 + (i % 7)));
+      pushed += 20 + (i % 7);
+      await new Promise((r) => setTimeout(r, 40));
+    }
+    const lastEnd = periodStart(batchIdMs(ids[ids.length - 1] as string), 2000) + 2000;
+    for (const app of apps) {
+      await waitFor(async () => ((await readManifest(stack.store, `events/${app}/`))?.watermarkMs ?? 0) >= lastEnd, 30_000, `rollup of ${app} through ${lastEnd}`);
+    }
+    let total = 0;
+    const { rootUrl } = storeRootUrl(stack.store);
+    for (const app of apps) {
+      total += await expectViewEqualsBatches(stack.store, app);
+      const m = (await readManifest(stack.store, `events/${app}/`))!;
+      expect(m.periods.length).toBeGreaterThanOrEqual(2);
+      await expectManifestMatchesStore(stack.store, m, rootUrl);
+      // Sorted by event, then received_at, inside each file.
+      for (const f of m.periods.flatMap((p) => p.files)) {
+        const [row] = await duckQuery(
+          `SELECT count(*)::BIGINT AS bad FROM (SELECT event, received_at, lag(event) OVER () AS pe, lag(received_at) OVER () AS pr FROM read_parquet('${rootUrl}${f.key}')) WHERE pe > event OR (pe = event AND pr > received_at)`,
+        );
+        expect(Number(row?.bad)).toBe(0);
+      }
+    }
+    expect(total).toBe(pushed);
+    expect(await viewCount(stack.store, '*')).toBe(pushed);
+  });
+
+  it('a dead-lettered batch replayed into a rolled period is in the view exactly once after the re-roll; the watermark never moves back', async () => {
+    const app = 'rr';
+    const queue = new Queue(stack.queueName, { connection: redis });
+    try {
+      const before = await push(stack.url, app, 10);
+      await waitFor(async () => (await readManifest(stack.store, `events/${app}/`))?.periods.length, 30_000, 'first period rolled');
+      // A plain file where the app's folder goes: the write fails for good, the batch is dead-lettered.
+      rmSync(join(stack.dataDir, 'events', app), { recursive: true, force: true });
+      writeFileSync(join(stack.dataDir, 'events', app), 'not a folder');
+      const dead = await push(stack.url, app, 7);
+      await waitFor(async () => (await queue.getJobState(dead)) === 'failed', 30_000, 'dead-lettered');
+      rmSync(join(stack.dataDir, 'events', app));
+      mkdirSync(join(stack.dataDir, 'events', app));
+      // The folder is gone with the first batch in it; the rollup still holds it (that is the point of rollups).
+      const deadEnd = periodStart(batchIdMs(dead), 2000) + 2000;
+      const after = await push(stack.url, app, 5);
+      await waitFor(async () => ((await readManifest(stack.store, `events/${app}/`))?.watermarkMs ?? 0) > batchIdMs(after), 30_000, 'rolled past the dead letter');
+      const w = (await readManifest(stack.store, `events/${app}/`))!.watermarkMs;
+      expect(w).toBeGreaterThanOrEqual(deadEnd);
+      expect(await viewCount(stack.store, app)).toBe(15);
+
+      const r = await replayOne(queue, new BatchLedger(redis, stack.queueName), redis, dead);
+      expect(r.outcome).toBe('replayed');
+      await waitFor(async () => (await viewCount(stack.store, app)) === 22, 30_000, 're-rolled');
+      const m = (await readManifest(stack.store, `events/${app}/`))!;
+      expect(m.watermarkMs).toBeGreaterThanOrEqual(w);
+      const rows = await duckQuery(
+        `SELECT batch_id, count(*)::BIGINT AS n FROM read_parquet([${m.periods.flatMap((p) => p.files).map((f) => `'${storeRootUrl(stack.store).rootUrl}${f.key}'`).join(',')}]) GROUP BY 1 ORDER BY 1`,
+      );
+      expect(rows.map((x) => [x.batch_id, Number(x.n)])).toEqual([[before, 10], [dead, 7], [after, 5]].sort());
+      await expectManifestMatchesStore(stack.store, m, storeRootUrl(stack.store).rootUrl);
+      expect(await viewCount(stack.store, app)).toBe(22);
+    } finally {
+      await queue.close();
+    }
+  });
+});
