@@ -19,7 +19,7 @@ import { finalHorizon, planPrefix } from '../../shared/rollup/plan.js';
 import { discoverPrefixes, prefixOfKey } from '../../shared/rollup/prefixes.js';
 import { ROLLUP_JOB_NAME, ROLLUP_JOB_OPTIONS, type RollupJob, RollupJobSchema, rollupJobId, rollupQueueName } from '../../shared/rollup/queue.js';
 import { acquirePrefixLock, forgetReplayedBatch, replayedBatches } from '../../shared/rollup/redis-keys.js';
-import { RollupNotReadyError, rollPeriod, storeRootUrl } from '../../shared/rollup/roll.js';
+import { RollupNotReadyError, removeStaleTempFiles, rollPeriod, storeRootUrl } from '../../shared/rollup/roll.js';
 import type { ObjectStore } from '../../shared/store/types.js';
 import { type RollupMetrics, createRollupMetrics } from './metrics.js';
 
@@ -51,7 +51,7 @@ export function discoveryIntervalMs(periodSeconds: number): number {
 /** Replay notes handled per planning pass. */
 const REPLAY_NOTES_PER_PASS = 100;
 /** A rollup job's BullMQ lock; a killed rollup process's job is retried after about this plus the stalled check. */
-const JOB_LOCK_MS = 15_000;
+const JOB_LOCK_MS = 10_000;
 /** How long a job that cannot run yet waits before it is tried again. */
 const NOT_READY_DELAY_MS = 2000;
 
@@ -76,6 +76,8 @@ export async function startRollupService(o: RollupServiceOptions): Promise<Rollu
   const periodMs = env.ROLLUP_PERIOD_SECONDS * 1000;
   const ns = env.QUEUE_NAME;
 
+  const stale = await removeStaleTempFiles();
+  if (stale > 0) logger.info({ files: stale }, 'removed temporary rollup files of stopped processes');
   const duckInstance = await DuckDBInstance.create(':memory:', { threads: '1', memory_limit: '1GB', preserve_insertion_order: 'false' });
   const duck: DuckDBConnection = await duckInstance.connect();
   for (const statement of root.setup) await duck.run(statement);

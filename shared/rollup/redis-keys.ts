@@ -8,7 +8,7 @@
  */
 import type { Redis } from 'ioredis';
 
-export const LOCK_TTL_MS = 20_000;
+export const LOCK_TTL_MS = 10_000;
 export const MAX_DIRTY = 10_000;
 
 const lockKey = (ns: string, prefix: string): string => `{${ns}}:rollup:lock:${prefix}`;

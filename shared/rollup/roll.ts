@@ -11,7 +11,7 @@
  * period is final (./plan.ts); this module re-checks the order rule against the manifest.
  */
 import { randomBytes } from 'node:crypto';
-import { readFile, rm } from 'node:fs/promises';
+import { readFile, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { DuckDBConnection } from '@duckdb/node-api';
@@ -95,9 +95,35 @@ export async function firstUnrolledKey(store: ObjectStore, prefix: string, water
 const SELECT_COLUMNS = [...EVENT_COLUMNS, 'received_at', 'extra'].map((c) => `"${c}"`).join(', ');
 const urlList = (urls: readonly string[]): string => `[${urls.map(sqlStringLiteral).join(', ')}]`;
 
+const TMP_PREFIX = 'events-ingest-rollup-';
+
+/** Removes local temporary rollup files left by rollup processes that no longer run (killed mid-write). */
+export async function removeStaleTempFiles(dir = tmpdir()): Promise<number> {
+  let removed = 0;
+  for (const name of await readdir(dir).catch(() => [] as string[])) {
+    const m = new RegExp(`^${TMP_PREFIX}(\\d+)-[0-9a-f]+\\.parquet$`).exec(name);
+    if (!m) continue;
+    const pid = Number(m[1]);
+    let alive = pid === process.pid;
+    if (!alive) {
+      try {
+        process.kill(pid, 0);
+        alive = true;
+      } catch (err) {
+        alive = (err as NodeJS.ErrnoException).code === 'EPERM';
+      }
+    }
+    if (!alive) {
+      await rm(path.join(dir, name), { force: true });
+      removed++;
+    }
+  }
+  return removed;
+}
+
 /** Writes `select` sorted into a local Parquet file and returns its facts (no rows → null). */
 async function copyToFile(ctx: RollContext, select: string): Promise<{ file: string; rows: number; batches: number; firstId: string; lastId: string } | null> {
-  const file = path.join(ctx.tmpDir ?? tmpdir(), `events-ingest-rollup-${process.pid}-${randomBytes(6).toString('hex')}.parquet`);
+  const file = path.join(ctx.tmpDir ?? tmpdir(), `${TMP_PREFIX}${process.pid}-${randomBytes(6).toString('hex')}.parquet`);
   const order = ROLLUP_SORT.map((c) => `"${c}"`).join(', ');
   try {
     await ctx.duck.run(
