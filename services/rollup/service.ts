@@ -13,13 +13,15 @@ import { BatchLedger } from '../../shared/ledger/ledger.js';
 import type { Logger } from '../../shared/logger.js';
 import { type StoragePathTemplate, parseStoragePath } from '../../shared/paths.js';
 import { createRedis } from '../../shared/redis.js';
-import { periodStart } from '../../shared/rollup/layout.js';
+import { msKey, periodStart } from '../../shared/rollup/layout.js';
 import { readManifest } from '../../shared/rollup/manifest.js';
 import { finalHorizon, planPrefix } from '../../shared/rollup/plan.js';
 import { discoverPrefixes, prefixOfKey } from '../../shared/rollup/prefixes.js';
 import { ROLLUP_JOB_NAME, ROLLUP_JOB_OPTIONS, type RollupJob, RollupJobSchema, rollupJobId, rollupQueueName } from '../../shared/rollup/queue.js';
 import { acquirePrefixLock, forgetReplayedBatch, replayedBatches } from '../../shared/rollup/redis-keys.js';
-import { RollupNotReadyError, removeStaleTempFiles, rollPeriod, storeRootUrl } from '../../shared/rollup/roll.js';
+import { RollupNotReadyError, dropOldPeriods, pruneRawBatches, removeStaleTempFiles, rollPeriod, storeRootUrl } from '../../shared/rollup/roll.js';
+import { FilesystemObjectStore } from '../../shared/store/filesystem.js';
+import { MemoryObjectStore } from '../../shared/store/memory.js';
 import type { ObjectStore } from '../../shared/store/types.js';
 import { type RollupMetrics, createRollupMetrics } from './metrics.js';
 
@@ -64,13 +66,12 @@ export function planIntervalMs(periodSeconds: number): number {
 export async function startRollupService(o: RollupServiceOptions): Promise<RollupService | null> {
   const { env, logger, store } = o;
   if (env.ROLLUP === 'off') return null;
-  let root: ReturnType<typeof storeRootUrl>;
-  try {
-    root = storeRootUrl(store);
-  } catch {
-    logger.warn({ store: store.describe() }, 'rollups need a filesystem or S3 store; rollups are off');
+  if (store instanceof MemoryObjectStore) {
+    logger.warn({ store: store.describe() }, 'rollups need a filesystem or S3 store (DuckDB cannot read a memory store); rollups are off');
     return null;
   }
+  // DuckDB opens filesystem keys in place; any other store's objects are copied to a local stage first.
+  const root = { rootUrl: store instanceof FilesystemObjectStore ? storeRootUrl(store).rootUrl : null };
   const metrics = createRollupMetrics(o.registry);
   const templates = o.config.collections.map((c) => ({ name: c.name, template: parseStoragePath(c.storagePath) }));
   const periodMs = env.ROLLUP_PERIOD_SECONDS * 1000;
@@ -80,7 +81,6 @@ export async function startRollupService(o: RollupServiceOptions): Promise<Rollu
   if (stale > 0) logger.info({ files: stale }, 'removed temporary rollup files of stopped processes');
   const duckInstance = await DuckDBInstance.create(':memory:', { threads: '1', memory_limit: '1GB', preserve_insertion_order: 'false' });
   const duck: DuckDBConnection = await duckInstance.connect();
-  for (const statement of root.setup) await duck.run(statement);
 
   const queueConn = createRedis(o.redisUrl, 'worker');
   const workerConn = createRedis(o.redisUrl, 'worker');
@@ -199,6 +199,48 @@ export async function startRollupService(o: RollupServiceOptions): Promise<Rollu
     }
   }
 
+  /**
+   * Retention of one prefix (raw batch files after RAW_RETENTION_SECONDS, whole periods after
+   * RETENTION_DAYS), under the prefix lock; skipped this pass when a rollup job holds it.
+   */
+  async function retainOne(prefix: string, nowMs: number): Promise<void> {
+    if (env.RAW_RETENTION_SECONDS === 0 && env.RETENTION_DAYS === undefined) return;
+    if (!store.deleteKeys) return;
+    const lock = await acquirePrefixLock(cmd, ns, prefix, `retention:${randomBytes(6).toString('hex')}`);
+    if (!lock) return;
+    try {
+      const ctx = {
+        store,
+        duck,
+        periodSeconds: env.ROLLUP_PERIOD_SECONDS,
+        rootUrl: root.rootUrl,
+        assertLocked: async () => {
+          if (!(await lock.held())) throw new Error(`lost the rollup lock of ${prefix}`);
+        },
+      };
+      if (env.RETENTION_DAYS !== undefined) {
+        const dropped = await dropOldPeriods(ctx, prefix, nowMs - env.RETENTION_DAYS * 86_400_000);
+        if (dropped > 0) logger.info({ prefix, periods: dropped }, 'retention: old periods deleted');
+      }
+      if (env.RAW_RETENTION_SECONDS > 0) {
+        const r = await pruneRawBatches(ctx, prefix, {
+          cutoffMs: nowMs - env.RAW_RETENTION_SECONDS * 1000,
+          graceMs: Math.min(60_000, env.RAW_RETENTION_SECONDS * 1000),
+          maxPeriods: 24,
+          // The list route answers recent cursors from Redis' index of written ids: wait until it no longer holds the period's ids.
+          stillIndexed: async (startMs, endMs) => {
+            const { ids } = await ledger.listWritten(prefix, msKey(startMs), 1);
+            return ids !== null && ids[0] !== undefined && ids[0] < msKey(endMs);
+          },
+        });
+        metrics.rawDeleted.inc(r.deleted);
+        if (r.deleted > 0) logger.info({ prefix, files: r.deleted, periods: r.periods, waiting: r.waiting }, 'raw retention: batch files deleted');
+      }
+    } finally {
+      await lock.release();
+    }
+  }
+
   let planning: Promise<void> | undefined;
   async function planPass(): Promise<void> {
     const now = Date.now();
@@ -215,6 +257,7 @@ export async function startRollupService(o: RollupServiceOptions): Promise<Rollu
     for (const prefix of known.keys()) {
       try {
         lag = Math.max(lag, await planOne(prefix));
+        await retainOne(prefix, now);
       } catch (err) {
         logger.warn({ prefix, err: (err as Error).message }, 'rollup planning failed for a prefix');
       }

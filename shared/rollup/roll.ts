@@ -11,7 +11,7 @@
  * period is final (./plan.ts); this module re-checks the order rule against the manifest.
  */
 import { randomBytes } from 'node:crypto';
-import { readFile, readdir, rm } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, readdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { DuckDBConnection } from '@duckdb/node-api';
@@ -38,8 +38,12 @@ export interface RollContext {
   store: ObjectStore;
   duck: DuckDBConnection;
   periodSeconds: number;
-  /** Statements the DuckDB connection must have run (httpfs + secret on S3); run once by the caller. */
-  rootUrl: string;
+  /**
+   * Where DuckDB opens store keys in place (the filesystem store's root, ending in `/`), or null
+   * to copy them through the store into a local staging folder first (S3 and any other store:
+   * the rollup process needs no DuckDB extension or S3 credentials of its own).
+   */
+  rootUrl: string | null;
   /** Called before the manifest is written; throws when the prefix lock was lost. */
   assertLocked: () => Promise<void>;
   now?: () => number;
@@ -92,16 +96,50 @@ export async function firstUnrolledKey(store: ObjectStore, prefix: string, water
   return undefined;
 }
 
+/** Parallel store reads when staging. */
+const STAGE_CONCURRENCY = 16;
+
+/** A local folder holding copies of store objects for DuckDB; removed by `close`. */
+class Stage {
+  private dir: string | undefined;
+  constructor(private readonly ctx: RollContext) {}
+
+  /** Paths DuckDB opens for `keys`, in order: in place on the filesystem, else copied here first. */
+  async paths(keys: readonly string[]): Promise<string[]> {
+    const { rootUrl, store } = this.ctx;
+    if (rootUrl !== null) return keys.map((k) => rootUrl + k);
+    this.dir ??= await mkdtemp(path.join(this.ctx.tmpDir ?? tmpdir(), `${TMP_PREFIX}${process.pid}-`));
+    const dir = this.dir;
+    const out = keys.map((k) => path.join(dir, ...k.split('/')));
+    let next = 0;
+    const worker = async (): Promise<void> => {
+      for (let i = next++; i < keys.length; i = next++) {
+        const key = keys[i] as string;
+        const got = await store.getBytes(key);
+        if (!got) throw new RollupNotReadyError(`${key} disappeared while it was being rolled`);
+        await mkdir(path.dirname(out[i] as string), { recursive: true });
+        await writeFile(out[i] as string, got.body);
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(STAGE_CONCURRENCY, keys.length) }, worker));
+    return out;
+  }
+
+  async close(): Promise<void> {
+    if (this.dir) await rm(this.dir, { recursive: true, force: true });
+  }
+}
+
 const SELECT_COLUMNS = [...EVENT_COLUMNS, 'received_at', 'extra'].map((c) => `"${c}"`).join(', ');
 const urlList = (urls: readonly string[]): string => `[${urls.map(sqlStringLiteral).join(', ')}]`;
 
 const TMP_PREFIX = 'events-ingest-rollup-';
 
-/** Removes local temporary rollup files left by rollup processes that no longer run (killed mid-write). */
+/** Removes local temporary rollup files and staging folders left by rollup processes that no longer run (killed mid-write). */
 export async function removeStaleTempFiles(dir = tmpdir()): Promise<number> {
   let removed = 0;
   for (const name of await readdir(dir).catch(() => [] as string[])) {
-    const m = new RegExp(`^${TMP_PREFIX}(\\d+)-[0-9a-f]+\\.parquet$`).exec(name);
+    const m = new RegExp(`^${TMP_PREFIX}(\\d+)-[0-9A-Za-z]+(?:\\.parquet)?$`).exec(name);
     if (!m) continue;
     const pid = Number(m[1]);
     let alive = pid === process.pid;
@@ -114,7 +152,7 @@ export async function removeStaleTempFiles(dir = tmpdir()): Promise<number> {
       }
     }
     if (!alive) {
-      await rm(path.join(dir, name), { force: true });
+      await rm(path.join(dir, name), { recursive: true, force: true });
       removed++;
     }
   }
@@ -176,21 +214,22 @@ export async function rollPeriod(ctx: RollContext, prefix: string, startMs: numb
 
   const keys = await batchKeysInPeriod(ctx.store, prefix, startMs, endMs);
   const outputs: NonNullable<Awaited<ReturnType<typeof copyToFile>>>[] = [];
+  const stage = new Stage(ctx);
   try {
-    const batchSelect = (chunk: readonly string[]): string =>
-      `SELECT ${SELECT_COLUMNS}, regexp_extract(filename, '([^/]+)\\.parquet$', 1) AS "batch_id" FROM read_parquet(${urlList(chunk.map((k) => ctx.rootUrl + k))}, filename = true)`;
+    const batchSelect = async (chunk: readonly string[]): Promise<string> =>
+      `SELECT ${SELECT_COLUMNS}, regexp_extract(filename, '([^/]+)\\.parquet$', 1) AS "batch_id" FROM read_parquet(${urlList(await stage.paths(chunk))}, filename = true)`;
     if (existing) {
       // Re-roll: the period's current rows plus rows of batch files no rollup file covers yet.
-      const old = urlList(existing.files.map((f) => ctx.rootUrl + f.key));
+      const old = urlList(await stage.paths(existing.files.map((f) => f.key)));
       const parts = [`SELECT ${SELECT_COLUMNS}, "batch_id" FROM read_parquet(${old})`];
-      if (keys.length > 0) parts.push(`SELECT * FROM (${batchSelect(keys)}) WHERE "batch_id" NOT IN (SELECT DISTINCT "batch_id" FROM read_parquet(${old}))`);
+      if (keys.length > 0) parts.push(`SELECT * FROM (${await batchSelect(keys)}) WHERE "batch_id" NOT IN (SELECT DISTINCT "batch_id" FROM read_parquet(${old}))`);
       const added = keys.length === 0 ? 0 : Number(((await ctx.duck.runAndReadAll(`SELECT count(*)::BIGINT FROM (${parts[1]})`)).getRows()[0] as [bigint])[0]);
       if (added === 0) return done();
       const out = await copyToFile(ctx, parts.map((p) => `(${p})`).join(' UNION ALL '));
       if (out) outputs.push(out);
     } else {
       for (let i = 0; i < keys.length; i += MAX_BATCHES_PER_FILE) {
-        const out = await copyToFile(ctx, batchSelect(keys.slice(i, i + MAX_BATCHES_PER_FILE)));
+        const out = await copyToFile(ctx, await batchSelect(keys.slice(i, i + MAX_BATCHES_PER_FILE)));
         if (out) outputs.push(out);
       }
     }
@@ -218,6 +257,7 @@ export async function rollPeriod(ctx: RollContext, prefix: string, startMs: numb
     return { outcome: files.length ? 'rolled' : 'empty', files, rows, bytes: files.reduce((n, f) => n + f.bytes, 0), deleted, watermarkMs: next.watermarkMs };
   } finally {
     for (const o of outputs) await rm(o.file, { force: true });
+    await stage.close();
   }
 }
 
@@ -235,4 +275,84 @@ async function deleteUnlisted(store: ObjectStore, manifest: Manifest, prefix: st
   });
   if (stale.length > 0) await store.deleteKeys(stale);
   return stale.length;
+}
+
+export interface PruneOutcome {
+  /** Batch files deleted. */
+  deleted: number;
+  /** Periods whose batch files are all gone now. */
+  periods: number;
+  /** Periods skipped because Redis' list index still lists their ids (tried again on a later pass). */
+  waiting: number;
+}
+
+/**
+ * Raw retention: deletes the batch files of rolled periods that ended before `cutoffMs` (and
+ * before the watermark), once the rollup has been durable for `graceMs` (so a query that read
+ * the previous manifest has finished). Only batch ids the period's rollup files hold are deleted,
+ * so a batch replayed into the period and not yet re-rolled is kept. A period is skipped while
+ * `stillIndexed` says the list route's Redis index may still name its ids, so `list` never shows a
+ * deleted batch. The manifest records each pruned period (`rawDeletedThrough`). At most
+ * `maxPeriods` periods per call. The caller holds the prefix lock.
+ */
+export async function pruneRawBatches(
+  ctx: RollContext,
+  prefix: string,
+  o: { cutoffMs: number; graceMs: number; maxPeriods: number; stillIndexed: (startMs: number, endMs: number) => Promise<boolean> },
+): Promise<PruneOutcome> {
+  const out: PruneOutcome = { deleted: 0, periods: 0, waiting: 0 };
+  if (!ctx.store.deleteKeys) return out;
+  const manifest = await readManifest(ctx.store, prefix);
+  if (!manifest) return out;
+  const now = (ctx.now ?? Date.now)();
+  const due = manifest.periods.filter((p) => p.rawDeletedThrough === '' && p.endMs <= Math.min(o.cutoffMs, manifest.watermarkMs) && p.rolledAt <= now - o.graceMs).slice(0, o.maxPeriods);
+  const done = new Map<number, string>();
+  for (const p of due) {
+    if (await o.stillIndexed(p.startMs, p.endMs)) {
+      out.waiting++;
+      continue;
+    }
+    const stage = new Stage(ctx);
+    let reader;
+    try {
+      reader = await ctx.duck.runAndReadAll(`SELECT DISTINCT "batch_id" FROM read_parquet(${urlList(await stage.paths(p.files.map((f) => f.key)))})`);
+    } finally {
+      await stage.close();
+    }
+    const covered = new Set(reader.getRows().map((r) => String(r[0])));
+    const keys = (await batchKeysInPeriod(ctx.store, prefix, p.startMs, p.endMs)).filter((k) => covered.has(batchIdOfKey(prefix, k) ?? ''));
+    if (keys.length > 0) await ctx.store.deleteKeys(keys);
+    out.deleted += keys.length;
+    out.periods++;
+    done.set(p.startMs, p.files.reduce((m, f) => (f.lastId > m ? f.lastId : m), ''));
+  }
+  if (done.size > 0) {
+    // Re-read under the lock: only this job writes, but keep every other field as it is now.
+    const latest = (await readManifest(ctx.store, prefix)) ?? manifest;
+    await ctx.assertLocked();
+    await writeManifest(ctx.store, {
+      ...latest,
+      periods: latest.periods.map((p) => (done.has(p.startMs) ? { ...p, rawDeletedThrough: done.get(p.startMs) ?? '' } : p)),
+      updatedAt: now,
+    });
+  }
+  return out;
+}
+
+/**
+ * Whole-period retention (RETENTION_DAYS): drops rolled periods that ended before `cutoffMs` from
+ * the manifest, then deletes their rollup files and any batch files of theirs still there.
+ */
+export async function dropOldPeriods(ctx: RollContext, prefix: string, cutoffMs: number): Promise<number> {
+  if (!ctx.store.deleteKeys) return 0;
+  const manifest = await readManifest(ctx.store, prefix);
+  if (!manifest) return 0;
+  const old = manifest.periods.filter((p) => p.endMs <= Math.min(cutoffMs, manifest.watermarkMs));
+  if (old.length === 0) return 0;
+  await ctx.assertLocked();
+  await writeManifest(ctx.store, { ...manifest, periods: manifest.periods.filter((p) => !old.includes(p)), updatedAt: (ctx.now ?? Date.now)() });
+  for (const p of old) {
+    await ctx.store.deleteKeys([...p.files.map((f) => f.key), ...(await batchKeysInPeriod(ctx.store, prefix, p.startMs, p.endMs))]);
+  }
+  return old.length;
 }

@@ -17,7 +17,7 @@ import { duckQuery } from '../helpers/duckdb.js';
 import { batchBody, sampleEvent } from '../helpers/events.js';
 import { waitFor } from '../helpers/proc.js';
 import { expectManifestMatchesStore, expectViewEqualsBatches, viewCount } from '../helpers/rollup.js';
-import { type TestStack, startTestStack } from '../helpers/stack.js';
+import { ADMIN_TOKEN, type TestStack, startTestStack } from '../helpers/stack.js';
 
 async function push(url: string, app: string, n: number): Promise<string> {
   const r = await fetch(`${url}/push/events/${app}/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(n, (i) => sampleEvent(i)) });
@@ -108,3 +108,54 @@ describe('rollups (in process, 2 s periods)', () => {
     }
   });
 });
+
+describe('raw retention (2 s periods, RAW_RETENTION_SECONDS=3, LIST_INDEX_SECONDS=2)', () => {
+  let stack: TestStack;
+  beforeAll(async () => {
+    stack = await startTestStack({ ROLLUP_PERIOD_SECONDS: '2', ROLLUP_DELAY_SECONDS: '0', RAW_RETENTION_SECONDS: '3', LIST_INDEX_SECONDS: '2' }, { api: true, encoder: true, rollup: true });
+  });
+  afterAll(async () => {
+    await stack.shutdown();
+  });
+
+  it('deletes batch files only once their rollup is durable; the view stays exact; list never shows a deleted batch', async () => {
+    const app = 'ret';
+    const pushed: string[] = [];
+    let total = 0;
+    let previous = 0;
+    const auth = { Authorization: `Bearer ${ADMIN_TOKEN}` };
+    const until = Date.now() + 12_000;
+    for (let i = 0; Date.now() < until; i++) {
+      pushed.push(await push(stack.url, app, 5));
+      total += 5;
+      if (i % 10 === 9) {
+        const n = await viewCount(stack.store, app);
+        expect(n).toBeLessThanOrEqual(total);
+        expect(n).toBeGreaterThanOrEqual(previous);
+        previous = n;
+      }
+      await new Promise((r) => setTimeout(r, 80));
+    }
+    await waitFor(async () => (await viewCount(stack.store, app)) === total, 30_000, 'every batch in the view');
+    // Some batch files are gone by now, and every one that is gone is held by a listed rollup file.
+    const present = new Set((await stack.store.listKeys(`events/${app}/`)).map((k) => k.slice(`events/${app}/`.length, -'.parquet'.length)));
+    const gone = pushed.filter((id) => !present.has(id));
+    expect(gone.length).toBeGreaterThan(0);
+    const m = (await readManifest(stack.store, `events/${app}/`))!;
+    const { rootUrl } = storeRootUrl(stack.store);
+    const rolled = new Set(
+      (await duckQuery(`SELECT DISTINCT batch_id FROM read_parquet([${m.periods.flatMap((p) => p.files).map((f) => `'${rootUrl}${f.key}'`).join(',')}])`)).map((r) => String(r.batch_id)),
+    );
+    for (const id of gone) expect(rolled.has(id)).toBe(true);
+    expect(m.periods.some((p) => p.rawDeletedThrough !== '')).toBe(true);
+    // The list (from the start, and from the first id) shows only batches whose file is there.
+    for (const after of ['', `?after=${pushed[0]}`]) {
+      const r = await fetch(`${stack.url}/list/events/${app}${after}${after ? '&' : '?'}limit=1000`, { headers: auth });
+      const items = ((await r.json()) as { items: string[] }).items;
+      expect(items.length).toBeGreaterThan(0);
+      for (const item of items) expect(present.has(item.slice(0, -'.parquet'.length))).toBe(true);
+    }
+    expect(await viewCount(stack.store, app)).toBe(total);
+  });
+});
+
