@@ -143,7 +143,18 @@ async function acceptance1(d: Deployment, periodSeconds: number, mode: 'duckdb' 
   let acked = 0;
   let inFlight = 0;
   const events = new Map<string, number>();
-  const count = (): Promise<number> => (mode === 'duckdb' ? storeCount(d) : manifestRuleCount(d.store, apps, events));
+  const countOnce = (): Promise<number> => (mode === 'duckdb' ? storeCount(d) : manifestRuleCount(d.store, apps, events));
+  // A loaded machine can reset a connection to s3rver: a read is retried (a few times, bounded), never skipped.
+  const count = async (): Promise<number> => {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await countOnce();
+      } catch (err) {
+        if (attempt >= 4) throw err;
+        await sleep(200);
+      }
+    }
+  };
   const ids = new Map<string, string[]>(apps.map((a) => [a, []]));
   const until = Date.now() + SECONDS * 1000;
   const pushers = apps.map(async (app, k) => {

@@ -2,7 +2,8 @@
  * Rollups in one process: the product's stack (API + encoder + rollup service) on the test Redis,
  * a filesystem store, DuckDB reading the result. Periods of 2 s keep it short.
  */
-import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { DuckDBInstance } from '@duckdb/node-api';
 import { join } from 'node:path';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
@@ -12,11 +13,12 @@ import { BatchLedger } from '../../shared/ledger/ledger.js';
 import { periodStart } from '../../shared/rollup/layout.js';
 import { readManifest } from '../../shared/rollup/manifest.js';
 import { storeRootUrl } from '../../shared/rollup/roll.js';
+import { FilesystemObjectStore } from '../../shared/store/filesystem.js';
 import { replayOne } from '../../services/api/admin.js';
 import { duckQuery } from '../helpers/duckdb.js';
 import { batchBody, sampleEvent } from '../helpers/events.js';
 import { waitFor } from '../helpers/proc.js';
-import { expectManifestMatchesStore, expectViewEqualsBatches, viewCount } from '../helpers/rollup.js';
+import { expectManifestMatchesStore, expectViewEqualsBatches, viewCount, viewQuery } from '../helpers/rollup.js';
 import { ADMIN_TOKEN, type TestStack, startTestStack } from '../helpers/stack.js';
 
 async function push(url: string, app: string, n: number): Promise<string> {
@@ -69,6 +71,26 @@ describe('rollups (in process, 2 s periods)', () => {
     }
     expect(total).toBe(pushed);
     expect(await viewCount(stack.store, '*')).toBe(pushed);
+
+    // The plain-DuckDB recipe of docs/analysts.md, run as written (root and app filled in).
+    const doc = readFileSync(join(import.meta.dirname, '../../docs/analysts.md'), 'utf8');
+    const recipe = /<!-- rollup-recipe:begin -->\s*```sql\n([\s\S]*?)```/.exec(doc)?.[1];
+    expect(recipe).toBeDefined();
+    const root = stack.store instanceof FilesystemObjectStore ? stack.store.root : '';
+    const statements = recipe!.replaceAll('<root>', root).replaceAll('myapp', 'ra').split(';').map((x) => x.trim()).filter(Boolean);
+    expect(statements.length).toBe(4);
+    const db = await DuckDBInstance.create(':memory:');
+    const conn = await db.connect();
+    try {
+      for (const st of statements) await conn.run(st);
+      const rows = (await conn.runAndReadAll('SELECT event, count(*)::BIGINT AS n, count(DISTINCT batch_id)::BIGINT AS b FROM events GROUP BY 1 ORDER BY 1')).getRowObjectsJson();
+      const viaView = await viewQuery(stack.store, 'ra', (from) => `SELECT event, count(*)::BIGINT AS n, count(DISTINCT batch_id)::BIGINT AS b FROM ${from} GROUP BY 1 ORDER BY 1`);
+      expect(rows).toEqual(viaView);
+      expect(rows.reduce((a, r) => a + Number(r.n), 0)).toBe(await viewCount(stack.store, 'ra'));
+    } finally {
+      conn.closeSync();
+      db.closeSync();
+    }
   });
 
   it('a dead-lettered batch replayed into a rolled period is in the view exactly once after the re-roll; the watermark never moves back', async () => {
