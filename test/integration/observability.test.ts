@@ -148,7 +148,8 @@ describe('observability: a real Prometheus scrapes the API and the encoder', () 
     await waitForHttp(`${metricsUrl}/healthz`, 30_000, encoder);
     await waitFor(async () => (await fetch(`${promUrl}/-/ready`)).ok, 30_000, `prometheus ready\n${promOut}`);
     await waitFor(async () => (await scalar('sum(up{job=~"api|encoder|rollup"})')) === 3, 30_000, 'every target up in prometheus');
-  });
+    // Four processes start here; on a loaded machine that takes longer than the default hook timeout.
+  }, 150_000);
 
   afterAll(async () => {
     for (const p of procs) await p.stop('SIGKILL');
