@@ -121,9 +121,7 @@ describe('observability: a real Prometheus scrapes the API and the encoder', () 
     const common = { HOST: '127.0.0.1', DATA_DIR: dataDir, CONFIG_FILE: cfg, REDIS_URL: inject('redisUrl'), QUEUE_NAME: uniqueName('obs'), ADMIN_TOKEN: TOKEN, LOG_LEVEL: 'debug' };
     api = startService('services/api/main.ts', { ...common, PORT: String(apiPort) });
     encoder = startService('services/encoder/main.ts', { ...common, METRICS_PORT: String(metricsPort) });
-    // The rollup service's panels and alert need its metrics (scraped as job "rollup", as in prometheus/prometheus.yml).
-    const rollup = spawnService('services/rollup/main.ts', { ...common, LOG_LEVEL: 'info', METRICS_PORT: String(rollupPort) });
-    procs.push(api, encoder, rollup);
+    procs.push(api, encoder);
 
     // Same job names as prometheus/prometheus.yml, so the alert rules' `up{job=...}` selectors apply.
     const promCfg = join(dir, 'prometheus.yml');
@@ -146,6 +144,11 @@ describe('observability: a real Prometheus scrapes the API and the encoder', () 
 
     await waitForHttp(`${apiUrl}/readyz`, 30_000, api);
     await waitForHttp(`${metricsUrl}/healthz`, 30_000, encoder);
+    // The rollup service's panels and alert need its metrics (scraped as job "rollup", as in
+    // prometheus/prometheus.yml); started once the others answer, so start-ups do not pile up.
+    const rollup = spawnService('services/rollup/main.ts', { ...common, LOG_LEVEL: 'info', METRICS_PORT: String(rollupPort) });
+    procs.push(rollup);
+    await waitForHttp(`http://127.0.0.1:${rollupPort}/healthz`, 60_000, rollup);
     await waitFor(async () => (await fetch(`${promUrl}/-/ready`)).ok, 30_000, `prometheus ready\n${promOut}`);
     await waitFor(async () => (await scalar('sum(up{job=~"api|encoder|rollup"})')) === 3, 30_000, 'every target up in prometheus');
     // Four processes start here; on a loaded machine that takes longer than the default hook timeout.
