@@ -23,6 +23,7 @@ const SCENARIOS: ScenarioEntry[] = [
   { name: 'rollup', module: './scenarios/rollup.js' },
   // Written by another engineer; skipped when the file is not there.
   { name: 'list', module: './scenarios/list.js', optional: true },
+  { name: 'rate-limit', module: './scenarios/rate-limit.js', optional: true },
 ];
 
 function parseArgs(argv: string[]): { smoke: boolean; only: string | undefined } {

@@ -1,7 +1,9 @@
 /**
- * `npm run chaos [-- --short]`: the whole pipeline as separate processes (Redis with AOF, the
- * API, two encoders, an S3 server behind a fault-injecting proxy) under continuous pushes, while
- * processes are killed with SIGKILL and the store fails. Then it drains the backlog, reads every
+ * `npm run chaos [-- --short] [-- --store rgw]`: the whole pipeline as separate processes (Redis
+ * with AOF, the API, two encoders, an S3 server) under continuous pushes, while processes are
+ * killed with SIGKILL and the store fails. The S3 server is s3rver behind a fault-injecting proxy
+ * (503s, then connection resets), or with `--store rgw` a private Ceph RADOS Gateway
+ * (test/helpers/rgw.ts) whose `radosgw` is killed with SIGKILL and started again. Then it drains the backlog, reads every
  * file back with DuckDB and prints: acknowledged, written, lost, duplicated, refused. Exits 1
  * unless nothing acknowledged was lost and nothing was written twice.
  *
@@ -15,13 +17,25 @@ import { join } from 'node:path';
 import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { createRedis } from '../shared/redis.js';
-import { S3ObjectStore } from '../shared/store/s3.js';
+import type { S3ObjectStore } from '../shared/store/s3.js';
 import { duckQuery, sqlString } from '../test/helpers/duckdb.js';
 import { type RedisServer, freePort, startRedisServer } from '../test/helpers/redis-server.js';
-import { S3RVER_CREDENTIALS, type S3TestServer, startS3Server } from '../test/helpers/s3.js';
+import { type RgwServer, rgwEnv, rgwStoreFor, startRgw } from '../test/helpers/rgw.js';
+import { S3RVER_CREDENTIALS, type S3TestServer, s3StoreFor, startS3Server } from '../test/helpers/s3.js';
 import { FaultProxy, type Service, sleep, spawnService, waitHttpOk } from './chaos-kit.js';
 
 const SHORT = process.argv.includes('--short') || process.env.CHAOS_SHORT === '1';
+
+/** `--store s3rver` (default) or `--store rgw` (also `--store=rgw`). */
+function storeArg(argv: readonly string[]): 's3rver' | 'rgw' {
+  const i = argv.indexOf('--store');
+  const value = i >= 0 ? argv[i + 1] : argv.find((a) => a.startsWith('--store='))?.slice('--store='.length);
+  if (value === undefined || value === 's3rver') return 's3rver';
+  if (value === 'rgw') return 'rgw';
+  process.stderr.write(`--store: expected s3rver or rgw, got ${JSON.stringify(value)}\n`);
+  process.exit(2);
+}
+const STORE_KIND = storeArg(process.argv);
 const PROFILE = SHORT
   ? { clients: 3, pauseMs: 150, quietMs: 2000, drainMs: 60_000, bigEvents: 6000, outageMs: 10_000, hardLimitMs: 240_000 }
   : { clients: 4, pauseMs: 30, quietMs: 12_000, drainMs: 90_000, bigEvents: 12_000, outageMs: 10_000, hardLimitMs: 295_000 };
@@ -31,6 +45,8 @@ const TOKEN = `chaos-admin-${randomBytes(8).toString('hex')}`;
 const RUN = randomBytes(4).toString('hex');
 /** A logical push is retried (same Idempotency-Key) for at most this long before the client gives up. */
 const PUSH_DEADLINE_MS = 90_000;
+/** Downloads in flight while reading every file back for the check. */
+const VERIFY_PARALLELISM = 8;
 /** Recovery after a killed encoder is about 1.5× this; short keeps the run short. */
 const LOCK_SECONDS = SHORT ? 5 : 8;
 
@@ -112,6 +128,7 @@ mkdirSync(redisDir);
 const REDIS_ARGS = ['--appendonly', 'yes', '--appendfsync', 'always', '--maxmemory-policy', 'noeviction'];
 let redis: RedisServer | undefined;
 let s3: S3TestServer | undefined;
+let rgw: RgwServer | undefined;
 let proxy: FaultProxy | undefined;
 let api: Service | undefined;
 const encoders: (Service | undefined)[] = [undefined, undefined];
@@ -155,6 +172,7 @@ async function cleanup(): Promise<void> {
   monitorConn?.disconnect();
   await proxy?.close().catch(() => undefined);
   await s3?.close().catch(() => undefined);
+  await rgw?.close().catch(() => undefined);
   await redis?.stop().catch(() => undefined);
   rmSync(tmp, { recursive: true, force: true });
 }
@@ -258,10 +276,16 @@ async function verify(store: S3ObjectStore): Promise<Report> {
   const keys = await store.listKeys(`events/${APP}/`);
   const pulled = join(tmp, 'pulled');
   mkdirSync(pulled);
-  for (const key of keys) {
-    const obj = await store.getBytes(key);
-    if (obj) writeFileSync(join(pulled, key.split('/').pop() as string), obj.body);
-  }
+  // A few downloads at once: thousands of files one by one took ~25 s of the run's time budget.
+  let next = 0;
+  const lane = async (): Promise<void> => {
+    while (next < keys.length) {
+      const key = keys[next++] as string;
+      const obj = await store.getBytes(key);
+      if (obj) writeFileSync(join(pulled, key.split('/').pop() as string), obj.body);
+    }
+  };
+  await Promise.all(Array.from({ length: VERIFY_PARALLELISM }, lane));
   // Per file: which logical pushes its rows came from, and how many rows of each.
   const rows = keys.length === 0 ? [] : await duckQuery(`SELECT parse_filename(filename, true) AS batch, split_part(message_id, ':', 1) AS push, count(*)::INTEGER AS n FROM read_parquet(${sqlString(join(pulled, '*.parquet'))}, filename = true) GROUP BY ALL`);
   const filesOfPush = new Map<string, { batch: string; n: number }[]>();
@@ -336,24 +360,35 @@ function printTable(r: Report): void {
 // ---------------------------------------------------------------- main
 
 async function main(): Promise<number> {
-  progress(`${SHORT ? 'short' : 'full'} run ${RUN}; temp dir ${tmp}`);
+  progress(`${SHORT ? 'short' : 'full'} run ${RUN} on ${STORE_KIND}; temp dir ${tmp}`);
   await startRedis();
   progress(`redis-server on ${(redis as RedisServer).url} (appendonly yes, appendfsync always, noeviction)`);
-  s3 = await startS3Server();
-  proxy = await FaultProxy.start(Number(new URL(s3.endpoint).port));
-  progress(`s3rver on ${s3.endpoint}, fault proxy on ${proxy.url}`);
+  let storeEnv: Record<string, string>;
+  if (STORE_KIND === 'rgw') {
+    rgw = await startRgw();
+    const m = rgw.memory();
+    progress(`Ceph RGW on ${rgw.endpoint} (started in ${rgw.startupMs.toFixed(0)} ms; RSS ${(m.total / 1048576).toFixed(0)} MB: mon ${(m.mon / 1048576).toFixed(0)}, osd ${(m.osd / 1048576).toFixed(0)}, radosgw ${(m.rgw / 1048576).toFixed(0)})`);
+    storeEnv = rgwEnv(rgw);
+  } else {
+    s3 = await startS3Server();
+    proxy = await FaultProxy.start(Number(new URL(s3.endpoint).port));
+    progress(`s3rver on ${s3.endpoint}, fault proxy on ${proxy.url}`);
+    storeEnv = {
+      STORE: 's3',
+      S3_BUCKET: s3.bucket,
+      S3_ENDPOINT: proxy.url,
+      S3_FORCE_PATH_STYLE: 'true',
+      S3_REGION: 'us-east-1',
+      AWS_ACCESS_KEY_ID: S3RVER_CREDENTIALS.accessKeyId,
+      AWS_SECRET_ACCESS_KEY: S3RVER_CREDENTIALS.secretAccessKey,
+    };
+  }
   apiPort = await freePort();
   apiUrl = `http://127.0.0.1:${apiPort}`;
   encoderPorts.push(await freePort(), await freePort());
   common = {
     HOST: '127.0.0.1',
-    STORE: 's3',
-    S3_BUCKET: s3.bucket,
-    S3_ENDPOINT: proxy.url,
-    S3_FORCE_PATH_STYLE: 'true',
-    S3_REGION: 'us-east-1',
-    AWS_ACCESS_KEY_ID: S3RVER_CREDENTIALS.accessKeyId,
-    AWS_SECRET_ACCESS_KEY: S3RVER_CREDENTIALS.secretAccessKey,
+    ...storeEnv,
     REDIS_URL: (redis as RedisServer).url,
     QUEUE_NAME: QUEUE,
     ADMIN_TOKEN: TOKEN,
@@ -394,14 +429,27 @@ async function main(): Promise<number> {
     await sleep(1000);
     await startApi();
   });
-  await phase(`store outage of ${PROFILE.outageMs / 1000} s (503s, then connection resets)`, async () => {
-    proxy?.setMode('http503');
-    await sleep(PROFILE.outageMs / 2);
-    proxy?.setMode('reset');
-    await sleep(PROFILE.outageMs / 2);
-    proxy?.setMode('pass');
-    progress(`  store back (${proxy?.faults ?? 0} connections answered with a fault)`);
-  });
+  if (rgw) {
+    const gateway = rgw;
+    await phase(`store outage of ${PROFILE.outageMs / 1000} s (kill -9 radosgw, restart it)`, async () => {
+      const pid = gateway.pids().rgw;
+      await gateway.killGateway();
+      progress(`  radosgw (pid ${pid}) killed`);
+      await sleep(PROFILE.outageMs);
+      const t = Date.now();
+      await gateway.restartGateway();
+      progress(`  store back: radosgw pid ${gateway.pids().rgw} answering after ${Date.now() - t} ms`);
+    });
+  } else {
+    await phase(`store outage of ${PROFILE.outageMs / 1000} s (503s, then connection resets)`, async () => {
+      proxy?.setMode('http503');
+      await sleep(PROFILE.outageMs / 2);
+      proxy?.setMode('reset');
+      await sleep(PROFILE.outageMs / 2);
+      proxy?.setMode('pass');
+      progress(`  store back (${proxy?.faults ?? 0} connections answered with a fault)`);
+    });
+  }
   if (!SHORT) {
     await phase('kill -9 redis-server again under load', async () => {
       await killRedis();
@@ -414,7 +462,7 @@ async function main(): Promise<number> {
   stopClients = true;
   await Promise.all(clients);
 
-  const direct = new S3ObjectStore({ bucket: (s3 as S3TestServer).bucket, endpoint: (s3 as S3TestServer).endpoint, region: 'us-east-1', forcePathStyle: true, credentials: { ...S3RVER_CREDENTIALS } });
+  const direct = rgw ? rgwStoreFor(rgw) : s3StoreFor(s3 as S3TestServer);
   const ackedIds = new Set([...pushes.values()].flatMap((p) => [...p.batchIds]));
   progress(`draining: ${ackedIds.size} acknowledged batches must reach the store (at most ${PROFILE.drainMs / 1000} s)`);
   const deadline = Date.now() + PROFILE.drainMs;

@@ -14,6 +14,52 @@ export function isJsonMimeType(mime: string): boolean {
   return JSON_MIME_RE.test(mime);
 }
 
+const positiveMs = z.number().int().positive().max(24 * 3600 * 1000);
+const positiveCount = z.number().int().positive();
+const BucketSchema = z.enum(['identity', 'ip', 'identity+ip']);
+const RateLimitDimensionSchema = z.object({ windowMs: positiveMs.optional(), maxRequests: positiveCount.optional() }).strict();
+
+/**
+ * One rate-limit rule for push, pull or list, in the reference's (Starfish) shape: a single
+ * counter (`windowMs`, `maxRequests`, `bucket`), or independent `identity` / `ip` sub-limits.
+ * Missing `windowMs`/`maxRequests` inherit from the collection's flat fields, then from the
+ * global `rateLimit`.
+ */
+const RateLimitRuleSchema = z
+  .object({
+    windowMs: positiveMs.optional(),
+    maxRequests: positiveCount.optional(),
+    bucket: BucketSchema.optional(),
+    identity: RateLimitDimensionSchema.optional(),
+    ip: RateLimitDimensionSchema.optional(),
+  })
+  .strict()
+  .refine((r) => !(r.bucket !== undefined && (r.identity !== undefined || r.ip !== undefined)), {
+    message: 'cannot set both "bucket" and an "identity"/"ip" sub-limit; use one form or the other',
+  });
+
+/** Our own addition: events per window per list prefix (per `{app}`), counted on push. */
+const AppEventsLimitSchema = z.object({ windowMs: positiveMs.default(1000), maxEvents: positiveCount }).strict();
+
+const CollectionRateLimitSchema = z
+  .object({
+    windowMs: positiveMs.optional(),
+    maxRequests: positiveCount.optional(),
+    bucket: BucketSchema.optional(),
+    push: RateLimitRuleSchema.optional(),
+    pull: RateLimitRuleSchema.optional(),
+    list: RateLimitRuleSchema.optional(),
+    appEvents: AppEventsLimitSchema.optional(),
+  })
+  .strict();
+
+/** The reference's global block: defaults for every collection rule that leaves them out. */
+const GlobalRateLimitSchema = z.object({ windowMs: positiveMs.optional(), maxRequests: positiveCount.optional() }).strict();
+
+export type RateLimitRule = z.infer<typeof RateLimitRuleSchema>;
+export type CollectionRateLimit = z.infer<typeof CollectionRateLimitSchema>;
+export type GlobalRateLimit = z.infer<typeof GlobalRateLimitSchema>;
+
 const CollectionSchema = z
   .object({
     name: z.string().regex(/^[A-Za-z0-9._~-]{1,128}$/, 'must be 1-128 characters of [A-Za-z0-9._~-]'),
@@ -24,6 +70,7 @@ const CollectionSchema = z
     allowedMimeTypes: z.array(z.string()).min(1).default(['application/json']),
     maxBodyBytes: z.number().int().positive().max(256 * 1024 * 1024).default(8_000_000),
     listable: z.boolean().default(false),
+    rateLimit: CollectionRateLimitSchema.nullish(),
   })
   .superRefine((c, ctx) => {
     try {
@@ -48,8 +95,39 @@ export const SyncConfigSchema = z
   .object({
     version: z.literal(1),
     collections: z.array(CollectionSchema).min(1),
+    rateLimit: GlobalRateLimitSchema.optional(),
+    // Starfish mounts namespaces under /<name>/push/...; our routes have no such prefix.
+    namespaces: z.unknown().optional(),
   })
   .superRefine((cfg, ctx) => {
+    if (cfg.namespaces !== undefined && cfg.namespaces !== null) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['namespaces'],
+        message: 'namespaces are not supported by events-ingest (routes have no /<namespace>/ prefix); list every collection under "collections" with distinct storagePaths, or run one deployment per namespace',
+      });
+    }
+    cfg.collections.forEach((c, i) => {
+      const rl = c.rateLimit;
+      if (!rl) return;
+      for (const action of ['push', 'pull', 'list'] as const) {
+        const rule = rl[action];
+        if (!rule) continue;
+        const dims = rule.identity || rule.ip ? (['identity', 'ip'] as const).filter((d) => rule[d]) : [null];
+        for (const d of dims) {
+          const dim = d ? rule[d] : undefined;
+          const windowMs = dim?.windowMs ?? rule.windowMs ?? rl.windowMs ?? cfg.rateLimit?.windowMs;
+          const maxRequests = dim?.maxRequests ?? rule.maxRequests ?? rl.maxRequests ?? cfg.rateLimit?.maxRequests;
+          if (windowMs === undefined || maxRequests === undefined) {
+            ctx.addIssue({
+              code: 'custom',
+              path: ['collections', i, 'rateLimit', action, ...(d ? [d] : [])],
+              message: 'must resolve both windowMs and maxRequests: set them on the rule, on the collection\'s rateLimit, or on the global rateLimit',
+            });
+          }
+        }
+      }
+    });
     const seen = new Set<string>();
     cfg.collections.forEach((c, i) => {
       if (seen.has(c.name)) ctx.addIssue({ code: 'custom', path: ['collections', i, 'name'], message: `duplicate collection name "${c.name}"` });
@@ -150,6 +228,27 @@ export const EnvSchema = z
     ORPHAN_GRACE_SECONDS: positiveInt.default(60),
     LIST_INDEX_SECONDS: z.coerce.number().int().min(0).default(3600),
     ENCODER_THREAD_NICE: z.coerce.number().int().min(0).max(19).default(5),
+    /** Browser origins allowed to call the sync routes: `*` or a comma list of origins; unset = CORS off. */
+    CORS_ORIGINS: z
+      .string()
+      .transform((v) => v.split(',').map((o) => o.trim()).filter(Boolean))
+      .pipe(z.array(z.string().regex(/^(\*|https?:\/\/[^/\s,]+)$/, 'must be * or origins like https://app.example.com (scheme://host[:port], comma separated)')).min(1))
+      .optional(),
+    /** Reverse proxies in front of the API; X-Forwarded-For is believed only that far (0: never). */
+    TRUSTED_PROXY_HOPS: z.coerce.number().int().min(0).max(10).default(0),
+    /** A request not answered within this many ms gets 408 JSON (0: off; Node's own timeouts stay the outer bound). */
+    REQUEST_TIMEOUT_MS: z.coerce.number().int().min(0).max(3_600_000).default(60_000),
+    /** What a push gets when the rate limiter cannot reach Redis: `open` lets it through, `closed` answers 503. Reads always fail open. */
+    RATE_LIMIT_PUSH_ON_ERROR: z.enum(['open', 'closed']).default('open'),
+    /** One audit line per push too (list, pull and admin are always audited). */
+    AUDIT_PUSH: z.enum(['on', 'off']).default('off'),
+    JWT_JWKS_URL: z.string().url().optional(),
+    /** PEM text of the public key (SPKI), or a path to a PEM file. */
+    JWT_PUBLIC_KEY: z.string().min(1).optional(),
+    JWT_ISSUER: z.string().min(1).optional(),
+    JWT_AUDIENCE: z.string().min(1).optional(),
+    /** Claim holding the roles (array or space-separated string); dots walk into objects, e.g. realm_access.roles. */
+    JWT_ROLES_CLAIM: z.string().min(1).default('roles'),
     METRICS_PORT: port.default(9464),
     // Rollups (shared/rollup, services/rollup): closed periods of each list prefix compacted into a few sorted files.
     ROLLUP: z.enum(['on', 'off']).default('on'),
@@ -167,6 +266,11 @@ export const EnvSchema = z
   })
   .superRefine((e, ctx) => {
     if (e.STORE === 's3' && !e.S3_BUCKET) ctx.addIssue({ code: 'custom', path: ['S3_BUCKET'], message: 'is required when STORE=s3' });
+    if (e.JWT_JWKS_URL && e.JWT_PUBLIC_KEY) ctx.addIssue({ code: 'custom', path: ['JWT_PUBLIC_KEY'], message: 'set JWT_JWKS_URL or JWT_PUBLIC_KEY, not both' });
+    if ((e.JWT_ISSUER || e.JWT_AUDIENCE) && !e.JWT_JWKS_URL && !e.JWT_PUBLIC_KEY) {
+      ctx.addIssue({ code: 'custom', path: ['JWT_ISSUER'], message: 'JWT_ISSUER/JWT_AUDIENCE need JWT_JWKS_URL or JWT_PUBLIC_KEY' });
+    }
+    if (e.CORS_ORIGINS && e.CORS_ORIGINS.includes('*') && e.CORS_ORIGINS.length > 1) ctx.addIssue({ code: 'custom', path: ['CORS_ORIGINS'], message: 'is either * or a list of origins, not both' });
   });
 
 export type Env = z.infer<typeof EnvSchema>;

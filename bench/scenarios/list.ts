@@ -1,7 +1,8 @@
 /**
  * List latency as the store grows: `list(limit=100, after=<cursor>)` through the real list
  * path (the events plugin with a BatchLedger on a private Redis) on one prefix holding a
- * small and a large number of files, for the filesystem store and for S3 (s3rver).
+ * small and a large number of files, for the filesystem store and for S3: s3rver, and Ceph's
+ * RADOS Gateway (a real S3 implementation with an indexed `StartAfter`, test/helpers/rgw.ts).
  * "Flat" means the large prefix costs at most twice the small one.
  */
 import { createHash, randomBytes } from 'node:crypto';
@@ -15,6 +16,7 @@ import { BatchLedger } from '../../shared/ledger/ledger.js';
 import { FilesystemObjectStore } from '../../shared/store/filesystem.js';
 import type { ObjectStore } from '../../shared/store/types.js';
 import { startRedisServer } from '../../test/helpers/redis-server.js';
+import { rgwStoreFor, startRgw } from '../../test/helpers/rgw.js';
 import { s3StoreFor, startS3Server } from '../../test/helpers/s3.js';
 import type { BenchRow, Scenario } from '../types.js';
 
@@ -24,6 +26,8 @@ const PAGE = 100;
 const RATIO_TARGET = 2.0;
 /** Bounded parallelism for writing fixture files: enough to keep the disk busy, not the fd table. */
 const WRITE_PARALLELISM = 64;
+/** PUTs in flight while filling RGW: below the gateway's 64 worker threads and the SDK's 50 sockets. */
+const PUT_PARALLELISM = 32;
 
 /** `n` well-formed ids, strictly increasing, all from the past (a day ago and earlier). */
 function fixtureIds(n: number): string[] {
@@ -36,7 +40,7 @@ function fixtureIds(n: number): string[] {
   return ids;
 }
 
-async function forEachBounded<T>(items: readonly T[], fn: (item: T) => Promise<void>, onProgress?: (done: number) => void): Promise<void> {
+async function forEachBounded<T>(items: readonly T[], fn: (item: T) => Promise<void>, onProgress?: (done: number) => void, parallelism = WRITE_PARALLELISM): Promise<void> {
   let next = 0;
   let done = 0;
   const lane = async (): Promise<void> => {
@@ -47,7 +51,7 @@ async function forEachBounded<T>(items: readonly T[], fn: (item: T) => Promise<v
       if (onProgress && done % 10_000 === 0) onProgress(done);
     }
   };
-  await Promise.all(Array.from({ length: Math.min(WRITE_PARALLELISM, items.length) }, lane));
+  await Promise.all(Array.from({ length: Math.min(parallelism, items.length) }, lane));
 }
 
 /** Tiny stand-in bytes: listing never reads a file, so content size does not matter. */
@@ -126,6 +130,35 @@ const s3: Backend = {
   },
 };
 
+/**
+ * A private Ceph RGW (one mon, one memstore OSD, radosgw). Filled through the S3 API, since its
+ * bucket index is what a listing reads: a fresh cluster per size, so each size is measured on a
+ * bucket holding exactly that many objects.
+ */
+const rgw: Backend = {
+  name: 's3 (Ceph RGW)',
+  async open() {
+    const server = await startRgw();
+    const store = rgwStoreFor(server);
+    return {
+      store,
+      async populate(ids, progress) {
+        const started = performance.now();
+        await forEachBounded(
+          ids,
+          (id) => store.putBytes(`${PREFIX}${id}.parquet`, FIXTURE, { contentType: 'application/vnd.apache.parquet' }),
+          (d) => progress(`list: rgw: put ${d}/${ids.length} objects (${Math.round(d / ((performance.now() - started) / 1000))}/s)`),
+          PUT_PARALLELISM,
+        );
+      },
+      async close() {
+        store.destroy();
+        await server.close();
+      },
+    };
+  },
+};
+
 function median(xs: readonly number[]): number {
   const s = [...xs].sort((a, b) => a - b);
   const mid = Math.floor(s.length / 2);
@@ -175,8 +208,16 @@ export const run: Scenario = async (ctx) => {
       { backend: filesystem(false), indexed: false },
       { backend: filesystem(true), indexed: false },
       { backend: s3, indexed: false },
+      // Starting Ceph twice and filling it costs ~25 s on a loaded machine: not in the smoke run
+      // `npm test` does (the conformance suite covers RGW listings), unless asked for by name.
+      ...(ctx.smoke && process.env.BENCH_LIST_ONLY === undefined ? [] : [{ backend: rgw, indexed: false }]),
     ];
-    for (const { backend, indexed } of variants) {
+    // BENCH_LIST_ONLY=<text>: only the variants whose store name contains it (e.g. `rgw`), since
+    // filling every store to 100,000 files takes minutes each.
+    const only = process.env.BENCH_LIST_ONLY?.toLowerCase();
+    const chosen = only ? variants.filter((v) => v.backend.name.toLowerCase().includes(only)) : variants;
+    if (chosen.length === 0) throw new Error(`BENCH_LIST_ONLY=${only ?? ''} matches no store (${variants.map((v) => v.backend.name).join(', ')})`);
+    for (const { backend, indexed } of chosen) {
       const p50: number[] = [];
       for (const n of sizes) {
         const ids = fixtureIds(n);

@@ -6,7 +6,7 @@ import { batchIdMs, isBatchId } from '../../shared/ids.js';
 import type { BatchLedger } from '../../shared/ledger/ledger.js';
 import { BATCH_JOB_OPTIONS, type BatchJob, BatchJobSchema, JOB_NAME } from '../../shared/queue.js';
 import { noteReplayedBatch } from '../../shared/rollup/redis-keys.js';
-import { TokenRoles, requireRoles } from './auth.js';
+import { type RoleResolver, TokenRoles, requireRoles } from './auth.js';
 
 /** One dead-lettered batch, as the failed listing shows it (never its events). */
 export interface FailedBatch {
@@ -110,6 +110,8 @@ export interface AdminRouterOptions {
   /** A connection that may queue commands while Redis reconnects is fine here; admin calls are rare. */
   redis: Redis;
   tokens: TokenRoles | ReadonlyMap<string, readonly string[]>;
+  /** The router's auth hook (JWT and tokens); when given, `tokens` is not used. */
+  roleResolver?: RoleResolver;
 }
 
 /**
@@ -119,7 +121,7 @@ export interface AdminRouterOptions {
 export function createAdminRouter(o: AdminRouterOptions): Router {
   const tokens = o.tokens instanceof TokenRoles ? o.tokens : new TokenRoles(o.tokens);
   const router = express.Router({ caseSensitive: true });
-  const admin = requireRoles(['admin'], tokens);
+  const admin = requireRoles(['admin'], o.roleResolver ?? tokens);
   const wrap =
     (fn: (req: Request, res: Response) => Promise<void>) =>
     (req: Request, res: Response, next: NextFunction): void => {

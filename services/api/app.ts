@@ -10,6 +10,7 @@ import type { Logger } from '../../shared/logger.js';
 import { withTimeout } from '../../shared/timeout.js';
 import type { ObjectStore } from '../../shared/store/types.js';
 import { TokenRoles } from './auth.js';
+import { edgeFromEnv, type EdgeEnv } from './edge/from-env.js';
 import { QUEUE_STATES, createApiMetrics, type ApiMetrics } from './metrics.js';
 import { createEventsServerPlugin } from './plugin.js';
 import { createAdminRouter } from './admin.js';
@@ -17,7 +18,7 @@ import { createSyncRouter } from './router.js';
 import { LoadShedder } from './shedder.js';
 
 export interface ApiDeps {
-  env: Pick<Env, 'BASE_PATH' | 'QUEUE_HIGH_WATER' | 'REDIS_MEMORY_HIGH_WATER' | 'IDEMPOTENCY_WINDOW_SECONDS' | 'ORPHAN_GRACE_SECONDS'>;
+  env: Pick<Env, 'BASE_PATH' | 'QUEUE_HIGH_WATER' | 'REDIS_MEMORY_HIGH_WATER' | 'IDEMPOTENCY_WINDOW_SECONDS' | 'ORPHAN_GRACE_SECONDS' | 'QUEUE_NAME'> & Partial<EdgeEnv>;
   config: SyncConfig;
   store: ObjectStore;
   /** Producer connection (no offline queue). */
@@ -64,13 +65,17 @@ export function createApiApp(deps: ApiDeps): ApiApp {
       observe: { mintSeconds: (s) => metrics.mintDuration.observe(s), enqueueSeconds: (s) => metrics.enqueueDuration.observe(s) },
     }),
   );
+  const tokens = new TokenRoles(deps.tokens);
+  const edge = edgeFromEnv(deps.env, { tokens, redis, registry, logger });
   const router = createSyncRouter({
     store,
     config,
     plugins,
-    auth: new TokenRoles(deps.tokens),
+    auth: tokens,
+    ...edge.routerOptions,
     shedReason: () => shedder.shedReason(),
     observer: {
+      ...edge.observer,
       rejected: (reason) => {
         metrics.pushes.inc({ outcome: 'rejected' });
         metrics.rejections.inc({ reason });
@@ -139,7 +144,7 @@ export function createApiApp(deps: ApiDeps): ApiApp {
   });
 
   app.use(deps.env.BASE_PATH || '/', router);
-  app.use(deps.env.BASE_PATH || '/', createAdminRouter({ queue, ledger, redis, tokens: deps.tokens }));
+  app.use(deps.env.BASE_PATH || '/', edge.adminAudit, createAdminRouter({ queue, ledger, redis, tokens, roleResolver: edge.routerOptions.roleResolver }));
 
   app.use((req, _res, next) => next(new HttpError(404, `no route for ${req.method} ${req.path}`)));
 

@@ -6,7 +6,14 @@ import { HttpError } from '../../shared/errors.js';
 import { isBatchId } from '../../shared/ids.js';
 import { checkParamValue, routePattern } from '../../shared/paths.js';
 import type { ObjectStore } from '../../shared/store/types.js';
-import { TokenRoles, requireRoles } from './auth.js';
+import type { Redis } from 'ioredis';
+import { type RoleResolver, TokenRoles, requireRoles, tokenRoleResolver } from './auth.js';
+import { type AuditLogger, audit } from './edge/audit.js';
+import { type CounterStore, MemoryCounterStore, RedisCounterStore } from './edge/counters.js';
+import { type CorsOptions, cors } from './edge/cors.js';
+import { type BucketMode, type RateAction, RateLimiter, resolveCounters } from './edge/rate-limit.js';
+import { type SecurityHeadersOptions, securityHeaders } from './edge/security-headers.js';
+import { requestTimeout } from './edge/timeout.js';
 import { contentTypeAllowed, readBody } from './body.js';
 import type { RejectReason } from './metrics.js';
 import { contentRange, decideRange, ifRangeAllows, unsatisfiedRange } from './range.js';
@@ -19,14 +26,42 @@ export interface RouterObserver {
   shed?(): void;
   /** The batch could not be made durable (Redis or the store unreachable): answered 503. */
   unavailable?(): void;
+  /** A request refused with 429, by action and rule (never an app or identity). */
+  rateLimited?(action: RateAction, rule: BucketMode | 'app_events'): void;
+  /** The rate limiter could not reach its store; `open`: the request went through. */
+  rateLimitStoreFailed?(action: RateAction, outcome: 'open' | 'closed'): void;
+  rateLimitCheckSeconds?(seconds: number): void;
+  /** A request answered 408 (REQUEST_TIMEOUT_MS). */
+  timedOut?(): void;
+  /** Any sync route refused by auth. */
+  authDenied?(status: 401 | 403): void;
 }
 
 export interface SyncRouterOptions {
   store: ObjectStore;
   config: SyncConfigInput;
   plugins: readonly EventsServerPlugin[];
-  /** Bearer token → roles; a plain map or a TokenRoles. */
+  /** Bearer token → roles; a plain map or a TokenRoles (the default resolver's table). */
   auth?: TokenRoles | ReadonlyMap<string, readonly string[]>;
+  /** The auth hook: request → `{ identity, roles }`. Default: the bearer-token table of `auth`. */
+  roleResolver?: RoleResolver;
+  /** CORS for browser SDKs: `true` (any origin) or options. Default off. */
+  cors?: boolean | CorsOptions;
+  /** `X-Content-Type-Options: nosniff`, `Cache-Control: no-store` on errors and list, no `X-Powered-By`. Default on. */
+  securityHeaders?: boolean | SecurityHeadersOptions;
+  /** A request not answered within this many ms gets 408 JSON. Default off (0). */
+  requestTimeoutMs?: number;
+  /** One entry per list, pull (and push with `auditPush`). Default: none. */
+  auditLogger?: AuditLogger;
+  auditPush?: boolean;
+  /** Where rate-limit counters live: a Redis client (shared by every instance) or a CounterStore. Default: this process only. */
+  rateLimitStore?: Redis | CounterStore;
+  /** Prefix of the rate-limit keys in Redis. Default `ingest-rl`. */
+  rateLimitKeyPrefix?: string;
+  /** Proxies in front of this server; X-Forwarded-For is believed that many hops (0: never). Default 0. */
+  trustedProxyHops?: number;
+  /** Counter store unreachable: push goes through (`open`, default) or gets 503 (`closed`). Reads always go through. */
+  rateLimitPushOnError?: 'open' | 'closed';
   observer?: RouterObserver;
   /** Load shedding: a reason to refuse pushes right now (503 + Retry-After), or null. */
   shedReason?: () => string | null;
@@ -82,10 +117,41 @@ const wrap =
 export function createSyncRouter(opts: SyncRouterOptions): Router {
   const config = parseSyncConfig(opts.config);
   const tokens = opts.auth instanceof TokenRoles ? opts.auth : new TokenRoles(opts.auth ?? new Map());
+  const resolver = opts.roleResolver ?? tokenRoleResolver(tokens);
   const { observer } = opts;
   const router = express.Router({ caseSensitive: true, strict: false });
-  const denied = (status: 401 | 403): void => observer?.rejected?.(status === 401 ? 'unauthorized' : 'forbidden');
-  const deniedRead = (): void => undefined;
+  const denied = (status: 401 | 403): void => {
+    observer?.authDenied?.(status);
+    observer?.rejected?.(status === 401 ? 'unauthorized' : 'forbidden');
+  };
+  const deniedRead = (status: 401 | 403): void => observer?.authDenied?.(status);
+
+  // Edge middleware, only on the sync routes (a host app's own routes are left alone).
+  const syncPaths = ['/push', '/pull', '/list'];
+  if (opts.cors) router.use(syncPaths, cors(opts.cors));
+  const secure = opts.securityHeaders ?? true;
+  if (secure) router.use(syncPaths, securityHeaders(secure));
+  if (opts.requestTimeoutMs && opts.requestTimeoutMs > 0) router.use(syncPaths, requestTimeout(opts.requestTimeoutMs, () => observer?.timedOut?.()));
+  const noStore = (_req: Request, res: Response, next: NextFunction): void => {
+    if (secure) res.setHeader('Cache-Control', 'no-store');
+    next();
+  };
+
+  const counters = new Map(config.collections.map((c) => [c.name, resolveCounters(c, config.rateLimit)]));
+  const limited = config.collections.some((c) => c.rateLimit?.appEvents) || [...counters.values()].some((a) => a.push.length + a.pull.length + a.list.length > 0);
+  const store = opts.rateLimitStore;
+  const limiter = limited
+    ? new RateLimiter({
+        store: store === undefined ? new MemoryCounterStore() : 'hit' in store ? store : new RedisCounterStore(store),
+        keyPrefix: opts.rateLimitKeyPrefix ?? 'ingest-rl',
+        trustedProxyHops: opts.trustedProxyHops ?? 0,
+        pushOnError: opts.rateLimitPushOnError ?? 'open',
+        observer: { limited: observer?.rateLimited, storeFailed: observer?.rateLimitStoreFailed, checkSeconds: observer?.rateLimitCheckSeconds },
+      })
+    : null;
+  const passThrough = (_req: Request, _res: Response, next: NextFunction): void => next();
+  const auditing = (action: 'push' | 'list' | 'pull', collection: string) =>
+    opts.auditLogger && (action !== 'push' || opts.auditPush) ? audit(action, collection, opts.auditLogger) : passThrough;
 
   for (const collection of config.collections) {
     const plugin = opts.plugins.find((p) => p.collection === collection.name);
@@ -97,10 +163,15 @@ export function createSyncRouter(opts: SyncRouterOptions): Router {
     const allNames = t.segments.flatMap((s) => (s.kind === 'param' ? [s.name] : []));
     const full = routePattern(t.segments);
     const prefixRoute = routePattern(t.segments.slice(0, -1));
+    const rules = counters.get(collection.name) ?? { push: [], pull: [], list: [] };
+    const limit = (action: RateAction) => (limiter && rules[action].length > 0 ? limiter.middleware(collection.name, rules[action]) : passThrough);
+    const appEvents = collection.rateLimit?.appEvents;
 
     router.post(
       `/push/${full}`,
-      requireRoles(collection.writeRoles, tokens, denied),
+      auditing('push', collection.name),
+      requireRoles(collection.writeRoles, resolver, denied),
+      limit('push'),
       wrap(async (req, res) => {
         const shed = opts.shedReason?.();
         if (shed) {
@@ -126,6 +197,7 @@ export function createSyncRouter(opts: SyncRouterOptions): Router {
         const check = checkEnvelope(body);
         if (!check.ok) throw reject(observer, check.error.startsWith('malformed JSON') || check.error.includes('UTF-8') ? 'bad_json' : 'bad_envelope', 400, check.error);
         delete params[t.batchParam];
+        if (limiter && appEvents) await limiter.admitEvents(collection.name, t.prefixParams.map((n) => params[n]).join('/'), appEvents, check.events, res);
         let result: PushResult;
         try {
           result = await plugin.push(params, body, check, { idempotencyKey: idemHeader });
@@ -141,7 +213,10 @@ export function createSyncRouter(opts: SyncRouterOptions): Router {
     if (collection.listable) {
       router.get(
         `/list/${prefixRoute}`,
-        requireRoles(collection.readRoles, tokens, deniedRead),
+        auditing('list', collection.name),
+        noStore,
+        requireRoles(collection.readRoles, resolver, deniedRead),
+        limit('list'),
         wrap(async (req, res) => {
           const params = paramsOf(req, t.prefixParams);
           const limit = parseLimit(req.query.limit);
@@ -154,7 +229,9 @@ export function createSyncRouter(opts: SyncRouterOptions): Router {
 
     router.get(
       `/pull/${full}`,
-      requireRoles(collection.readRoles, tokens, deniedRead),
+      auditing('pull', collection.name),
+      requireRoles(collection.readRoles, resolver, deniedRead),
+      limit('pull'),
       wrap(async (req, res) => {
         const params = paramsOf(req, allNames);
         const ref = params[t.batchParam] as string;
@@ -193,5 +270,11 @@ export function createSyncRouter(opts: SyncRouterOptions): Router {
       }),
     );
   }
+  // A host app's default error page is HTML: answer the router's own refusals as JSON here.
+  // Anything else (store errors, bugs) goes on to the host's handler.
+  router.use(function syncRouterErrors(err: unknown, _req: Request, res: Response, next: NextFunction) {
+    if (!(err instanceof HttpError) || res.headersSent) return next(err);
+    res.set(err.headers).status(err.status).json({ error: err.message });
+  });
   return router;
 }

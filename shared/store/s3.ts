@@ -5,6 +5,7 @@ import {
   ListObjectsV2Command,
   PutObjectCommand,
   S3Client,
+  type S3ClientConfig,
 } from '@aws-sdk/client-s3';
 import { StoreError } from '../errors.js';
 import { isValidKey, prefixCanMatchKeys, resolveListLimit, validateKey } from './keys.js';
@@ -21,6 +22,20 @@ const CONNECTION_TIMEOUT_MS = 2_000;
 const REQUEST_TIMEOUT_MS = 10_000;
 /** ListObjectsV2 never returns more than this per page. */
 const MAX_KEYS_PER_PAGE = 1000;
+
+/**
+ * Client settings that make one client work on AWS S3 and on S3-compatible servers alike. The
+ * SDK's defaults (since 3.729) add CRC checksums to every request and send streamed bodies as
+ * `aws-chunked` with a checksum trailer, which Ceph RGW 16 answers with 411
+ * MissingContentLength (test/integration/rgw.test.ts shows it). `WHEN_REQUIRED` sends a
+ * checksum only where the operation demands one and validates responses only then; AWS accepts
+ * both. RGW 16 ignores `x-amz-checksum-*` headers anyway (a wrong one is accepted), so they would
+ * prove nothing there; it does check `Content-MD5`.
+ */
+export const S3_COMPATIBLE_CLIENT_SETTINGS = {
+  requestChecksumCalculation: 'WHEN_REQUIRED',
+  responseChecksumValidation: 'WHEN_REQUIRED',
+} as const satisfies Partial<S3ClientConfig>;
 
 /** Error names that are configuration or permission problems: retrying cannot help. */
 const NON_RETRIABLE_NAMES = new Set([
@@ -97,9 +112,7 @@ export class S3ObjectStore implements ObjectStore {
         forcePathStyle: this.forcePathStyle,
         credentials: opts.credentials,
         maxAttempts: MAX_ATTEMPTS,
-        // Newer SDKs add CRC checksums (and aws-chunked uploads) by default, which s3rver, older MinIO and R2 reject.
-        requestChecksumCalculation: 'WHEN_REQUIRED',
-        responseChecksumValidation: 'WHEN_REQUIRED',
+        ...S3_COMPATIBLE_CLIENT_SETTINGS,
         requestHandler: {
           connectionTimeout: CONNECTION_TIMEOUT_MS,
           requestTimeout: REQUEST_TIMEOUT_MS,

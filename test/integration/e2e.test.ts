@@ -11,6 +11,7 @@ import { batchBody, sampleEvent } from '../helpers/events.js';
 import { uniqueName } from '../helpers/names.js';
 import { type ServiceProcess, startService, waitFor, waitForHttp } from '../helpers/proc.js';
 import { freePort } from '../helpers/redis-server.js';
+import { rgwEnv, rgwStoreFor, startRgw } from '../helpers/rgw.js';
 import { startS3Server } from '../helpers/s3.js';
 
 const TOKEN = 'e2e-admin-token-0123456789';
@@ -148,6 +149,54 @@ FROM read_parquet('${root}/events/shop/**/*.parquet') WHERE received_at >= now()
       expect(await encoder.stop('SIGTERM')).toBe(0);
     } finally {
       await s3.close();
+    }
+  });
+
+  it('STORE=s3 on Ceph RGW (a real S3 implementation) with the API and the encoder as separate processes', { timeout: 180_000 }, async () => {
+    const rgw = await startRgw();
+    const [apiPort, metricsPort] = [await freePort(), await freePort()];
+    const url = `http://127.0.0.1:${apiPort}`;
+    const common = { HOST: '127.0.0.1', ...rgwEnv(rgw), REDIS_URL: inject('redisUrl'), QUEUE_NAME: uniqueName('rgw'), ADMIN_TOKEN: TOKEN };
+    const api = startService('services/api/main.ts', { ...common, PORT: String(apiPort) });
+    const encoder = startService('services/encoder/main.ts', { ...common, METRICS_PORT: String(metricsPort) });
+    procs.push(api, encoder);
+    const direct = rgwStoreFor(rgw);
+    try {
+      await waitForHttp(`${url}/readyz`, 60_000, api);
+      await waitForHttp(`http://127.0.0.1:${metricsPort}/metrics`, 60_000, encoder);
+      const ids: string[] = [];
+      for (const n of [100, 1, 1000]) {
+        const r = await push(url, 'rgw', batchBody(n));
+        expect(r.status).toBe(200);
+        ids.push(r.json.batchId as string);
+      }
+      const listed = await waitFor(async () => {
+        const l = await list(url, 'rgw');
+        return l.items.length === 3 ? l.items : null;
+      }, 30_000, 'three batches listed');
+      expect(listed).toEqual(ids.map((id) => `${id}.parquet`));
+      expect(await list(url, 'rgw', `?after=${ids[0]}`)).toEqual({ items: ids.slice(1).map((id) => `${id}.parquet`), hasMore: false });
+      // Exactly one object per batch in the bucket, nothing else.
+      expect(await direct.listKeys('')).toEqual(ids.map((id) => `events/rgw/${id}.parquet`));
+      const dir = mkdtempSync(join(tmpdir(), 'ingest-pulled-'));
+      dirs.push(dir);
+      for (const id of ids) {
+        const r = await fetch(`${url}/pull/events/rgw/${id}`, { headers: { Authorization: `Bearer ${TOKEN}` } });
+        expect(r.status).toBe(200);
+        const bytes = new Uint8Array(await r.arrayBuffer());
+        expect(r.headers.get('etag')).toBe(`"${sha256(bytes)}"`);
+        expect(Buffer.from(bytes).equals(Buffer.from((await direct.getBytes(`events/rgw/${id}.parquet`))?.body ?? []))).toBe(true);
+        writeFileSync(join(dir, `${id}.parquet`), bytes);
+      }
+      const [row] = await duckQuery(`SELECT count(*)::INTEGER AS n FROM read_parquet('${dir}/*.parquet')`);
+      expect(row?.n).toBe(1101);
+      const metrics = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
+      expect(metrics).toMatch(/ingest_encoder_batches_total\{outcome="written",service="encoder"\} 3/);
+      expect(await api.stop('SIGTERM')).toBe(0);
+      expect(await encoder.stop('SIGTERM')).toBe(0);
+    } finally {
+      direct.destroy();
+      await rgw.close();
     }
   });
 

@@ -133,7 +133,8 @@ describe('pull with HEAD and Range against the running product', () => {
       const r = await get({ Range: range });
       expect(r.status, range).toBe(416);
       expect(r.headers.get('content-range')).toBe(`bytes */${size}`);
-      expect(r.headers.get('cache-control')).toBeNull();
+      // Errors are never cached (security headers: no-store), unlike the file's year-long max-age.
+      expect(r.headers.get('cache-control')).toBe('no-store');
       expect(((await r.json()) as { error: string }).error).toMatch(/range not satisfiable/);
     }
   });

@@ -10,6 +10,7 @@ import { FilesystemObjectStore } from '../../shared/store/filesystem.js';
 import { MemoryObjectStore } from '../../shared/store/memory.js';
 import { S3ObjectStore } from '../../shared/store/s3.js';
 import type { ObjectStore } from '../../shared/store/types.js';
+import { type RgwServer, rgwStoreFor, startRgw } from '../helpers/rgw.js';
 import { S3RVER_CREDENTIALS, s3StoreFor, startS3Server } from '../helpers/s3.js';
 import type { S3TestServer } from '../helpers/s3.js';
 
@@ -425,6 +426,33 @@ describe('s3 (s3rver)', () => {
       expect(error.cause).toBeDefined();
       await expectStoreError(store.putBytes('a', bytesOf(1)), true);
     }, 15_000);
+  });
+});
+
+describe('s3 (Ceph RGW)', () => {
+  let server: RgwServer;
+  const stores: S3ObjectStore[] = [];
+  let counter = 0;
+
+  beforeAll(async () => {
+    server = await startRgw();
+  }, 120_000);
+  afterEach(() => {
+    for (const s of stores.splice(0)) s.destroy();
+  });
+  afterAll(async () => {
+    await server?.close();
+  });
+
+  // A real S3 implementation: nothing is skipped for it.
+  describeObjectStoreConformance('s3 on Ceph RGW', {
+    keepsContentType: true,
+    ordersKeysThatExtendEachOther: true,
+    newStore: async () => {
+      const store = rgwStoreFor(server, `t${++counter}-${randomBytes(4).toString('hex')}`);
+      stores.push(store);
+      return store;
+    },
   });
 });
 
