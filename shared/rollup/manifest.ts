@@ -54,14 +54,33 @@ export function emptyManifest(prefix: string, periodSeconds: number): Manifest {
   return { v: 1, prefix, periodSeconds, watermarkMs: 0, periods: [], updatedAt: 0 };
 }
 
-/** Reads a prefix's manifest; null when there is none. A manifest that fails to parse is an error, never "empty". */
+/** Attempts at reading a manifest that does not parse (see readManifest). */
+const READ_ATTEMPTS = 5;
+
+/**
+ * Reads a prefix's manifest; null when there is none. A manifest that fails to parse is an error,
+ * never "empty". S3 and the filesystem store replace objects atomically, but some S3-compatible
+ * test servers (s3rver) let a GET see an object while a PUT is still writing it: a manifest that
+ * does not parse is read again (up to 5 times, 100 ms apart) before that is an error.
+ */
 export async function readManifest(store: ObjectStore, prefix: string): Promise<Manifest | null> {
   const key = manifestKey(prefix);
-  const got = await store.getBytes(key);
-  if (!got) return null;
+  for (let attempt = 1; ; attempt++) {
+    const got = await store.getBytes(key);
+    if (!got) return null;
+    try {
+      return parseManifest(key, got.body);
+    } catch (err) {
+      if (attempt >= READ_ATTEMPTS) throw err;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+}
+
+function parseManifest(key: string, body: Uint8Array): Manifest {
   let json: unknown;
   try {
-    json = JSON.parse(Buffer.from(got.body).toString('utf8'));
+    json = JSON.parse(Buffer.from(body).toString('utf8'));
   } catch (err) {
     throw new Error(`rollup manifest ${key} is not JSON: ${(err as Error).message}`);
   }
