@@ -53,7 +53,7 @@ async function main(): Promise<number> {
       for (const f of items) process.stdout.write(`${f.batchId}\t${f.key ?? '?'}\tattempts=${f.attemptsMade}\t${f.failedReason}\n`);
       return 0;
     }
-    const results = await replayFailed(queue, new BatchLedger(redis, env.QUEUE_NAME), redis, opts.all ? 'all' : ids, { reissue: opts.reissue });
+    const results = await replayFailed(queue, new BatchLedger(redis, env.QUEUE_NAME), opts.all ? 'all' : ids, { reissue: opts.reissue });
     for (const r of results) process.stdout.write(`${r.batchId}\t${r.outcome}${r.newBatchId ? `\t${r.newBatchId}` : ''}${r.detail ? `\t${r.detail}` : ''}\n`);
     const done = results.filter((r) => r.outcome === 'replayed' || r.outcome === 'reissued').length;
     process.stdout.write(`${done} of ${results.length} batch(es) back in the queue\n`);

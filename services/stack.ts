@@ -76,6 +76,7 @@ export async function startStack(env: Env, parts: StackParts, logger = createLog
       concurrency: env.ENCODER_CONCURRENCY,
       lockDurationMs: env.ENCODER_LOCK_SECONDS * 1000,
       listIndexSeconds: env.LIST_INDEX_SECONDS,
+      maxInflightBytes: env.ENCODER_MAX_INFLIGHT_BYTES,
     });
     if (!parts.api && (parts.encoderMetricsServer ?? true)) {
       stack.metricsServer = await listen(

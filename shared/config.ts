@@ -190,6 +190,10 @@ function readJsonFile(path: string, what: string): unknown {
   }
 }
 
+/** Defaults of the memory budgets (docs/operations.md, "Memory", shows how they were sized). */
+export const MAX_INFLIGHT_BYTES_DEFAULT = 128 * 1024 * 1024;
+export const ENCODER_MAX_INFLIGHT_BYTES_DEFAULT = 32 * 1024 * 1024;
+
 const boolish = z
   .enum(['true', 'false', '1', '0', 'yes', 'no', ''])
   .transform((v) => v === 'true' || v === '1' || v === 'yes');
@@ -197,6 +201,13 @@ const port = z.coerce.number().int().min(0).max(65535);
 const positiveInt = z.coerce.number().int().positive();
 
 /** Environment of every service; parsed once at start and passed down as a value. */
+/**
+ * Default idempotency windows, sized so a 1 GB Redis stays below the shedding mark at 500
+ * pushes/s (docs/reliability.md, "Sizing Redis"). The library's events plugin uses them too.
+ */
+export const DEFAULT_IDEMPOTENCY_WINDOW_SECONDS = 3600;
+export const DEFAULT_BODY_DEDUP_WINDOW_SECONDS = 300;
+
 export const EnvSchema = z
   .object({
     PORT: port.default(8787),
@@ -224,9 +235,19 @@ export const EnvSchema = z
     ENCODER_LOCK_SECONDS: positiveInt.min(5).max(600).default(30),
     QUEUE_HIGH_WATER: positiveInt.default(20_000),
     REDIS_MEMORY_HIGH_WATER: z.coerce.number().gt(0).lt(1).default(0.8),
-    IDEMPOTENCY_WINDOW_SECONDS: z.coerce.number().int().min(0).default(86_400),
+    IDEMPOTENCY_WINDOW_SECONDS: z.coerce.number().int().min(0).default(DEFAULT_IDEMPOTENCY_WINDOW_SECONDS),
+    /** Pushes without an Idempotency-Key: a byte-identical body within this many seconds is a retry. Meant for retries only. */
+    BODY_DEDUP_WINDOW_SECONDS: z.coerce.number().int().min(0).max(86_400).default(DEFAULT_BODY_DEDUP_WINDOW_SECONDS),
     ORPHAN_GRACE_SECONDS: positiveInt.default(60),
     LIST_INDEX_SECONDS: z.coerce.number().int().min(0).default(3600),
+    /**
+     * Bytes of push bodies the API holds at once; past it pushes get 503 + Retry-After. Sized so
+     * `npm start` (API + encoder in one process) stays under 1 GB of RSS: see docs/operations.md
+     * ("Memory") for the measured RSS per in-flight byte.
+     */
+    MAX_INFLIGHT_BYTES: positiveInt.min(1024 * 1024).default(MAX_INFLIGHT_BYTES_DEFAULT),
+    /** Bytes of batch bodies (decoded JSON) one encoder process works on at once; a bigger batch runs alone. */
+    ENCODER_MAX_INFLIGHT_BYTES: positiveInt.min(1024 * 1024).default(ENCODER_MAX_INFLIGHT_BYTES_DEFAULT),
     ENCODER_THREAD_NICE: z.coerce.number().int().min(0).max(19).default(5),
     /** Browser origins allowed to call the sync routes: `*` or a comma list of origins; unset = CORS off. */
     CORS_ORIGINS: z

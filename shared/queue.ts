@@ -50,10 +50,17 @@ export async function unpackBody(job: Pick<BatchJob, 'encoding' | 'body' | 'body
   return inflateRawAsync(Buffer.from(job.body, 'base64'), { maxOutputLength: Math.max(job.bodyBytes, 1) });
 }
 
-/** Retry policy: exponential backoff; an exhausted job stays in the failed set (dead letter) for replay. */
+/**
+ * Dead letters are acknowledged batches, so they are kept long enough to be replayed, but not
+ * forever: BullMQ deletes a failed job older than this, or beyond this many newest ones, when
+ * another job fails. Sized in docs/reliability.md ("Sizing Redis").
+ */
+export const DEAD_LETTER_KEEP = { age: 14 * 86_400, count: 10_000 } as const;
+
+/** Retry policy: exponential backoff; an exhausted job stays in the failed set (dead letter) for replay, within DEAD_LETTER_KEEP. */
 export const BATCH_JOB_OPTIONS: JobsOptions = {
   attempts: 10,
   backoff: { type: 'exponential', delay: 1000 },
   removeOnComplete: true,
-  removeOnFail: false,
+  removeOnFail: { ...DEAD_LETTER_KEEP },
 };

@@ -2,6 +2,7 @@ import express, { type NextFunction, type Request, type Response, type Router } 
 import type { Job, Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { HttpError } from '../../shared/errors.js';
+import { withTimeout } from '../../shared/timeout.js';
 import { batchIdMs, isBatchId } from '../../shared/ids.js';
 import type { BatchLedger } from '../../shared/ledger/ledger.js';
 import { BATCH_JOB_OPTIONS, type BatchJob, BatchJobSchema, JOB_NAME } from '../../shared/queue.js';
@@ -27,6 +28,16 @@ export interface ReplayOutcome {
   detail?: string;
 }
 
+/** An admin call that has not finished by then (Redis hung or unreachable) answers 503. */
+const ADMIN_TIMEOUT_MS = 10_000;
+
+/** True when `err` comes from an unreachable or hung Redis rather than from the request. */
+function redisDown(err: unknown, redis: Redis): boolean {
+  if (err instanceof HttpError) return false;
+  if (redis.status !== 'ready') return true;
+  return err instanceof Error && /timed out|ECONN|EPIPE|ETIMEDOUT|Connection is closed|writeable|MaxRetriesPerRequest/i.test(err.message);
+}
+
 /** At most this many dead letters are listed or replayed per call, so one call stays bounded. */
 export const MAX_REPLAY_BATCH = 1000;
 
@@ -50,30 +61,24 @@ export async function listFailed(queue: Queue, limit = 100): Promise<{ total: nu
 }
 
 /**
- * Puts `batchId` back in the prefix's in-flight set. Done before the job is retried so the list
- * route again waits for it: it cannot show newer ids while this one is being written. The
- * prefixes-set key mirrors BatchLedger's layout (`{ns}:prefixes`), which the reaper walks.
- */
-async function markInFlight(redis: Redis, ledger: BatchLedger, prefix: string, batchId: string): Promise<void> {
-  await redis.multi().zadd(ledger.pendingKey(prefix), 0, batchId).sadd(`{${ledger.namespace}}:prefixes`, prefix).exec();
-}
-
-/**
  * Replays one dead-lettered batch. Default: the job goes back to waiting under its own id with
  * fresh attempts (its file gets the id's original instant). With `reissue`, its body is queued
  * again under a NEW id (so clients polling `?after=` past the old id still see it) and the
  * failed job is removed.
  */
-export async function replayOne(queue: Queue, ledger: BatchLedger, redis: Redis, batchId: string, opts: { reissue?: boolean } = {}): Promise<ReplayOutcome> {
+export async function replayOne(queue: Queue, ledger: BatchLedger, batchId: string, opts: { reissue?: boolean } = {}): Promise<ReplayOutcome> {
   const job = await queue.getJob(batchId);
   if (!job || (await job.getState()) !== 'failed') return { batchId, outcome: 'not-failed' };
   const parsed = BatchJobSchema.safeParse(job.data);
   if (!parsed.success) return { batchId, outcome: 'bad-job', detail: 'job payload does not match the contract; left in the failed set' };
   const data = parsed.data;
   if (!opts.reissue) {
-    await markInFlight(redis, ledger, data.prefix, batchId);
+    // Back in flight before the retry so the list route waits for it again; the ledger's replay
+    // mark keeps the reaper (which may have read the job as failed a moment ago) from undoing it.
+    await ledger.markReplaying(data.prefix, batchId);
     // If its period is already rolled, the rollup planner re-rolls it once the batch is written.
-    await noteReplayedBatch(redis, ledger.namespace, data.prefix, batchId);
+    // The queue's own connection (an ioredis client: the queue is built on one) reaches the same Redis.
+    await noteReplayedBatch((await queue.backend.client) as unknown as Redis, ledger.namespace, data.prefix, batchId);
     await job.retry('failed', { resetAttemptsMade: true, resetAttemptsStarted: true });
     return { batchId, outcome: 'replayed' };
   }
@@ -97,17 +102,17 @@ export async function replayOne(queue: Queue, ledger: BatchLedger, redis: Redis,
 }
 
 /** Replays `ids`, or every dead letter (up to MAX_REPLAY_BATCH, oldest first) when `ids` is 'all'. */
-export async function replayFailed(queue: Queue, ledger: BatchLedger, redis: Redis, ids: readonly string[] | 'all', opts: { reissue?: boolean } = {}): Promise<ReplayOutcome[]> {
+export async function replayFailed(queue: Queue, ledger: BatchLedger, ids: readonly string[] | 'all', opts: { reissue?: boolean } = {}): Promise<ReplayOutcome[]> {
   const targets = ids === 'all' ? (await queue.getJobs(['failed'], 0, MAX_REPLAY_BATCH - 1, true)).filter((j): j is Job => Boolean(j)).map((j) => String(j.id)) : ids;
   const out: ReplayOutcome[] = [];
-  for (const id of targets.slice(0, MAX_REPLAY_BATCH)) out.push(await replayOne(queue, ledger, redis, id, opts));
+  for (const id of targets.slice(0, MAX_REPLAY_BATCH)) out.push(await replayOne(queue, ledger, id, opts));
   return out;
 }
 
 export interface AdminRouterOptions {
   queue: Queue;
   ledger: BatchLedger;
-  /** A connection that may queue commands while Redis reconnects is fine here; admin calls are rare. */
+  /** The connection the queue uses: its status tells a Redis outage from a bad request. */
   redis: Redis;
   tokens: TokenRoles | ReadonlyMap<string, readonly string[]>;
   /** The router's auth hook (JWT and tokens); when given, `tokens` is not used. */
@@ -122,10 +127,12 @@ export function createAdminRouter(o: AdminRouterOptions): Router {
   const tokens = o.tokens instanceof TokenRoles ? o.tokens : new TokenRoles(o.tokens);
   const router = express.Router({ caseSensitive: true });
   const admin = requireRoles(['admin'], o.roleResolver ?? tokens);
+  // Every admin call is Redis work: bounded in time, and a Redis that is down or hung answers
+  // 503 + Retry-After like a push does, never 500.
   const wrap =
     (fn: (req: Request, res: Response) => Promise<void>) =>
     (req: Request, res: Response, next: NextFunction): void => {
-      fn(req, res).catch(next);
+      withTimeout(fn(req, res), ADMIN_TIMEOUT_MS, 'admin call').catch((err: unknown) => next(redisDown(err, o.redis) ? new HttpError(503, 'queue unavailable (Redis); retry later', { 'Retry-After': '1' }) : err));
     };
   const reissueOf = (req: Request): boolean => req.query.reissue === '1' || req.query.reissue === 'true';
 
@@ -145,7 +152,7 @@ export function createAdminRouter(o: AdminRouterOptions): Router {
     wrap(async (req, res) => {
       const id = String(req.params.batchId);
       if (!isBatchId(id)) throw new HttpError(400, 'batchId must be a batch id like 1782933157690-0000-735223');
-      const [r] = await replayFailed(o.queue, o.ledger, o.redis, [id], { reissue: reissueOf(req) });
+      const [r] = await replayFailed(o.queue, o.ledger, [id], { reissue: reissueOf(req) });
       if (r?.outcome === 'not-failed') throw new HttpError(404, `batch ${id} is not in the failed set`);
       res.json(r);
     }),
@@ -154,7 +161,7 @@ export function createAdminRouter(o: AdminRouterOptions): Router {
     '/admin/replay',
     admin,
     wrap(async (req, res) => {
-      const results = await replayFailed(o.queue, o.ledger, o.redis, 'all', { reissue: reissueOf(req) });
+      const results = await replayFailed(o.queue, o.ledger, 'all', { reissue: reissueOf(req) });
       res.json({ replayed: results.filter((r) => r.outcome === 'replayed' || r.outcome === 'reissued').length, results });
     }),
   );

@@ -2,7 +2,8 @@ import express, { type Express, type NextFunction, type Request, type Response }
 import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Registry } from 'prom-client';
-import type { Env, SyncConfig } from '../../shared/config.js';
+import { type Env, MAX_INFLIGHT_BYTES_DEFAULT, type SyncConfig } from '../../shared/config.js';
+import { ByteBudget } from '../../shared/byte-budget.js';
 import { HttpError, StoreError } from '../../shared/errors.js';
 import type { BatchLedger } from '../../shared/ledger/ledger.js';
 import { reapOnce } from '../../shared/ledger/reaper.js';
@@ -18,7 +19,9 @@ import { createSyncRouter } from './router.js';
 import { LoadShedder } from './shedder.js';
 
 export interface ApiDeps {
-  env: Pick<Env, 'BASE_PATH' | 'QUEUE_HIGH_WATER' | 'REDIS_MEMORY_HIGH_WATER' | 'IDEMPOTENCY_WINDOW_SECONDS' | 'ORPHAN_GRACE_SECONDS' | 'QUEUE_NAME'> & Partial<EdgeEnv>;
+  env: Pick<Env, 'BASE_PATH' | 'QUEUE_HIGH_WATER' | 'REDIS_MEMORY_HIGH_WATER' | 'IDEMPOTENCY_WINDOW_SECONDS' | 'ORPHAN_GRACE_SECONDS' | 'QUEUE_NAME'> &
+    Partial<EdgeEnv> &
+    Partial<Pick<Env, 'BODY_DEDUP_WINDOW_SECONDS' | 'MAX_INFLIGHT_BYTES'>>;
   config: SyncConfig;
   store: ObjectStore;
   /** Producer connection (no offline queue). */
@@ -61,12 +64,14 @@ export function createApiApp(deps: ApiDeps): ApiApp {
       store,
       collection: c,
       storagePath: c.storagePath,
-      queue: { queue, ledger, idempotencyWindowSeconds: deps.env.IDEMPOTENCY_WINDOW_SECONDS },
+      queue: { queue, ledger, idempotencyWindowSeconds: deps.env.IDEMPOTENCY_WINDOW_SECONDS, bodyDedupWindowSeconds: deps.env.BODY_DEDUP_WINDOW_SECONDS },
       observe: { mintSeconds: (s) => metrics.mintDuration.observe(s), enqueueSeconds: (s) => metrics.enqueueDuration.observe(s) },
     }),
   );
   const tokens = new TokenRoles(deps.tokens);
   const edge = edgeFromEnv(deps.env, { tokens, redis, registry, logger });
+  const inflightLimit = deps.env.MAX_INFLIGHT_BYTES ?? MAX_INFLIGHT_BYTES_DEFAULT;
+  metrics.inflightBytesLimit.set(inflightLimit);
   const router = createSyncRouter({
     store,
     config,
@@ -74,13 +79,17 @@ export function createApiApp(deps: ApiDeps): ApiApp {
     auth: tokens,
     ...edge.routerOptions,
     shedReason: () => shedder.shedReason(),
+    inflightBudget: new ByteBudget(inflightLimit, (used) => metrics.inflightBytes.set(used)),
     observer: {
       ...edge.observer,
       rejected: (reason) => {
         metrics.pushes.inc({ outcome: 'rejected' });
         metrics.rejections.inc({ reason });
       },
-      shed: () => metrics.pushes.inc({ outcome: 'shed' }),
+      shed: (reason) => {
+        metrics.pushes.inc({ outcome: 'shed' });
+        metrics.shed.inc({ reason });
+      },
       unavailable: () => metrics.pushes.inc({ outcome: 'unavailable' }),
       pushed: (r, bytes) => {
         if (r.batchId === null) return void metrics.pushes.inc({ outcome: 'empty' });

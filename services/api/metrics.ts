@@ -2,8 +2,12 @@ import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import { FAST_BUCKETS, METRIC_PREFIX as P } from '../../shared/metrics.js';
 
 /** Reasons a push is refused; a fixed set so the label stays small. */
-export const REJECT_REASONS = ['content_type', 'too_large', 'bad_json', 'bad_envelope', 'bad_param', 'bad_header', 'unauthorized', 'forbidden'] as const;
+export const REJECT_REASONS = ['content_type', 'content_encoding', 'too_large', 'bad_encoding', 'bad_json', 'bad_envelope', 'bad_param', 'bad_header', 'unauthorized', 'forbidden'] as const;
 export type RejectReason = (typeof REJECT_REASONS)[number];
+
+/** Why a push was shed (503 + Retry-After): the queue or Redis memory over its mark, or the body budget spent. */
+export const SHED_REASONS = ['high_water', 'inflight_bytes'] as const;
+export type ShedReason = (typeof SHED_REASONS)[number];
 
 /** Outcomes of a push request; every one is exported from the start so rates never lack a series. */
 export const PUSH_OUTCOMES = ['accepted', 'empty', 'deduplicated', 'rejected', 'shed', 'unavailable'] as const;
@@ -29,9 +33,12 @@ export function createApiMetrics(registry: Registry, opts: ApiMetricsOptions = {
   const collect = refresh ? () => refresh() : undefined;
   const m = {
     pushes: new Counter({ name: `${P}pushes_total`, help: 'Push requests by outcome (accepted, empty, deduplicated, rejected, shed, unavailable)', labelNames: ['outcome'], registers }),
+    shed: new Counter({ name: `${P}push_shed_total`, help: 'Pushes answered 503 + Retry-After under load, by reason (high_water: queue or Redis memory; inflight_bytes: MAX_INFLIGHT_BYTES)', labelNames: ['reason'], registers }),
+    inflightBytes: new Gauge({ name: `${P}push_inflight_bytes`, help: 'Bytes of push bodies this process holds now (counted against MAX_INFLIGHT_BYTES)', registers }),
+    inflightBytesLimit: new Gauge({ name: `${P}push_inflight_bytes_limit`, help: 'MAX_INFLIGHT_BYTES of this process', registers }),
     rejections: new Counter({ name: `${P}push_rejections_total`, help: 'Refused pushes by reason', labelNames: ['reason'], registers }),
     eventsAccepted: new Counter({ name: `${P}events_accepted_total`, help: 'Events in accepted batches', registers }),
-    bytesAccepted: new Counter({ name: `${P}bytes_accepted_total`, help: 'Request body bytes of accepted batches', registers }),
+    bytesAccepted: new Counter({ name: `${P}bytes_accepted_total`, help: 'Request body bytes of accepted batches, as sent (compressed for a compressed push)', registers }),
     httpDuration: new Histogram({ name: `${P}http_request_duration_seconds`, help: 'HTTP request duration by route and status', labelNames: ['route', 'method', 'status'], buckets: FAST_BUCKETS, registers }),
     mintDuration: new Histogram({ name: `${P}mint_duration_seconds`, help: 'Time to mint a batch id in Redis', buckets: FAST_BUCKETS, registers }),
     enqueueDuration: new Histogram({ name: `${P}enqueue_duration_seconds`, help: 'Time to add a batch job to the queue', buckets: FAST_BUCKETS, registers }),
@@ -44,6 +51,7 @@ export function createApiMetrics(registry: Registry, opts: ApiMetricsOptions = {
   };
   for (const o of PUSH_OUTCOMES) m.pushes.inc({ outcome: o }, 0);
   for (const r of REJECT_REASONS) m.rejections.inc({ reason: r }, 0);
+  for (const r of SHED_REASONS) m.shed.inc({ reason: r }, 0);
   for (const s of QUEUE_STATES) m.queueJobs.set({ state: s }, 0);
   for (const k of ['orphan', 'dead']) m.orphansReaped.inc({ kind: k }, 0);
   return m;

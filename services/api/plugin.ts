@@ -1,9 +1,9 @@
 import { createHash } from 'node:crypto';
 import type { Queue } from 'bullmq';
-import { type CollectionConfig, isJsonMimeType } from '../../shared/config.js';
+import { type CollectionConfig, DEFAULT_BODY_DEDUP_WINDOW_SECONDS, DEFAULT_IDEMPOTENCY_WINDOW_SECONDS, isJsonMimeType } from '../../shared/config.js';
 import { HttpError, StoreError } from '../../shared/errors.js';
 import { batchIdMs, isBatchId, parseBatchRef } from '../../shared/ids.js';
-import { type BatchLedger, type ListBound, visibleUnder } from '../../shared/ledger/ledger.js';
+import { type BatchLedger, type IdempotencyClaim, type ListBound, visibleUnder } from '../../shared/ledger/ledger.js';
 import { MemoryLedger } from '../../shared/ledger/memory.js';
 import { PARQUET_MIME_TYPE, encodeBatch } from '../../shared/parquet/encode.js';
 import { withTimeout } from '../../shared/timeout.js';
@@ -17,8 +17,13 @@ export { PARQUET_MIME_TYPE };
 export interface QueueBinding {
   queue: Queue;
   ledger: BatchLedger;
-  /** Retried pushes (same Idempotency-Key, or same body) within this window get the first answer. 0 disables. */
+  /**
+   * A push with an Idempotency-Key seen within this window gets the first answer (same body) or
+   * 422 (other body). 0 disables. Default 3600.
+   */
   idempotencyWindowSeconds?: number;
+  /** A push without a key whose body is byte-identical to one within this window gets the first answer. 0 disables. Default 300. */
+  bodyDedupWindowSeconds?: number;
   /** A push whose enqueue has not finished by then answers 503 (default 3000 ms). */
   enqueueTimeoutMs?: number;
 }
@@ -53,7 +58,8 @@ export interface EventsServerPlugin {
   readonly template: StoragePathTemplate;
   readonly store: ObjectStore;
   readonly mode: 'queue' | 'inline';
-  push(params: Readonly<Record<string, string>>, body: Buffer, validated: { text: string; events: number }, opts?: { idempotencyKey?: string }): Promise<PushResult>;
+  /** `opts.hash`: sha256 hex of the body as sent, when `body` is its decoded form (Content-Encoding); default sha256(body). */
+  push(params: Readonly<Record<string, string>>, body: Buffer, validated: { text: string; events: number }, opts?: { idempotencyKey?: string; hash?: string }): Promise<PushResult>;
   list(params: Readonly<Record<string, string>>, after: string | undefined, limit: number): Promise<ListResult>;
   pull(params: Readonly<Record<string, string>>, ref: string): Promise<(StoredObject & { batchId: string }) | null>;
 }
@@ -83,7 +89,8 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
     if (c.encryption !== 'none') throw new Error(`events plugin: collection "${collection}" must have encryption "none"`);
   }
   const inlineLedger = queue ? null : new MemoryLedger();
-  const windowSeconds = queue?.idempotencyWindowSeconds ?? 86_400;
+  const keyWindowSeconds = queue?.idempotencyWindowSeconds ?? DEFAULT_IDEMPOTENCY_WINDOW_SECONDS;
+  const bodyWindowSeconds = queue?.bodyDedupWindowSeconds ?? DEFAULT_BODY_DEDUP_WINDOW_SECONDS;
   const enqueueTimeoutMs = queue?.enqueueTimeoutMs ?? 3000;
   // Last bound read per prefix: safe to reuse while Redis is down, since a bound only
   // ever names ids that were final when it was read.
@@ -91,15 +98,29 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
 
   async function pushQueued(q: QueueBinding, params: Readonly<Record<string, string>>, body: Buffer, events: number, hash: string, idemKey?: string, remint = true): Promise<PushResult> {
     const prefix = listPrefix(template, params);
-    const scope = windowSeconds > 0 ? `${collection}\n${prefix}\n${idemKey !== undefined ? `key:${idemKey}` : `body:${hash}`}` : undefined;
+    // The keyed claim's scope holds the key, not the body: the same key with another body is a
+    // conflict (Stripe's rule), never a silent merge. Without a key only a byte-identical body
+    // within the short retry window counts as a retry.
+    const claim: IdempotencyClaim | undefined =
+      idemKey !== undefined
+        ? { family: 'key', scope: `${collection}\n${prefix}\n${idemKey}`, bodyHash: hash, windowSeconds: keyWindowSeconds }
+        : bodyWindowSeconds > 0
+          ? { family: 'body', scope: `${collection}\n${prefix}\n${hash}`, bodyHash: hash, windowSeconds: bodyWindowSeconds }
+          : undefined;
     const t0 = performance.now();
     let minted;
     try {
-      minted = await withTimeout(q.ledger.mint(prefix, { idempotencyScope: scope, windowSeconds }), enqueueTimeoutMs, 'id minting');
+      minted = await withTimeout(q.ledger.mint(prefix, { idempotency: claim }), enqueueTimeoutMs, 'id minting');
     } catch {
       throw unavailable('queue unavailable (Redis)');
     } finally {
       opts.observe?.mintSeconds?.((performance.now() - t0) / 1000);
+    }
+    if (minted.conflict) {
+      throw new HttpError(
+        422,
+        `Idempotency-Key "${idemKey ?? ''}" was already used within the last ${keyWindowSeconds} s for a different body (batch ${minted.batchId}); this body was not stored. Send a new key for a new batch`,
+      );
     }
     const { batchId } = minted;
     if (minted.deduplicated) {
@@ -110,7 +131,7 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
         // died before enqueueing and then reaped. Only the store can tell; a reaped id must not be
         // answered, or the client would stop retrying a batch that exists nowhere.
         if (await fileExists(batchKey(template, params, batchId))) return { hash, batchId, events, deduplicated: true };
-        await q.ledger.release(prefix, batchId, scope).catch(() => undefined);
+        await q.ledger.release(prefix, batchId, claim).catch(() => undefined);
         if (!remint) throw unavailable('an earlier push with this idempotency key was lost before it was queued');
         return pushQueued(q, params, body, events, hash, idemKey, false);
       }
@@ -139,7 +160,7 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
       // Not enqueued: take the id out of flight so it does not hold the list back, and forget
       // the idempotency key so the client's retry is accepted. If Redis is unreachable this fails
       // too; the id then stays in flight and the retry takes it over (see confirmEnqueued).
-      await q.ledger.release(prefix, batchId, scope).catch(() => undefined);
+      await q.ledger.release(prefix, batchId, claim).catch(() => undefined);
       throw unavailable('queue unavailable (Redis)');
     } finally {
       opts.observe?.enqueueSeconds?.((performance.now() - t1) / 1000);
@@ -205,7 +226,7 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
     mode: queue ? 'queue' : 'inline',
 
     async push(params, body, validated, pushOpts = {}) {
-      const hash = sha256Hex(body);
+      const hash = pushOpts.hash ?? sha256Hex(body);
       if (validated.events === 0) return { hash, batchId: null, events: 0, deduplicated: false };
       if (queue) return pushQueued(queue, params, body, validated.events, hash, pushOpts.idempotencyKey);
       return pushInline(inlineLedger as MemoryLedger, params, validated.text, validated.events, hash);

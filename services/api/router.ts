@@ -14,8 +14,9 @@ import { type CorsOptions, cors } from './edge/cors.js';
 import { type BucketMode, type RateAction, RateLimiter, resolveCounters } from './edge/rate-limit.js';
 import { type SecurityHeadersOptions, securityHeaders } from './edge/security-headers.js';
 import { requestTimeout } from './edge/timeout.js';
-import { contentTypeAllowed, readBody } from './body.js';
-import type { RejectReason } from './metrics.js';
+import { BodyError, type RequestBody, contentTypeAllowed, discardRest, parseContentEncoding, readBody } from './body.js';
+import type { RejectReason, ShedReason } from './metrics.js';
+import type { ByteBudget } from '../../shared/byte-budget.js';
 import { contentRange, decideRange, ifRangeAllows, unsatisfiedRange } from './range.js';
 import { type EventsServerPlugin, PARQUET_MIME_TYPE, type PushResult } from './plugin.js';
 
@@ -23,7 +24,8 @@ import { type EventsServerPlugin, PARQUET_MIME_TYPE, type PushResult } from './p
 export interface RouterObserver {
   rejected?(reason: RejectReason): void;
   pushed?(result: PushResult, bodyBytes: number): void;
-  shed?(): void;
+  /** A push answered 503 + Retry-After before its body was used: `high_water` (queue or Redis memory), `inflight_bytes` (body budget). */
+  shed?(reason: ShedReason): void;
   /** The batch could not be made durable (Redis or the store unreachable): answered 503. */
   unavailable?(): void;
   /** A request refused with 429, by action and rule (never an app or identity). */
@@ -65,6 +67,12 @@ export interface SyncRouterOptions {
   observer?: RouterObserver;
   /** Load shedding: a reason to refuse pushes right now (503 + Retry-After), or null. */
   shedReason?: () => string | null;
+  /**
+   * Bytes of push bodies this process may hold at once (MAX_INFLIGHT_BYTES); a push that would
+   * pass it gets 503 + Retry-After, before its body is read when it declares a Content-Length.
+   * Without it, only maxBodyBytes bounds each body.
+   */
+  inflightBudget?: ByteBudget;
 }
 
 const IDEMPOTENCY_KEY_RE = /^[\x21-\x7e]{1,255}$/;
@@ -175,38 +183,52 @@ export function createSyncRouter(opts: SyncRouterOptions): Router {
       wrap(async (req, res) => {
         const shed = opts.shedReason?.();
         if (shed) {
-          observer?.shed?.();
-          req.resume();
-          throw new HttpError(503, `overloaded: ${shed}; retry later`, { 'Retry-After': '2', Connection: 'close' });
+          observer?.shed?.('high_water');
+          throw new HttpError(503, `overloaded: ${shed}; retry later`, { ...(await discardRest(req)), 'Retry-After': '2' });
         }
         const params = paramsOf(req, allNames, observer);
         if (!contentTypeAllowed(req.headers['content-type'], collection.allowedMimeTypes)) {
           throw reject(observer, 'content_type', 415, `Content-Type must be ${collection.allowedMimeTypes.join(' or ')} (UTF-8)`);
         }
+        const coding = parseContentEncoding(req.headers['content-encoding']);
+        if (!coding.ok) throw reject(observer, 'content_encoding', 415, coding.error);
         const idemHeader = req.headers['idempotency-key'];
         if (idemHeader !== undefined && (typeof idemHeader !== 'string' || !IDEMPOTENCY_KEY_RE.test(idemHeader))) {
           throw reject(observer, 'bad_header', 400, 'Idempotency-Key must be 1-255 printable ASCII characters');
         }
-        let body: Buffer;
+        // Budget taken for this body; given back once the push is answered, whatever the outcome.
+        const held = { bytes: 0 };
         try {
-          body = await readBody(req, collection.maxBodyBytes);
-        } catch (err) {
-          if (err instanceof HttpError && err.status === 413) observer?.rejected?.('too_large');
-          throw err;
+          let body: RequestBody;
+          try {
+            body = await readBody(req, { maxBytes: collection.maxBodyBytes, coding: coding.coding, budget: opts.inflightBudget, held });
+          } catch (err) {
+            if (err instanceof BodyError) {
+              if (err.reason === 'too_large') observer?.rejected?.('too_large');
+              else if (err.reason === 'bad_encoding') observer?.rejected?.('bad_encoding');
+              else if (err.reason === 'over_budget') observer?.shed?.('inflight_bytes');
+            }
+            throw err;
+          }
+          const check = checkEnvelope(body.bytes);
+          if (!check.ok) throw reject(observer, check.error.startsWith('malformed JSON') || check.error.includes('UTF-8') ? 'bad_json' : 'bad_envelope', 400, check.error);
+          delete params[t.batchParam];
+          if (limiter && appEvents) await limiter.admitEvents(collection.name, t.prefixParams.map((n) => params[n]).join('/'), appEvents, check.events, res);
+          // The queue packs the bytes; the decoded text is only needed to encode inline, and
+          // keeping it alive while the job is enqueued would hold every in-flight body twice.
+          const validated = { text: plugin.mode === 'inline' ? check.text : '', events: check.events };
+          let result: PushResult;
+          try {
+            result = await plugin.push(params, body.bytes, validated, { idempotencyKey: idemHeader, hash: body.hash });
+          } catch (err) {
+            if (err instanceof HttpError && err.status === 503) observer?.unavailable?.();
+            throw err;
+          }
+          observer?.pushed?.(result, body.sentBytes);
+          res.status(200).json({ hash: result.hash, batchId: result.batchId });
+        } finally {
+          opts.inflightBudget?.give(held.bytes);
         }
-        const check = checkEnvelope(body);
-        if (!check.ok) throw reject(observer, check.error.startsWith('malformed JSON') || check.error.includes('UTF-8') ? 'bad_json' : 'bad_envelope', 400, check.error);
-        delete params[t.batchParam];
-        if (limiter && appEvents) await limiter.admitEvents(collection.name, t.prefixParams.map((n) => params[n]).join('/'), appEvents, check.events, res);
-        let result: PushResult;
-        try {
-          result = await plugin.push(params, body, check, { idempotencyKey: idemHeader });
-        } catch (err) {
-          if (err instanceof HttpError && err.status === 503) observer?.unavailable?.();
-          throw err;
-        }
-        observer?.pushed?.(result, body.length);
-        res.status(200).json({ hash: result.hash, batchId: result.batchId });
       }),
     );
 

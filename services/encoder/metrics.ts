@@ -16,6 +16,9 @@ export function createEncoderMetrics(registry: Registry) {
     endToEndSeconds: new Histogram({ name: `${P}encoder_end_to_end_seconds`, help: 'From received_at (id instant) to the file being durable', buckets: SLOW_BUCKETS, registers }),
     compressionRatio: new Histogram({ name: `${P}encoder_compression_ratio`, help: 'JSON bytes / Parquet bytes per batch', buckets: [0.5, 1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30], registers }),
     concurrency: new Gauge({ name: `${P}encoder_concurrency`, help: 'Configured job concurrency of this encoder process', registers }),
+    inflightBytes: new Gauge({ name: `${P}encoder_inflight_bytes`, help: 'Body bytes (decoded JSON) of the jobs this encoder process works on now (counted against ENCODER_MAX_INFLIGHT_BYTES)', registers }),
+    inflightBytesLimit: new Gauge({ name: `${P}encoder_inflight_bytes_limit`, help: 'ENCODER_MAX_INFLIGHT_BYTES of this process (0: no byte bound)', registers }),
+    budgetWaitSeconds: new Histogram({ name: `${P}encoder_budget_wait_seconds`, help: 'Time a taken job waited for ENCODER_MAX_INFLIGHT_BYTES before it was unpacked', buckets: SLOW_BUCKETS, registers }),
     active: new Gauge({ name: `${P}encoder_active_jobs`, help: 'Jobs being processed by this encoder process now', registers }),
     // Summed over instances this is the number of live encoders; `up` alone cannot tell a
     // process that still answers scrapes but has stopped taking jobs (shutting down).

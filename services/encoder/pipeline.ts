@@ -22,7 +22,7 @@ export async function restoreBody(job: BatchJob): Promise<Step<Buffer>> {
   }
 }
 
-/** Step 3: JSON → rows → Arrow → Parquet. */
+/** Step 3: scan (the API's own validator, shared/envelope.ts) → column bytes as sent → Arrow → Parquet. */
 export function encode(job: BatchJob, body: Buffer): Step<{ bytes: Uint8Array; rows: number }> {
   const r = encodeBatch(body, job.receivedAt);
   return r.ok ? { ok: true, value: { bytes: r.bytes, rows: r.rows } } : { ok: false, reason: r.reason };

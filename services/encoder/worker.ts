@@ -5,6 +5,7 @@ import type { BatchLedger } from '../../shared/ledger/ledger.js';
 import type { Logger } from '../../shared/logger.js';
 import type { BatchJob } from '../../shared/queue.js';
 import type { ObjectStore } from '../../shared/store/types.js';
+import { ByteBudget } from '../../shared/byte-budget.js';
 import { StoreError } from '../../shared/errors.js';
 import { createEncoderMetrics, type EncoderMetrics } from './metrics.js';
 import { decodeJob, encode, restoreBody, write } from './pipeline.js';
@@ -26,6 +27,13 @@ export interface EncoderOptions {
    * stalled-check interval (half of it, at most 15 s).
    */
   lockDurationMs?: number;
+  /**
+   * Bytes of batch bodies (decoded JSON, `bodyBytes` of the job) this process works on at once,
+   * on top of the `concurrency` count: eight 8 MB batches hold far more memory than eight 60 KB
+   * ones. A job waits in its slot for the bytes (its lock is renewed meanwhile); a job bigger than
+   * the whole budget runs alone. Default: no byte bound.
+   */
+  maxInflightBytes?: number;
 }
 
 export interface Encoder {
@@ -35,12 +43,24 @@ export interface Encoder {
   close(graceMs?: number): Promise<void>;
 }
 
-/** Processes one job: decode → unpack → encode → write → release. */
-async function processJob(job: Job, o: EncoderOptions, m: EncoderMetrics): Promise<{ key: string; rows: number; bytes: number }> {
+/** Processes one job: decode → (wait for byte budget) → unpack → encode → write → release. */
+async function processJob(job: Job, o: EncoderOptions, m: EncoderMetrics, budget: ByteBudget | undefined): Promise<{ key: string; rows: number; bytes: number }> {
   const decoded = decodeJob(job.data);
   if (!decoded.ok) throw new UnrecoverableError(decoded.reason);
   const data: BatchJob = decoded.value;
   if (job.processedOn && job.attemptsMade === 0) m.waitSeconds.observe(Math.max(0, job.processedOn - job.timestamp) / 1000);
+  if (!budget) return encodeAndWrite(data, o, m);
+  const tw = performance.now();
+  await budget.take(data.bodyBytes);
+  m.budgetWaitSeconds.observe((performance.now() - tw) / 1000);
+  try {
+    return await encodeAndWrite(data, o, m);
+  } finally {
+    budget.give(data.bodyBytes);
+  }
+}
+
+async function encodeAndWrite(data: BatchJob, o: EncoderOptions, m: EncoderMetrics): Promise<{ key: string; rows: number; bytes: number }> {
   const body = await restoreBody(data);
   if (!body.ok) throw new UnrecoverableError(body.reason);
 
@@ -80,12 +100,14 @@ async function processJob(job: Job, o: EncoderOptions, m: EncoderMetrics): Promi
 export function createEncoder(o: EncoderOptions): Encoder {
   const metrics = createEncoderMetrics(o.registry);
   metrics.concurrency.set(o.concurrency);
+  const budget = o.maxInflightBytes ? new ByteBudget(o.maxInflightBytes, (used) => metrics.inflightBytes.set(used)) : undefined;
+  metrics.inflightBytesLimit.set(o.maxInflightBytes ?? 0);
   const worker = new Worker(
     o.queueName,
     async (job) => {
       metrics.active.inc();
       try {
-        return await processJob(job, o, metrics);
+        return await processJob(job, o, metrics, budget);
       } finally {
         metrics.active.dec();
       }

@@ -6,11 +6,59 @@ import { batchIdMs, randomSuffix } from '../ids.js';
 const here = new URL('.', import.meta.url);
 const script = (name: string): string => readFileSync(new URL(name, here), 'utf8');
 
-/** Outcome of minting: a new id, or the id an earlier push with the same idempotency key got. */
+/** Outcome of minting: a new id, or the id an earlier push with the same idempotency claim got. */
 export interface MintResult {
   batchId: string;
+  /** The claim was seen in its window with the same body: `batchId` is the first push's id, nothing minted. */
   deduplicated: boolean;
+  /** The Idempotency-Key was seen in its window with a DIFFERENT body: `batchId` is the first push's id, nothing minted. */
+  conflict: boolean;
 }
+
+/**
+ * What makes a push a retry. `key`: the client's Idempotency-Key within `scope` (the body
+ * digest is kept so the same key with another body is told apart). `body`: no key, the body's
+ * sha256 within `scope`, for a short window meant for retries only.
+ */
+export interface IdempotencyClaim {
+  family: 'key' | 'body';
+  /** Collection, prefix and the key (or body hash): anything that must match for a retry. */
+  scope: string;
+  /** Sha256 hex of the body as sent. */
+  bodyHash: string;
+  windowSeconds: number;
+}
+
+/**
+ * Idempotency entries are sharded so each bucket hash holds about 100 entries at this push
+ * rate: Redis keeps a hash of at most 128 short entries as one compact listpack (68 B per keyed
+ * entry measured by `npm run bench -- --only redis-memory`, against ~213 B for one string key
+ * per entry). Faster rates, or windows past ~14 h (the shard count stops at 65,536), only make
+ * the hashes convert to Redis' larger hashtable encoding (~120 B per entry).
+ */
+const DESIGN_PUSHES_PER_SECOND = 500;
+const ENTRIES_PER_HASH = 100;
+
+/**
+ * Bucket length (seconds) of an idempotency window: a claim is looked up in the current bucket
+ * and the back = ceil(window / length) before it, so it is recognised for at least the window and
+ * its hash lives (back + 1) × length at most: 1.25 windows when the window is a multiple of 4 s
+ * (see mint_batch-4.lua).
+ */
+export function idempotencyBucketSeconds(windowSeconds: number): number {
+  return Math.max(1, Math.ceil(windowSeconds / 4));
+}
+
+/** Shards per bucket for a window: a power of two from 16 to 65,536. */
+export function idempotencyShards(windowSeconds: number): number {
+  const want = Math.ceil((DESIGN_PUSHES_PER_SECOND * idempotencyBucketSeconds(windowSeconds)) / ENTRIES_PER_HASH);
+  let n = 16;
+  while (n < want && n < 65_536) n *= 2;
+  return n;
+}
+
+/** How long a replay's marker keeps the reaper from releasing the id it just put back in flight. */
+export const REPLAY_MARK_SECONDS = 60;
 
 /**
  * What the list route may show: ids strictly below `id` (`below`), or up to and including it
@@ -23,17 +71,37 @@ export function visibleUnder(bound: ListBound, id: string): boolean {
   return bound.kind === 'below' ? id < bound.id : id <= bound.id;
 }
 
-type MintArgs = [string, string, string, string, string, string, string, string, string];
+type Arg = string | Buffer;
 interface LedgerCommands {
-  ingestMint(...args: MintArgs): Promise<[string, number]>;
-  ingestRelease(k1: string, k2: string, k3: string, k4: string, k5: string, k6: string, a1: string, a2: string, a3: string, a4: string, a5: string): Promise<number>;
+  ingestMint(k1: string, k2: string, k3: string, k4: string, ...argv: Arg[]): Promise<[string, number]>;
+  ingestRelease(k1: string, k2: string, k3: string, k4: string, k5: string, k6: string, ...argv: Arg[]): Promise<number>;
+  ingestReap(k1: string, k2: string, k3: string, a1: string, a2: string): Promise<number>;
   ingestListBound(k1: string, k2: string): Promise<[string, string, string]>;
   ingestListWritten(k1: string, k2: string, k3: string, k4: string, a1: string, a2: string): Promise<string[]>;
 }
 
+/** Where one claim lives: its shard's key prefix, the field and the bucket length. */
+interface ClaimSlot {
+  keyPrefix: string;
+  field: Buffer;
+  windowSeconds: number;
+}
+
 /**
- * Id minting and the in-flight ledger behind the gap-free `?after=` promise. Every key
- * carries the hash tag `{<namespace>}` so each script's keys live in one Redis Cluster slot.
+ * Id minting, the in-flight ledger behind the gap-free `?after=` promise, the written-id index
+ * and the idempotency entries. Every key carries the hash tag `{<namespace>}` so each script's
+ * keys live in one Redis Cluster slot. Key families and their bounds (sizes in
+ * docs/reliability.md, "Sizing Redis"):
+ *
+ * - `clock`: one hash per namespace.
+ * - `prefixes`: a set of the prefixes with ids in flight; a prefix leaves with its last id.
+ * - `pending:<prefix>`: in-flight ids; Redis drops the key with its last member; every id
+ *   leaves when written, dead-lettered, or reaped (`ORPHAN_GRACE_SECONDS`).
+ * - `written:<prefix>`, `floor:<prefix>`: the list index; trimmed to `LIST_INDEX_SECONDS` and
+ *   expiring that long after the prefix's last write.
+ * - `idem:k:<shard>:<bucket>`, `idem:b:<shard>:<bucket>`: idempotency entries (keyed / body);
+ *   a bucket hash expires one window plus one bucket (window / 4) after it starts.
+ * - `replaying:<id>`: a replay's marker, `REPLAY_MARK_SECONDS`.
  */
 export class BatchLedger {
   readonly namespace: string;
@@ -44,6 +112,7 @@ export class BatchLedger {
     if (!('ingestMint' in redis)) {
       redis.defineCommand('ingestMint', { numberOfKeys: 4, lua: script('mint_batch-4.lua') });
       redis.defineCommand('ingestRelease', { numberOfKeys: 6, lua: script('release_batch-6.lua') });
+      redis.defineCommand('ingestReap', { numberOfKeys: 3, lua: script('release_unless_replaying-3.lua') });
       redis.defineCommand('ingestListBound', { numberOfKeys: 2, lua: script('list_bound-2.lua') });
       redis.defineCommand('ingestListWritten', { numberOfKeys: 4, lua: script('list_written-4.lua') });
     }
@@ -58,64 +127,113 @@ export class BatchLedger {
     return this.key(`pending:${prefix}`);
   }
 
-  /** The Redis key remembering an idempotency scope (digest keeps key length bounded). */
-  idemKey(scope: string): string {
-    return this.key(`idem:${createHash('sha256').update(scope).digest('hex')}`);
+  prefixesKey(): string {
+    return this.key('prefixes');
+  }
+
+  writtenKey(prefix: string): string {
+    return this.key(`written:${prefix}`);
+  }
+
+  floorKey(prefix: string): string {
+    return this.key(`floor:${prefix}`);
+  }
+
+  replayMarkKey(batchId: string): string {
+    return this.key(`replaying:${batchId}`);
+  }
+
+  /** Where a claim's entry lives. The field is 16 bytes of sha256(scope); its first 4 bytes pick the shard. */
+  private slot(claim: IdempotencyClaim): ClaimSlot {
+    const digest = createHash('sha256').update(`${claim.family}\n${claim.scope}`).digest();
+    const shard = digest.readUInt32BE(0) % idempotencyShards(claim.windowSeconds);
+    return {
+      keyPrefix: this.key(`idem:${claim.family === 'key' ? 'k' : 'b'}:${shard}:`),
+      field: digest.subarray(0, 16),
+      windowSeconds: claim.windowSeconds,
+    };
   }
 
   /**
-   * Mints the next id for `prefix` and marks it in flight. With `idempotency`, a key seen within
-   * `windowSeconds` returns the id it got the first time instead.
+   * Mints the next id for `prefix` and marks it in flight. With a claim seen within its window,
+   * returns the id the claim got the first time instead (`conflict` when a keyed claim's body
+   * differs). A claim with `windowSeconds` 0 is ignored.
    */
-  async mint(prefix: string, opts: { idempotencyScope?: string; windowSeconds?: number; clockMs?: number } = {}): Promise<MintResult> {
-    const useIdem = opts.idempotencyScope !== undefined && (opts.windowSeconds ?? 0) > 0;
-    const [batchId, existed] = await this.redis.ingestMint(
+  async mint(prefix: string, opts: { idempotency?: IdempotencyClaim; clockMs?: number } = {}): Promise<MintResult> {
+    const claim = opts.idempotency && opts.idempotency.windowSeconds > 0 ? opts.idempotency : undefined;
+    const slot = claim ? this.slot(claim) : undefined;
+    const bodyDigest = claim?.family === 'key' ? Buffer.from(claim.bodyHash.slice(0, 32), 'hex') : '';
+    const [batchId, status] = await this.redis.ingestMint(
       this.key('clock'),
       this.pendingKey(prefix),
-      useIdem ? this.idemKey(opts.idempotencyScope as string) : this.key('idem:-'),
-      this.key('prefixes'),
+      slot ? slot.keyPrefix : this.key('idem:-'),
+      this.prefixesKey(),
       randomSuffix(),
-      String(opts.windowSeconds ?? 0),
-      useIdem ? '1' : '0',
+      String(slot?.windowSeconds ?? 0),
+      slot ? '1' : '0',
       opts.clockMs === undefined ? '' : String(opts.clockMs),
       prefix,
+      slot ? slot.field : '',
+      bodyDigest,
     );
-    return { batchId, deduplicated: existed === 1 };
+    return { batchId, deduplicated: status === 1, conflict: status === 2 };
   }
 
-  /** Takes `batchId` out of flight (no file: dead-lettered or never enqueued); with `forgetScope`, also forgets its idempotency key. */
-  async release(prefix: string, batchId: string, forgetScope?: string): Promise<boolean> {
-    return this.releaseWith(prefix, batchId, { forgetScope });
+  /** Takes `batchId` out of flight (no file: never enqueued, or dead-lettered); with `forget`, also forgets that claim if it still names this id. */
+  async release(prefix: string, batchId: string, forget?: IdempotencyClaim): Promise<boolean> {
+    return this.releaseWith(prefix, batchId, { forget: forget && forget.windowSeconds > 0 ? forget : undefined });
+  }
+
+  /**
+   * The reaper's release: like `release`, but a no-op while a replay has just put the id back in
+   * flight (see release_unless_replaying-3.lua).
+   */
+  async reap(prefix: string, batchId: string): Promise<boolean> {
+    return (await this.redis.ingestReap(this.pendingKey(prefix), this.prefixesKey(), this.replayMarkKey(batchId), batchId, prefix)) === 1;
+  }
+
+  /**
+   * Puts a dead-lettered `batchId` back in flight before its job is retried, so the list route
+   * waits for it again, and marks it as being replayed so the reaper cannot release it on a
+   * stale reading of its job's state. The marker expires after REPLAY_MARK_SECONDS.
+   */
+  async markReplaying(prefix: string, batchId: string): Promise<void> {
+    await this.redis.multi().set(this.replayMarkKey(batchId), '1', 'EX', REPLAY_MARK_SECONDS).zadd(this.pendingKey(prefix), 0, batchId).sadd(this.prefixesKey(), prefix).exec();
   }
 
   /**
    * Takes `batchId` out of flight once its file is durable, and indexes it so list pages after a
    * recent cursor come from Redis instead of a store listing. Ids older than `indexSeconds` leave
-   * the index (0 keeps no limit).
+   * the index, and the prefix's index keys expire `indexSeconds` after its last write (0 keeps
+   * no limit on either).
    */
   async markWritten(prefix: string, batchId: string, indexSeconds: number): Promise<boolean> {
     const cutoff = indexSeconds > 0 ? String(Date.now() - indexSeconds * 1000).padStart(13, '0') : '';
-    return this.releaseWith(prefix, batchId, { written: true, cutoff });
+    return this.releaseWith(prefix, batchId, { written: true, cutoff, ttl: indexSeconds });
   }
 
-  private async releaseWith(prefix: string, batchId: string, o: { forgetScope?: string; written?: boolean; cutoff?: string }): Promise<boolean> {
+  private async releaseWith(prefix: string, batchId: string, o: { forget?: IdempotencyClaim; written?: boolean; cutoff?: string; ttl?: number }): Promise<boolean> {
+    const slot = o.forget ? this.slot(o.forget) : undefined;
     const n = await this.redis.ingestRelease(
       this.pendingKey(prefix),
-      this.key('prefixes'),
-      o.forgetScope === undefined ? this.key('idem:-') : this.idemKey(o.forgetScope),
-      this.key(`written:${prefix}`),
-      this.key(`floor:${prefix}`),
+      this.prefixesKey(),
+      slot ? slot.keyPrefix : this.key('idem:-'),
+      this.writtenKey(prefix),
+      this.floorKey(prefix),
       this.key('clock'),
       batchId,
       prefix,
-      o.forgetScope === undefined ? '0' : '1',
+      slot ? '1' : '0',
       o.written ? '1' : '0',
       o.cutoff ?? '',
+      String(o.ttl ?? 0),
+      String(slot?.windowSeconds ?? 0),
+      slot ? slot.field : '',
     );
     return n === 1;
   }
 
-  /**
+/**
    * The list bound and, when the index of written ids covers `after`, the next `count` written
    * ids after it (unfiltered by the bound). `ids` is null when the store must be listed instead.
    */
@@ -123,8 +241,8 @@ export class BatchLedger {
     const [kind, id, covered, ...ids] = await this.redis.ingestListWritten(
       this.key('clock'),
       this.pendingKey(prefix),
-      this.key(`written:${prefix}`),
-      this.key(`floor:${prefix}`),
+      this.writtenKey(prefix),
+      this.floorKey(prefix),
       after,
       String(count),
     );
@@ -142,7 +260,7 @@ export class BatchLedger {
 
   /** List prefixes that have ids in flight. */
   async prefixes(): Promise<string[]> {
-    return this.redis.smembers(this.key('prefixes'));
+    return this.redis.smembers(this.prefixesKey());
   }
 
   /** The oldest in-flight ids of a prefix (at most `count`). */

@@ -28,7 +28,7 @@ export class MemoryLedger {
     let set = this.pending.get(prefix);
     if (!set) this.pending.set(prefix, (set = new Set()));
     set.add(id);
-    return { batchId: id, deduplicated: false };
+    return { batchId: id, deduplicated: false, conflict: false };
   }
 
   async release(prefix: string, batchId: string): Promise<boolean> {

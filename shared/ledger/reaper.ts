@@ -12,7 +12,8 @@ export interface ReapResult {
 /**
  * One pass over the oldest in-flight ids of every prefix. An id older than `graceMs` with no
  * job behind it, or whose job failed for good, no longer holds the list back. Bounded: at most
- * `perPrefix` ids for each of at most 1,000 prefixes.
+ * `perPrefix` ids for each of at most 1,000 prefixes. A release decided on a state read just
+ * before a replay moved the job back to waiting is refused by the ledger (see BatchLedger.reap).
  */
 export async function reapOnce(ledger: BatchLedger, queue: Queue, graceMs: number, nowMs = Date.now(), perPrefix = 50): Promise<ReapResult> {
   const result: ReapResult = { orphans: 0, dead: 0 };
@@ -23,9 +24,9 @@ export async function reapOnce(ledger: BatchLedger, queue: Queue, graceMs: numbe
       if (nowMs - batchIdMs(id) < graceMs) break;
       const state = await queue.getJobState(id);
       if (state === 'unknown') {
-        if (await ledger.release(prefix, id)) result.orphans++;
+        if (await ledger.reap(prefix, id)) result.orphans++;
       } else if (state === 'failed') {
-        if (await ledger.release(prefix, id)) result.dead++;
+        if (await ledger.reap(prefix, id)) result.dead++;
       }
     }
   }

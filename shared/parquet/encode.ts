@@ -1,5 +1,5 @@
 /**
- * The encoder's pure pipeline: push body → events → column values → Arrow table → Parquet bytes.
+ * The encoder's pure pipeline: push body → column text (one validating scan) → Arrow table → Parquet bytes.
  *
  * Each stage is a separate export so it can be tested alone; `encodeBatch` chains them. Bad data
  * is returned as `{ ok: false, reason }` (the worker dead-letters it without retrying); only
@@ -16,11 +16,18 @@ import {
   writeParquet,
   type WriterProperties,
 } from 'parquet-wasm';
+import {
+  VALUE_NULL,
+  VALUE_STRING,
+  scanEnvelope,
+  type EventSink,
+  type ValueKind,
+} from '../envelope.js';
 
-/** The string columns of every events file, in file order (`received_at` and `extra` follow). */
 /** Media type of every file the encoder writes (and of pull responses). */
 export const PARQUET_MIME_TYPE = 'application/vnd.apache.parquet';
 
+/** The string columns of every events file, in file order (`received_at` and `extra` follow). */
 export const EVENT_COLUMNS = [
   'event_type',
   'event',
@@ -36,22 +43,30 @@ export const EVENT_COLUMNS = [
 /** One of the nine fixed string columns. */
 export type EventColumnName = (typeof EVENT_COLUMNS)[number];
 
-/** A top-level event field as `JSON.parse` produces it. */
-export type EventRecord = Record<string, unknown>;
-
-/** Outcome of {@link parseBatchEvents}. */
-export type ParseResult =
-  | { readonly ok: true; readonly events: EventRecord[] }
-  | { readonly ok: false; readonly reason: string };
+/**
+ * One column as Arrow Utf8 buffers: `offsets` (rows + 1 int32 byte offsets) into `data` (UTF-8),
+ * and for `extra` a validity bitmap (bit set = value present, LSB first).
+ */
+export interface Utf8Column {
+  readonly offsets: Int32Array;
+  readonly data: Uint8Array;
+  readonly validity: Uint8Array | undefined;
+  readonly nullCount: number;
+}
 
 /**
- * Column-major text of a batch: one array per fixed column (every entry a string, `""` when the
- * event lacks the field) plus `extra` (JSON text of the event's unknown fields, or null).
- * All arrays have the batch's row count.
+ * Column-major bytes of a batch: one Utf8 column per fixed column (`""` when the event lacks the
+ * field) plus `extra` (JSON text of the event's unknown fields, or null). Every column has
+ * `rows` values.
  */
-export type EventColumns = { readonly [K in EventColumnName]: string[] } & {
-  readonly extra: (string | null)[];
+export type EventColumns = { readonly rows: number; readonly extra: Utf8Column } & {
+  readonly [K in EventColumnName]: Utf8Column;
 };
+
+/** Outcome of {@link parseBatchColumns}. */
+export type ParseResult =
+  | { readonly ok: true; readonly columns: EventColumns }
+  | { readonly ok: false; readonly reason: string };
 
 /** Outcome of {@link encodeBatch}. */
 export type EncodeResult =
@@ -64,155 +79,239 @@ export interface ParquetWriteOptions {
   readonly maxRowGroupSize?: number;
 }
 
-const utf8Decoder = new TextDecoder('utf-8', { fatal: true });
+const COLUMN_INDEX: ReadonlyMap<string, number> = new Map(EVENT_COLUMNS.map((name, i) => [name, i]));
+const COLUMN_BYTES: readonly Uint8Array[] = EVENT_COLUMNS.map((name) => new TextEncoder().encode(name));
+const INT32_MAX = 0x7fffffff;
+const textEncoder = new TextEncoder();
+
+/** The fixed column whose name is the unescaped key `body[start + 1, end - 1)`, if any. */
+function columnOfKey(body: Uint8Array, start: number, end: number): number | undefined {
+  const len = end - start - 2;
+  for (let col = 0; col < COLUMN_BYTES.length; col++) {
+    const name = COLUMN_BYTES[col];
+    if (name.length !== len) continue;
+    let i = 0;
+    while (i < len && name[i] === body[start + 1 + i]) i++;
+    if (i === len) return col;
+  }
+  return undefined;
+}
+
+/** A growing Arrow Utf8 column: values are appended as bytes, one row after another. */
+class Utf8Builder {
+  offsets = new Int32Array(1024);
+  data = new Uint8Array(64 * 1024);
+  end = 0;
+
+  /** Empties the builder, keeping its (grown) buffers for the next batch. */
+  reset(): void {
+    this.end = 0;
+  }
+
+  /** Marks where `row`'s value starts (at the current end). */
+  startRow(row: number): void {
+    if (row + 1 >= this.offsets.length) {
+      const next = new Int32Array(this.offsets.length * 2);
+      next.set(this.offsets);
+      this.offsets = next;
+    }
+    this.offsets[row] = this.end;
+  }
+
+  reserve(bytes: number): void {
+    const need = this.end + bytes;
+    if (need <= this.data.length) return;
+    if (need > INT32_MAX) throw new RangeError('column exceeds 2 GiB of UTF-8');
+    const next = new Uint8Array(Math.max(need, this.data.length * 2));
+    next.set(this.data.subarray(0, this.end));
+    this.data = next;
+  }
+
+  byte(b: number): void {
+    this.reserve(1);
+    this.data[this.end++] = b;
+  }
+
+  /** Appends `src[start, end)` as it is. */
+  copy(src: Uint8Array, start: number, end: number): void {
+    const len = end - start;
+    this.reserve(len);
+    const data = this.data;
+    let o = this.end;
+    // A loop beats subarray + set (an allocation and a native call) for the short values most
+    // members are.
+    if (len < 64) for (let i = start; i < end; i++) data[o++] = src[i];
+    else data.set(src.subarray(start, end), o);
+    this.end += len;
+  }
+
+  /** Appends the valid JSON value `src[start, end)` without whitespace outside its strings. */
+  copyMinified(src: Uint8Array, start: number, end: number): void {
+    this.reserve(end - start);
+    const data = this.data;
+    let o = this.end;
+    let inString = false;
+    for (let i = start; i < end; i++) {
+      const c = src[i];
+      if (inString) {
+        data[o++] = c;
+        // Valid JSON: a backslash always escapes the next byte, so copy it along.
+        if (c === 92) data[o++] = src[++i];
+        else if (c === 34) inString = false;
+      } else if (c !== 32 && c !== 10 && c !== 13 && c !== 9) {
+        data[o++] = c;
+        if (c === 34) inString = true;
+      }
+    }
+    this.end = o;
+  }
+
+  /** Appends a JS string as UTF-8 (a lone surrogate becomes U+FFFD, as in every UTF-8 writer). */
+  text(value: string): void {
+    // A UTF-16 code unit never needs more than 3 UTF-8 bytes.
+    this.reserve(value.length * 3);
+    this.end += textEncoder.encodeInto(value, this.data.subarray(this.end)).written;
+  }
+
+  /**
+   * The column at its exact size: copied out, or (`borrow`) a view of the builder's buffers that
+   * is only valid until the next batch is scanned.
+   */
+  finish(rows: number, borrow: boolean, validity?: Uint8Array, nullCount = 0): Utf8Column {
+    this.startRow(rows);
+    const offsets = borrow ? this.offsets.subarray(0, rows + 1) : this.offsets.slice(0, rows + 1);
+    const data = borrow ? this.data.subarray(0, this.end) : this.data.slice(0, this.end);
+    return { offsets, data, validity, nullCount };
+  }
+}
 
 /**
- * Parses and re-checks a push envelope `{ "data": { "events": [ {...}, ... ] }, "baseHash": ... }`.
+ * Staging buffers reused by every batch (encoding is synchronous, one batch at a time per
+ * thread): reuse avoids allocating and zeroing ten worst-case buffers per batch, and each column
+ * is copied out at its exact size. They grow to the largest batch seen (at most maxBodyBytes
+ * plus a few bytes per event in all).
+ */
+const FIXED_BUILDERS = EVENT_COLUMNS.map(() => new Utf8Builder());
+const EXTRA_BUILDER = new Utf8Builder();
+
+/**
+ * Builds the column bytes from the scanner's members, copying each value's bytes as sent.
+ * Fixed columns: a JSON string is stored decoded, `null` as `""`, any other value as its JSON
+ * text exactly as sent (numbers keep their digits: `1e400`, `-0`, 30-digit integers; strings
+ * inside keep their escapes), whitespace outside strings removed. Every other top-level key,
+ * including a client-sent `received_at` or `extra` (the server owns those names), goes into
+ * `extra` as `{"key":value,...}`, keys and values as sent and in the order sent. No JS object is
+ * ever built from event data, so a `__proto__` key is an ordinary key and reaches no prototype.
+ */
+class ColumnSink implements EventSink {
+  readonly fixed: Utf8Builder[];
+  readonly extra: Utf8Builder;
+  private validity = new Uint8Array(8);
+  private nullCount = 0;
+  private extraOpen = false;
+  private row = -1;
+
+  constructor(private readonly body: Uint8Array) {
+    this.fixed = FIXED_BUILDERS;
+    this.extra = EXTRA_BUILDER;
+    for (const column of this.fixed) column.reset();
+    this.extra.reset();
+  }
+
+  beginEvent(index: number): void {
+    this.row = index;
+    for (const column of this.fixed) column.startRow(index);
+    this.extra.startRow(index);
+    this.extraOpen = false;
+  }
+
+  member(keyStart: number, keyEnd: number, keyEscaped: boolean, valueStart: number, valueEnd: number, kind: ValueKind, escaped: boolean, spaced: boolean): void {
+    const body = this.body;
+    const col = keyEscaped ? COLUMN_INDEX.get(decodeJson(body, keyStart, keyEnd) as string) : columnOfKey(body, keyStart, keyEnd);
+    if (col !== undefined) {
+      const out = this.fixed[col];
+      if (kind === VALUE_STRING) {
+        if (escaped) out.text(decodeJson(body, valueStart, valueEnd) as string);
+        else out.copy(body, valueStart + 1, valueEnd - 1);
+      } else if (kind !== VALUE_NULL) {
+        if (spaced) out.copyMinified(body, valueStart, valueEnd);
+        else out.copy(body, valueStart, valueEnd);
+      }
+      return;
+    }
+    const out = this.extra;
+    out.byte(this.extraOpen ? 44 /* , */ : 123 /* { */);
+    this.extraOpen = true;
+    out.copy(body, keyStart, keyEnd);
+    out.byte(58 /* : */);
+    if (spaced) out.copyMinified(body, valueStart, valueEnd);
+    else out.copy(body, valueStart, valueEnd);
+  }
+
+  endEvent(): void {
+    const row = this.row;
+    if ((row >> 3) >= this.validity.length) {
+      const next = new Uint8Array(this.validity.length * 2);
+      next.set(this.validity);
+      this.validity = next;
+    }
+    if (this.extraOpen) {
+      this.extra.byte(125 /* } */);
+      this.validity[row >> 3] |= 1 << (row & 7);
+    } else {
+      this.nullCount++;
+    }
+  }
+
+  finish(rows: number, borrow: boolean): EventColumns {
+    const columns: Record<string, unknown> = {
+      rows,
+      extra: this.extra.finish(rows, borrow, this.validity.subarray(0, (rows + 7) >> 3), this.nullCount),
+    };
+    EVENT_COLUMNS.forEach((name, i) => {
+      columns[name] = this.fixed[i].finish(rows, borrow);
+    });
+    return columns as EventColumns;
+  }
+}
+
+/** The JS value of the JSON text `body[start, end)` (only for the rare escaped key or string). */
+function decodeJson(body: Uint8Array, start: number, end: number): unknown {
+  return JSON.parse(Buffer.from(body.buffer, body.byteOffset + start, end - start).toString('utf8'));
+}
+
+/**
+ * Validates a push body with the API's own validator ({@link scanEnvelope}) and turns its events
+ * into column bytes in the same pass.
  *
  * The API validated the body before enqueueing, but the job payload crosses a process boundary
- * (and may be replayed from the dead-letter set), so the encoder trusts nothing: malformed input
- * is reported as `{ ok: false, reason }`, never thrown.
+ * (and may be replayed from the dead-letter set), so the encoder checks again: malformed input
+ * is reported as `{ ok: false, reason }` (in the words the API would answer), never thrown.
  *
- * @param body - The request body as received (UTF-8 text or bytes; decompression is the caller's job).
+ * @param body - The request body as received (UTF-8 bytes or text; decompression is the caller's job).
  */
-export function parseBatchEvents(body: string | Uint8Array): ParseResult {
-  let text: string;
-  if (typeof body === 'string') {
-    text = body;
-  } else {
-    try {
-      text = utf8Decoder.decode(body);
-    } catch {
-      return { ok: false, reason: 'body is not valid UTF-8' };
-    }
-  }
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(text);
-  } catch {
-    return { ok: false, reason: 'body is not valid JSON' };
-  }
-  if (!isJsonObject(parsed)) return { ok: false, reason: 'body is not a JSON object' };
-  const data = parsed['data'];
-  if (!isJsonObject(data)) return { ok: false, reason: 'data is not a JSON object' };
-  const events = data['events'];
-  if (!Array.isArray(events)) return { ok: false, reason: 'data.events is not an array' };
-  for (let i = 0; i < events.length; i++) {
-    if (!isJsonObject(events[i])) {
-      return { ok: false, reason: `data.events[${i}] is not a JSON object` };
-    }
-  }
-  return { ok: true, events: events as EventRecord[] };
+export function parseBatchColumns(body: string | Uint8Array): ParseResult {
+  return scanColumns(body, false);
 }
 
-function isJsonObject(value: unknown): value is EventRecord {
-  return typeof value === 'object' && value !== null && !Array.isArray(value);
+/** {@link parseBatchColumns}; with `borrow`, the columns are views valid until the next scan. */
+function scanColumns(body: string | Uint8Array, borrow: boolean): ParseResult {
+  const bytes = typeof body === 'string' ? Buffer.from(body, 'utf8') : body;
+  const sink = new ColumnSink(bytes);
+  const scan = scanEnvelope(bytes, sink);
+  if (!scan.ok) return { ok: false, reason: scan.error };
+  return { ok: true, columns: sink.finish(scan.events, borrow) };
 }
 
-const COLUMN_INDEX: ReadonlyMap<string, number> = new Map(EVENT_COLUMNS.map((name, i) => [name, i]));
-
-/**
- * Turns events into column-major text, the shape the Arrow stage packs into buffers.
- *
- * Fixed columns: a string is kept as is (no re-quoting), missing/null → `""`, anything else → its
- * JSON text, so objects never degrade to `[object Object]`. Every other own enumerable top-level
- * key — including a client-sent `received_at` or `extra`, which the server owns — goes into `extra`
- * so nothing a client sent is dropped. `extra` is built as text rather than as an object, so a
- * `__proto__` key stays an ordinary key and cannot reach any prototype.
- *
- * @param events - JSON values as `JSON.parse` produces them (no bigint, no cycles).
- */
-export function buildEventColumns(events: readonly EventRecord[]): EventColumns {
-  const rows = events.length;
-  const fixed = EVENT_COLUMNS.map(() => new Array<string>(rows).fill(''));
-  const extra = new Array<string | null>(rows).fill(null);
-  for (let row = 0; row < rows; row++) {
-    const event = events[row];
-    let extraText: string | null = null;
-    // Object.keys: own enumerable keys only, so inherited properties never become data. An own
-    // `__proto__` data property (JSON.parse creates one) shadows the accessor on read.
-    for (const key of Object.keys(event)) {
-      const value = event[key];
-      const col = COLUMN_INDEX.get(key);
-      if (col !== undefined) {
-        fixed[col][row] = columnText(value);
-        continue;
-      }
-      const json = JSON.stringify(value);
-      // undefined/functions have no JSON form; JSON.stringify of an object omits them too.
-      if (json === undefined) continue;
-      extraText = `${extraText === null ? '{' : `${extraText},`}${JSON.stringify(key)}:${json}`;
-    }
-    if (extraText !== null) extra[row] = `${extraText}}`;
+/** A column's values as JS strings (null for a missing `extra`): for tests and debugging. */
+export function columnValues(column: Utf8Column): (string | null)[] {
+  const decoder = new TextDecoder();
+  const out: (string | null)[] = [];
+  for (let row = 0; row + 1 < column.offsets.length; row++) {
+    const present = column.validity === undefined || (column.validity[row >> 3] & (1 << (row & 7))) !== 0;
+    out.push(present ? decoder.decode(column.data.subarray(column.offsets[row], column.offsets[row + 1])) : null);
   }
-  const columns: Record<string, (string | null)[]> = { extra };
-  EVENT_COLUMNS.forEach((name, i) => {
-    columns[name] = fixed[i];
-  });
-  return columns as EventColumns;
-}
-
-function columnText(value: unknown): string {
-  if (typeof value === 'string') return value;
-  if (value === null || value === undefined) return '';
-  return JSON.stringify(value) ?? '';
-}
-
-const textEncoder = new TextEncoder();
-/**
- * Reused UTF-8 staging buffer: each column is encoded here, then copied out at its exact size.
- * Reuse avoids allocating (and zeroing) a worst-case 3×chars buffer per column per batch.
- */
-let scratch = new Uint8Array(1 << 20);
-
-function ensureScratch(bytes: number): void {
-  if (bytes <= scratch.length) return;
-  const next = new Uint8Array(Math.max(bytes, scratch.length * 2));
-  next.set(scratch);
-  scratch = next;
-}
-
-const INT32_MAX = 0x7fffffff;
-
-interface Utf8Buffers {
-  readonly valueOffsets: Int32Array;
-  readonly data: Uint8Array;
-  readonly nullBitmap: Uint8Array | undefined;
-  readonly nullCount: number;
-}
-
-/** Packs one column into Arrow Utf8 buffers: int32 offsets, UTF-8 bytes, validity bitmap if nullable. */
-function packUtf8(values: readonly (string | null)[], nullable: boolean): Utf8Buffers {
-  const rows = values.length;
-  const valueOffsets = new Int32Array(rows + 1);
-  let nullBitmap: Uint8Array | undefined;
-  let nullCount = 0;
-  if (nullable) {
-    // Arrow validity: bit set = value present, LSB-first within each byte.
-    nullBitmap = new Uint8Array((rows + 7) >> 3);
-    for (let i = 0; i < rows; i++) {
-      if (values[i] === null) nullCount++;
-      else nullBitmap[i >> 3] |= 1 << (i & 7);
-    }
-  }
-
-  // One encodeInto per value straight into the staging buffer. (Measured: faster than joining
-  // the column and encoding once, because Array#join of a thousand strings costs more than the
-  // per-call overhead.) A UTF-16 code unit never needs more than 3 UTF-8 bytes (a surrogate pair
-  // is 2 units → 4 bytes), so reserving 3×length before each call is always enough. Encoding
-  // values separately also keeps lone surrogates in adjacent values from pairing up.
-  let end = 0;
-  for (let i = 0; i < rows; i++) {
-    valueOffsets[i] = end;
-    const value = values[i];
-    if (value === null || value.length === 0) continue;
-    ensureScratch(end + value.length * 3);
-    end += textEncoder.encodeInto(value, scratch.subarray(end)).written;
-    if (end > INT32_MAX) throw new RangeError('column exceeds 2 GiB of UTF-8');
-  }
-  valueOffsets[rows] = end;
-  // Copy out: the table must own its bytes because scratch is overwritten by the next column.
-  return { valueOffsets, data: scratch.slice(0, end), nullBitmap, nullCount };
+  return out;
 }
 
 const UTF8 = new arrow.Utf8();
@@ -230,27 +329,24 @@ export const EVENTS_ARROW_SCHEMA = new arrow.Schema([
 ]);
 
 /**
- * Packs column text into an Arrow table with {@link EVENTS_ARROW_SCHEMA}, writing each column's
- * buffers directly (no per-value builders) so cost stays linear in bytes.
+ * Wraps column bytes into an Arrow table with {@link EVENTS_ARROW_SCHEMA}: the buffers are used as
+ * they are (no per-value builders, no copy), so cost stays linear in bytes.
  *
- * @param columns - Output of {@link buildEventColumns}.
+ * @param columns - Output of {@link parseBatchColumns}.
  * @param receivedAtMs - Epoch milliseconds of the batch id; every row gets this `received_at`.
  */
 export function eventsToArrow(columns: EventColumns, receivedAtMs: number): arrow.Table {
   if (!Number.isSafeInteger(receivedAtMs)) {
     throw new RangeError(`receivedAtMs must be an integer epoch-ms, got ${receivedAtMs}`);
   }
-  const rows = columns.extra.length;
+  const rows = columns.rows;
   const children: arrow.Data[] = [];
   for (const name of EVENT_COLUMNS) {
-    const values = columns[name];
-    if (values.length !== rows) {
-      throw new RangeError(`column ${name} has ${values.length} rows, extra has ${rows}`);
+    const col = columns[name];
+    if (col.offsets.length !== rows + 1) {
+      throw new RangeError(`column ${name} has ${col.offsets.length - 1} rows, the batch has ${rows}`);
     }
-    const buf = packUtf8(values, false);
-    children.push(
-      arrow.makeData({ type: UTF8, length: rows, nullCount: 0, valueOffsets: buf.valueOffsets, data: buf.data }),
-    );
+    children.push(arrow.makeData({ type: UTF8, length: rows, nullCount: 0, valueOffsets: col.offsets, data: col.data }));
   }
   children.push(
     arrow.makeData({
@@ -260,15 +356,16 @@ export function eventsToArrow(columns: EventColumns, receivedAtMs: number): arro
       data: new BigInt64Array(rows).fill(BigInt(receivedAtMs)),
     }),
   );
-  const extra = packUtf8(columns.extra, true);
+  const extra = columns.extra;
+  if (extra.offsets.length !== rows + 1) throw new RangeError(`column extra has ${extra.offsets.length - 1} rows, the batch has ${rows}`);
   children.push(
     arrow.makeData({
       type: UTF8,
       length: rows,
       nullCount: extra.nullCount,
-      valueOffsets: extra.valueOffsets,
+      valueOffsets: extra.offsets,
       data: extra.data,
-      nullBitmap: extra.nullBitmap,
+      nullBitmap: extra.validity,
     }),
   );
   const struct = arrow.makeData({
@@ -340,7 +437,7 @@ export function arrowToParquet(table: arrow.Table, opts: ParquetWriteOptions = {
 }
 
 /**
- * Runs the whole pipeline for one job: parse → columns → Arrow → Parquet.
+ * Runs the whole pipeline for one job: scan → columns → Arrow → Parquet.
  *
  * @param body - The push body as received.
  * @param receivedAtMs - The batch id's instant (epoch ms), stamped on every row.
@@ -348,8 +445,10 @@ export function arrowToParquet(table: arrow.Table, opts: ParquetWriteOptions = {
  *   array yields a valid zero-row file.
  */
 export function encodeBatch(body: string | Uint8Array, receivedAtMs: number): EncodeResult {
-  const parsed = parseBatchEvents(body);
+  // Borrowed columns: the table is serialised (tableToIPC copies every buffer) before anything
+  // else can scan into the builders.
+  const parsed = scanColumns(body, true);
   if (!parsed.ok) return parsed;
-  const table = eventsToArrow(buildEventColumns(parsed.events), receivedAtMs);
+  const table = eventsToArrow(parsed.columns, receivedAtMs);
   return { ok: true, bytes: arrowToParquet(table), rows: table.numRows };
 }

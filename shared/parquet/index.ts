@@ -3,16 +3,16 @@ export {
   EVENT_COLUMNS,
   EVENTS_ARROW_SCHEMA,
   arrowToParquet,
-  buildEventColumns,
+  columnValues,
   encodeBatch,
   eventsToArrow,
-  parseBatchEvents,
+  parseBatchColumns,
 } from './encode.js';
 export type {
   EncodeResult,
   EventColumnName,
   EventColumns,
-  EventRecord,
   ParquetWriteOptions,
   ParseResult,
+  Utf8Column,
 } from './encode.js';

@@ -6,7 +6,7 @@
  * - `{ns}:rollup:dirty` sorted set of batches replayed into rolled periods, capped at
  *   MAX_DIRTY members, each removed once its re-roll job is queued.
  */
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 
 export const LOCK_TTL_MS = 10_000;
 export const MAX_DIRTY = 10_000;
@@ -55,7 +55,7 @@ export async function acquirePrefixLock(redis: Redis, ns: string, prefix: string
  * Records that `batchId` of `prefix` was put back in the queue (a dead-letter replay), so the
  * rollup planner re-rolls its period once the batch is written, if that period is already rolled.
  */
-export async function noteReplayedBatch(redis: Redis, ns: string, prefix: string, batchId: string): Promise<void> {
+export async function noteReplayedBatch(redis: Redis | Cluster, ns: string, prefix: string, batchId: string): Promise<void> {
   await redis
     .multi()
     .zadd(dirtyKey(ns), 'NX', String(Date.now()), `${prefix}\n${batchId}`)

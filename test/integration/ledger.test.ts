@@ -2,7 +2,7 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { inject } from 'vitest';
 import { BATCH_ID_RE, batchIdMs } from '../../shared/ids.js';
-import { BatchLedger, visibleUnder } from '../../shared/ledger/ledger.js';
+import { BatchLedger, type IdempotencyClaim, visibleUnder } from '../../shared/ledger/ledger.js';
 import { uniqueName } from '../helpers/names.js';
 
 function expectStrictlyIncreasing(ids: readonly string[]): void {
@@ -154,16 +154,65 @@ describe('batch id minting (Lua script on a real Redis)', () => {
     expect(await ledger.maxLagMs()).toBeGreaterThanOrEqual(0);
   });
 
-  it('answers a repeated idempotency scope with the first id until it is forgotten', async () => {
+  const H1 = 'a'.repeat(64);
+  const H2 = 'b'.repeat(64);
+  const keyed = (scope: string, bodyHash: string, windowSeconds = 60): IdempotencyClaim => ({ family: 'key', scope, bodyHash, windowSeconds });
+
+  it('answers a repeated idempotency key and body with the first id until it is forgotten', async () => {
     const ledger = new BatchLedger(redis, uniqueName('mint'));
-    const first = await ledger.mint('p/', { idempotencyScope: 'k1', windowSeconds: 60 });
-    const again = await ledger.mint('p/', { idempotencyScope: 'k1', windowSeconds: 60 });
-    expect(again).toEqual({ batchId: first.batchId, deduplicated: true });
+    const first = await ledger.mint('p/', { idempotency: keyed('k1', H1) });
+    const again = await ledger.mint('p/', { idempotency: keyed('k1', H1) });
+    expect(again).toEqual({ batchId: first.batchId, deduplicated: true, conflict: false });
     expect(await ledger.oldestPending('p/', 10)).toEqual([first.batchId]);
-    await ledger.release('p/', first.batchId, 'k1');
-    const third = await ledger.mint('p/', { idempotencyScope: 'k1', windowSeconds: 60 });
+    await ledger.release('p/', first.batchId, keyed('k1', H1));
+    const third = await ledger.mint('p/', { idempotency: keyed('k1', H1) });
     expect(third.deduplicated).toBe(false);
     expect(third.batchId > first.batchId).toBe(true);
+  });
+
+  it('reports the same key with another body as a conflict and mints nothing for it', async () => {
+    const ledger = new BatchLedger(redis, uniqueName('mint'));
+    const first = await ledger.mint('p/', { idempotency: keyed('k1', H1) });
+    const other = await ledger.mint('p/', { idempotency: keyed('k1', H2) });
+    expect(other).toEqual({ batchId: first.batchId, deduplicated: false, conflict: true });
+    expect(await ledger.oldestPending('p/', 10)).toEqual([first.batchId]);
+    // A body claim with the same scope text is another family: never confused with the key.
+    const body = await ledger.mint('p/', { idempotency: { family: 'body', scope: 'k1', bodyHash: H2, windowSeconds: 60 } });
+    expect(body.deduplicated || body.conflict).toBe(false);
+  });
+
+  it('forgets a claim after its window, and its bucket hashes expire within a window plus a bucket', async () => {
+    const ledger = new BatchLedger(redis, uniqueName('mint'));
+    const claim = keyed('k-short', H1, 2);
+    const first = await ledger.mint('p/', { idempotency: claim });
+    expect((await ledger.mint('p/', { idempotency: claim })).deduplicated).toBe(true);
+    const keys = await redis.keys(`{${ledger.namespace}}:idem:*`);
+    expect(keys).toHaveLength(1);
+    const ttl = await redis.ttl(keys[0] as string);
+    // Bucket length ceil(2/4) = 1 s, looked up 2 buckets back: the hash lives 3 s after its bucket starts.
+    expect(ttl).toBeGreaterThanOrEqual(2);
+    expect(ttl).toBeLessThanOrEqual(3);
+    await new Promise((r) => setTimeout(r, 3300));
+    expect(await redis.keys(`{${ledger.namespace}}:idem:*`)).toEqual([]);
+    const later = await ledger.mint('p/', { idempotency: claim });
+    expect(later.deduplicated).toBe(false);
+    expect(later.batchId > first.batchId).toBe(true);
+  });
+
+  it('a replay mark keeps the reaper from releasing the id it just put back in flight', async () => {
+    const ledger = new BatchLedger(redis, uniqueName('mint'));
+    const id = (await ledger.mint('p/')).batchId;
+    expect(await ledger.reap('p/', id)).toBe(true);
+    await ledger.markReplaying('p/', id);
+    expect(await ledger.isPending('p/', id)).toBe(true);
+    expect(await ledger.prefixes()).toEqual(['p/']);
+    expect(await ledger.reap('p/', id)).toBe(false);
+    expect(await ledger.isPending('p/', id)).toBe(true);
+    const ttl = await redis.ttl(ledger.replayMarkKey(id));
+    expect(ttl).toBeGreaterThan(0);
+    expect(ttl).toBeLessThanOrEqual(60);
+    // The written release does not care about the mark.
+    expect(await ledger.markWritten('p/', id, 3600)).toBe(true);
   });
 });
 
@@ -209,5 +258,24 @@ describe('index of written ids (list pages after a recent cursor)', () => {
     await ledger.markWritten('p/', ids[2]!, 3600);
     expect(await redis.zrange(`{${ledger.namespace}}:written:p/`, '0', '-1')).toEqual([ids[2]]);
     expect((await ledger.listWritten('p/', ids[0]!, 10)).ids).toBeNull();
+  });
+
+  it('lets the index keys of a prefix expire once it is idle past the index window', async () => {
+    const ledger = new BatchLedger(redis, uniqueName('idx'));
+    const a = (await ledger.mint('p/')).batchId;
+    await ledger.markWritten('p/', a, 2);
+    const ttl = await redis.ttl(ledger.writtenKey('p/'));
+    expect(ttl).toBeGreaterThan(0);
+    expect(ttl).toBeLessThanOrEqual(2);
+    expect(await redis.ttl(ledger.floorKey('p/'))).toBeGreaterThan(0);
+    await new Promise((r) => setTimeout(r, 2300));
+    expect(await redis.exists(ledger.writtenKey('p/'), ledger.floorKey('p/'), ledger.pendingKey('p/'))).toBe(0);
+    // A later write starts a fresh index whose floor is the last id minted: still correct.
+    const b = (await ledger.mint('p/')).batchId;
+    const c = (await ledger.mint('p/')).batchId;
+    await ledger.markWritten('p/', c, 2);
+    await ledger.markWritten('p/', b, 2);
+    expect((await ledger.listWritten('p/', a, 10)).ids).toBeNull();
+    expect((await ledger.listWritten('p/', c, 10)).ids).toEqual([]);
   });
 });

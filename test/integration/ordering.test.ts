@@ -83,6 +83,7 @@ describe('gap-free ?after= across 2 API and 3 encoder processes', () => {
       // Reaping must not interfere: every batch here reaches the queue.
       ORPHAN_GRACE_SECONDS: '3600',
       IDEMPOTENCY_WINDOW_SECONDS: '0',
+      BODY_DEDUP_WINDOW_SECONDS: '0',
     };
     for (let i = 0; i < 2; i++) {
       const port = await freePort();

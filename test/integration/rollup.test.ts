@@ -114,7 +114,7 @@ describe('rollups (in process, 2 s periods)', () => {
       expect(w).toBeGreaterThanOrEqual(deadEnd);
       expect(await viewCount(stack.store, app)).toBe(15);
 
-      const r = await replayOne(queue, new BatchLedger(redis, stack.queueName), redis, dead);
+      const r = await replayOne(queue, new BatchLedger(redis, stack.queueName), dead);
       expect(r.outcome).toBe('replayed');
       await waitFor(async () => (await viewCount(stack.store, app)) === 22, 30_000, 're-rolled');
       const m = (await readManifest(stack.store, `events/${app}/`))!;

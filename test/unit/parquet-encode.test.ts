@@ -5,11 +5,11 @@ import * as arrow from 'apache-arrow';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   EVENT_COLUMNS,
-  buildEventColumns,
+  columnValues,
   encodeBatch,
   eventsToArrow,
-  parseBatchEvents,
-  type EventRecord,
+  parseBatchColumns,
+  type EventColumns,
 } from '../../shared/parquet/index.js';
 import { duckQuery, sqlString } from '../helpers/duckdb.js';
 
@@ -17,6 +17,21 @@ const RECEIVED_AT = 1782933157690; // 2026-07-01T19:12:37.690Z
 
 function envelope(events: unknown[]): string {
   return JSON.stringify({ data: { events }, baseHash: null });
+}
+
+type EventRecord = Record<string, unknown>;
+
+/** Column text of the events (given as JS values), through the real scanner. */
+function columnsOf(events: readonly unknown[]): EventColumns {
+  const r = parseBatchColumns(envelope([...events]));
+  if (!r.ok) throw new Error(r.reason);
+  return r.columns;
+}
+
+/** One column's values as strings (null for a missing extra). */
+function texts(events: readonly unknown[]): Record<string, (string | null)[]> {
+  const cols = columnsOf(events);
+  return Object.fromEntries([...EVENT_COLUMNS, 'extra' as const].map((name) => [name, columnValues(cols[name])]));
 }
 
 function realisticEvent(i: number): EventRecord {
@@ -35,38 +50,50 @@ function realisticEvent(i: number): EventRecord {
   };
 }
 
-describe('parseBatchEvents', () => {
-  it('returns the events of a push envelope given as text or bytes', () => {
+describe('parseBatchColumns', () => {
+  it('reads the events of a push envelope given as text or bytes', () => {
     const body = envelope([{ event: 'a' }, { event: 'b' }]);
-    expect(parseBatchEvents(body)).toEqual({ ok: true, events: [{ event: 'a' }, { event: 'b' }] });
-    expect(parseBatchEvents(new TextEncoder().encode(body))).toEqual({
-      ok: true,
-      events: [{ event: 'a' }, { event: 'b' }],
-    });
+    for (const input of [body, new TextEncoder().encode(body)]) {
+      const r = parseBatchColumns(input);
+      if (!r.ok) throw new Error(r.reason);
+      expect(r.columns.rows).toBe(2);
+      expect(columnValues(r.columns.event)).toEqual(['a', 'b']);
+    }
   });
 
   it.each([
-    ['not json', '{"data":', 'body is not valid JSON'],
-    ['a JSON array', '[]', 'body is not a JSON object'],
-    ['no data', '{"baseHash":null}', 'data is not a JSON object'],
-    ['events not an array', '{"data":{"events":{}}}', 'data.events is not an array'],
-    ['a non-object event', '{"data":{"events":[{},[1],{}]}}', 'data.events[1] is not a JSON object'],
-    ['a null event', '{"data":{"events":[null]}}', 'data.events[0] is not a JSON object'],
-  ])('rejects %s with a reason instead of throwing', (_name, body, reason) => {
-    expect(parseBatchEvents(body)).toEqual({ ok: false, reason });
+    ['not json', '{"data":', /^malformed JSON/],
+    ['a JSON array', '[]', /^body must be a JSON object .* got an array/],
+    ['no data', '{"baseHash":null}', /^body has no "data": got an object with the keys "baseHash"/],
+    ['events not an array', '{"data":{"events":{}}}', /^"data.events" must be an array, got an object/],
+    ['a non-object event', '{"data":{"events":[{},[1],{}]}}', /^data\.events\[1\] must be a JSON object, got an array$/],
+    ['a null event', '{"data":{"events":[null]}}', /^data\.events\[0\] must be a JSON object, got null$/],
+  ])('rejects %s with the API reason instead of throwing', (_name, body, reason) => {
+    const r = parseBatchColumns(body);
+    expect(r.ok).toBe(false);
+    if (!r.ok) expect(r.reason).toMatch(reason);
+  });
+
+  it('returns columns of its own: a later scan (which reuses the staging buffers) does not change them', () => {
+    const first = parseBatchColumns(envelope([{ event: 'first', properties: { n: 1 } }]));
+    expect(encodeBatch(envelope([{ event: 'second overwrites', properties: { n: 22222 } }]), RECEIVED_AT).ok).toBe(true);
+    parseBatchColumns(envelope([{ event: 'third overwrites', properties: { n: 33333 } }]));
+    if (!first.ok) throw new Error(first.reason);
+    expect(columnValues(first.columns.event)).toEqual(['first']);
+    expect(columnValues(first.columns.properties)).toEqual(['{"n":1}']);
   });
 
   it('rejects bytes that are not UTF-8', () => {
-    expect(parseBatchEvents(new Uint8Array([0x7b, 0xff, 0x7d]))).toEqual({
+    expect(parseBatchColumns(new Uint8Array([0x7b, 0xff, 0x7d]))).toEqual({
       ok: false,
       reason: 'body is not valid UTF-8',
     });
   });
 });
 
-describe('buildEventColumns', () => {
-  it('stores missing and null fields as "" and keeps strings as they are', () => {
-    const cols = buildEventColumns([{ event: 'Signed Up', distinct_id: null, ts: '"quoted"' }, {}]);
+describe('column text', () => {
+  it('stores missing and null fields as "" and JSON strings decoded', () => {
+    const cols = texts([{ event: 'Signed Up', distinct_id: null, ts: '"quoted"' }, {}]);
     expect(cols.event).toEqual(['Signed Up', '']);
     expect(cols.distinct_id).toEqual(['', '']);
     expect(cols.ts).toEqual(['"quoted"', '']);
@@ -75,7 +102,7 @@ describe('buildEventColumns', () => {
   });
 
   it('stores non-string values as JSON text, never [object Object]', () => {
-    const cols = buildEventColumns([
+    const cols = texts([
       { ts: 1782933157690, dt: true, properties: { a: 1, b: { c: [1, 'x'] } }, context: [1, null], event: 1.5 },
     ]);
     expect(cols.ts[0]).toBe('1782933157690');
@@ -85,44 +112,42 @@ describe('buildEventColumns', () => {
     expect(cols.event[0]).toBe('1.5');
   });
 
-  it('puts unknown top-level fields (including client received_at/extra) into extra as JSON', () => {
-    const cols = buildEventColumns([
-      { event: 'e', campaign: 'spring', n: 2, received_at: 'client says', extra: { x: null } },
+  it('puts unknown top-level fields (including client received_at/extra) into extra, in the order sent', () => {
+    const cols = texts([
+      { event: 'e', campaign: 'spring', n: 2, received_at: 'client says', extra: { x: null }, 2: 'integer-like key' },
       { event: 'e' },
     ]);
     expect(cols.extra[1]).toBeNull();
-    expect(JSON.parse(cols.extra[0] ?? '')).toEqual({
-      campaign: 'spring',
-      n: 2,
-      received_at: 'client says',
-      extra: { x: null },
-    });
+    // JSON.stringify writes the integer-like key first (JS object order); the body, and so extra, has it there too.
+    expect(cols.extra[0]).toBe('{"2":"integer-like key","campaign":"spring","n":2,"received_at":"client says","extra":{"x":null}}');
   });
 
-  it('ignores inherited keys', () => {
-    const event = Object.create({ event: 'inherited', sneaky: 1 }) as EventRecord;
-    event.distinct_id = 'u';
-    const cols = buildEventColumns([event]);
-    expect(cols.event[0]).toBe('');
-    expect(cols.distinct_id[0]).toBe('u');
-    expect(cols.extra[0]).toBeNull();
+  it('keeps keys and values of extra as sent: escapes, digits, order', () => {
+    const r = parseBatchColumns(String.raw`{"data":{"events":[{"z":1e400,"a":-0,"event":"A"}]}}`);
+    if (!r.ok) throw new Error(r.reason);
+    expect(columnValues(r.columns.extra)).toEqual([String.raw`{"z":1e400,"a":-0}`]);
+    expect(columnValues(r.columns.event)).toEqual(['A']);
+  });
+
+  it('finds a fixed column under an escaped key', () => {
+    const r = parseBatchColumns(String.raw`{"data":{"events":[{"event":"x","properties":{"a":1e400}}]}}`);
+    if (!r.ok) throw new Error(r.reason);
+    expect(columnValues(r.columns.event)).toEqual(['x']);
+    expect(columnValues(r.columns.properties)).toEqual(['{"a":1e400}']);
+    expect(columnValues(r.columns.extra)).toEqual([null]);
   });
 
   it('keeps a __proto__ key as a plain key and pollutes nothing', () => {
-    const parsed = parseBatchEvents(
-      '{"data":{"events":[{"__proto__":{"polluted":true},"properties":{"__proto__":{"polluted":1}}}]}}',
-    );
-    if (!parsed.ok) throw new Error(parsed.reason);
-    const cols = buildEventColumns(parsed.events);
-    expect(JSON.parse(cols.extra[0] ?? '')).toEqual(JSON.parse('{"__proto__":{"polluted":true}}'));
-    expect(cols.extra[0]).toBe('{"__proto__":{"polluted":true}}');
-    expect(cols.properties[0]).toBe('{"__proto__":{"polluted":1}}');
+    const r = parseBatchColumns('{"data":{"events":[{"__proto__":{"polluted":true},"properties":{"__proto__":{"polluted":1}}}]}}');
+    if (!r.ok) throw new Error(r.reason);
+    expect(columnValues(r.columns.extra)).toEqual(['{"__proto__":{"polluted":true}}']);
+    expect(columnValues(r.columns.properties)).toEqual(['{"__proto__":{"polluted":1}}']);
     expect(({} as Record<string, unknown>).polluted).toBeUndefined();
     expect(Object.prototype).not.toHaveProperty('polluted');
   });
 
   it('keeps unicode text intact', () => {
-    const cols = buildEventColumns([{ event: '🎉 café 中文', properties: { 名前: 'テスト' } }]);
+    const cols = texts([{ event: '🎉 café 中文', properties: { 名前: 'テスト' } }]);
     expect(cols.event[0]).toBe('🎉 café 中文');
     expect(cols.properties[0]).toBe('{"名前":"テスト"}');
   });
@@ -130,7 +155,7 @@ describe('buildEventColumns', () => {
 
 describe('eventsToArrow', () => {
   it('builds the events schema in order with the right types and nullability', () => {
-    const table = eventsToArrow(buildEventColumns([{ event: 'a' }]), RECEIVED_AT);
+    const table = eventsToArrow(columnsOf([{ event: 'a' }]), RECEIVED_AT);
     expect(table.schema.fields.map((f) => f.name)).toEqual([...EVENT_COLUMNS, 'received_at', 'extra']);
     for (const field of table.schema.fields.slice(0, 9)) {
       expect(arrow.DataType.isUtf8(field.type)).toBe(true);
@@ -148,7 +173,7 @@ describe('eventsToArrow', () => {
   it('round-trips ASCII, non-ASCII and null values through the packed buffers', () => {
     const values = ['plain', '', '🎉 emoji', '中文字符', 'é', 'a'.repeat(1000), '\ud800 lone'];
     const events = values.map((event, i): EventRecord => (i % 2 ? { event, x: event } : { event }));
-    const table = eventsToArrow(buildEventColumns(events), RECEIVED_AT);
+    const table = eventsToArrow(columnsOf(events), RECEIVED_AT);
     expect(table.numRows).toBe(values.length);
     // A lone surrogate has no UTF-8 form; the encoder writes U+FFFD like every UTF-8 writer.
     const expected = values.map((v) => v.replace('\ud800', '\ufffd'));
@@ -163,7 +188,7 @@ describe('eventsToArrow', () => {
   });
 
   it('rejects a receivedAt that is not an integer', () => {
-    expect(() => eventsToArrow(buildEventColumns([]), 1.5)).toThrow(RangeError);
+    expect(() => eventsToArrow(columnsOf([]), 1.5)).toThrow(RangeError);
   });
 });
 
@@ -191,7 +216,7 @@ describe('encodeBatch → DuckDB', () => {
   it('returns a reason for bad data', () => {
     expect(encodeBatch('{"data":{"events":[1]}}', RECEIVED_AT)).toEqual({
       ok: false,
-      reason: 'data.events[0] is not a JSON object',
+      reason: 'data.events[0] must be a JSON object, got a number',
     });
     expect(encodeBatch(new Uint8Array([0xc3]), RECEIVED_AT)).toEqual({ ok: false, reason: 'body is not valid UTF-8' });
   });

@@ -1,30 +1,57 @@
 import { describe, expect, it } from 'vitest';
 import { TokenRoles } from '../../services/api/auth.js';
 import { contentTypeAllowed } from '../../services/api/body.js';
-import { MAX_JSON_DEPTH, checkEnvelope, jsonDepthExceeds } from '../../shared/envelope.js';
+import { EXPECTED_ENVELOPE, MAX_JSON_DEPTH, checkEnvelope } from '../../shared/envelope.js';
 import { BATCH_ID_RE, batchIdMs, parseBatchRef } from '../../shared/ids.js';
 import { batchKey, checkParamValue, listPrefix, parseStoragePath, routePattern } from '../../shared/paths.js';
 
 const body = (s: string): Buffer => Buffer.from(s, 'utf8');
 
+/** An event whose deepest container is at `levels` (the event object itself is level 1). */
+function eventOfDepth(levels: number, open = '[', close = ']'): string {
+  const inner = open === '[' ? `${open.repeat(levels - 1)}${close.repeat(levels - 1)}` : `${'{"a":'.repeat(levels - 2)}{}${'}'.repeat(levels - 2)}`;
+  return levels === 1 ? '{"a":1}' : `{"a":${inner}}`;
+}
+
 describe('push envelope checks', () => {
   it('accepts the Starfish envelope and counts events', () => {
     expect(checkEnvelope(body('{"data":{"events":[{"a":1},{}]},"baseHash":null}'))).toMatchObject({ ok: true, events: 2 });
     expect(checkEnvelope(body('{"data":{"events":[]}}'))).toMatchObject({ ok: true, events: 0 });
+    expect(checkEnvelope(body('\ufeff {"data":{"events":[{}]}} \n'))).toMatchObject({ ok: true, events: 1 });
   });
 
   it.each([
     ['', /empty body/],
     ['{"data":', /malformed JSON/],
-    ['[1]', /must be a JSON object.*an array/],
-    ['{"data":[]}', /"data" must be an object/],
+    ['[1]', /must be a JSON object.*got an array/],
+    ['{"data":[]}', /"data" must be an object holding "events", got an array/],
     ['{"data":{"events":"x"}}', /"data.events" must be an array, got a string/],
+    ['{"data":{}}', /"data" has no "events" array/],
     ['{"data":{"events":[{},null]}}', /data\.events\[1\] must be a JSON object, got null/],
     ['{"data":{"events":[{},{},[1]]}}', /data\.events\[2\] must be a JSON object, got an array/],
+    ['{"data":{"events":[]},"data":{"events":[{}]}}', /the body has the key "data" twice/],
+    ['{"data":{"events":[],"events":[{}]}}', /"data" has the key "events" twice/],
+    ['{"data":{"events":[{}]}} {}', /malformed JSON at byte 25: expected the end of the body/],
   ])('refuses %j', (text, message) => {
     const r = checkEnvelope(body(text));
     expect(r.ok).toBe(false);
     if (!r.ok) expect(r.error).toMatch(message);
+  });
+
+  // What SDKs send instead of the envelope: the answer names what came and shows what to send.
+  it.each([
+    ['{"batch":[{"event":"a"}],"sentAt":"2026-01-01"}', 'body has no "data": got an object with the keys "batch", "sentAt" (the array of events belongs in "data.events")'],
+    ['{"events":[{"event":"a"}]}', 'body has no "data": got an object with the keys "events" (the array of events belongs in "data.events")'],
+    ['[{"event":"a"}]', `body must be a JSON object ${EXPECTED_ENVELOPE}, got an array (an array of events belongs in "data.events")`],
+    ['{}', 'body has no "data": got an empty object'],
+    ['"hello"', `body must be a JSON object ${EXPECTED_ENVELOPE}, got a string`],
+  ])('an SDK-shaped body %s gets a 400 naming it and the envelope', (text, start) => {
+    const r = checkEnvelope(body(text));
+    expect(r.ok).toBe(false);
+    if (!r.ok) {
+      expect(r.error.startsWith(start)).toBe(true);
+      expect(r.error).toContain(EXPECTED_ENVELOPE);
+    }
   });
 
   it('never echoes body text in a JSON syntax error', () => {
@@ -33,15 +60,64 @@ describe('push envelope checks', () => {
     if (!r.ok) expect(r.error).not.toContain('secret-value');
   });
 
-  it('refuses invalid UTF-8 and deep nesting before parsing', () => {
+  it('refuses invalid UTF-8', () => {
     const bad = Buffer.from([...Buffer.from('{"data":{"events":[{"e":"'), 0xc3, 0x28, ...Buffer.from('"}]}}')]);
     expect(checkEnvelope(bad)).toEqual({ ok: false, error: 'body is not valid UTF-8' });
-    const deep = `{"data":{"events":[${'['.repeat(5000)}${']'.repeat(5000)}]}}`;
-    expect(checkEnvelope(body(deep))).toMatchObject({ ok: false });
-    expect(jsonDepthExceeds(`${'['.repeat(MAX_JSON_DEPTH)}${']'.repeat(MAX_JSON_DEPTH)}`, MAX_JSON_DEPTH)).toBe(false);
-    expect(jsonDepthExceeds(`${'['.repeat(MAX_JSON_DEPTH + 1)}`, MAX_JSON_DEPTH)).toBe(true);
-    // brackets inside strings (and escaped quotes) do not count
-    expect(jsonDepthExceeds(`["${'['.repeat(100)}\\"${'{'.repeat(100)}"]`, 2)).toBe(false);
+    // An encoded surrogate (CESU-8) is not UTF-8 either.
+    const cesu = Buffer.from([...Buffer.from('{"data":{"events":[{"e":"'), 0xed, 0xa0, 0xbd, ...Buffer.from('"}]}}')]);
+    expect(checkEnvelope(cesu)).toEqual({ ok: false, error: 'body is not valid UTF-8' });
+  });
+
+  // Depth: the event object is level 1; an event reaching level 64 is accepted, 65 is refused.
+  it.each([
+    ['arrays', '[', ']'],
+    ['objects', '{', '}'],
+  ])('accepts an event exactly %s 64 levels deep and refuses 65', (_name, open, close) => {
+    const at64 = eventOfDepth(MAX_JSON_DEPTH, open, close);
+    const at65 = eventOfDepth(MAX_JSON_DEPTH + 1, open, close);
+    expect(JSON.parse(at64)).toBeTruthy();
+    expect(checkEnvelope(body(`{"data":{"events":[{},${at64}]}}`))).toMatchObject({ ok: true, events: 2 });
+    expect(checkEnvelope(body(`{"data":{"events":[{},${at65}]}}`))).toEqual({
+      ok: false,
+      error: `JSON nesting deeper than ${MAX_JSON_DEPTH} levels in data.events[1] (the event object is level 1)`,
+    });
+  });
+
+  it('counts other envelope values from their own level 1, and refuses 100,000 levels without overflowing', () => {
+    const nested = (levels: number): string => `${'['.repeat(levels)}${']'.repeat(levels)}`;
+    expect(checkEnvelope(body(`{"data":{"events":[]},"baseHash":${nested(MAX_JSON_DEPTH)}}`))).toMatchObject({ ok: true });
+    expect(checkEnvelope(body(`{"data":{"events":[]},"baseHash":${nested(MAX_JSON_DEPTH + 1)}}`))).toMatchObject({
+      ok: false,
+      error: expect.stringMatching(/nesting deeper than 64 levels in a value of the envelope/),
+    });
+    const t0 = performance.now();
+    expect(checkEnvelope(body(`{"data":{"events":[${nested(100_000)}]}}`))).toMatchObject({ ok: false });
+    expect(checkEnvelope(body(`{"data":{"events":[{"a":${nested(100_000)}}]}}`))).toMatchObject({
+      ok: false,
+      error: expect.stringMatching(/nesting deeper/),
+    });
+    expect(performance.now() - t0).toBeLessThan(2000);
+  });
+
+  it('checks an event of 200,000 keys in linear time', () => {
+    const keys = Array.from({ length: 200_000 }, (_, i) => `"${i.toString(36)}":0`).join(',');
+    const t0 = performance.now();
+    expect(checkEnvelope(body(`{"data":{"events":[{${keys}}]}}`))).toMatchObject({ ok: true, events: 1 });
+    // Pairwise comparison would take ~2 * 10^10 steps (minutes); linear takes well under a second.
+    expect(performance.now() - t0).toBeLessThan(10_000);
+  });
+
+  it('refuses a duplicate top-level key in an event (one of the two values would be dropped), also when escaped', () => {
+    for (const event of ['{"a":1,"a":1}', '{"event":"x","b":2,"event":"y"}', String.raw`{"ab":1,"a\u0062":2}`, String.raw`{"\u0061":1,"a":2}`]) {
+      const r = checkEnvelope(body(`{"data":{"events":[{},${event}]}}`));
+      expect(r, event).toMatchObject({ ok: false, error: expect.stringMatching(/^data\.events\[1\] has the key "(a|event|ab)" twice/) });
+    }
+    // Past the pairwise comparison, a Set finds the duplicate: also at the very end of a big event.
+    const many = Array.from({ length: 100 }, (_, i) => `"k${i}":${i}`).join(',');
+    expect(checkEnvelope(body(`{"data":{"events":[{${many},"k7":0}]}}`))).toMatchObject({ ok: false, error: expect.stringMatching(/has the key "k7" twice/) });
+    expect(checkEnvelope(body(`{"data":{"events":[{${many},"k100":0}]}}`))).toMatchObject({ ok: true });
+    // Different keys that share a prefix or a length are not duplicates; nested duplicates are kept as sent.
+    expect(checkEnvelope(body('{"data":{"events":[{"ab":1,"ba":2,"a":3,"abc":4,"p":{"x":1,"x":2}}]}}'))).toMatchObject({ ok: true });
   });
 });
 

@@ -1,0 +1,325 @@
+/**
+ * Acceptance: a burst of 200 concurrent 7.9 MB pushes against `npm start` with default settings
+ * stays under 1 GB of RSS; every push is answered 200 or 503 + Retry-After, and every 200 is
+ * written. The process is a real child (services/main.ts), its memory read from /proc.
+ */
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import http from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { gzipSync } from 'node:zlib';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { duckQuery, sqlString } from '../helpers/duckdb.js';
+import { batchBody, sampleEvent } from '../helpers/events.js';
+import { uniqueName } from '../helpers/names.js';
+import { type ServiceProcess, startService, waitFor, waitForHttp } from '../helpers/proc.js';
+import { freePort } from '../helpers/redis-server.js';
+import { type TestStack, startTestStack } from '../helpers/stack.js';
+import { ENCODER_MAX_INFLIGHT_BYTES_DEFAULT } from '../../shared/config.js';
+
+const PUSHES = 200;
+const BODY_BYTES = 7_900_000;
+const GB = 1024 * 1024 * 1024;
+
+/** VmRSS and VmHWM (peak RSS) of a process, in bytes. */
+function memoryOf(pid: number): { rss: number; hwm: number } {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const kb = (field: string): number => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(status)?.[1] ?? 0) * 1024;
+  return { rss: kb('VmRSS'), hwm: kb('VmHWM') };
+}
+
+/**
+ * The bulk of every body: events joined by commas, ~7.9 MB in all. Each push adds its own first
+ * event, so no two bodies are byte-identical (a retry window would merge them otherwise) while
+ * the test process holds one copy of the bulk, not 200.
+ */
+function bulkEvents(targetBytes: number): { bulk: Buffer; events: number } {
+  const parts: string[] = [];
+  let size = 0;
+  for (let i = 0; size < targetBytes; i++) {
+    const text = JSON.stringify(sampleEvent(i));
+    parts.push(text);
+    size += text.length + 1;
+  }
+  return { bulk: Buffer.from(parts.join(',')), events: parts.length };
+}
+
+interface Answer {
+  status: number;
+  retryAfter: string | undefined;
+  body: string;
+}
+
+function push(url: string, head: Buffer, bulk: Buffer, tail: Buffer): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    const req = http.request(`${url}/push/events/burst/any`, {
+      method: 'POST',
+      agent: false,
+      headers: { 'Content-Type': 'application/json', 'Content-Length': String(head.length + bulk.length + tail.length) },
+    });
+    req.setTimeout(120_000, () => req.destroy(new Error('push timed out')));
+    req.on('response', (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, retryAfter: res.headers['retry-after'], body: Buffer.concat(chunks).toString() }));
+      res.on('error', reject);
+    });
+    req.on('error', reject);
+    req.write(head);
+    req.write(bulk);
+    req.end(tail);
+  });
+}
+
+describe('memory budget of npm start', () => {
+  let proc: ServiceProcess;
+  let url: string;
+  let dataDir: string;
+
+  beforeAll(async () => {
+    dataDir = mkdtempSync(join(tmpdir(), 'ingest-burst-'));
+    const port = await freePort();
+    url = `http://127.0.0.1:${port}`;
+    // Defaults for everything that sizes memory; only where to listen, which Redis and which folder.
+    proc = startService('services/main.ts', { PORT: String(port), HOST: '127.0.0.1', REDIS_URL: inject('redisUrl'), DATA_DIR: dataDir, QUEUE_NAME: uniqueName('burst'), LOG_LEVEL: 'warn' });
+    await waitForHttp(`${url}/readyz`, 30_000, proc);
+  });
+
+  afterAll(async () => {
+    await proc?.stop('SIGTERM', 20_000);
+    rmSync(dataDir, { recursive: true, force: true });
+  });
+
+  it(`${PUSHES} concurrent ${BODY_BYTES / 1e6} MB pushes: RSS under 1 GB, every push 200 or 503 + Retry-After, every 200 written`, async () => {
+    const { bulk, events } = bulkEvents(BODY_BYTES - 200);
+    const tail = Buffer.from(']},"baseHash":null}');
+    const before = memoryOf(proc.pid);
+    let peakRss = before.rss;
+    const sampler = setInterval(() => {
+      try {
+        peakRss = Math.max(peakRss, memoryOf(proc.pid).rss);
+      } catch {
+        /* the process is gone: the assertions below say so */
+      }
+    }, 20);
+    const t0 = performance.now();
+    let answers: Answer[];
+    try {
+      answers = await Promise.all(
+        Array.from({ length: PUSHES }, (_, i) => push(url, Buffer.from(`{"data":{"events":[${JSON.stringify({ event: 'burst', distinct_id: `push-${i}` })},`), bulk, tail)),
+      );
+    } finally {
+      clearInterval(sampler);
+    }
+    const seconds = (performance.now() - t0) / 1000;
+    const after = memoryOf(proc.pid);
+    const accepted = answers.filter((a) => a.status === 200);
+    const shed = answers.filter((a) => a.status === 503);
+    console.log(
+      `burst: ${PUSHES} x ${(bulk.length / 1e6).toFixed(2)} MB in ${seconds.toFixed(1)} s: ${accepted.length} x 200, ${shed.length} x 503; ` +
+        `RSS before ${(before.rss / 2 ** 20).toFixed(0)} MiB, peak sampled ${(peakRss / 2 ** 20).toFixed(0)} MiB, VmHWM ${(after.hwm / 2 ** 20).toFixed(0)} MiB`,
+    );
+    for (const a of answers) {
+      expect([200, 503], a.body).toContain(a.status);
+      if (a.status === 503) expect(a.retryAfter, a.body).toMatch(/^\d+$/);
+    }
+    expect(after.hwm).toBeLessThan(GB);
+    expect(accepted.length).toBeGreaterThan(0);
+
+    // Every 200 ends up as a file holding all of its events.
+    const ids = accepted.map((a) => (JSON.parse(a.body) as { batchId: string }).batchId);
+    expect(new Set(ids).size).toBe(ids.length);
+    const files = ids.map((id) => join(dataDir, 'events', 'burst', `${id}.parquet`));
+    await waitFor(async () => files.every((f) => existsSync(f)), 120_000, `${files.length} batch files`);
+    const [row] = await duckQuery(`SELECT count(*)::INTEGER AS n, count(DISTINCT filename)::INTEGER AS f FROM read_parquet([${files.map(sqlString).join(', ')}], filename = true)`);
+    expect(row).toEqual({ n: ids.length * (events + 1), f: ids.length });
+
+    // Every 503 is counted: most for the body budget; on a loaded machine a few may instead be an
+    // enqueue that timed out (outcome "unavailable"), also 503 + Retry-After.
+    const metrics = await (await fetch(`${url}/metrics`)).text();
+    const sample = (re: RegExp): number => Number(re.exec(metrics)?.[1] ?? Number.NaN);
+    const shedForBytes = sample(/^ingest_push_shed_total\{[^}]*reason="inflight_bytes"[^}]*\} (\d+)/m);
+    const shedAll = sample(/^ingest_pushes_total\{[^}]*outcome="shed"[^}]*\} (\d+)/m);
+    const unavailable = sample(/^ingest_pushes_total\{[^}]*outcome="unavailable"[^}]*\} (\d+)/m);
+    expect(shedForBytes).toBeGreaterThan(0);
+    expect(shedAll + unavailable).toBe(shed.length);
+    expect(shedForBytes).toBeGreaterThanOrEqual(shed.length - unavailable);
+  }, 240_000);
+});
+
+/**
+ * The figures docs/operations.md ("Memory") quotes: RSS of the API per byte of push bodies in
+ * flight, and of an encoder per byte of its job budget, each in its own process.
+ */
+describe('RSS per in-flight byte (API and encoder as separate processes)', () => {
+  const PUSHES_AT_ONCE = 12;
+  let api: ServiceProcess;
+  let encoder: ServiceProcess | undefined;
+  let dataDir: string;
+  let url: string;
+  const env: Record<string, string> = {};
+
+  beforeAll(async () => {
+    dataDir = mkdtempSync(join(tmpdir(), 'ingest-rss-'));
+    const port = await freePort();
+    url = `http://127.0.0.1:${port}`;
+    Object.assign(env, { HOST: '127.0.0.1', REDIS_URL: inject('redisUrl'), DATA_DIR: dataDir, QUEUE_NAME: uniqueName('rss'), LOG_LEVEL: 'warn' });
+    // A budget that sheds nothing, so every body of the burst is in flight at once.
+    api = startService('services/api/main.ts', { ...env, PORT: String(port), MAX_INFLIGHT_BYTES: String(4 * GB) });
+    await waitForHttp(`${url}/readyz`, 30_000, api);
+  });
+
+  afterAll(async () => {
+    await encoder?.stop('SIGTERM', 20_000);
+    await api?.stop('SIGTERM', 20_000);
+    rmSync(dataDir, { recursive: true, force: true });
+  });
+
+  it(`${PUSHES_AT_ONCE} concurrent ${BODY_BYTES / 1e6} MB pushes to the API, then an encoder with the default ENCODER_MAX_INFLIGHT_BYTES drains them`, async () => {
+    const { bulk, events } = bulkEvents(BODY_BYTES - 200);
+    const tail = Buffer.from(']},"baseHash":null}');
+    const warm = await push(url, Buffer.from('{"data":{"events":['), Buffer.from('{"event":"warm"}'), tail);
+    expect(warm.status, warm.body).toBe(200);
+    const apiBefore = memoryOf(api.pid).rss;
+    let apiPeak = apiBefore;
+    const apiSampler = setInterval(() => (apiPeak = Math.max(apiPeak, memoryOf(api.pid).rss)), 10);
+    let answers: Answer[];
+    try {
+      answers = await Promise.all(Array.from({ length: PUSHES_AT_ONCE }, (_, i) => push(url, Buffer.from(`{"data":{"events":[{"event":"rss","distinct_id":"p${i}"},`), bulk, tail)));
+    } finally {
+      clearInterval(apiSampler);
+    }
+    for (const a of answers) expect(a.status, a.body).toBe(200);
+    const inFlight = PUSHES_AT_ONCE * (bulk.length + 60);
+    const apiRatio = (apiPeak - apiBefore) / inFlight;
+
+    // The encoder starts once the queue holds every batch, so it works at its budget from the start.
+    const metricsPort = await freePort();
+    encoder = startService('services/encoder/main.ts', { ...env, METRICS_PORT: String(metricsPort) });
+    await waitForHttp(`http://127.0.0.1:${metricsPort}/healthz`, 30_000, encoder);
+    const encBefore = memoryOf(encoder.pid).rss;
+    let encPeak = encBefore;
+    const encSampler = setInterval(() => {
+      try {
+        encPeak = Math.max(encPeak, memoryOf(encoder!.pid).rss);
+      } catch {
+        /* exited: the wait below fails */
+      }
+    }, 10);
+    // The encoder's own account of the bytes it works on, scraped while it drains.
+    const metricsText = async (): Promise<string> => (await fetch(`http://127.0.0.1:${metricsPort}/metrics`, { signal: AbortSignal.timeout(10_000) })).text();
+    const gaugeOf = (text: string, name: string): number => Number(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)`, 'm').exec(text)?.[1] ?? Number.NaN);
+    let maxInflight = 0;
+    let scraping = true;
+    const scraper = (async () => {
+      while (scraping) {
+        maxInflight = Math.max(maxInflight, gaugeOf(await metricsText().catch(() => ''), 'ingest_encoder_inflight_bytes') || 0);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    })();
+    const ids = answers.map((a) => (JSON.parse(a.body) as { batchId: string }).batchId);
+    try {
+      await waitFor(async () => ids.every((id) => existsSync(join(dataDir, 'events', 'burst', `${id}.parquet`))), 180_000, 'every batch written');
+    } finally {
+      clearInterval(encSampler);
+      scraping = false;
+      await scraper;
+    }
+    const finalMetrics = await metricsText();
+    // Eight slots but room for four 7.9 MB bodies: some jobs waited for bytes, and the bytes never passed the budget.
+    expect(maxInflight).toBeGreaterThan(0);
+    expect(maxInflight).toBeLessThanOrEqual(ENCODER_MAX_INFLIGHT_BYTES_DEFAULT);
+    expect(gaugeOf(finalMetrics, 'ingest_encoder_inflight_bytes_limit')).toBe(ENCODER_MAX_INFLIGHT_BYTES_DEFAULT);
+    expect(gaugeOf(finalMetrics, 'ingest_encoder_budget_wait_seconds_sum')).toBeGreaterThan(0);
+    // The last file is durable a moment before its job gives its bytes back (markWritten comes first).
+    await waitFor(async () => gaugeOf(await metricsText(), 'ingest_encoder_inflight_bytes') === 0, 10_000, 'the encoder to hold no bytes');
+    const encRatio = (encPeak - encBefore) / ENCODER_MAX_INFLIGHT_BYTES_DEFAULT;
+    console.log(
+      `API: ${PUSHES_AT_ONCE} x ${(bulk.length / 1e6).toFixed(2)} MB in flight, RSS ${(apiBefore / 2 ** 20).toFixed(0)} -> ${(apiPeak / 2 ** 20).toFixed(0)} MiB: ${apiRatio.toFixed(2)} bytes of RSS per in-flight body byte; ` +
+        `encoder: RSS ${(encBefore / 2 ** 20).toFixed(0)} -> ${(encPeak / 2 ** 20).toFixed(0)} MiB with ENCODER_MAX_INFLIGHT_BYTES ${ENCODER_MAX_INFLIGHT_BYTES_DEFAULT / 2 ** 20} MiB: ${encRatio.toFixed(2)} per budget byte`,
+    );
+    const [row] = await duckQuery(`SELECT count(*)::INTEGER AS n FROM read_parquet([${ids.map((id) => sqlString(join(dataDir, 'events', 'burst', `${id}.parquet`))).join(', ')}])`);
+    expect(row).toEqual({ n: ids.length * (events + 1) });
+    // Loose bounds around the documented figures: a regression that holds another copy of every body fails them.
+    expect(apiRatio).toBeLessThan(4);
+    expect(encRatio).toBeLessThan(10);
+  }, 300_000);
+});
+
+/** POST with every header and byte under the test's control; `body` undefined leaves the request open for the caller. */
+function rawPost(url: string, headers: Record<string, string>, body?: Buffer): { req: http.ClientRequest; answer: Promise<Answer> } {
+  const req = http.request(`${url}/push/events/budget/any`, { method: 'POST', agent: false, headers: { 'Content-Type': 'application/json', ...headers } });
+  req.setTimeout(60_000, () => req.destroy(new Error('push timed out')));
+  const answer = new Promise<Answer>((resolve, reject) => {
+    req.on('response', (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, retryAfter: res.headers['retry-after'], body: Buffer.concat(chunks).toString() }));
+      res.on('error', reject);
+    });
+    req.on('error', reject);
+  });
+  if (body) {
+    // In pieces, so a chunked upload really streams.
+    for (let i = 0; i < body.length; i += 64 * 1024) req.write(body.subarray(i, i + 64 * 1024));
+    req.end();
+  }
+  return { req, answer };
+}
+
+describe('MAX_INFLIGHT_BYTES (in-process stack, 1 MiB budget)', () => {
+  let s: TestStack;
+  const limit = 1024 * 1024;
+  let first: Buffer;
+  let other: Buffer;
+  let big: Buffer;
+
+  beforeAll(async () => {
+    // Built before the stack starts, so this process' event loop is free while the stack's Redis connections start.
+    [first, other, big] = [2200, 1100, 5500].map((n) => Buffer.from(batchBody(n))) as [Buffer, Buffer, Buffer];
+    s = await startTestStack({ MAX_INFLIGHT_BYTES: String(limit) });
+  });
+  afterAll(async () => {
+    await s.shutdown();
+  });
+
+  const gauge = async (): Promise<number> => (await s.api!.app.metrics.inflightBytes.get()).values[0]?.value ?? 0;
+  const shedCount = async (): Promise<number> => (await s.api!.app.metrics.shed.get()).values.find((v) => v.labels.reason === 'inflight_bytes')?.value ?? 0;
+
+  it('declared, chunked and decoded bytes past the budget get 503 + Retry-After; a body alone may exceed it', async () => {
+    const open = rawPost(s.url, { 'Content-Length': String(first.length) });
+    open.req.write(first.subarray(0, 700_000));
+    await waitFor(async () => (await gauge()) >= 700_000, 10_000, 'the first body to be held');
+    const shedBefore = await shedCount();
+
+    expect(other.length + 700_000).toBeGreaterThan(limit);
+    // Content-Length known: refused from the header.
+    const declared = await rawPost(s.url, { 'Content-Length': String(other.length) }, other).answer;
+    // No Content-Length: refused once the bytes read pass the budget.
+    const chunked = await rawPost(s.url, {}, other).answer;
+    // Compressed: the decoded bytes count.
+    const gz = gzipSync(other);
+    expect(gz.length + 700_000).toBeLessThan(limit);
+    const decoded = await rawPost(s.url, { 'Content-Length': String(gz.length), 'Content-Encoding': 'gzip' }, gz).answer;
+    for (const a of [declared, chunked, decoded]) {
+      expect(a.status, a.body).toBe(503);
+      expect(a.retryAfter).toBe('1');
+      expect(JSON.parse(a.body).error).toMatch(/MAX_INFLIGHT_BYTES/);
+    }
+    expect((await shedCount()) - shedBefore).toBe(3);
+
+    open.req.end(first.subarray(700_000));
+    const finished = await open.answer;
+    expect(finished.status, finished.body).toBe(200);
+    expect(await gauge()).toBe(0);
+
+    // Alone, a body bigger than the whole budget is taken: with a Content-Length and without.
+    expect(big.length).toBeGreaterThan(2 * limit);
+    for (const headers of [{ 'Content-Length': String(big.length) }, {}] as Record<string, string>[]) {
+      const a = await rawPost(s.url, { ...headers, 'Idempotency-Key': `big-${Object.keys(headers).length}` }, big).answer;
+      expect(a.status, a.body).toBe(200);
+    }
+    expect(await gauge()).toBe(0);
+    expect((await s.api!.app.metrics.inflightBytesLimit.get()).values[0]?.value).toBe(limit);
+  });
+});
