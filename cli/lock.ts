@@ -1,6 +1,6 @@
 /**
- * The folder lock of `sync`: `<dir>/.sync.lock`, created with O_EXCL and holding the owner's
- * pid, so two runs (cron overlapping a slow run, or a human) never interleave in one folder.
+ * The folder lock of `sync`: `<dir>/.sync.lock`, put in place whole with link(2) (fails if it
+ * exists) and holding the owner's pid, so two runs (cron overlapping a slow run, or a human) never interleave in one folder.
  * A lock whose pid is no longer alive on this host is stale (the run was killed) and is taken over.
  */
 import { randomBytes } from 'node:crypto';
@@ -45,7 +45,7 @@ async function readLock(file: string): Promise<LockInfo | null | 'missing'> {
     const v = JSON.parse(text) as Partial<LockInfo>;
     if (typeof v.pid === 'number' && Number.isInteger(v.pid) && v.pid > 0) return { pid: v.pid, host: String(v.host ?? ''), startedAt: String(v.startedAt ?? '') };
   } catch {
-    // Unparseable: the owner died between creating and writing it (or someone edited it).
+    // Unparseable: never written by this version (the lock appears whole); edited, or left by an older one.
   }
   return null;
 }
@@ -65,16 +65,9 @@ export async function acquireLock(dir: string): Promise<HeldLock> {
   const file = path.join(dir, LOCK_NAME);
   const info: LockInfo = { pid: process.pid, host: os.hostname(), startedAt: new Date().toISOString() };
   for (let attempt = 0; attempt < 3; attempt++) {
-    try {
-      const handle = await fs.open(file, 'wx');
-      try {
-        await handle.writeFile(JSON.stringify(info));
-      } finally {
-        await handle.close();
-      }
+    if (await publishLock(file, info)) {
+      await removeDeadTemps(dir);
       return heldLock(file);
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
     }
     const current = await readLock(file);
     if (current === 'missing') continue;
@@ -98,6 +91,35 @@ export async function acquireLock(dir: string): Promise<HeldLock> {
     await fs.rm(aside, { force: true });
   }
   throw new CliError(`could not take ${file} after 3 attempts (other runs keep taking it)`, EXIT.locked);
+}
+
+/**
+ * Creates `file` holding `info`, atomically: the content goes to a temp file first, which
+ * link(2) then puts in place, failing with EEXIST if the lock exists. So the lock is never
+ * seen empty (an exclusive create followed by a write would be, for a moment, and a second run
+ * would read that as a dead owner's lock and take it too). False when the lock exists.
+ */
+async function publishLock(file: string, info: LockInfo): Promise<boolean> {
+  const temp = `${file}.new-${process.pid}-${randomBytes(4).toString('hex')}`;
+  await fs.writeFile(temp, JSON.stringify(info), { flag: 'wx' });
+  try {
+    await fs.link(temp, file);
+    return true;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'EEXIST') return false;
+    throw err;
+  } finally {
+    await fs.rm(temp, { force: true });
+  }
+}
+
+/** Temp files of runs killed between writing and linking their lock (their pid is in the name). */
+async function removeDeadTemps(dir: string): Promise<void> {
+  const re = /^\.sync\.lock\.new-(\d+)-[0-9a-f]{8}$/;
+  for (const name of await fs.readdir(dir)) {
+    const pid = Number(re.exec(name)?.[1] ?? 0);
+    if (pid > 0 && !pidAlive(pid)) await fs.rm(path.join(dir, name), { force: true });
+  }
 }
 
 function heldLock(file: string): HeldLock {

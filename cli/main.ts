@@ -1,7 +1,8 @@
 /**
  * `events-ingest`: the analyst and admin CLI (`npx events-ingest …`, `npm run cli -- …`).
  *   sync   incremental, resumable download of a collection's batches into a folder
- *   query  SQL in DuckDB over a synced folder or the configured store, with an `events` view
+ *   query  SQL in DuckDB: as given (it names its files), or with an `events` view over a synced
+ *          folder (--dir) or the configured store (--store)
  * Exit codes: 0 ok, 1 error, 2 usage, 3 sync lock held by another run, 130 interrupted.
  */
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
@@ -82,7 +83,7 @@ export function buildProgram(io: { stdout: NodeJS.WriteStream; stderr: NodeJS.Wr
 
   program
     .command('query')
-    .description('run SQL in DuckDB; "events" is a view over the synced folder (--dir) or the configured store (--store)')
+    .description('run SQL in DuckDB: as given (naming its files with read_parquet), or with "events" a view over the synced folder (--dir) or the configured store (--store)')
     .argument('<sql>', 'SQL to run, e.g. "SELECT event_type, COUNT(*) AS n FROM events GROUP BY 1 ORDER BY n DESC"')
     .addOption(new Option('--dir <dir>', 'folder filled by sync: events = <dir>/*.parquet').conflicts('store'))
     .addOption(new Option('--store', 'the store the server writes to, from STORE, DATA_DIR, S3_*, CONFIG_FILE (as the server reads them)').conflicts('dir'))
@@ -105,7 +106,9 @@ export function buildProgram(io: { stdout: NodeJS.WriteStream; stderr: NodeJS.Wr
         }
         source = { kind: 'store', env, app: flags.app, collection: flags.collection };
       } else {
-        throw new CliError('query needs --dir <dir> or --store', EXIT.usage);
+        // The SQL names its files itself (read_parquet('<root>/events/<app>/*.parquet'), as in the README).
+        if (flags.app !== undefined || flags.collection !== undefined) throw new CliError('--app and --collection go with --store', EXIT.usage);
+        source = { kind: 'none' };
       }
       const result = await runQuery(sql, source);
       io.stdout.write(renderResult(result, flags.json ? 'json' : flags.csv ? 'csv' : 'table'));

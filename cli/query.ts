@@ -1,18 +1,23 @@
 /**
  * `events-ingest query`: runs SQL in an in-memory DuckDB where `events` is a view over either a
- * folder filled by `sync` or the store the server writes to (configured like the server).
+ * folder filled by `sync` or the store the server writes to (configured like the server); with
+ * neither, the SQL runs as given (it names its files itself, like the README's queries).
  */
 import { existsSync, readdirSync } from 'node:fs';
 import path from 'node:path';
 import { type Env, loadSyncConfig } from '../shared/config.js';
-import { ANY_PARAM, duckdbReadParquetSql, sqlStringLiteral } from '../shared/duckdb.js';
+import { ANY_PARAM, duckdbReadParquetSql, duckdbSelectWithPathColumns, sqlStringLiteral } from '../shared/duckdb.js';
 import { parseStoragePath } from '../shared/paths.js';
 import { rollupViewSql } from '../shared/rollup/view.js';
 import { storeFromEnv } from '../shared/store/from-env.js';
 import { CliError, EXIT, messageOf } from './errors.js';
 import { formatCsv, formatJsonLines, formatTable } from './format.js';
+import { readCursor } from './sync.js';
 
-export type QuerySource = { kind: 'dir'; dir: string } | { kind: 'store'; env: Env; app?: string; collection?: string };
+export type QuerySource = { kind: 'dir'; dir: string } | { kind: 'store'; env: Env; app?: string; collection?: string } | { kind: 'none' };
+
+/** The columns of a batch file (docs: README "Columns"); a path param named like one is not added. */
+const FILE_COLUMNS = ['event_type', 'event', 'distinct_id', 'anonymous_id', 'ts', 'message_id', 'properties', 'context', 'dt', 'received_at', 'extra', 'batch_id'];
 
 export interface QueryResult {
   columns: string[];
@@ -20,7 +25,8 @@ export interface QueryResult {
 }
 
 /** The statements that define the `events` view for `source`; the S3 ones may hold credentials (never print them). */
-export function eventsViewSql(source: QuerySource): string[] {
+export async function eventsViewSql(source: QuerySource): Promise<string[]> {
+  if (source.kind === 'none') return [];
   if (source.kind === 'dir') {
     const dir = path.resolve(source.dir);
     if (!existsSync(dir)) throw new CliError(`--dir ${dir} does not exist`);
@@ -28,7 +34,15 @@ export function eventsViewSql(source: QuerySource): string[] {
       throw new CliError(`no .parquet files in ${dir} (run "events-ingest sync" into it first)`);
     }
     if (/[*?[\]{}]/.test(dir)) throw new CliError(`--dir ${dir} contains glob characters (*?[]{})`);
-    return [`CREATE VIEW events AS SELECT * FROM read_parquet(${sqlStringLiteral(`${dir.split(path.sep).join('/')}/*.parquet`)})`];
+    const files = `read_parquet(${sqlStringLiteral(`${dir.split(path.sep).join('/')}/*.parquet`)})`;
+    // A synced folder holds one app, named in its cursor: the view has the same `app` column as --store's.
+    let app: string | undefined;
+    try {
+      app = (await readCursor(dir))?.app;
+    } catch {
+      app = undefined;
+    }
+    return [`CREATE VIEW events AS SELECT *${app === undefined ? '' : `, ${sqlStringLiteral(app)} AS app`} FROM ${files}`];
   }
   const config = loadSyncConfig(source.env);
   const collection = source.collection === undefined ? config.collections[0] : config.collections.find((c) => c.name === source.collection);
@@ -45,7 +59,8 @@ export function eventsViewSql(source: QuerySource): string[] {
   } catch (err) {
     throw new CliError(messageOf(err));
   }
-  return [...sql.setup, `CREATE VIEW events AS SELECT * FROM ${sql.from}`];
+  // One column per prefix param (`app`), from each file's path: rows of several apps stay apart.
+  return [...sql.setup, `CREATE VIEW events AS ${duckdbSelectWithPathColumns(sql, collection.storagePath, FILE_COLUMNS)}`];
 }
 
 /**
@@ -53,8 +68,8 @@ export function eventsViewSql(source: QuerySource): string[] {
  * plus batch files after each prefix's rolled watermark (shared/rollup/view.ts).
  */
 export async function eventsViewStatements(source: QuerySource): Promise<string[]> {
-  if (source.kind === 'dir') return eventsViewSql(source);
-  const raw = eventsViewSql(source);
+  const raw = await eventsViewSql(source);
+  if (source.kind !== 'store') return raw;
   const config = loadSyncConfig(source.env);
   const collection = source.collection === undefined ? config.collections[0] : config.collections.find((c) => c.name === source.collection);
   if (!collection) return raw;
@@ -62,6 +77,8 @@ export async function eventsViewStatements(source: QuerySource): Promise<string[
   const params = Object.fromEntries(template.prefixParams.map((p) => [p, p === 'app' && source.app !== undefined ? source.app : ANY_PARAM]));
   try {
     const view = await rollupViewSql({ store: storeFromEnv(source.env), collection, params });
+    // Nothing rolled yet: the view is the batch files, exactly what `raw` reads.
+    if (view.manifests.length === 0) return raw;
     return [...view.setup, `CREATE VIEW events AS ${view.select}`];
   } catch (err) {
     throw new CliError(messageOf(err));
@@ -93,7 +110,8 @@ export async function runQuery(sql: string, source: QuerySource): Promise<QueryR
       const reader = await connection.runAndReadAll(sql);
       return { columns: reader.columnNames(), rows: reader.getRowsJson() as unknown[][] };
     } catch (err) {
-      throw new CliError(`DuckDB: ${messageOf(err)}`);
+      const hint = source.kind === 'none' && /Table with name events does not exist/i.test(messageOf(err)) ? ' (the events view needs --dir <dir> or --store)' : '';
+      throw new CliError(`DuckDB: ${messageOf(err)}${hint}`);
     }
   } finally {
     connection.closeSync();

@@ -55,7 +55,9 @@ async function startEncoderThread(env: ReturnType<typeof parseEnv>): Promise<{ m
         if (exited) return;
         worker.postMessage({ type: 'close' });
         await next('closed', 20_000);
-        await Promise.race([exit, new Promise((r) => setTimeout(r, 2000))]);
+        // Once it says closed, the thread's work is done and its logs flushed; what may keep it
+        // alive is a reconnect timer to an unreachable Redis, so do not wait long for it to end.
+        await Promise.race([exit, new Promise((r) => setTimeout(r, 200))]);
         if (!exited) await worker.terminate();
       })();
       return closing;

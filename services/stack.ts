@@ -6,9 +6,9 @@ import { type Env, loadSyncConfig, loadTokens } from '../shared/config.js';
 import { BatchLedger } from '../shared/ledger/ledger.js';
 import { type Logger, createLogger } from '../shared/logger.js';
 import { createRegistry } from '../shared/metrics.js';
-import { type RedisHandle, ensureRedis } from '../shared/private-redis.js';
 import { type RunningServer, listen } from '../shared/http.js';
 import { DEFAULT_REDIS_URL, createRedis, waitReady } from '../shared/redis.js';
+import { withTimeout } from '../shared/timeout.js';
 import { storeFromEnv } from '../shared/store/from-env.js';
 import type { ObjectStore } from '../shared/store/types.js';
 import { type ApiApp, createApiApp } from './api/app.js';
@@ -18,8 +18,6 @@ import { type RollupService, startRollupService } from './rollup/service.js';
 export interface StackParts {
   api: boolean;
   encoder: boolean;
-  /** Start a private redis-server when REDIS_URL is unset and nothing answers on 6379 (`npm start` only). */
-  embeddedRedis?: boolean;
   /** Serve the encoder's own /metrics on METRICS_PORT when there is no API (default true). */
   encoderMetricsServer?: boolean;
   /** Node process metrics in this stack's registry (default true; off in a worker thread, whose process the main thread already reports). */
@@ -53,18 +51,15 @@ export async function startStack(env: Env, parts: StackParts, logger = createLog
   const config = loadSyncConfig(env);
   const tokens = loadTokens(env);
   const store = storeFromEnv(env);
-  let redisHandle: RedisHandle | undefined;
-  const redisUrl = parts.embeddedRedis
-    ? (redisHandle = await ensureRedis({ redisUrl: env.REDIS_URL, dataDir: env.DATA_DIR, logger })).url
-    : (env.REDIS_URL ?? DEFAULT_REDIS_URL);
+  const redisUrl = env.REDIS_URL ?? DEFAULT_REDIS_URL;
   const registry = createRegistry(parts.serviceLabel ?? (parts.api && parts.encoder ? 'ingest' : parts.api ? 'api' : 'encoder'), parts.defaultMetrics ?? true);
   const connections: Redis[] = [];
   const queues: Queue[] = [];
   const stack: RunningStack = { logger, store, redisUrl, registry, close: async () => undefined };
 
   if (parts.encoder) {
-    const workerConn = createRedis(redisUrl, 'worker');
-    const ledgerConn = createRedis(redisUrl, 'worker');
+    const workerConn = createRedis(redisUrl, 'worker', {}, logger);
+    const ledgerConn = createRedis(redisUrl, 'worker', {}, logger);
     connections.push(workerConn, ledgerConn);
     stack.encoder = createEncoder({
       queueName: env.QUEUE_NAME,
@@ -95,7 +90,7 @@ export async function startStack(env: Env, parts: StackParts, logger = createLog
   }
 
   if (parts.api) {
-    const producer = createRedis(redisUrl, 'producer');
+    const producer = createRedis(redisUrl, 'producer', {}, logger);
     connections.push(producer);
     // Pushes fail fast while Redis is away; give it a moment at start so the first ones do not.
     await waitReady(producer, 5000).catch(() => logger.warn({ redis: redisUrl }, 'Redis not reachable yet: pushes answer 503 until it is'));
@@ -131,15 +126,21 @@ export async function startStack(env: Env, parts: StackParts, logger = createLog
   let closing: Promise<void> | undefined;
   stack.close = () => {
     closing ??= (async () => {
+      // With Redis unreachable nothing can finish: an active job cannot be released, a QUIT is
+      // never answered (worker connections queue commands while offline). Waiting would only
+      // delay the exit (it took ~23 s); the jobs come back as stalled once Redis returns.
+      const redisUp = connections.length > 0 && connections.every((c) => c.status === 'ready');
       const steps: (() => Promise<unknown>)[] = [
         async () => stack.api?.app.stop(),
-        async () => stack.api?.server.close(10_000),
-        async () => stack.encoder?.close(15_000),
-        async () => stack.rollup?.close(15_000),
+        async () => stack.api?.server.close(redisUp ? 10_000 : 1000),
+        async () => stack.encoder?.close(redisUp ? 15_000 : 250),
+        async () => stack.rollup?.close(redisUp ? 15_000 : 250),
         async () => stack.metricsServer?.close(1000),
-        ...queues.map((q) => () => q.close()),
-        ...connections.map((c) => async () => c.quit().catch(() => c.disconnect())),
-        async () => redisHandle?.stop(),
+        ...queues.map((q) => () => withTimeout(q.close(), redisUp ? 5000 : 250, 'queue close')),
+        ...connections.map((c) => async () => {
+          if (c.status !== 'ready') return c.disconnect();
+          await withTimeout(c.quit(), 1000, 'redis quit').catch(() => c.disconnect());
+        }),
       ];
       for (const step of steps) {
         try {

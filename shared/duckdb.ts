@@ -123,6 +123,30 @@ export function duckdbReadParquetSql(opts: DuckdbReadParquetOptions): DuckdbRead
   );
 }
 
+/**
+ * A `SELECT` over `read.glob` that adds one VARCHAR column per list-prefix param of
+ * `storagePath` (`app` for the default `events/{app}/{batchId}`), taken from each file's path,
+ * so rows read over every app (`app: '*'`) can be told apart. Usable wherever DuckDB takes a
+ * subquery: `CREATE VIEW events AS <this>`. A param named like one of the file's columns would
+ * clash: it is left out (the file's column wins).
+ */
+export function duckdbSelectWithPathColumns(read: Pick<DuckdbReadParquet, 'glob'>, storagePath: string, fileColumns: readonly string[] = []): string {
+  const template = parseStoragePath(storagePath);
+  const prefix = template.segments.slice(0, -1);
+  let group = 0;
+  const columns: string[] = [];
+  // Anchored at the end: the prefix's segments, then the batch file. RE2 syntax (DuckDB's regexp_extract).
+  const pattern = `/${prefix.map((s) => (s.kind === 'literal' ? s.value.replaceAll('.', '\\.') : '([^/]+)')).join('/')}/[^/]+\\.parquet$`;
+  for (const s of prefix) {
+    if (s.kind !== 'param') continue;
+    group++;
+    if (fileColumns.includes(s.name)) continue;
+    columns.push(`regexp_extract(filename, ${sqlStringLiteral(pattern)}, ${group}) AS "${s.name}"`);
+  }
+  const from = `read_parquet(${sqlStringLiteral(read.glob)}${columns.length ? ', filename = true' : ''})`;
+  return columns.length ? `SELECT * EXCLUDE (filename), ${columns.join(', ')} FROM ${from}` : `SELECT * FROM ${from}`;
+}
+
 /** The standard AWS variables; null when the key pair is incomplete (DuckDB then reads anonymously). */
 function credentialsFromEnv(env: Readonly<Record<string, string | undefined>>): DuckdbS3Credentials | null {
   const accessKeyId = env.AWS_ACCESS_KEY_ID;

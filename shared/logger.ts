@@ -40,3 +40,45 @@ export async function flushLogger(logger: Logger, ms = 2000): Promise<void> {
     }
   });
 }
+
+/** A warning that may repeat many times a second (a dependency down): see `throttledWarn`. */
+export interface ThrottledWarn {
+  /** Counts one occurrence; logs it unless a line went out less than the interval ago. */
+  (fields?: Record<string, unknown>): void;
+  /** Occurrences counted since the last line (not logged yet). */
+  pending(): number;
+  /**
+   * Ends an episode (the dependency is back): logs `msg` at `info` with `count`, the occurrences
+   * since the episode began, if there were any. The interval still holds for the next warning,
+   * so a dependency that flaps (or one connection back while another still fails) stays quiet.
+   */
+  flush(msg: string, fields?: Record<string, unknown>): void;
+}
+
+/**
+ * Logs a repeated warning at most once per `intervalMs`: the first occurrence at once, then one
+ * line per interval carrying `count`, the occurrences since the previous line (this one included).
+ * A Redis that is down makes every connection retry every second or two; one line per retry
+ * would bury everything else.
+ */
+export function throttledWarn(logger: Logger, msg: string, intervalMs = 5000): ThrottledWarn {
+  let lastAt = Number.NEGATIVE_INFINITY;
+  let count = 0;
+  let episode = 0;
+  const warn = ((fields: Record<string, unknown> = {}) => {
+    count++;
+    episode++;
+    const now = Date.now();
+    if (now - lastAt < intervalMs) return;
+    logger.warn({ ...fields, count }, msg);
+    lastAt = now;
+    count = 0;
+  }) as ThrottledWarn;
+  warn.pending = () => count;
+  warn.flush = (flushMsg, fields = {}) => {
+    if (episode > 0) logger.info({ ...fields, count: episode }, flushMsg);
+    count = 0;
+    episode = 0;
+  };
+  return warn;
+}

@@ -15,12 +15,3 @@ export function createRegistry(service: string, withDefaults = true): Registry {
   if (withDefaults) collectDefaultMetrics({ register: registry });
   return registry;
 }
-
-/** Stops a prom-client timer whatever happens inside `fn`. */
-export async function timed<T>(observe: () => void, fn: () => Promise<T>): Promise<T> {
-  try {
-    return await fn();
-  } finally {
-    observe();
-  }
-}

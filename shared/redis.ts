@@ -1,4 +1,5 @@
 import { Redis, type RedisOptions } from 'ioredis';
+import { type Logger, type ThrottledWarn, throttledWarn } from './logger.js';
 
 export const DEFAULT_REDIS_URL = 'redis://127.0.0.1:6379';
 
@@ -7,9 +8,11 @@ export const DEFAULT_REDIS_URL = 'redis://127.0.0.1:6379';
  * - `producer`: API pushes. No offline queue and short timeouts, so a push fails fast with
  *   503 while Redis is down instead of hanging.
  * - `worker`: BullMQ workers (blocking commands; BullMQ requires maxRetriesPerRequest null).
- * Both reconnect on their own with a capped backoff.
+ * Both reconnect on their own with a capped backoff. With a `logger`, connection errors are
+ * logged (`redis connection error`, host:port, error code, `count`) at most every
+ * CONNECTION_ERROR_LOG_MS per Redis, and `redis reachable again` when it is back.
  */
-export function createRedis(url: string, role: 'producer' | 'worker', extra: RedisOptions = {}): Redis {
+export function createRedis(url: string, role: 'producer' | 'worker', extra: RedisOptions = {}, logger?: Logger): Redis {
   const base: RedisOptions = {
     lazyConnect: false,
     connectTimeout: 2000,
@@ -20,9 +23,48 @@ export function createRedis(url: string, role: 'producer' | 'worker', extra: Red
       ? { enableOfflineQueue: false, maxRetriesPerRequest: 1, commandTimeout: 2000, autoResendUnfulfilledCommands: false }
       : { enableOfflineQueue: true, maxRetriesPerRequest: null };
   const client = new Redis(url, { ...base, ...byRole, ...extra });
-  // Errors surface through the commands that fail; without a listener ioredis would print each retry.
-  client.on('error', () => undefined);
+  // Without a listener ioredis would print each retry to stderr. With a logger, connection
+  // errors are logged at most every few seconds per Redis (all connections to it together).
+  if (!logger) {
+    client.on('error', () => undefined);
+    return client;
+  }
+  const where = redisAddress(client);
+  const warn = connectionWarning(logger, where);
+  client.on('error', (err: NodeJS.ErrnoException) => warn({ redis: where, role, code: err.code ?? err.name }));
+  client.on('ready', () => warn.flush('redis reachable again', { redis: where }));
   return client;
+}
+
+/** One throttle per logger and Redis address, shared by every connection to it. */
+const warnings = new WeakMap<Logger, Map<string, ThrottledWarn>>();
+/** Connection errors to one Redis are logged at most this often (with a count). */
+export const CONNECTION_ERROR_LOG_MS = 5000;
+
+function connectionWarning(logger: Logger, where: string): ThrottledWarn {
+  let byAddress = warnings.get(logger);
+  if (!byAddress) warnings.set(logger, (byAddress = new Map()));
+  let warn = byAddress.get(where);
+  if (!warn) byAddress.set(where, (warn = throttledWarn(logger, 'redis connection error', CONNECTION_ERROR_LOG_MS)));
+  return warn;
+}
+
+/** `host:port` of a connection (a unix socket: its path); what /readyz and logs name, never a password. */
+export function redisAddress(client: Redis): string {
+  const o = client.options;
+  return o.path ? o.path : `${o.host ?? '127.0.0.1'}:${o.port ?? 6379}`;
+}
+
+/**
+ * Whether `err` says Redis could not be reached (as opposed to a command Redis refused):
+ * ioredis' connection and timeout errors, BullMQ's wrapping of them.
+ */
+export function isRedisUnavailable(err: unknown): boolean {
+  if (!(err instanceof Error)) return false;
+  if (err.name === 'MaxRetriesPerRequestError') return true;
+  const code = (err as NodeJS.ErrnoException).code;
+  if (code && ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EPIPE', 'EAI_AGAIN'].includes(code)) return true;
+  return /Stream isn't writeable|Connection is closed|Command timed out|connect ETIMEDOUT|Reached the max retries/i.test(err.message);
 }
 
 /** Resolves when `client` is ready, rejects after `ms`. */

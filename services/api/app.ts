@@ -7,12 +7,13 @@ import { ByteBudget } from '../../shared/byte-budget.js';
 import { HttpError, StoreError } from '../../shared/errors.js';
 import type { BatchLedger } from '../../shared/ledger/ledger.js';
 import { reapOnce } from '../../shared/ledger/reaper.js';
-import type { Logger } from '../../shared/logger.js';
+import { type Logger, throttledWarn } from '../../shared/logger.js';
+import { isRedisUnavailable, redisAddress } from '../../shared/redis.js';
 import { withTimeout } from '../../shared/timeout.js';
 import type { ObjectStore } from '../../shared/store/types.js';
 import { TokenRoles } from './auth.js';
 import { edgeFromEnv, type EdgeEnv } from './edge/from-env.js';
-import { QUEUE_STATES, createApiMetrics, type ApiMetrics } from './metrics.js';
+import { QUEUE_STATES, type UpkeepStep, createApiMetrics, type ApiMetrics } from './metrics.js';
 import { createEventsServerPlugin } from './plugin.js';
 import { createAdminRouter } from './admin.js';
 import { createSyncRouter } from './router.js';
@@ -123,25 +124,23 @@ export function createApiApp(deps: ApiDeps): ApiApp {
     res.json({ ok: true });
   });
 
+  // Names what is down (Redis by host:port, the store by its description) and nothing else:
+  // driver error texts can carry internals and change between versions.
+  const redisName = `redis ${redisAddress(redis)}`;
+  const storeName = `store ${store.describe()}`;
   app.get('/readyz', async (_req, res) => {
     const checks: Record<string, string> = {};
-    let ok = true;
-    try {
-      await withTimeout(redis.ping(), 1000);
-      checks.redis = 'ok';
-    } catch (err) {
-      ok = false;
-      checks.redis = `unreachable: ${(err as Error).message}`;
-    }
-    try {
-      await withTimeout(store.healthcheck(), 2000);
-      checks.store = 'ok';
-    } catch (err) {
-      ok = false;
-      checks.store = `unreachable: ${(err as Error).message}`;
-    }
+    const [redisOk, storeOk] = await Promise.all([
+      withTimeout(redis.ping(), 1000).then(() => true, () => false),
+      withTimeout(store.healthcheck(), 2000).then(() => true, () => false),
+    ]);
+    checks.redis = redisOk ? 'ok' : `${redisName} unreachable`;
+    checks.store = storeOk ? 'ok' : `${storeName} unreachable`;
+    // null = unknown (Redis did not answer); 0 would claim nothing is held back.
     let watermarkLagSeconds: number | null = null;
-    if (checks.redis === 'ok') watermarkLagSeconds = (await withTimeout(ledger.maxLagMs(), 1000).catch(() => 0)) / 1000;
+    if (redisOk) watermarkLagSeconds = await withTimeout(ledger.maxLagMs(), 1000).then((ms) => ms / 1000, () => null);
+    const ok = redisOk && storeOk;
+    if (!ok) res.set('Retry-After', '5');
     res.status(ok ? 200 : 503).json({ ok, checks, watermarkLagSeconds, shedding: shedder.shedReason() });
   });
 
@@ -173,6 +172,12 @@ export function createApiApp(deps: ApiDeps): ApiApp {
       res.status(status).json({ error: (err as Error).message || 'bad request' });
       return;
     }
+    // Any route that reached Redis while it is away (or whose error says so): an outage, not a bug.
+    if (isRedisUnavailable(err) || redis.status !== 'ready') {
+      logger.warn({ err: err instanceof Error ? err.name : 'unknown', redis: redisAddress(redis) }, 'request failed: Redis unavailable');
+      res.status(503).set('Retry-After', '5').json({ error: 'Redis unavailable; retry later' });
+      return;
+    }
     logger.error({ err: err instanceof Error ? err.message : String(err) }, 'unhandled error');
     res.status(500).json({ error: 'internal error' });
   });
@@ -194,6 +199,8 @@ export function createApiApp(deps: ApiDeps): ApiApp {
   let gaugesInFlight: Promise<void> | undefined;
   /** One Redis round per registry read however many gauges ask; a slow or absent Redis leaves the last values. */
   function refreshQueueGauges(): Promise<void> {
+    // Redis known to be away: answer the scrape at once with the last values (the upkeep loop counts the outage).
+    if (redis.status !== 'ready') return Promise.resolve();
     gaugesInFlight ??= withTimeout(readQueueGauges(), 2000)
       .catch(() => undefined)
       .finally(() => (gaugesInFlight = undefined));
@@ -201,12 +208,26 @@ export function createApiApp(deps: ApiDeps): ApiApp {
   }
 
   const graceMs = deps.env.ORPHAN_GRACE_SECONDS * 1000;
+  // Every failed pass is counted; the log says so at most every 30 s, with the count since.
+  const upkeepFailed = throttledWarn(logger, 'upkeep failed', 30_000);
+  async function upkeepStep(step: UpkeepStep, fn: () => Promise<void>): Promise<void> {
+    try {
+      await fn();
+    } catch (err) {
+      metrics.upkeepFailures.inc({ step });
+      // Driver and ledger messages name keys and ids at most, never event contents.
+      upkeepFailed({ step, err: err instanceof Error ? `${err.name}: ${err.message.slice(0, 200)}` : 'unknown', redis: redisAddress(redis), redisStatus: redis.status });
+      throw err;
+    }
+  }
   async function upkeep(): Promise<void> {
-    const reaped = await reapOnce(ledger, queue, graceMs);
-    if (reaped.orphans) metrics.orphansReaped.inc({ kind: 'orphan' }, reaped.orphans);
-    if (reaped.dead) metrics.orphansReaped.inc({ kind: 'dead' }, reaped.dead);
-    if (reaped.orphans || reaped.dead) logger.warn(reaped, 'released stuck in-flight batch ids');
-    await readQueueGauges();
+    await upkeepStep('reap', async () => {
+      const reaped = await withTimeout(reapOnce(ledger, queue, graceMs), 10_000, 'reaper');
+      if (reaped.orphans) metrics.orphansReaped.inc({ kind: 'orphan' }, reaped.orphans);
+      if (reaped.dead) metrics.orphansReaped.inc({ kind: 'dead' }, reaped.dead);
+      if (reaped.orphans || reaped.dead) logger.warn(reaped, 'released stuck in-flight batch ids');
+    });
+    await upkeepStep('gauges', () => withTimeout(readQueueGauges(), 5000, 'queue gauges'));
   }
 
   let timer: NodeJS.Timeout | undefined;
@@ -222,6 +243,7 @@ export function createApiApp(deps: ApiDeps): ApiApp {
       timer = setInterval(() => {
         if (busy) return;
         busy = true;
+        // A failed pass was logged and counted in upkeepStep; the next pass runs in 5 s.
         upkeep()
           .catch(() => undefined)
           .finally(() => (busy = false));

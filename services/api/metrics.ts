@@ -12,6 +12,10 @@ export type ShedReason = (typeof SHED_REASONS)[number];
 /** Outcomes of a push request; every one is exported from the start so rates never lack a series. */
 export const PUSH_OUTCOMES = ['accepted', 'empty', 'deduplicated', 'rejected', 'shed', 'unavailable'] as const;
 
+/** Steps of the API's upkeep pass (every 5 s); a failed pass counts once, under the step that failed. */
+export const UPKEEP_STEPS = ['reap', 'gauges'] as const;
+export type UpkeepStep = (typeof UPKEEP_STEPS)[number];
+
 /** Queue states exported by `ingest_queue_jobs` (the dashboard and alerts name these). */
 export const QUEUE_STATES = ['waiting', 'active', 'delayed', 'failed', 'prioritized', 'completed'] as const;
 
@@ -46,6 +50,7 @@ export function createApiMetrics(registry: Registry, opts: ApiMetricsOptions = {
     queueOldestWaiting: new Gauge({ name: `${P}queue_oldest_waiting_age_seconds`, help: 'Age of the oldest waiting job (0 when none)', registers, collect }),
     queueWorkers: new Gauge({ name: `${P}queue_workers`, help: 'BullMQ workers (encoder connections) attached to the queue, as Redis sees them', registers, collect }),
     watermarkLag: new Gauge({ name: `${P}watermark_lag_seconds`, help: 'Age of the oldest in-flight batch over all list prefixes: newer batches are hidden from list until it is written', registers, collect }),
+    upkeepFailures: new Counter({ name: `${P}upkeep_failures_total`, help: 'Failed passes of the API upkeep loop (orphan reaping, queue gauges), by step; the log says why', labelNames: ['step'], registers }),
     orphansReaped: new Counter({ name: `${P}orphans_reaped_total`, help: 'In-flight ids released by the reaper (minted but never enqueued, or dead-lettered)', labelNames: ['kind'], registers }),
     redisUsedMemoryRatio: new Gauge({ name: `${P}redis_memory_used_ratio`, help: 'Redis used_memory / maxmemory as last sampled by the load shedder (0 when maxmemory is unset)', registers }),
   };
@@ -54,6 +59,7 @@ export function createApiMetrics(registry: Registry, opts: ApiMetricsOptions = {
   for (const r of SHED_REASONS) m.shed.inc({ reason: r }, 0);
   for (const s of QUEUE_STATES) m.queueJobs.set({ state: s }, 0);
   for (const k of ['orphan', 'dead']) m.orphansReaped.inc({ kind: k }, 0);
+  for (const step of UPKEEP_STEPS) m.upkeepFailures.inc({ step }, 0);
   return m;
 }
 export type ApiMetrics = ReturnType<typeof createApiMetrics>;

@@ -2,7 +2,7 @@ import { type Job, UnrecoverableError, Worker } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Registry } from 'prom-client';
 import type { BatchLedger } from '../../shared/ledger/ledger.js';
-import type { Logger } from '../../shared/logger.js';
+import { type Logger, throttledWarn } from '../../shared/logger.js';
 import type { BatchJob } from '../../shared/queue.js';
 import type { ObjectStore } from '../../shared/store/types.js';
 import { ByteBudget } from '../../shared/byte-budget.js';
@@ -137,7 +137,9 @@ export function createEncoder(o: EncoderOptions): Encoder {
       o.logger.warn({ batchId: job.id, key: data.key, attempt: job.attemptsMade, reason: err.message }, 'batch will be retried');
     }
   });
-  worker.on('error', (err) => o.logger.warn({ err: err.message }, 'worker error'));
+  // Redis down: BullMQ reports every reconnect attempt of each of its connections; log a few.
+  const workerError = throttledWarn(o.logger, 'worker error');
+  worker.on('error', (err) => workerError({ err: err.message }));
   metrics.workers.set(1);
 
   let closing: Promise<void> | undefined;
@@ -151,7 +153,8 @@ export function createEncoder(o: EncoderOptions): Encoder {
         const r = await Promise.race([worker.close().then(() => 'closed' as const), force]);
         if (r === 'timeout') {
           o.logger.warn('active jobs did not finish in time; closing anyway (they will be retried as stalled)');
-          await worker.close(true).catch(() => undefined);
+          // Bounded too: with Redis unreachable a forced close still waits for its connections.
+          await Promise.race([worker.close(true).catch(() => undefined), new Promise((r) => setTimeout(r, Math.min(1000, graceMs)).unref())]);
         }
       })();
       return closing;

@@ -18,9 +18,9 @@ import { listPrefix, parseStoragePath } from '../paths.js';
 import type { ObjectStore } from '../store/types.js';
 import { msKey } from './layout.js';
 import { type Manifest, readManifest } from './manifest.js';
-import { discoverPrefixes } from './prefixes.js';
+import { discoverPrefixes, prefixOfKey } from './prefixes.js';
 
-/** Columns of the view, in order: the batch-file columns, then the batch id each row came from. */
+/** Columns of the view, in order: the batch-file columns, then the batch id each row came from (then one column per list-prefix param, e.g. `app`). */
 export const VIEW_COLUMNS = [...EVENT_COLUMNS, 'received_at', 'extra', 'batch_id'] as const;
 
 export interface RollupView {
@@ -70,10 +70,21 @@ export async function rollupViewSql(opts: DuckdbReadParquetOptions): Promise<Rol
     if (!anyBatch) anyBatch = (await store.listKeys(prefix, { startAfter: after, limit: 1 })).length > 0;
   }
 
+  // One VARCHAR column per list-prefix param (`app`), as the batch-file view has: from the
+  // manifest's prefix for rollup files, from the file name for batch files.
+  const prefixSegments = template.segments.slice(0, -1);
+  const paramNames = prefixSegments.flatMap((seg) => (seg.kind === 'param' && !(VIEW_COLUMNS as readonly string[]).includes(seg.name) ? [seg.name] : []));
+  const pattern = `/${prefixSegments.map((seg) => (seg.kind === 'literal' ? seg.value.replaceAll('.', '\\.') : '([^/]+)')).join('/')}/[^/]+\\.parquet$`;
+  const groupOf = (name: string): number => prefixSegments.filter((seg) => seg.kind === 'param').findIndex((seg) => seg.kind === 'param' && seg.name === name) + 1;
+  const pathColumns = paramNames.map((n) => `regexp_extract(filename, ${sqlStringLiteral(pattern)}, ${groupOf(n)}) AS "${n}"`);
+  const extra = (list: string[]): string => (list.length ? `, ${list.join(', ')}` : '');
+
   const parts: string[] = [];
-  const rollupUrls = manifests.flatMap((m) => m.periods.flatMap((p) => p.files.map((f) => rootUrl + f.key)));
-  if (rollupUrls.length > 0) {
-    parts.push(`SELECT ${COLUMN_LIST} FROM read_parquet([${rollupUrls.map(sqlStringLiteral).join(', ')}])`);
+  for (const m of manifests) {
+    const urls = m.periods.flatMap((p) => p.files.map((f) => rootUrl + f.key));
+    if (urls.length === 0) continue;
+    const values = prefixOfKey(template, `${m.prefix}x`)?.params ?? {};
+    parts.push(`SELECT ${COLUMN_LIST}${extra(paramNames.map((n) => `${sqlStringLiteral(values[n] ?? '')} AS "${n}"`))} FROM read_parquet([${urls.map(sqlStringLiteral).join(', ')}])`);
   }
   if (anyBatch) {
     const excluded = manifests
@@ -81,9 +92,10 @@ export async function rollupViewSql(opts: DuckdbReadParquetOptions): Promise<Rol
       .map((m) => `NOT (filename >= ${sqlStringLiteral(rootUrl + m.prefix)} AND filename < ${sqlStringLiteral(rootUrl + m.prefix + msKey(m.watermarkMs))})`);
     const where = excluded.length > 0 ? ` WHERE ${excluded.join(' AND ')}` : '';
     parts.push(
-      `SELECT ${BATCH_COLUMNS}, regexp_extract(filename, '([^/]+)\\.parquet$', 1) AS "batch_id" FROM read_parquet(${sqlStringLiteral(base.glob)}, filename = true)${where}`,
+      `SELECT ${BATCH_COLUMNS}, regexp_extract(filename, '([^/]+)\\.parquet$', 1) AS "batch_id"${extra(pathColumns)} FROM read_parquet(${sqlStringLiteral(base.glob)}, filename = true)${where}`,
     );
   }
-  const select = parts.length === 0 ? EMPTY_SELECT : parts.length === 1 ? (parts[0] as string) : parts.map((p) => `(${p})`).join(' UNION ALL BY NAME ');
+  const empty = `SELECT *${extra(paramNames.map((n) => `''::VARCHAR AS "${n}"`))} FROM (${EMPTY_SELECT})`;
+  const select = parts.length === 0 ? empty : parts.length === 1 ? (parts[0] as string) : parts.map((p) => `(${p})`).join(' UNION ALL ');
   return { setup: base.setup, select, manifests };
 }

@@ -1,9 +1,21 @@
 import { createHash } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { createApiApp } from '../../services/api/app.js';
+import { loadSyncConfig, loadTokens, parseEnv } from '../../shared/config.js';
 import { BATCH_ID_RE, batchIdMs } from '../../shared/ids.js';
+import { BatchLedger } from '../../shared/ledger/ledger.js';
+import { createLogger } from '../../shared/logger.js';
+import { createRegistry } from '../../shared/metrics.js';
+import { createRedis } from '../../shared/redis.js';
+import { FilesystemObjectStore } from '../../shared/store/filesystem.js';
+import { uniqueName } from '../helpers/names.js';
+import { freePort } from '../helpers/redis-server.js';
 import { batchBody } from '../helpers/events.js';
 import { waitFor } from '../helpers/proc.js';
 import { ADMIN_TOKEN, type TestStack, startTestStack } from '../helpers/stack.js';
@@ -145,5 +157,42 @@ describe('API + encoder in one process (real Redis, filesystem store)', () => {
     const m = await request(app()).get('/metrics');
     expect(m.text).toMatch(/ingest_pushes_total\{outcome="accepted",service="ingest"\} [1-9]/);
     expect(m.text).toMatch(/ingest_encoder_batches_total\{outcome="written",service="ingest"\} [1-9]/);
+  });
+});
+
+describe('API whose Redis is unreachable (nothing listens on its port)', () => {
+  const dataDir = mkdtempSync(join(tmpdir(), 'ingest-noredis-'));
+  afterAll(() => rmSync(dataDir, { recursive: true, force: true }));
+
+  it('upkeep failures are counted every time and logged once per 30 s with a count; /readyz names the Redis and reports the lag as unknown', async () => {
+    const port = await freePort();
+    const lines: Record<string, unknown>[] = [];
+    const logger = createLogger({ level: 'info', name: 'test', destination: { write: (l: string) => void lines.push(JSON.parse(l) as Record<string, unknown>) } });
+    const env = parseEnv({ ADMIN_TOKEN, DATA_DIR: dataDir, QUEUE_NAME: uniqueName('noredis') });
+    const redis = createRedis(`redis://127.0.0.1:${port}`, 'producer', {}, logger);
+    const queue = new Queue(env.QUEUE_NAME, { connection: redis });
+    queue.on('error', () => undefined);
+    const registry = createRegistry('api', false);
+    const api = createApiApp({ env, config: loadSyncConfig(env), store: new FilesystemObjectStore({ root: dataDir }), redis, queue, ledger: new BatchLedger(redis, env.QUEUE_NAME), tokens: loadTokens(env), registry, logger });
+    try {
+      for (let i = 0; i < 3; i++) await expect(api.upkeep()).rejects.toThrow();
+      const counted = await registry.getSingleMetricAsString('ingest_upkeep_failures_total');
+      expect(counted).toMatch(/ingest_upkeep_failures_total\{step="reap",service="api"\} 3/);
+      expect(counted).toMatch(/ingest_upkeep_failures_total\{step="gauges",service="api"\} 0/);
+      const logged = lines.filter((l) => l.msg === 'upkeep failed');
+      expect(logged).toHaveLength(1);
+      expect(logged[0]).toMatchObject({ step: 'reap', count: 1, redis: `127.0.0.1:${port}` });
+
+      const ready = await request(api.app).get('/readyz');
+      expect(ready.status).toBe(503);
+      expect(ready.headers['retry-after']).toMatch(/^\d+$/);
+      expect(ready.body).toMatchObject({ ok: false, checks: { redis: `redis 127.0.0.1:${port} unreachable`, store: 'ok' }, watermarkLagSeconds: null });
+      const listed = await request(api.app).get('/list/events/app1').set(auth);
+      expect(listed.status).toBe(503);
+      expect(listed.headers['retry-after']).toMatch(/^\d+$/);
+    } finally {
+      api.stop();
+      redis.disconnect();
+    }
   });
 });

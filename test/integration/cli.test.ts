@@ -333,4 +333,49 @@ describe('events-ingest CLI against the running product', () => {
     expect(memory.code).toBe(1);
     expect(memory.stderr).toMatch(/keeps no files DuckDB can open/);
   });
+
+  it('the README\'s queries run as shown (no --dir/--store); the events view has an app column over every app, one app and a synced folder', { timeout: 180_000 }, async () => {
+    const [a, b] = ['readme-a', 'readme-b'];
+    for (let i = 0; i < 2; i++) await pushBatch(url, a, 25);
+    await pushBatch(url, b, 7);
+    await waitFor(async () => (await listAll(url, a)).length === 2 && (await listAll(url, b)).length === 1, 30_000, 'batches listed');
+    const jsonRows = (s: string): unknown[] => s.trim().split('\n').filter(Boolean).map((l) => JSON.parse(l) as unknown);
+
+    // The commands exactly as the README prints them, with its folder and app replaced by this test's.
+    const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+    const commands = [...readme.matchAll(/^npx events-ingest query "([^"]+)"$/gm)].map((m) => m[1] as string);
+    expect(commands.length).toBe(2);
+    for (const shown of commands) {
+      expect(shown).toContain("read_parquet('$PWD/data/events/myapp/**/*.parquet')");
+      const sql = shown.replaceAll('$PWD/data', dataDir).replaceAll('myapp', a);
+      const r = await cli(['query', sql, '--json']).done;
+      expect(r.code, r.stderr).toBe(0);
+      const rows = jsonRows(r.stdout);
+      expect(rows).toEqual(await duckQuery(sql));
+      expect(rows.reduce((n: number, row) => n + Number((row as { n: unknown }).n), 0)).toBe(50);
+    }
+    // The view still needs --dir or --store, and says so.
+    const noView = await cli(['query', 'SELECT COUNT(*) FROM events']).done;
+    expect(noView.code).toBe(1);
+    expect(noView.stderr).toMatch(/needs --dir <dir> or --store/);
+
+    const storeEnv = { STORE: 'fs', DATA_DIR: dataDir };
+    const perApp = `SELECT app, COUNT(*)::INTEGER AS n FROM events WHERE app IN ('${a}', '${b}') GROUP BY app ORDER BY app`;
+    const every = await cli(['query', perApp, '--store', '--json'], storeEnv).done;
+    expect(every.code, every.stderr).toBe(0);
+    expect(jsonRows(every.stdout)).toEqual([
+      { app: a, n: 50 },
+      { app: b, n: 7 },
+    ]);
+    // Every row of every app has its app, and it matches the folder the file is in.
+    const checked = await cli(['query', "SELECT COUNT(*)::INTEGER AS bad FROM events WHERE app IS NULL OR app = ''", '--store', '--json'], storeEnv).done;
+    expect(jsonRows(checked.stdout)).toEqual([{ bad: 0 }]);
+    const one = await cli(['query', 'SELECT DISTINCT app FROM events', '--store', '--app', b, '--json'], storeEnv).done;
+    expect(jsonRows(one.stdout)).toEqual([{ app: b }]);
+    const out = tmp('readme');
+    const synced = await cli(['sync', '--url', url, '--app', a, '--out', out]).done;
+    expect(synced.code, synced.stderr).toBe(0);
+    const folder = await cli(['query', 'SELECT app, COUNT(*)::INTEGER AS n FROM events GROUP BY app', '--dir', out, '--json']).done;
+    expect(jsonRows(folder.stdout)).toEqual([{ app: a, n: 50 }]);
+  });
 });
