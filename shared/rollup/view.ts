@@ -74,9 +74,9 @@ export async function rollupViewSql(opts: DuckdbReadParquetOptions): Promise<Rol
   // manifest's prefix for rollup files, from the file name for batch files.
   const prefixSegments = template.segments.slice(0, -1);
   const paramNames = prefixSegments.flatMap((seg) => (seg.kind === 'param' && !(VIEW_COLUMNS as readonly string[]).includes(seg.name) ? [seg.name] : []));
-  const pattern = `/${prefixSegments.map((seg) => (seg.kind === 'literal' ? seg.value.replaceAll('.', '\\.') : '([^/]+)')).join('/')}/[^/]+\\.parquet$`;
+  const pathPattern = `/${prefixSegments.map((seg) => (seg.kind === 'literal' ? seg.value.replaceAll('.', '\\.') : '([^/]+)')).join('/')}/[^/]+\\.parquet$`;
   const groupOf = (name: string): number => prefixSegments.filter((seg) => seg.kind === 'param').findIndex((seg) => seg.kind === 'param' && seg.name === name) + 1;
-  const pathColumns = paramNames.map((n) => `regexp_extract(filename, ${sqlStringLiteral(pattern)}, ${groupOf(n)}) AS "${n}"`);
+  const pathColumns = paramNames.map((n) => `regexp_extract(filename, ${sqlStringLiteral(pathPattern)}, ${groupOf(n)}) AS "${n}"`);
   const extra = (list: string[]): string => (list.length ? `, ${list.join(', ')}` : '');
 
   const parts: string[] = [];
