@@ -1,5 +1,6 @@
 import http from 'node:http';
-import { Queue } from 'bullmq';
+import type { Queue } from 'bullmq';
+import { createProducerQueue } from '../shared/queue.js';
 import type { Redis } from 'ioredis';
 import type { Registry } from 'prom-client';
 import { type Env, loadSyncConfig, loadTokens } from '../shared/config.js';
@@ -94,7 +95,7 @@ export async function startStack(env: Env, parts: StackParts, logger = createLog
     connections.push(producer);
     // Pushes fail fast while Redis is away; give it a moment at start so the first ones do not.
     await waitReady(producer, 5000).catch(() => logger.warn({ redis: redisUrl }, 'Redis not reachable yet: pushes answer 503 until it is'));
-    const queue = new Queue(env.QUEUE_NAME, { connection: producer });
+    const queue = createProducerQueue(env.QUEUE_NAME, producer);
     queue.on('error', () => undefined);
     queues.push(queue);
     const ledger = new BatchLedger(producer, env.QUEUE_NAME);
