@@ -26,7 +26,24 @@ COPY package.json package-lock.json ./
 COPY scripts/build.mjs scripts/build.mjs
 RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
 
-# Stage 3: runtime. Production node_modules, the compiled dist/ and the CLI launcher.
+# Rollup image (`docker build --target rollup`): the runtime below plus DuckDB, which writes the
+# rollups; the api and encoder image stays without it.
+FROM deps AS rollup-deps
+RUN npm install --no-save --omit=dev --no-audit --no-fund "@duckdb/node-api@$(node -p "require('./package-lock.json').packages['node_modules/@duckdb/node-api'].version")" \
+    && npm cache clean --force
+
+FROM node:${NODE_VERSION}-bookworm-slim AS rollup
+ENV NODE_ENV=production HOST=0.0.0.0 METRICS_PORT=9465 DATA_DIR=/app/data
+WORKDIR /app
+COPY --from=rollup-deps --chown=node:node /app/node_modules ./node_modules
+COPY --from=build --chown=node:node /app/dist ./dist
+COPY --chown=node:node package.json ./
+RUN mkdir -p /app/data && chown node:node /app/data
+USER node
+EXPOSE 9465
+CMD ["node", "dist/services/rollup/main.js"]
+
+# Stage 3: runtime (the default target). Production node_modules, the compiled dist/ and the CLI launcher.
 FROM node:${NODE_VERSION}-bookworm-slim AS runtime
 ENV NODE_ENV=production \
     HOST=0.0.0.0 \

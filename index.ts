@@ -29,3 +29,5 @@ export type { DuckdbReadParquetOptions, DuckdbReadParquet, DuckdbS3Credentials }
 // The queue's job contract: what the API enqueues and an encoder (yours or ours) consumes.
 export { JOB_NAME, BatchJobSchema, BATCH_JOB_OPTIONS, packBody, unpackBody } from './shared/queue.js';
 export type { BatchJob } from './shared/queue.js';
+export { rollupViewSql as duckdbEventsViewSql, VIEW_COLUMNS } from './shared/rollup/view.js';
+export type { RollupView } from './shared/rollup/view.js';

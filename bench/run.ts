@@ -20,6 +20,7 @@ const SCENARIOS: ScenarioEntry[] = [
   { name: 'e2e', module: './scenarios/e2e.js' },
   { name: 'redis-memory', module: './scenarios/redis-memory.js' },
   { name: 'scaling', module: './scenarios/scaling.js' },
+  { name: 'rollup', module: './scenarios/rollup.js' },
   // Written by another engineer; skipped when the file is not there.
   { name: 'list', module: './scenarios/list.js', optional: true },
   { name: 'rate-limit', module: './scenarios/rate-limit.js', optional: true },

@@ -8,6 +8,7 @@ import path from 'node:path';
 import { type Env, loadSyncConfig } from '../shared/config.js';
 import { ANY_PARAM, duckdbReadParquetSql, duckdbSelectWithPathColumns, sqlStringLiteral } from '../shared/duckdb.js';
 import { parseStoragePath } from '../shared/paths.js';
+import { rollupViewSql } from '../shared/rollup/view.js';
 import { storeFromEnv } from '../shared/store/from-env.js';
 import { CliError, EXIT, messageOf } from './errors.js';
 import { formatCsv, formatJsonLines, formatTable } from './format.js';
@@ -62,9 +63,31 @@ export async function eventsViewSql(source: QuerySource): Promise<string[]> {
   return [...sql.setup, `CREATE VIEW events AS ${duckdbSelectWithPathColumns(sql, collection.storagePath, FILE_COLUMNS)}`];
 }
 
+/**
+ * The `events` view statements, exact over rollups: with `--store`, rollup files of rolled periods
+ * plus batch files after each prefix's rolled watermark (shared/rollup/view.ts).
+ */
+export async function eventsViewStatements(source: QuerySource): Promise<string[]> {
+  const raw = await eventsViewSql(source);
+  if (source.kind !== 'store') return raw;
+  const config = loadSyncConfig(source.env);
+  const collection = source.collection === undefined ? config.collections[0] : config.collections.find((c) => c.name === source.collection);
+  if (!collection) return raw;
+  const template = parseStoragePath(collection.storagePath);
+  const params = Object.fromEntries(template.prefixParams.map((p) => [p, p === 'app' && source.app !== undefined ? source.app : ANY_PARAM]));
+  try {
+    const view = await rollupViewSql({ store: storeFromEnv(source.env), collection, params });
+    // Nothing rolled yet: the view is the batch files, exactly what `raw` reads.
+    if (view.manifests.length === 0) return raw;
+    return [...view.setup, `CREATE VIEW events AS ${view.select}`];
+  } catch (err) {
+    throw new CliError(messageOf(err));
+  }
+}
+
 /** Runs `sql` with the `events` view defined; DuckDB errors become CliErrors (exit 1) with DuckDB's message. */
 export async function runQuery(sql: string, source: QuerySource): Promise<QueryResult> {
-  const setup = await eventsViewSql(source);
+  const setup = await eventsViewStatements(source);
   let duck: typeof import('@duckdb/node-api');
   try {
     duck = await import('@duckdb/node-api');

@@ -78,11 +78,11 @@ try {
   const env = { ...parsed, REDIS_URL: redis.url };
   if (env.STORE === 'memory') {
     // A memory store lives in one thread: keep the encoder beside the API.
-    const stack = await startStack(env, { api: true, encoder: true }, logger);
+    const stack = await startStack(env, { api: true, encoder: true, rollup: true }, logger);
     handleShutdown(logger, [() => stack.close(), () => redis.stop()]);
   } else {
     let thread: Awaited<ReturnType<typeof startEncoderThread>> | undefined;
-    const stack = await startStack(env, { api: true, encoder: false, serviceLabel: 'ingest', extraMetrics: async () => (thread ? thread.metrics() : '') }, logger);
+    const stack = await startStack(env, { api: true, encoder: false, rollup: true, serviceLabel: 'ingest', extraMetrics: async () => (thread ? thread.metrics() : '') }, logger);
     try {
       thread = await startEncoderThread(env);
     } catch (err) {

@@ -14,6 +14,7 @@ import { storeFromEnv } from '../shared/store/from-env.js';
 import type { ObjectStore } from '../shared/store/types.js';
 import { type ApiApp, createApiApp } from './api/app.js';
 import { type Encoder, createEncoder } from './encoder/worker.js';
+import { type RollupService, startRollupService } from './rollup/service.js';
 
 export interface StackParts {
   api: boolean;
@@ -26,6 +27,8 @@ export interface StackParts {
   serviceLabel?: string;
   /** More metrics text appended to the API's /metrics (the encoder thread's, in `npm start`). */
   extraMetrics?: () => Promise<string>;
+  /** Run the rollup planner and worker too (unless ROLLUP=off); `npm start` does. */
+  rollup?: boolean;
 }
 
 export interface RunningStack {
@@ -35,6 +38,7 @@ export interface RunningStack {
   registry: Registry;
   api?: { server: RunningServer; app: ApiApp };
   encoder?: Encoder;
+  rollup?: RollupService;
   metricsServer?: RunningServer;
   /** Graceful stop: stop accepting, finish in-flight requests and jobs, close connections. Idempotent. */
   close(): Promise<void>;
@@ -108,6 +112,8 @@ export async function startStack(env: Env, parts: StackParts, logger = createLog
     }
   }
 
+  if (parts.rollup) stack.rollup = (await startRollupService({ env, config, store, redisUrl, registry, logger })) ?? undefined;
+
   // A 200 means "in Redis"; say so loudly when this Redis would lose it on restart.
   void (async () => {
     try {
@@ -129,6 +135,7 @@ export async function startStack(env: Env, parts: StackParts, logger = createLog
         async () => stack.api?.app.stop(),
         async () => stack.api?.server.close(redisUp ? 10_000 : 1000),
         async () => stack.encoder?.close(redisUp ? 15_000 : 250),
+        async () => stack.rollup?.close(redisUp ? 15_000 : 250),
         async () => stack.metricsServer?.close(1000),
         ...queues.map((q) => () => withTimeout(q.close(), redisUp ? 5000 : 250, 'queue close')),
         ...connections.map((c) => async () => {

@@ -271,6 +271,18 @@ export const EnvSchema = z
     /** Claim holding the roles (array or space-separated string); dots walk into objects, e.g. realm_access.roles. */
     JWT_ROLES_CLAIM: z.string().min(1).default('roles'),
     METRICS_PORT: port.default(9464),
+    // Rollups (shared/rollup, services/rollup): closed periods of each list prefix compacted into a few sorted files.
+    ROLLUP: z.enum(['on', 'off']).default('on'),
+    /** Period length; must divide a day so periods line up with date=/hour= partitions. */
+    ROLLUP_PERIOD_SECONDS: positiveInt
+      .max(86_400)
+      .refine((v) => 86_400 % v === 0, 'must divide 86400 (a day) so periods line up with days')
+      .default(3600),
+    ROLLUP_DELAY_SECONDS: z.coerce.number().int().min(0).max(86_400).default(300),
+    /** Batch files older than this whose rollup is durable are deleted (0: keep forever). */
+    RAW_RETENTION_SECONDS: z.coerce.number().int().min(0).default(604_800),
+    /** Rolled periods older than this many days are deleted with their manifest entries (unset: keep). */
+    RETENTION_DAYS: positiveInt.optional(),
     LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   })
   .superRefine((e, ctx) => {

@@ -6,6 +6,7 @@ import { withTimeout } from '../../shared/timeout.js';
 import { batchIdMs, isBatchId } from '../../shared/ids.js';
 import type { BatchLedger } from '../../shared/ledger/ledger.js';
 import { BATCH_JOB_OPTIONS, type BatchJob, BatchJobSchema, JOB_NAME } from '../../shared/queue.js';
+import { noteReplayedBatch } from '../../shared/rollup/redis-keys.js';
 import { type RoleResolver, TokenRoles, requireRoles } from './auth.js';
 
 /** One dead-lettered batch, as the failed listing shows it (never its events). */
@@ -75,6 +76,9 @@ export async function replayOne(queue: Queue, ledger: BatchLedger, batchId: stri
     // Back in flight before the retry so the list route waits for it again; the ledger's replay
     // mark keeps the reaper (which may have read the job as failed a moment ago) from undoing it.
     await ledger.markReplaying(data.prefix, batchId);
+    // If its period is already rolled, the rollup planner re-rolls it once the batch is written.
+    // The queue's own connection (an ioredis client: the queue is built on one) reaches the same Redis.
+    await noteReplayedBatch((await queue.backend.client) as unknown as Redis, ledger.namespace, data.prefix, batchId);
     await job.retry('failed', { resetAttemptsMade: true, resetAttemptsStarted: true });
     return { batchId, outcome: 'replayed' };
   }

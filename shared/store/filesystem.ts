@@ -216,6 +216,29 @@ export class FilesystemObjectStore implements ObjectStore {
     return out;
   }
 
+  /** Unlinks each key's file (a missing one is fine), then fsyncs each touched directory once. */
+  async deleteKeys(keys: readonly string[]): Promise<void> {
+    const files = keys.map((key) => ({ key, file: this.pathFor(key) }));
+    const dirs = new Set<string>();
+    for (const { key, file } of files) {
+      try {
+        await fs.unlink(file);
+        dirs.add(path.dirname(file));
+      } catch (err) {
+        const code = errnoCode(err);
+        if (code === 'ENOENT' || code === 'ENOTDIR') continue;
+        throw toStoreError('delete', key, err);
+      }
+    }
+    for (const dir of dirs) {
+      try {
+        await fsyncDir(dir);
+      } catch (err) {
+        throw toStoreError('delete', dir, err);
+      }
+    }
+  }
+
   /**
    * Resolves when the root (or, before the first write, its nearest existing
    * ancestor) is a directory this process may write to.

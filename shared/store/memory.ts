@@ -70,6 +70,12 @@ export class MemoryObjectStore implements ObjectStore {
     return keys.length > limit ? keys.slice(0, limit) : keys;
   }
 
+  /** Removes `keys`; missing ones are ignored. */
+  async deleteKeys(keys: readonly string[]): Promise<void> {
+    for (const key of keys) validateKey(key);
+    for (const key of keys) this.objects.delete(key);
+  }
+
   /** Always healthy: there is nothing to reach. */
   async healthcheck(): Promise<void> {}
 

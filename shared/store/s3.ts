@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { Readable } from 'node:stream';
 import {
+  DeleteObjectsCommand,
   GetObjectCommand,
   HeadBucketCommand,
   HeadObjectCommand,
@@ -263,6 +264,26 @@ export class S3ObjectStore implements ObjectStore {
       }
     } catch (err) {
       throw toStoreError('list', prefix, err);
+    }
+  }
+
+  /** DeleteObjects, up to 1,000 keys a call; any per-key error fails the whole call (retry is safe). */
+  async deleteKeys(keys: readonly string[]): Promise<void> {
+    for (const key of keys) validateKey(key);
+    for (let i = 0; i < keys.length; i += MAX_KEYS_PER_PAGE) {
+      const chunk = keys.slice(i, i + MAX_KEYS_PER_PAGE);
+      let res;
+      try {
+        res = await this.client.send(
+          new DeleteObjectsCommand({ Bucket: this.bucket, Delete: { Objects: chunk.map((k) => ({ Key: this.prefix + k })), Quiet: true } }),
+        );
+      } catch (err) {
+        throw toStoreError('delete', chunk[0] ?? '', err);
+      }
+      const failed = (res.Errors ?? []).filter((e) => e.Code !== 'NoSuchKey');
+      if (failed.length > 0) {
+        throw new StoreError(`S3 delete of ${failed.length} key(s) failed (first: ${JSON.stringify(failed[0]?.Key)}: ${failed[0]?.Code ?? 'error'})`, { retriable: true });
+      }
     }
   }
 

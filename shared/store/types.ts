@@ -60,4 +60,10 @@ export interface ObjectStore {
   healthcheck(): Promise<void>;
   /** A short human description for logs ("fs:/abs/root", "s3://bucket"). */
   describe(): string;
+  /**
+   * Deletes `keys` (batched where the backend allows: S3 DeleteObjects, 1,000 a call). A missing
+   * key is not an error; resolves once every deletion is durable. Optional: a store without it
+   * keeps everything (rollup retention is then off).
+   */
+  deleteKeys?(keys: readonly string[]): Promise<void>;
 }

@@ -9,6 +9,7 @@ import { batchBody, sampleEvent } from '../helpers/events.js';
 import { uniqueName } from '../helpers/names.js';
 import { type ServiceProcess, startService, waitFor, waitForHttp } from '../helpers/proc.js';
 import { freePort } from '../helpers/redis-server.js';
+import { spawnService } from '../../scripts/chaos-kit.js';
 
 /**
  * The product (API and encoder as separate processes, as deployed) scraped by a real
@@ -112,7 +113,7 @@ describe('observability: a real Prometheus scrapes the API and the encoder', () 
         collections: [{ name: 'events', storagePath: 'events/{app}/{batchId}', readRoles: ['admin'], writeRoles: ['public'], encryption: 'none', allowedMimeTypes: ['application/json'], maxBodyBytes: MAX_BODY, listable: true }],
       }),
     );
-    const [apiPort, metricsPort, promPort] = [await freePort(), await freePort(), await freePort()];
+    const [apiPort, metricsPort, promPort, rollupPort] = [await freePort(), await freePort(), await freePort(), await freePort()];
     apiUrl = `http://127.0.0.1:${apiPort}`;
     metricsUrl = `http://127.0.0.1:${metricsPort}`;
     promUrl = `http://127.0.0.1:${promPort}`;
@@ -132,6 +133,7 @@ describe('observability: a real Prometheus scrapes the API and the encoder', () 
         scrape_configs: [
           { job_name: 'api', static_configs: [{ targets: [`127.0.0.1:${apiPort}`] }] },
           { job_name: 'encoder', static_configs: [{ targets: [`127.0.0.1:${metricsPort}`] }] },
+          { job_name: 'rollup', static_configs: [{ targets: [`127.0.0.1:${rollupPort}`] }] },
         ],
       }),
     );
@@ -142,9 +144,15 @@ describe('observability: a real Prometheus scrapes the API and the encoder', () 
 
     await waitForHttp(`${apiUrl}/readyz`, 30_000, api);
     await waitForHttp(`${metricsUrl}/healthz`, 30_000, encoder);
+    // The rollup service's panels and alert need its metrics (scraped as job "rollup", as in
+    // prometheus/prometheus.yml); started once the others answer, so start-ups do not pile up.
+    const rollup = spawnService('services/rollup/main.ts', { ...common, LOG_LEVEL: 'info', METRICS_PORT: String(rollupPort) });
+    procs.push(rollup);
+    await waitForHttp(`http://127.0.0.1:${rollupPort}/healthz`, 60_000, rollup);
     await waitFor(async () => (await fetch(`${promUrl}/-/ready`)).ok, 30_000, `prometheus ready\n${promOut}`);
-    await waitFor(async () => (await scalar('sum(up{job=~"api|encoder"})')) === 2, 30_000, 'both targets up in prometheus');
-  });
+    await waitFor(async () => (await scalar('sum(up{job=~"api|encoder|rollup"})')) === 3, 30_000, 'every target up in prometheus');
+    // Four processes start here; on a loaded machine that takes longer than the default hook timeout.
+  }, 150_000);
 
   afterAll(async () => {
     for (const p of procs) await p.stop('SIGKILL');

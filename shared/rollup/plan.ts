@@ -1,0 +1,58 @@
+/**
+ * Rollup planning: which period of a prefix is due, from the prefix's list watermark.
+ *
+ * A period `[t, t+P)` is due when every batch id below `t+P` is final (no id of the period is
+ * still in flight or can still be minted) and the clock has passed `t+P+ROLLUP_DELAY_SECONDS`.
+ * "Final" is read from the ledger (read-only, through `BatchLedger.listBound`) and Redis TIME:
+ * - the bound is "below X": every id below X is final (X is the oldest in-flight id);
+ * - the bound is "up to L" (nothing in flight): every id minted later gets an instant of at least
+ *   Redis TIME at that moment, so every id whose instant is below the TIME read just before the
+ *   bound is final.
+ */
+import type { Redis } from 'ioredis';
+import { batchIdMs } from '../ids.js';
+import type { BatchLedger } from '../ledger/ledger.js';
+import type { ObjectStore } from '../store/types.js';
+import { batchIdOfKey, periodStart } from './layout.js';
+import type { Manifest } from './manifest.js';
+import { firstUnrolledKey } from './roll.js';
+
+/** Redis TIME in epoch ms. */
+export async function redisNowMs(redis: Redis): Promise<number> {
+  const [s, us] = await redis.time();
+  return Number(s) * 1000 + Math.floor(Number(us) / 1000);
+}
+
+/** Every batch id of `prefix` with an instant below the returned ms is final; also returns Redis' clock. */
+export async function finalHorizon(redis: Redis, ledger: BatchLedger, prefix: string): Promise<{ horizonMs: number; nowMs: number }> {
+  const nowMs = await redisNowMs(redis);
+  const bound = await ledger.listBound(prefix);
+  if (bound.kind === 'upTo') return { horizonMs: nowMs, nowMs };
+  return { horizonMs: batchIdMs(bound.id), nowMs };
+}
+
+export interface PlanResult {
+  /** Start of the next period to roll (the first unrolled one holding a batch file), if any. */
+  nextStartMs?: number;
+  /** True when that period is due now. */
+  due: boolean;
+  /** Seconds since the oldest unrolled period closed (0 when none is closed). */
+  lagSeconds: number;
+}
+
+/** Plans one prefix: the next period after the manifest's watermark, and whether it is due. */
+export async function planPrefix(
+  o: { store: ObjectStore; redis: Redis; ledger: BatchLedger; periodSeconds: number; delaySeconds: number },
+  prefix: string,
+  manifest: Manifest | null,
+): Promise<PlanResult> {
+  const periodMs = o.periodSeconds * 1000;
+  const first = await firstUnrolledKey(o.store, prefix, manifest?.watermarkMs ?? 0);
+  const id = first === undefined ? null : batchIdOfKey(prefix, first);
+  if (id === null) return { due: false, lagSeconds: 0 };
+  const startMs = periodStart(batchIdMs(id), periodMs);
+  const endMs = startMs + periodMs;
+  const { horizonMs, nowMs } = await finalHorizon(o.redis, o.ledger, prefix);
+  const due = horizonMs >= endMs && nowMs >= endMs + o.delaySeconds * 1000;
+  return { nextStartMs: startMs, due, lagSeconds: Math.max(0, (nowMs - endMs) / 1000) };
+}

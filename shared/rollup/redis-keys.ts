@@ -1,0 +1,78 @@
+/**
+ * The rollup service's own Redis keys (the ledger's keys are only read, through BatchLedger).
+ * Every family is bounded; sizes in docs/reliability.md:
+ * - `{ns}:rollup:lock:<prefix>` string, one per prefix being rolled now, expires after
+ *   LOCK_TTL_MS unless renewed by the live holder;
+ * - `{ns}:rollup:dirty` sorted set of batches replayed into rolled periods, capped at
+ *   MAX_DIRTY members, each removed once its re-roll job is queued.
+ */
+import type { Cluster, Redis } from 'ioredis';
+
+export const LOCK_TTL_MS = 10_000;
+export const MAX_DIRTY = 10_000;
+
+const lockKey = (ns: string, prefix: string): string => `{${ns}}:rollup:lock:${prefix}`;
+export const dirtyKey = (ns: string): string => `{${ns}}:rollup:dirty`;
+
+const RENEW = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end`;
+const RELEASE = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end`;
+
+/** A per-prefix lock held while a rollup job reads and rewrites the prefix's manifest. */
+export interface PrefixLock {
+  /** True while this holder still owns the lock (checked before every manifest write). */
+  held(): Promise<boolean>;
+  release(): Promise<void>;
+}
+
+/** Takes the prefix's lock, or returns null when another job holds it. Renewed every third of its TTL until released. */
+export async function acquirePrefixLock(redis: Redis, ns: string, prefix: string, token: string): Promise<PrefixLock | null> {
+  const key = lockKey(ns, prefix);
+  const ok = await redis.set(key, token, 'PX', LOCK_TTL_MS, 'NX');
+  if (ok !== 'OK') return null;
+  let lost = false;
+  const timer = setInterval(() => {
+    redis.eval(RENEW, 1, key, token, String(LOCK_TTL_MS)).then(
+      (r) => {
+        if (r !== 1) lost = true;
+      },
+      () => undefined,
+    );
+  }, Math.floor(LOCK_TTL_MS / 3));
+  timer.unref();
+  return {
+    async held() {
+      if (lost) return false;
+      return (await redis.get(key)) === token;
+    },
+    async release() {
+      clearInterval(timer);
+      await redis.eval(RELEASE, 1, key, token).catch(() => undefined);
+    },
+  };
+}
+
+/**
+ * Records that `batchId` of `prefix` was put back in the queue (a dead-letter replay), so the
+ * rollup planner re-rolls its period once the batch is written, if that period is already rolled.
+ */
+export async function noteReplayedBatch(redis: Redis | Cluster, ns: string, prefix: string, batchId: string): Promise<void> {
+  await redis
+    .multi()
+    .zadd(dirtyKey(ns), 'NX', String(Date.now()), `${prefix}\n${batchId}`)
+    .zremrangebyrank(dirtyKey(ns), 0, -(MAX_DIRTY + 1))
+    .exec();
+}
+
+/** The oldest replay notes, at most `count`. */
+export async function replayedBatches(redis: Redis, ns: string, count: number): Promise<{ member: string; prefix: string; batchId: string }[]> {
+  const members = await redis.zrange(dirtyKey(ns), '0', String(count - 1));
+  return members.flatMap((member) => {
+    const cut = member.lastIndexOf('\n');
+    return cut < 0 ? [] : [{ member, prefix: member.slice(0, cut), batchId: member.slice(cut + 1) }];
+  });
+}
+
+/** Forgets a replay note (its re-roll is queued, or it needs none). */
+export async function forgetReplayedBatch(redis: Redis, ns: string, member: string): Promise<void> {
+  await redis.zrem(dirtyKey(ns), member);
+}

@@ -1,0 +1,87 @@
+/**
+ * Rollup checks shared by the rollup tests: the exact view vs the batch files alone, and the
+ * manifest vs what the store holds. Everything is read with DuckDB and the store, as an analyst
+ * (or an auditor) would.
+ */
+import { expect } from 'vitest';
+import { duckdbReadParquetSql } from '../../shared/duckdb.js';
+import { parseStoragePath, listPrefix } from '../../shared/paths.js';
+import { ROLLUP_ROOT } from '../../shared/rollup/layout.js';
+import { type Manifest, manifestFiles, readManifest } from '../../shared/rollup/manifest.js';
+import { rollupViewSql } from '../../shared/rollup/view.js';
+import type { ObjectStore } from '../../shared/store/types.js';
+import { duckQuery } from './duckdb.js';
+
+export const STORAGE_PATH = 'events/{app}/{batchId}';
+
+/** Runs `sql` over the exact view (`events`) of `app` ('*' = every app). */
+export async function viewQuery(store: ObjectStore, app: string, sql: (from: string) => string, env?: Record<string, string | undefined>): Promise<Record<string, unknown>[]> {
+  const view = await rollupViewSql({ store, collection: STORAGE_PATH, params: { app }, env });
+  for (const s of view.setup) await duckQuery(s);
+  return duckQuery(sql(`(${view.select})`));
+}
+
+/** Runs `sql` over the batch files alone. */
+export async function batchQuery(store: ObjectStore, app: string, sql: (from: string) => string, env?: Record<string, string | undefined>): Promise<Record<string, unknown>[]> {
+  const raw = duckdbReadParquetSql({ store, collection: STORAGE_PATH, params: { app }, env });
+  for (const s of raw.setup) await duckQuery(s);
+  return duckQuery(sql(raw.from));
+}
+
+/** Number of rows the view shows. */
+export async function viewCount(store: ObjectStore, app: string, env?: Record<string, string | undefined>): Promise<number> {
+  const [row] = await viewQuery(store, app, (from) => `SELECT count(*)::BIGINT AS n FROM ${from}`, env);
+  return Number(row?.n ?? 0);
+}
+
+const GROUP_BY = (from: string): string =>
+  `SELECT event_type, event, count(*)::BIGINT AS n, count(DISTINCT message_id)::BIGINT AS m, min(received_at)::VARCHAR AS lo, max(received_at)::VARCHAR AS hi FROM ${from} GROUP BY 1, 2 ORDER BY 1, 2`;
+
+/**
+ * The view equals the batch files: same GROUP BY, and the same multiset of full rows (every
+ * column, compared as one hash per row so nothing can differ unseen).
+ */
+export async function expectViewEqualsBatches(store: ObjectStore, app: string, env?: Record<string, string | undefined>): Promise<number> {
+  expect(await viewQuery(store, app, GROUP_BY, env)).toEqual(await batchQuery(store, app, GROUP_BY, env));
+  const rowHashes = (from: string): string =>
+    `SELECT hash(event_type, event, distinct_id, anonymous_id, ts, message_id, properties, context, dt, epoch_ms(received_at), extra) AS h, count(*)::BIGINT AS n FROM ${from} GROUP BY 1 ORDER BY 1`;
+  const a = await viewQuery(store, app, rowHashes, env);
+  const b = await batchQuery(store, app, rowHashes, env);
+  expect(a.length).toBe(b.length);
+  expect(a).toEqual(b);
+  return viewCount(store, app, env);
+}
+
+/** Manifests of every app under the collection. */
+export async function manifestsOf(store: ObjectStore, apps: readonly string[]): Promise<Manifest[]> {
+  const out: Manifest[] = [];
+  const t = parseStoragePath(STORAGE_PATH);
+  for (const app of apps) {
+    const m = await readManifest(store, listPrefix(t, { app }));
+    if (m) out.push(m);
+  }
+  return out;
+}
+
+/**
+ * Manifest and store agree: the rollup files in the store are exactly the listed ones, and each
+ * file's row count, batch count and first/last batch id are what the manifest says; every period
+ * ends at or before the watermark and appears once.
+ */
+export async function expectManifestMatchesStore(store: ObjectStore, manifest: Manifest, rootUrl: string): Promise<void> {
+  const inStore = (await store.listKeys(`${ROLLUP_ROOT}${manifest.prefix}`)).filter((k) => k.endsWith('.parquet'));
+  expect(inStore.sort()).toEqual(manifestFiles(manifest).sort());
+  const starts = manifest.periods.map((p) => p.startMs);
+  expect(new Set(starts).size).toBe(starts.length);
+  for (const p of manifest.periods) {
+    expect(p.endMs).toBeLessThanOrEqual(manifest.watermarkMs);
+    for (const f of p.files) {
+      const [facts] = await duckQuery(
+        `SELECT count(*)::BIGINT AS rows, count(DISTINCT batch_id)::BIGINT AS batches, min(batch_id) AS first, max(batch_id) AS last, min(epoch_ms(received_at))::BIGINT AS lo, max(epoch_ms(received_at))::BIGINT AS hi FROM read_parquet('${rootUrl}${f.key}')`,
+      );
+      expect({ rows: Number(facts?.rows), batches: Number(facts?.batches), first: facts?.first, last: facts?.last }).toEqual({ rows: f.rows, batches: f.batches, first: f.firstId, last: f.lastId });
+      expect(Number(facts?.lo)).toBeGreaterThanOrEqual(p.startMs);
+      expect(Number(facts?.hi)).toBeLessThan(p.endMs);
+    }
+  }
+}

@@ -1,0 +1,183 @@
+/**
+ * Rollups in one process: the product's stack (API + encoder + rollup service) on the test Redis,
+ * a filesystem store, DuckDB reading the result. Periods of 2 s keep it short.
+ */
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { DuckDBInstance } from '@duckdb/node-api';
+import { join } from 'node:path';
+import { Queue } from 'bullmq';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { batchIdMs } from '../../shared/ids.js';
+import { BatchLedger } from '../../shared/ledger/ledger.js';
+import { periodStart } from '../../shared/rollup/layout.js';
+import { readManifest } from '../../shared/rollup/manifest.js';
+import { storeRootUrl } from '../../shared/rollup/roll.js';
+import { FilesystemObjectStore } from '../../shared/store/filesystem.js';
+import { replayOne } from '../../services/api/admin.js';
+import { duckQuery } from '../helpers/duckdb.js';
+import { batchBody, sampleEvent } from '../helpers/events.js';
+import { waitFor } from '../helpers/proc.js';
+import { expectManifestMatchesStore, expectViewEqualsBatches, viewCount, viewQuery } from '../helpers/rollup.js';
+import { ADMIN_TOKEN, type TestStack, startTestStack } from '../helpers/stack.js';
+
+async function push(url: string, app: string, n: number): Promise<string> {
+  const r = await fetch(`${url}/push/events/${app}/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(n, (i) => sampleEvent(i)) });
+  expect(r.status).toBe(200);
+  return ((await r.json()) as { batchId: string }).batchId;
+}
+
+describe('rollups (in process, 2 s periods)', () => {
+  let stack: TestStack;
+  let redis: Redis;
+  beforeAll(async () => {
+    stack = await startTestStack({ ROLLUP_PERIOD_SECONDS: '2', ROLLUP_DELAY_SECONDS: '0' }, { api: true, encoder: true, rollup: true });
+    redis = new Redis(inject('redisUrl'));
+  });
+  afterAll(async () => {
+    redis.disconnect();
+    await stack.shutdown();
+  });
+
+  it('rolls closed periods into sorted files; the view equals the batch files; manifest and store agree', async () => {
+    const apps = ['ra', 'rb'];
+    let pushed = 0;
+    const ids: string[] = [];
+    const until = Date.now() + 5000;
+    for (let i = 0; Date.now() < until; i++) {
+      const app = apps[i % 2] as string;
+      ids.push(await push(stack.url, app, 20 + (i % 7)));
+      pushed += 20 + (i % 7);
+      await new Promise((r) => setTimeout(r, 40));
+    }
+    const lastEnd = periodStart(batchIdMs(ids[ids.length - 1] as string), 2000) + 2000;
+    for (const app of apps) {
+      await waitFor(async () => ((await readManifest(stack.store, `events/${app}/`))?.watermarkMs ?? 0) >= lastEnd, 30_000, `rollup of ${app} through ${lastEnd}`);
+    }
+    let total = 0;
+    const { rootUrl } = storeRootUrl(stack.store);
+    for (const app of apps) {
+      total += await expectViewEqualsBatches(stack.store, app);
+      const m = (await readManifest(stack.store, `events/${app}/`))!;
+      expect(m.periods.length).toBeGreaterThanOrEqual(2);
+      await expectManifestMatchesStore(stack.store, m, rootUrl);
+      // Sorted by event, then received_at, inside each file.
+      for (const f of m.periods.flatMap((p) => p.files)) {
+        const [row] = await duckQuery(
+          `SELECT count(*)::BIGINT AS bad FROM (SELECT event, received_at, lag(event) OVER () AS pe, lag(received_at) OVER () AS pr FROM read_parquet('${rootUrl}${f.key}')) WHERE pe > event OR (pe = event AND pr > received_at)`,
+        );
+        expect(Number(row?.bad)).toBe(0);
+      }
+    }
+    expect(total).toBe(pushed);
+    expect(await viewCount(stack.store, '*')).toBe(pushed);
+
+    // The plain-DuckDB recipe of docs/analysts.md, run as written (root and app filled in).
+    const doc = readFileSync(join(import.meta.dirname, '../../docs/analysts.md'), 'utf8');
+    const recipe = /<!-- rollup-recipe:begin -->\s*```sql\n([\s\S]*?)```/.exec(doc)?.[1];
+    expect(recipe).toBeDefined();
+    const root = stack.store instanceof FilesystemObjectStore ? stack.store.root : '';
+    const statements = recipe!.replaceAll('<root>', root).replaceAll('myapp', 'ra').split(';').map((x) => x.trim()).filter(Boolean);
+    expect(statements.length).toBe(4);
+    const db = await DuckDBInstance.create(':memory:');
+    const conn = await db.connect();
+    try {
+      for (const st of statements) await conn.run(st);
+      const rows = (await conn.runAndReadAll('SELECT event, count(*)::BIGINT AS n, count(DISTINCT batch_id)::BIGINT AS b FROM events GROUP BY 1 ORDER BY 1')).getRowObjectsJson();
+      const viaView = await viewQuery(stack.store, 'ra', (from) => `SELECT event, count(*)::BIGINT AS n, count(DISTINCT batch_id)::BIGINT AS b FROM ${from} GROUP BY 1 ORDER BY 1`);
+      expect(rows).toEqual(viaView);
+      expect(rows.reduce((a, r) => a + Number(r.n), 0)).toBe(await viewCount(stack.store, 'ra'));
+    } finally {
+      conn.closeSync();
+      db.closeSync();
+    }
+  });
+
+  it('a dead-lettered batch replayed into a rolled period is in the view exactly once after the re-roll; the watermark never moves back', async () => {
+    const app = 'rr';
+    const queue = new Queue(stack.queueName, { connection: redis });
+    try {
+      const before = await push(stack.url, app, 10);
+      await waitFor(async () => (await readManifest(stack.store, `events/${app}/`))?.periods.length, 30_000, 'first period rolled');
+      // A plain file where the app's folder goes: the write fails for good, the batch is dead-lettered.
+      rmSync(join(stack.dataDir, 'events', app), { recursive: true, force: true });
+      writeFileSync(join(stack.dataDir, 'events', app), 'not a folder');
+      const dead = await push(stack.url, app, 7);
+      await waitFor(async () => (await queue.getJobState(dead)) === 'failed', 30_000, 'dead-lettered');
+      rmSync(join(stack.dataDir, 'events', app));
+      mkdirSync(join(stack.dataDir, 'events', app));
+      // The folder is gone with the first batch in it; the rollup still holds it (that is the point of rollups).
+      const deadEnd = periodStart(batchIdMs(dead), 2000) + 2000;
+      const after = await push(stack.url, app, 5);
+      await waitFor(async () => ((await readManifest(stack.store, `events/${app}/`))?.watermarkMs ?? 0) > batchIdMs(after), 30_000, 'rolled past the dead letter');
+      const w = (await readManifest(stack.store, `events/${app}/`))!.watermarkMs;
+      expect(w).toBeGreaterThanOrEqual(deadEnd);
+      expect(await viewCount(stack.store, app)).toBe(15);
+
+      const r = await replayOne(queue, new BatchLedger(redis, stack.queueName), dead);
+      expect(r.outcome).toBe('replayed');
+      await waitFor(async () => (await viewCount(stack.store, app)) === 22, 30_000, 're-rolled');
+      const m = (await readManifest(stack.store, `events/${app}/`))!;
+      expect(m.watermarkMs).toBeGreaterThanOrEqual(w);
+      const rows = await duckQuery(
+        `SELECT batch_id, count(*)::BIGINT AS n FROM read_parquet([${m.periods.flatMap((p) => p.files).map((f) => `'${storeRootUrl(stack.store).rootUrl}${f.key}'`).join(',')}]) GROUP BY 1 ORDER BY 1`,
+      );
+      expect(rows.map((x) => [x.batch_id, Number(x.n)])).toEqual([[before, 10], [dead, 7], [after, 5]].sort());
+      await expectManifestMatchesStore(stack.store, m, storeRootUrl(stack.store).rootUrl);
+      expect(await viewCount(stack.store, app)).toBe(22);
+    } finally {
+      await queue.close();
+    }
+  });
+});
+
+describe('raw retention (2 s periods, RAW_RETENTION_SECONDS=3, LIST_INDEX_SECONDS=2)', () => {
+  let stack: TestStack;
+  beforeAll(async () => {
+    stack = await startTestStack({ ROLLUP_PERIOD_SECONDS: '2', ROLLUP_DELAY_SECONDS: '0', RAW_RETENTION_SECONDS: '3', LIST_INDEX_SECONDS: '2' }, { api: true, encoder: true, rollup: true });
+  });
+  afterAll(async () => {
+    await stack.shutdown();
+  });
+
+  it('deletes batch files only once their rollup is durable; the view stays exact; list never shows a deleted batch', async () => {
+    const app = 'ret';
+    const pushed: string[] = [];
+    let total = 0;
+    let previous = 0;
+    const auth = { Authorization: `Bearer ${ADMIN_TOKEN}` };
+    const until = Date.now() + 12_000;
+    for (let i = 0; Date.now() < until; i++) {
+      pushed.push(await push(stack.url, app, 5));
+      total += 5;
+      if (i % 10 === 9) {
+        const n = await viewCount(stack.store, app);
+        expect(n).toBeLessThanOrEqual(total);
+        expect(n).toBeGreaterThanOrEqual(previous);
+        previous = n;
+      }
+      await new Promise((r) => setTimeout(r, 80));
+    }
+    await waitFor(async () => (await viewCount(stack.store, app)) === total, 30_000, 'every batch in the view');
+    // Some batch files are gone by now, and every one that is gone is held by a listed rollup file.
+    const present = new Set((await stack.store.listKeys(`events/${app}/`)).map((k) => k.slice(`events/${app}/`.length, -'.parquet'.length)));
+    const gone = pushed.filter((id) => !present.has(id));
+    expect(gone.length).toBeGreaterThan(0);
+    const m = (await readManifest(stack.store, `events/${app}/`))!;
+    const { rootUrl } = storeRootUrl(stack.store);
+    const rolled = new Set(
+      (await duckQuery(`SELECT DISTINCT batch_id FROM read_parquet([${m.periods.flatMap((p) => p.files).map((f) => `'${rootUrl}${f.key}'`).join(',')}])`)).map((r) => String(r.batch_id)),
+    );
+    for (const id of gone) expect(rolled.has(id)).toBe(true);
+    expect(m.periods.some((p) => p.rawDeletedThrough !== '')).toBe(true);
+    // The list (from the start, and from the first id) shows only batches whose file is there.
+    for (const after of ['', `?after=${pushed[0]}`]) {
+      const r = await fetch(`${stack.url}/list/events/${app}${after}${after ? '&' : '?'}limit=1000`, { headers: auth });
+      const items = ((await r.json()) as { items: string[] }).items;
+      expect(items.length).toBeGreaterThan(0);
+      for (const item of items) expect(present.has(item.slice(0, -'.parquet'.length))).toBe(true);
+    }
+    expect(await viewCount(stack.store, app)).toBe(total);
+  });
+});
+
