@@ -4,6 +4,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { DuckDBConnection } from '@duckdb/node-api';
+import { withTimeout } from '../../shared/timeout.js';
 import { DelayedError, type Job, Queue, UnrecoverableError, Worker } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Registry } from 'prom-client';
@@ -303,11 +304,20 @@ export async function startRollupService(o: RollupServiceOptions): Promise<Rollu
     close(graceMs = 15_000) {
       closing ??= (async () => {
         clearInterval(timer);
-        await planning;
-        const force = new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), graceMs).unref());
-        if ((await Promise.race([worker.close().then(() => 'closed' as const), force])) === 'timeout') await worker.close(true).catch(() => undefined);
-        await queue.close().catch(() => undefined);
-        for (const c of [queueConn, workerConn, cmd]) await c.quit().catch(() => c.disconnect());
+        // Every wait is bounded: with Redis unreachable a pass, a QUIT or a close never finishes
+        // (the connections queue commands while offline), and shutdown must not wait on them.
+        const bounded = (p: Promise<unknown> | undefined, ms: number, what: string): Promise<unknown> => withTimeout(p ?? Promise.resolve(), ms, what).catch(() => undefined);
+        await bounded(planning, graceMs, 'rollup planning');
+        const closed = await withTimeout(worker.close(), graceMs, 'rollup worker close').then(
+          () => true,
+          () => false,
+        );
+        if (!closed) await bounded(worker.close(true), Math.min(1000, graceMs), 'rollup worker force close');
+        await bounded(queue.close(), Math.min(5000, graceMs), 'rollup queue close');
+        for (const c of [queueConn, workerConn, cmd]) {
+          if (c.status !== 'ready') c.disconnect();
+          else await withTimeout(c.quit(), 1000, 'redis quit').catch(() => c.disconnect());
+        }
         duck.closeSync();
         duckInstance.closeSync();
       })();
