@@ -100,4 +100,29 @@ describe('a browser SDK pushes from another origin (headless Debian chromium via
     // Only the allowed page's push reached the handler.
     expect(jobs.values.find((v) => v.labels.outcome === 'accepted')?.value).toBe(1);
   });
+
+  it('a gzip body (CompressionStream, Content-Encoding: gzip) passes the preflight and is stored as its plain JSON; hash = sha256 of the bytes sent', async () => {
+    const page = await chromium.browser.newPage();
+    try {
+      await page.goto(`${allowed.origin}/`, { waitUntil: 'load' });
+      const r = await page.evaluate(async (url: string) => {
+        const json = JSON.stringify({ data: { events: Array.from({ length: 5 }, (_, i) => ({ event_type: 'track', event: 'gz_view', i })) }, baseHash: null });
+        const gz = new Uint8Array(await new Response(new Blob([json]).stream().pipeThrough(new CompressionStream('gzip'))).arrayBuffer());
+        const digest = Array.from(new Uint8Array(await crypto.subtle.digest('SHA-256', gz)), (b) => b.toString(16).padStart(2, '0')).join('');
+        try {
+          const res = await fetch(url, { method: 'POST', headers: { 'Content-Type': 'application/json', 'Content-Encoding': 'gzip' }, body: gz });
+          return { ok: true, status: res.status, body: (await res.json()) as { batchId?: string; hash?: string }, digest, sent: gz.length, plain: json.length };
+        } catch (err) {
+          return { ok: false, error: String(err), digest, sent: gz.length, plain: json.length };
+        }
+      }, `${s.url}/push/events/gzapp/x`);
+      expect(r).toMatchObject({ ok: true, status: 200 });
+      expect(r.sent).toBeLessThan(r.plain);
+      expect(r.body?.hash).toBe(r.digest);
+      const file = `${s.dataDir}/events/gzapp/${r.body?.batchId as string}.parquet`;
+      await waitFor(async () => (await duckQuery(`SELECT count(*)::INTEGER AS n FROM read_parquet('${file}') WHERE event = 'gz_view'`).catch(() => [{ n: 0 }]))[0]?.n === 5, 20_000, 'the gzip batch as 5 rows');
+    } finally {
+      await page.close();
+    }
+  });
 });
