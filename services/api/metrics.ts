@@ -2,7 +2,7 @@ import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import { FAST_BUCKETS, METRIC_PREFIX as P } from '../../shared/metrics.js';
 
 /** Reasons a push is refused; a fixed set so the label stays small. */
-export const REJECT_REASONS = ['content_type', 'content_encoding', 'too_large', 'bad_encoding', 'bad_json', 'bad_envelope', 'bad_param', 'bad_header', 'unauthorized', 'forbidden'] as const;
+export const REJECT_REASONS = ['content_type', 'content_encoding', 'too_large', 'bad_encoding', 'bad_json', 'bad_envelope', 'bad_param', 'bad_header', 'unauthorized', 'forbidden', 'idempotency_conflict'] as const;
 export type RejectReason = (typeof REJECT_REASONS)[number];
 
 /** Why a push was shed (503 + Retry-After): the queue or Redis memory over its mark, or the body budget spent. */

@@ -294,6 +294,7 @@ export function createSyncRouter(opts: SyncRouterOptions): Router {
             result = await plugin.push(params, body.bytes, validated, { idempotencyKey: idemHeader, hash: body.hash });
           } catch (err) {
             if (err instanceof HttpError && err.status === 503) observer?.unavailable?.();
+            if (err instanceof HttpError && err.status === 422) observer?.rejected?.('idempotency_conflict');
             throw err;
           }
           observer?.pushed?.(result, body.sentBytes);

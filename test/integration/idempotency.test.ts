@@ -77,6 +77,9 @@ describe('idempotency (Idempotency-Key and the short body-dedup window)', () => 
     expect((await push('k-other', batchBody(5), 'key-other-1')).status).toBe(422);
     const jobsAfter = await queue.getJobCounts('waiting', 'active', 'delayed', 'completed', 'failed');
     expect(jobsAfter.failed).toBe(jobsBefore.failed);
+    // Both refusals are counted as rejected pushes, by their reason.
+    const rejections = await stack.api!.app.metrics.rejections.get();
+    expect(rejections.values.find((v) => v.labels.reason === 'idempotency_conflict')?.value).toBe(2);
     await new Promise((r) => setTimeout(r, 300));
     expect(files('k-other')).toEqual([`${id}.parquet`]);
   });
