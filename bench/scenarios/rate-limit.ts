@@ -14,7 +14,7 @@ import { join } from 'node:path';
 import { Agent, request } from 'node:http';
 import { RedisCounterStore } from '../../services/api/edge/counters.js';
 import { startStack } from '../../services/stack.js';
-import { parseEnv } from '../../shared/config.js';
+import { DEFAULT_SYNC_CONFIG, parseEnv } from '../../shared/config.js';
 import { freePort, startRedisServer } from '../../test/helpers/redis-server.js';
 import { bodyFactory, median, probeRedis, row, sleep, spawnTs, waitHttp } from '../lib.js';
 import type { BenchContext, BenchRow } from '../types.js';
@@ -35,14 +35,9 @@ function config(): unknown {
   return {
     version: 1,
     collections: VARIANTS.map((v) => ({
+      ...DEFAULT_SYNC_CONFIG.collections[0],
       name: COLLECTION[v],
       storagePath: `${COLLECTION[v]}/{app}/{batchId}`,
-      readRoles: ['admin'],
-      writeRoles: ['public'],
-      encryption: 'none',
-      allowedMimeTypes: ['application/json'],
-      maxBodyBytes: 8_000_000,
-      listable: true,
       ...(rateLimit(v) ? { rateLimit: rateLimit(v) } : {}),
     })),
   };

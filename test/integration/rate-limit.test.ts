@@ -2,11 +2,15 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { DEFAULT_SYNC_CONFIG } from '../../shared/config.js';
 import { batchBody } from '../helpers/events.js';
 import { uniqueName } from '../helpers/names.js';
 import { type ServiceProcess, startService, waitForHttp } from '../helpers/proc.js';
 import { freePort } from '../helpers/redis-server.js';
 import { type TestStack, startTestStack } from '../helpers/stack.js';
+
+/** The built-in `events` collection (public push, admin read, listable); the rules below add limits to it. */
+const DEFAULT_COLLECTION = DEFAULT_SYNC_CONFIG.collections[0];
 
 const TOKEN_A = 'limits-token-a-0123456789';
 const TOKEN_B = 'limits-token-b-0123456789';
@@ -19,25 +23,13 @@ const config = {
   version: 1,
   collections: [
     {
+      ...DEFAULT_COLLECTION,
       name: 'limited',
       storagePath: 'limited/{app}/{batchId}',
-      readRoles: ['admin'],
-      writeRoles: ['public'],
-      encryption: 'none',
-      allowedMimeTypes: ['application/json'],
-      maxBodyBytes: 8_000_000,
-      listable: true,
       rateLimit: { push: { windowMs: PUSH_WINDOW_MS, maxRequests: PUSH_MAX, bucket: 'ip' }, list: { windowMs: PUSH_WINDOW_MS, maxRequests: LIST_MAX } },
     },
     {
-      name: 'events',
-      storagePath: 'events/{app}/{batchId}',
-      readRoles: ['admin'],
-      writeRoles: ['public'],
-      encryption: 'none',
-      allowedMimeTypes: ['application/json'],
-      maxBodyBytes: 8_000_000,
-      listable: true,
+      ...DEFAULT_COLLECTION,
       rateLimit: { appEvents: { windowMs: 1000, maxEvents: APP_EVENTS_MAX } },
     },
   ],
@@ -55,6 +47,7 @@ async function push(base: string, path: string, events: number, headers: Record<
   const body = (await r.json()) as { error?: string };
   return { status: r.status, retryAfter: r.headers.get('retry-after'), limit: r.headers.get('ratelimit-limit'), error: body.error };
 }
+
 
 describe('rate limits shared by two API processes on one Redis', () => {
   const dir = mkdtempSync(join(tmpdir(), 'ingest-limits-'));
