@@ -66,7 +66,11 @@ export function createApiApp(deps: ApiDeps): ApiApp {
       collection: c,
       storagePath: c.storagePath,
       queue: { queue, ledger, idempotencyWindowSeconds: deps.env.IDEMPOTENCY_WINDOW_SECONDS, bodyDedupWindowSeconds: deps.env.BODY_DEDUP_WINDOW_SECONDS },
-      observe: { mintSeconds: (s) => metrics.mintDuration.observe(s), enqueueSeconds: (s) => metrics.enqueueDuration.observe(s) },
+      observe: {
+        mintSeconds: (s) => metrics.mintDuration.observe(s),
+        enqueueSeconds: (s) => metrics.enqueueDuration.observe(s),
+        enqueuedBytes: (n) => shedder.noteWrite(n),
+      },
     }),
   );
   const tokens = new TokenRoles(deps.tokens);

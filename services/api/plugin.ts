@@ -36,7 +36,12 @@ export interface EventsPluginOptions {
   /** Without a queue the plugin encodes inside the push (single process, no Redis). */
   queue?: QueueBinding;
   /** Observers for metrics; all optional. */
-  observe?: { mintSeconds?(s: number): void; enqueueSeconds?(s: number): void };
+  observe?: {
+    mintSeconds?(s: number): void;
+    enqueueSeconds?(s: number): void;
+    /** Roughly the bytes a job just added to Redis (packed body and job fields). */
+    enqueuedBytes?(bytes: number): void;
+  };
 }
 
 export interface PushResult {
@@ -67,6 +72,12 @@ export interface EventsServerPlugin {
 function sha256Hex(data: Uint8Array | string): string {
   return createHash('sha256').update(data).digest('hex');
 }
+
+/**
+ * What one enqueued job holds in Redis besides its packed body: the job hash's other fields, its
+ * entries in the BullMQ events stream and the ledger (about 1 KB measured by the soak; doubled).
+ */
+const JOB_OVERHEAD_BYTES = 2048;
 
 const unavailable = (what: string): HttpError => new HttpError(503, `${what}; retry later`, { 'Retry-After': '1' });
 
@@ -165,6 +176,7 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
     } finally {
       opts.observe?.enqueueSeconds?.((performance.now() - t1) / 1000);
     }
+    opts.observe?.enqueuedBytes?.(job.body.length + JOB_OVERHEAD_BYTES);
     return { hash, batchId, events, deduplicated: minted.deduplicated };
   }
 
