@@ -241,6 +241,22 @@ export const EnvSchema = z
     ORPHAN_GRACE_SECONDS: positiveInt.default(60),
     LIST_INDEX_SECONDS: z.coerce.number().int().min(0).default(3600),
     /**
+     * Pushes whose list-prefix path parameters ({app} and the like) do not match this regular
+     * expression (anchored at both ends) get 400: operators refuse junk app names before they
+     * leave state in Redis. Unset: every name allowed by the path rules.
+     */
+    APP_PATTERN: z
+      .string()
+      .transform((v, ctx) => {
+        try {
+          return new RegExp(`^(?:${v})$`);
+        } catch (err) {
+          ctx.addIssue({ code: 'custom', message: `is not a valid regular expression: ${(err as Error).message}` });
+          return z.NEVER;
+        }
+      })
+      .optional(),
+    /**
      * Bytes of push bodies the API holds at once; past it pushes get 503 + Retry-After. Sized so
      * `npm start` (API + encoder in one process) stays under 1 GB of RSS: see docs/operations.md
      * ("Memory") for the measured RSS per in-flight byte.

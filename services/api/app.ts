@@ -22,7 +22,7 @@ import { LoadShedder } from './shedder.js';
 export interface ApiDeps {
   env: Pick<Env, 'BASE_PATH' | 'QUEUE_HIGH_WATER' | 'REDIS_MEMORY_HIGH_WATER' | 'IDEMPOTENCY_WINDOW_SECONDS' | 'ORPHAN_GRACE_SECONDS' | 'QUEUE_NAME'> &
     Partial<EdgeEnv> &
-    Partial<Pick<Env, 'BODY_DEDUP_WINDOW_SECONDS' | 'MAX_INFLIGHT_BYTES'>>;
+    Partial<Pick<Env, 'BODY_DEDUP_WINDOW_SECONDS' | 'MAX_INFLIGHT_BYTES' | 'APP_PATTERN'>>;
   config: SyncConfig;
   store: ObjectStore;
   /** Producer connection (no offline queue). */
@@ -85,6 +85,7 @@ export function createApiApp(deps: ApiDeps): ApiApp {
     log: logger,
     ...edge.routerOptions,
     shedReason: () => shedder.shedReason(),
+    ...(deps.env.APP_PATTERN ? { appPattern: deps.env.APP_PATTERN } : {}),
     inflightBudget: new ByteBudget(inflightLimit, (used) => metrics.inflightBytes.set(used)),
     observer: {
       ...edge.observer,

@@ -67,6 +67,8 @@ export interface SyncRouterOptions {
   /** Counter store unreachable: push goes through (`open`, default) or gets 503 (`closed`). Reads always go through. */
   rateLimitPushOnError?: 'open' | 'closed';
   observer?: RouterObserver;
+  /** Push only: every list-prefix parameter must match this (anchored) pattern, else 400 (`APP_PATTERN`). */
+  appPattern?: RegExp;
   /** Load shedding: a reason to refuse pushes right now (503 + Retry-After), or null. */
   shedReason?: () => string | null;
   /**
@@ -259,6 +261,10 @@ export function createSyncRouter(opts: SyncRouterOptions): Router {
           throw new HttpError(503, `overloaded: ${shed}; retry later`, { ...(await discardRest(req)), 'Retry-After': '2' });
         }
         const params = paramsOf(req, allNames, observer);
+        if (opts.appPattern) {
+          const bad = t.prefixParams.find((n) => !opts.appPattern?.test(params[n] ?? ''));
+          if (bad !== undefined) throw reject(observer, 'bad_param', 400, `path parameter "${bad}" does not match APP_PATTERN (${opts.appPattern.source})`);
+        }
         if (!contentTypeAllowed(req.headers['content-type'], collection.allowedMimeTypes)) {
           throw reject(observer, 'content_type', 415, `Content-Type must be ${collection.allowedMimeTypes.join(' or ')} (UTF-8)`);
         }
