@@ -104,7 +104,7 @@ describe('rollup acceptance (faults)', () => {
     const parquetIn = (dir: string): string[] => readdirSync(dir).filter((n) => n.endsWith('.parquet')).map((n) => n.slice(0, -'.parquet'.length));
 
     const acked = new Map<string, number>();
-    const until = Date.now() + 14_000;
+    const until = Date.now() + 10_000;
     const pusher = (async () => {
       for (let i = 0; Date.now() < until && i < 10_000; i++) {
         const id = await push(d.url, app, 5 + (i % 4));

@@ -17,8 +17,9 @@
  *    the samples read S3 directly, as in 1.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdir, rename, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { sleep } from '../../scripts/chaos-kit.js';
 import { batchIdMs } from '../../shared/ids.js';
@@ -48,18 +49,29 @@ afterAll(cleanupAll);
  */
 class ViewCopy {
   readonly dir = mkdtempSync(join(tmpdir(), 'rollup-view-copy-'));
-  readonly local = new FilesystemObjectStore({ root: this.dir });
+  private readonly local = new FilesystemObjectStore({ root: this.dir });
   private readonly sizes = new Map<string, number>();
   constructor(private readonly store: ObjectStore) {
     onCleanup(() => rmSync(this.dir, { recursive: true, force: true }));
   }
 
-  private async copy(key: string, size?: number): Promise<void> {
-    if (this.sizes.has(key) && (size === undefined || this.sizes.get(key) === size)) return;
-    const got = await this.store.getBytes(key);
-    if (!got) throw new Error(`${key} is listed but missing from the store`);
-    await this.local.putBytes(key, got.body);
-    this.sizes.set(key, got.body.byteLength);
+  /** Copies `keys` not copied yet (16 at a time; a scratch copy needs no fsync). */
+  private async copy(keys: readonly { key: string; size?: number }[]): Promise<void> {
+    const todo = keys.filter(({ key, size }) => !this.sizes.has(key) || (size !== undefined && this.sizes.get(key) !== size));
+    let next = 0;
+    const worker = async (): Promise<void> => {
+      for (let i = next++; i < todo.length; i = next++) {
+        const { key } = todo[i]!;
+        const got = await this.store.getBytes(key);
+        if (!got) throw new Error(`${key} is listed but missing from the store`);
+        const file = join(this.dir, ...key.split('/'));
+        await mkdir(dirname(file), { recursive: true });
+        await writeFile(`${file}.tmp`, got.body);
+        await rename(`${file}.tmp`, file);
+        this.sizes.set(key, got.body.byteLength);
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(16, todo.length) }, worker));
   }
 
   async refresh(apps: readonly string[]): Promise<void> {
@@ -67,12 +79,12 @@ class ViewCopy {
       const prefix = `events/${app}/`;
       const m = await readManifest(this.store, prefix);
       if (m) {
-        for (const f of m.periods.flatMap((p) => p.files)) await this.copy(f.key, f.bytes);
-        // The manifest read above, written last: the copy's view reads it before anything else.
+        await this.copy(m.periods.flatMap((p) => p.files.map((f) => ({ key: f.key, size: f.bytes }))));
+        // The manifest read above, written after its files: the copy's view reads it before anything else.
         await writeManifest(this.local, m);
       }
       const after = m && m.watermarkMs > 0 ? `${prefix}${msKey(m.watermarkMs)}` : undefined;
-      for (const key of await this.store.listKeys(prefix, { startAfter: after })) if (key.endsWith('.parquet')) await this.copy(key);
+      await this.copy((await this.store.listKeys(prefix, { startAfter: after })).filter((k) => k.endsWith('.parquet')).map((key) => ({ key })));
     }
   }
 
