@@ -9,6 +9,7 @@ import { parseStoragePath, listPrefix } from '../../shared/paths.js';
 import { ROLLUP_ROOT } from '../../shared/rollup/layout.js';
 import { type Manifest, manifestFiles, readManifest } from '../../shared/rollup/manifest.js';
 import { rollupViewSql } from '../../shared/rollup/view.js';
+import { FilesystemObjectStore } from '../../shared/store/filesystem.js';
 import type { ObjectStore } from '../../shared/store/types.js';
 import { duckQuery } from './duckdb.js';
 
@@ -84,4 +85,17 @@ export async function expectManifestMatchesStore(store: ObjectStore, manifest: M
       expect(Number(facts?.hi)).toBeLessThan(p.endMs);
     }
   }
+}
+
+/**
+ * Copies every object of `store` into `root` (a fresh local folder), so DuckDB can check a store
+ * it cannot open here (S3 without the httpfs extension). Call it once the store is quiet.
+ */
+export async function mirrorStore(store: ObjectStore, root: string): Promise<FilesystemObjectStore> {
+  const local = new FilesystemObjectStore({ root });
+  for (const key of await store.listKeys('')) {
+    const got = await store.getBytes(key);
+    if (got) await local.putBytes(key, got.body);
+  }
+  return local;
 }

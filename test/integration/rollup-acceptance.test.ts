@@ -29,7 +29,7 @@ import { storeRootUrl } from '../../shared/rollup/roll.js';
 import { FilesystemObjectStore } from '../../shared/store/filesystem.js';
 import type { ObjectStore } from '../../shared/store/types.js';
 import { duckQuery } from '../helpers/duckdb.js';
-import { expectManifestMatchesStore, expectViewEqualsBatches } from '../helpers/rollup.js';
+import { expectManifestMatchesStore, expectViewEqualsBatches, mirrorStore } from '../helpers/rollup.js';
 import { type Deployment, cleanupAll, deploy, onCleanup, push, rolledThrough, runCli, storeCount } from '../helpers/rollup-deploy.js';
 import { S3RVER_CREDENTIALS, type S3TestServer, s3StoreFor, startS3Server } from '../helpers/s3.js';
 
@@ -165,13 +165,9 @@ async function acceptance1(d: Deployment, periodSeconds: number, mode: 'store' |
   // Final checks on the store itself (S3: a full copy, made after everything settled).
   let check = d.store;
   if (copy) {
-    const full = new FilesystemObjectStore({ root: mkdtempSync(join(tmpdir(), 'rollup-mirror-')) });
-    onCleanup(() => rmSync(full.root, { recursive: true, force: true }));
-    for (const key of await d.store.listKeys('')) {
-      const got = await d.store.getBytes(key);
-      if (got) await full.putBytes(key, got.body);
-    }
-    check = full;
+    const root = mkdtempSync(join(tmpdir(), 'rollup-mirror-'));
+    onCleanup(() => rmSync(root, { recursive: true, force: true }));
+    check = await mirrorStore(d.store, root);
     // Nothing in the store that the manifests do not list, and nothing listed missing.
     for (const app of apps) {
       const m = (await readManifest(d.store, `events/${app}/`))!;
