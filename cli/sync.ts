@@ -150,13 +150,21 @@ async function syncLoop(opts: SyncOptions, base: URL, dir: string, start: string
       opts.retry,
       async (signal) => {
         const res = await fetch(listUrl, { headers, signal });
-        if (res.status === 410) return retentionGone(opts, dir, listAfter, res);
+        if (res.status === 410) {
+          // A first sync that has kept nothing yet was only starting after an older mark: start after the new one.
+          const mark = res.headers.get(RAW_DELETED_HEADER);
+          if (start === null && result.cursor === null && mark !== null && isBatchId(mark) && (listAfter === null || mark > listAfter)) {
+            await res.body?.cancel();
+            return { items: [], hasMore: true, deletedThrough: mark, restart: true };
+          }
+          return retentionGone(dir, listAfter, res);
+        }
         if (res.status !== 200) return failFor(`list ${opts.collectionPath}/${opts.app}`, res);
-        return { ...parseListPage(await res.json()), deletedThrough: res.headers.get(RAW_DELETED_HEADER) };
+        return { ...parseListPage(await res.json()), deletedThrough: res.headers.get(RAW_DELETED_HEADER), restart: false };
       },
       { signal: opts.signal, onRetry },
     );
-    if (listAfter === null && page.deletedThrough !== null && isBatchId(page.deletedThrough)) {
+    if ((listAfter === null || page.restart) && page.deletedThrough !== null && isBatchId(page.deletedThrough)) {
       // A folder's first sync: batches up to the mark exist only in the rollups now. Say so, once,
       // and start after them (a straggler below the mark, a replayed batch, goes to the rollups too).
       listAfter = page.deletedThrough;
@@ -196,7 +204,7 @@ async function syncLoop(opts: SyncOptions, base: URL, dir: string, start: string
 }
 
 /** 410 from list: the cursor is older than the server's raw retention. Never retried, never skipped past. */
-async function retentionGone(opts: SyncOptions, dir: string, cursor: string | null, res: Response): Promise<never> {
+async function retentionGone(dir: string, cursor: string | null, res: Response): Promise<never> {
   let detail = '';
   try {
     const parsed = (await res.json()) as { error?: unknown };
