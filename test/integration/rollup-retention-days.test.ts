@@ -64,9 +64,10 @@ describe.each(stores)('RETENTION_DAYS=5 on %s (1 h periods; batch files dated 10
   });
   let sut: StoreUnderTest;
   let stack: TestStack;
-  const scratch = mkdtempSync(join(tmpdir(), 'rollup-days-copy-'));
+  let scratch = '';
 
   beforeAll(async () => {
+    scratch = mkdtempSync(join(tmpdir(), 'rollup-days-copy-'));
     sut = await open();
     for (const b of batches) {
       const encoded = encodeBatch(batchBody(b.rows, (i) => sampleEvent(i)), Number(b.id.slice(0, 13)));
@@ -81,7 +82,7 @@ describe.each(stores)('RETENTION_DAYS=5 on %s (1 h periods; batch files dated 10
   afterAll(async () => {
     await stack?.shutdown();
     await sut?.close();
-    rmSync(scratch, { recursive: true, force: true });
+    if (scratch) rmSync(scratch, { recursive: true, force: true });
   });
 
   it('drops the periods older than 5 days and their manifest entries; keeps the newer ones; the view is exact for what is kept', async () => {
