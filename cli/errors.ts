@@ -7,6 +7,8 @@ export const EXIT = {
   usage: 2,
   /** `sync`: another sync holds the folder's lock; nothing was done. */
   locked: 3,
+  /** `sync`: the cursor is older than the server's raw retention (list answered 410); nothing was done. */
+  retention: 4,
   /** Interrupted by SIGINT/SIGTERM (128 + 2, the shell convention for SIGINT). */
   interrupted: 130,
 } as const;

@@ -3,7 +3,8 @@
  *   sync   incremental, resumable download of a collection's batches into a folder
  *   query  SQL in DuckDB: as given (it names its files), or with an `events` view over a synced
  *          folder (--dir) or the configured store (--store)
- * Exit codes: 0 ok, 1 error, 2 usage, 3 sync lock held by another run, 130 interrupted.
+ * Exit codes: 0 ok, 1 error, 2 usage, 3 sync lock held by another run, 4 sync cursor older than the
+ * server's raw retention, 130 interrupted.
  */
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import { ConfigError, parseEnv } from '../shared/config.js';
@@ -78,7 +79,8 @@ export function buildProgram(io: { stdout: NodeJS.WriteStream; stderr: NodeJS.Wr
         signal: io.signal,
       });
       const unchanged = result.unchanged > 0 ? `; ${result.unchanged} already present` : '';
-      io.stdout.write(`synced ${result.downloaded} batches (${result.bytes} bytes), cursor ${result.cursor ?? 'none'}${unchanged}\n`);
+      const retention = result.startedAfterRetention ? `; started after ${result.startedAfterRetention}: older batches were deleted by raw retention and are in the rollups (query --store)` : '';
+      io.stdout.write(`synced ${result.downloaded} batches (${result.bytes} bytes), cursor ${result.cursor ?? 'none'}${unchanged}${retention}\n`);
     });
 
   program

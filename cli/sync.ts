@@ -14,6 +14,7 @@ import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { isBatchId } from '../shared/ids.js';
 import { checkParamValue } from '../shared/paths.js';
+import { RAW_DELETED_HEADER } from '../shared/rollup/retention.js';
 import { CliError, EXIT } from './errors.js';
 import { fileSha256, fsyncDir, partPath, removeStaleParts, writeFileAtomic } from './files.js';
 import { type RetryPolicy, RetriableError, failFor, withRetries } from './http.js';
@@ -48,6 +49,11 @@ export interface SyncResult {
   unchanged: number;
   bytes: number;
   cursor: string | null;
+  /**
+   * A sync that started without a cursor from a server whose retention had deleted batch files:
+   * the largest deleted id. The run started after it; those rows are only in the rollups.
+   */
+  startedAfterRetention?: string;
 }
 
 /** What `.cursor` holds. `app` and `collectionPath` stop two sources from being mixed in one folder. */
@@ -132,28 +138,50 @@ async function syncLoop(opts: SyncOptions, base: URL, dir: string, start: string
   const onRetry = (message: string, delayMs: number, retry: number): void =>
     opts.progress.note(`${message}; retry ${retry}/${opts.retry.maxRetries} in ${(delayMs / 1000).toFixed(1)} s`);
   let known = 0;
+  // Where the next list starts: the cursor, or (first sync of a folder) after what retention deleted.
+  let listAfter = start;
 
   for (;;) {
     const query = new URLSearchParams({ limit: String(opts.limit) });
-    if (result.cursor) query.set('after', result.cursor);
+    if (listAfter) query.set('after', listAfter);
     const listUrl = `${root}/list/${appPath}?${query}`;
     const page = await withRetries(
       'list',
       opts.retry,
       async (signal) => {
         const res = await fetch(listUrl, { headers, signal });
+        if (res.status === 410) {
+          // A first sync that has kept nothing yet was only starting after an older mark: start after the new one.
+          const mark = res.headers.get(RAW_DELETED_HEADER);
+          if (start === null && result.cursor === null && mark !== null && isBatchId(mark) && (listAfter === null || mark > listAfter)) {
+            await res.body?.cancel();
+            return { items: [], hasMore: true, deletedThrough: mark, restart: true };
+          }
+          return retentionGone(dir, listAfter, res);
+        }
         if (res.status !== 200) return failFor(`list ${opts.collectionPath}/${opts.app}`, res);
-        return parseListPage(await res.json());
+        return { ...parseListPage(await res.json()), deletedThrough: res.headers.get(RAW_DELETED_HEADER), restart: false };
       },
       { signal: opts.signal, onRetry },
     );
+    if ((listAfter === null || page.restart) && page.deletedThrough !== null && isBatchId(page.deletedThrough)) {
+      // A folder's first sync: batches up to the mark exist only in the rollups now. Say so, once,
+      // and start after them (a straggler below the mark, a replayed batch, goes to the rollups too).
+      listAfter = page.deletedThrough;
+      result.startedAfterRetention = page.deletedThrough;
+      opts.progress.note(
+        `the server deleted batch files up to ${page.deletedThrough} (raw retention) after rolling them up; starting after them. ` +
+          'Older rows are in the rollups: events-ingest query --store (docs/analysts.md, "Rollups")',
+      );
+      continue;
+    }
     known += page.items.length;
     opts.progress.listed(known);
 
     for (const name of page.items) {
       const id = name.slice(0, -'.parquet'.length);
       // Ids must keep strictly increasing: a server that broke this could otherwise loop forever.
-      if (result.cursor !== null && id <= result.cursor) throw new CliError(`server listed ${name} after cursor ${result.cursor}; refusing to go backwards`);
+      if (listAfter !== null && id <= listAfter) throw new CliError(`server listed ${name} after cursor ${listAfter}; refusing to go backwards`);
       const got = await withRetries(`pull ${name}`, opts.retry, (signal) => pullOne(`${root}/pull/${appPath}/${name}`, headers, dir, name, signal), {
         signal: opts.signal,
         onRetry,
@@ -164,6 +192,7 @@ async function syncLoop(opts: SyncOptions, base: URL, dir: string, start: string
         result.bytes += got;
       }
       result.cursor = id;
+      listAfter = id;
       const cursor: CursorFile = { version: 1, lastId: id, app: opts.app, collectionPath: opts.collectionPath, updatedAt: new Date().toISOString() };
       await writeFileAtomic(path.join(dir, CURSOR_NAME), `${JSON.stringify(cursor)}\n`);
       opts.progress.advanced(result.downloaded + result.unchanged, result.bytes);
@@ -172,6 +201,24 @@ async function syncLoop(opts: SyncOptions, base: URL, dir: string, start: string
     if (!page.hasMore) return result;
     if (page.items.length === 0) throw new CliError('server said hasMore with an empty page; refusing to spin');
   }
+}
+
+/** 410 from list: the cursor is older than the server's raw retention. Never retried, never skipped past. */
+async function retentionGone(dir: string, cursor: string | null, res: Response): Promise<never> {
+  let detail = '';
+  try {
+    const parsed = (await res.json()) as { error?: unknown };
+    if (typeof parsed.error === 'string') detail = ` (server: ${parsed.error})`;
+  } catch {
+    // Not JSON: the status says enough.
+  }
+  const through = res.headers.get(RAW_DELETED_HEADER) ?? 'a newer batch';
+  throw new CliError(
+    `cursor ${cursor ?? '(none)'} in ${dir} is older than the server's raw retention: batch files after it, up to ${through}, were deleted once rolled up, ` +
+      `so sync cannot copy them and did nothing. Their rows are in the rollups: query them with "events-ingest query --store" (docs/analysts.md, "Rollups"). ` +
+      `To sync newer batches, move ${path.join(dir, CURSOR_NAME)} aside: a sync without a cursor starts after the deleted batches${detail}`,
+    EXIT.retention,
+  );
 }
 
 function parseListPage(body: unknown): { items: string[]; hasMore: boolean } {
@@ -210,7 +257,10 @@ async function pullOne(url: string, headers: Record<string, string>, dir: string
   if (!type.startsWith(PARQUET_MIME) || !res.body) {
     await res.body?.cancel();
     // The sync protocol's empty answer: listed but gone from the store. Retrying will not bring it back.
-    throw new CliError(`pull ${name} returned no Parquet file (Content-Type ${type || 'none'}); the batch was listed but is missing from the store`);
+    throw new CliError(
+      `pull ${name} returned no Parquet file (Content-Type ${type || 'none'}); the batch was listed but is missing from the store ` +
+        '(deleted by hand, or by the raw retention since it was listed: run sync again, which then says which)',
+    );
   }
   const etag = (res.headers.get('etag') ?? '').replace(/^"|"$/g, '');
   const tmp = partPath(dir, name);

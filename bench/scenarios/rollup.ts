@@ -6,11 +6,13 @@
  *   (target ≤ 0.1×; the view's time includes reading the manifest and listing the store);
  * - a one-hour range count out of the four (target ≤ 0.05×);
  * - bytes per event of rollups vs batch files;
- * - rollup throughput in events per CPU-second of the process (DuckDB's thread included).
+ * - rollup throughput in events per CPU-second of the process (DuckDB's thread included);
+ * - the sort choice: one hour's rows sorted event-first (ours) vs received_at-first, bytes and two
+ *   filtered counts (one event; ten minutes).
  * `--smoke` uses 200 batches and asserts nothing.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DuckDBInstance } from '@duckdb/node-api';
@@ -18,7 +20,7 @@ import { duckdbReadParquetSql } from '../../shared/duckdb.js';
 import { encodeBatch } from '../../shared/parquet/encode.js';
 import { msKey } from '../../shared/rollup/layout.js';
 import { readManifest } from '../../shared/rollup/manifest.js';
-import { rollPeriod, storeRootUrl } from '../../shared/rollup/roll.js';
+import { ROLLUP_ROW_GROUP_ROWS, ROLLUP_SORT, rollPeriod, storeRootUrl } from '../../shared/rollup/roll.js';
 import { rollupViewSql } from '../../shared/rollup/view.js';
 import { FilesystemObjectStore } from '../../shared/store/filesystem.js';
 import { bodyFactory, median, row } from '../lib.js';
@@ -95,6 +97,24 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
     const hRaw = await timeIt(async () => hour(raw));
     const hView = await timeIt(async () => hour(await viewFrom()));
     if (JSON.stringify(hRaw.rows) !== JSON.stringify(hView.rows)) throw new Error('range count over the view differs from the batch files');
+
+    // The sort choice (ROLLUP_SORT: event, received_at, batch_id) against received_at first: the
+    // second hour's rows written both ways by the same DuckDB settings as the rollup service.
+    ctx.progress('rollup: sort order event-first vs received_at-first');
+    const hourFiles = manifest?.periods.find((p) => p.startMs === t0 + HOUR_MS)?.files.map((f) => `'${storeRootUrl(store).rootUrl}${f.key}'`) ?? [];
+    const sorted = { event: join(dir, 'sort-event-first.parquet'), time: join(dir, 'sort-time-first.parquet') };
+    for (const [name, order] of [['event', ROLLUP_SORT.join(', ')], ['time', 'received_at, event, batch_id']] as const) {
+      await conn.run(`COPY (SELECT * FROM read_parquet([${hourFiles.join(', ')}]) ORDER BY ${order}) TO '${sorted[name]}' (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE ${ROLLUP_ROW_GROUP_ROWS})`);
+    }
+    const hourRows = Number((await conn.runAndReadAll(`SELECT count(*) FROM read_parquet('${sorted.event}')`)).getRows()[0]?.[0] ?? 0);
+    const tenMinutes = (file: string): string =>
+      `SELECT count(*) AS n FROM read_parquet('${file}') WHERE received_at >= make_timestamptz(${(t0 + HOUR_MS + 20 * 60_000) * 1000}) AND received_at < make_timestamptz(${(t0 + HOUR_MS + 30 * 60_000) * 1000})`;
+    const oneEvent = (file: string): string => `SELECT count(*) AS n FROM read_parquet('${file}') WHERE event = 'purchase'`;
+    const eEvent = await timeIt(async () => oneEvent(sorted.event));
+    const tEvent = await timeIt(async () => oneEvent(sorted.time));
+    const eRange = await timeIt(async () => tenMinutes(sorted.event));
+    const tRange = await timeIt(async () => tenMinutes(sorted.time));
+    if (JSON.stringify(eEvent.rows) !== JSON.stringify(tEvent.rows) || JSON.stringify(eRange.rows) !== JSON.stringify(tRange.rows)) throw new Error('the two sort orders hold different rows');
     conn.closeSync();
     db.closeSync();
 
@@ -105,6 +125,9 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
       row({ scenario, metric: 'bytes per event: rollups vs batch files', unit: 'B', ours: rolledBytes / events, reference: batchBytes / events }),
       row({ scenario, metric: 'rollup throughput (DuckDB, 1 thread)', unit: 'events/CPU-s', ours: events / rollCpu }),
       row({ scenario, metric: 'rollup wall time for all periods', unit: 's', ours: rollWall }),
+      row({ scenario, metric: `sort choice, one hour (${hourRows.toLocaleString('en')} rows): bytes per event, event-first (ours) vs received_at-first`, unit: 'B', ours: statSync(sorted.event).size / hourRows, reference: statSync(sorted.time).size / hourRows }),
+      row({ scenario, metric: "sort choice: count WHERE event = 'purchase', event-first vs received_at-first", unit: 's', ours: eEvent.s, reference: tEvent.s }),
+      row({ scenario, metric: 'sort choice: count of 10 minutes of the hour, event-first vs received_at-first', unit: 's', ours: eRange.s, reference: tRange.s }),
     ];
   } finally {
     rmSync(dir, { recursive: true, force: true });

@@ -6,7 +6,8 @@ import { type SyncConfigInput, parseSyncConfig } from '../../shared/config.js';
 import { checkEnvelope } from '../../shared/envelope.js';
 import { HttpError, StoreError } from '../../shared/errors.js';
 import { isBatchId, parseBatchRef } from '../../shared/ids.js';
-import { batchKey, checkParamValue, routePattern } from '../../shared/paths.js';
+import { batchKey, checkParamValue, listPrefix, routePattern } from '../../shared/paths.js';
+import { RAW_DELETED_HEADER, checkListCursor } from '../../shared/rollup/retention.js';
 import type { ByteRange, ObjectStore } from '../../shared/store/types.js';
 import type { Redis } from 'ioredis';
 import { type RoleResolver, TokenRoles, requireRoles, tokenRoleResolver } from './auth.js';
@@ -323,6 +324,9 @@ export function createSyncRouter(opts: SyncRouterOptions): Router {
           const limit = parseLimit(req.query.limit);
           const after = parseAfter(req.query.after);
           const result = await plugin.list(params, after, limit);
+          // After the listing (shared/rollup/retention.ts): a cursor older than what retention deleted gets 410.
+          const deletedThrough = await checkListCursor(plugin.store, listPrefix(t, params), after);
+          if (deletedThrough !== null) res.setHeader(RAW_DELETED_HEADER, deletedThrough);
           res.status(200).json(result);
         },
       );

@@ -11,10 +11,12 @@ export function createRollupMetrics(registry: Registry) {
     files: new Counter({ name: `${P}rollup_files_total`, help: 'Rollup files written', registers }),
     rows: new Counter({ name: `${P}rollup_rows_total`, help: 'Rows written to rollup files', registers }),
     bytes: new Counter({ name: `${P}rollup_bytes_total`, help: 'Bytes of rollup files written', registers }),
+    failures: new Counter({ name: `${P}rollup_failures_total`, help: 'Failures outside rollup jobs, by stage: plan (reading a prefix\'s manifest, listing, queueing its job) or retention', labelNames: ['stage'], registers }),
     rawDeleted: new Counter({ name: `${P}rollup_raw_deleted_total`, help: 'Batch files deleted by raw retention after their rollup was durable', registers }),
     duration: new Histogram({ name: `${P}rollup_duration_seconds`, help: 'Time to roll one period (read, sort, write, manifest)', buckets: SLOW_BUCKETS, registers }),
   };
   for (const o of ['rolled', 'empty', 'noop', 'retried', 'failed']) m.jobs.inc({ outcome: o }, 0);
+  for (const stage of ['plan', 'retention']) m.failures.inc({ stage }, 0);
   m.lagSeconds.set(0);
   return m;
 }

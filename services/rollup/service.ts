@@ -273,9 +273,15 @@ export async function startRollupService(o: RollupServiceOptions): Promise<Rollu
     for (const prefix of known.keys()) {
       try {
         lag = Math.max(lag, await planOne(prefix));
+      } catch (err) {
+        metrics.failures.inc({ stage: 'plan' });
+        logger.warn({ prefix, err: (err as Error).message }, 'rollup planning failed for a prefix');
+      }
+      try {
         await retainOne(prefix, now);
       } catch (err) {
-        logger.warn({ prefix, err: (err as Error).message }, 'rollup planning failed for a prefix');
+        metrics.failures.inc({ stage: 'retention' });
+        logger.warn({ prefix, err: (err as Error).message }, 'rollup retention failed for a prefix');
       }
     }
     metrics.lagSeconds.set(lag);

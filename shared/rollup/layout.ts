@@ -8,13 +8,16 @@
  * - `rollups/<prefix>date=YYYY-MM-DD/hour=HH/<firstId>_<lastId>.parquet`: rows of one period (the
  *   date/hour of the period's start, UTC), sorted by `event`, `received_at`, `batch_id`;
  * - `rollups/<prefix>_manifest.json`: which periods are rolled, which files and batch ids each
- *   holds, and the rolled watermark (see ./manifest.ts).
+ *   holds, and the rolled watermark (see ./manifest.ts);
+ * - `rollups/<prefix>_retention.json`: the largest batch id whose file retention deleted (see
+ *   ./retention.ts), read by the list route on every call, so it stays a few bytes.
  */
 import { batchIdMs, isBatchId } from '../ids.js';
 
 /** Top folder of every rollup object. */
 export const ROLLUP_ROOT = 'rollups/';
 const MANIFEST_NAME = '_manifest.json';
+const RETENTION_NAME = '_retention.json';
 
 /** A batch id's instant as the 13-digit string ids start with: `id >= msKey(t)` ⇔ `batchIdMs(id) >= t`. */
 export function msKey(ms: number): string {
@@ -35,6 +38,11 @@ export function rollupPrefix(listPrefix: string): string {
 /** The manifest key of a list prefix. */
 export function manifestKey(listPrefix: string): string {
   return `${rollupPrefix(listPrefix)}${MANIFEST_NAME}`;
+}
+
+/** The retention mark key of a list prefix. */
+export function retentionKey(listPrefix: string): string {
+  return `${rollupPrefix(listPrefix)}${RETENTION_NAME}`;
 }
 
 /** The partition folder of the period starting at `startMs`: `rollups/<prefix>date=2026-12-01/hour=08/`. */

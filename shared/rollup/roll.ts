@@ -21,6 +21,7 @@ import { EVENT_COLUMNS } from '../parquet/index.js';
 import type { ObjectStore } from '../store/types.js';
 import { batchIdOfKey, idInRange, msKey, partitionPrefix, periodStart, rollupFileFirstId, rollupFileKey } from './layout.js';
 import { type Manifest, type RollupFile, type RollupPeriod, emptyManifest, manifestFiles, readManifest, writeManifest } from './manifest.js';
+import { raiseRetentionMark } from './retention.js';
 
 /** Batch files per rollup file at most; a period with more is split into several files. */
 export const MAX_BATCHES_PER_FILE = 20_000;
@@ -321,7 +322,12 @@ export async function pruneRawBatches(
     }
     const covered = new Set(reader.getRows().map((r) => String(r[0])));
     const keys = (await batchKeysInPeriod(ctx.store, prefix, p.startMs, p.endMs)).filter((k) => covered.has(batchIdOfKey(prefix, k) ?? ''));
-    if (keys.length > 0) await ctx.store.deleteKeys(keys);
+    if (keys.length > 0) {
+      // The mark first: a list call that misses one of these files then answers 410 to a cursor below it.
+      await ctx.assertLocked();
+      await raiseRetentionMark(ctx.store, prefix, batchIdOfKey(prefix, keys[keys.length - 1] as string) as string, now);
+      await ctx.store.deleteKeys(keys);
+    }
     out.deleted += keys.length;
     out.periods++;
     done.set(p.startMs, p.files.reduce((m, f) => (f.lastId > m ? f.lastId : m), ''));
@@ -349,10 +355,14 @@ export async function dropOldPeriods(ctx: RollContext, prefix: string, cutoffMs:
   if (!manifest) return 0;
   const old = manifest.periods.filter((p) => p.endMs <= Math.min(cutoffMs, manifest.watermarkMs));
   if (old.length === 0) return 0;
+  const now = (ctx.now ?? Date.now)();
+  const batchKeys = new Map<number, string[]>();
+  for (const p of old) batchKeys.set(p.startMs, await batchKeysInPeriod(ctx.store, prefix, p.startMs, p.endMs));
+  const last = [...batchKeys.values()].flat().reduce((m, k) => (k > m ? k : m), '');
   await ctx.assertLocked();
-  await writeManifest(ctx.store, { ...manifest, periods: manifest.periods.filter((p) => !old.includes(p)), updatedAt: (ctx.now ?? Date.now)() });
-  for (const p of old) {
-    await ctx.store.deleteKeys([...p.files.map((f) => f.key), ...(await batchKeysInPeriod(ctx.store, prefix, p.startMs, p.endMs))]);
-  }
+  // The mark before any batch file goes (see ./retention.ts); the manifest before any rollup file goes (the view reads what it lists).
+  if (last !== '') await raiseRetentionMark(ctx.store, prefix, batchIdOfKey(prefix, last) as string, now);
+  await writeManifest(ctx.store, { ...manifest, periods: manifest.periods.filter((p) => !old.includes(p)), updatedAt: now });
+  for (const p of old) await ctx.store.deleteKeys([...p.files.map((f) => f.key), ...(batchKeys.get(p.startMs) ?? [])]);
   return old.length;
 }

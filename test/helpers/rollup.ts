@@ -3,12 +3,15 @@
  * manifest vs what the store holds. Everything is read with DuckDB and the store, as an analyst
  * (or an auditor) would.
  */
+import { mkdir, writeFile } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
 import { expect } from 'vitest';
 import { duckdbReadParquetSql } from '../../shared/duckdb.js';
 import { parseStoragePath, listPrefix } from '../../shared/paths.js';
 import { ROLLUP_ROOT } from '../../shared/rollup/layout.js';
 import { type Manifest, manifestFiles, readManifest } from '../../shared/rollup/manifest.js';
 import { rollupViewSql } from '../../shared/rollup/view.js';
+import { FilesystemObjectStore } from '../../shared/store/filesystem.js';
 import type { ObjectStore } from '../../shared/store/types.js';
 import { duckQuery } from './duckdb.js';
 
@@ -84,4 +87,26 @@ export async function expectManifestMatchesStore(store: ObjectStore, manifest: M
       expect(Number(facts?.hi)).toBeLessThan(p.endMs);
     }
   }
+}
+
+/**
+ * Copies every object of `store` into `root` (a fresh local folder), so DuckDB can check a store
+ * it cannot open here (S3 without the httpfs extension). Call it once the store is quiet.
+ */
+export async function mirrorStore(store: ObjectStore, root: string): Promise<FilesystemObjectStore> {
+  const keys = await store.listKeys('');
+  let next = 0;
+  // 16 reads at a time; a scratch copy needs no fsync.
+  const worker = async (): Promise<void> => {
+    for (let i = next++; i < keys.length; i = next++) {
+      const key = keys[i] as string;
+      const got = await store.getBytes(key);
+      if (!got) continue;
+      const file = join(root, ...key.split('/'));
+      await mkdir(dirname(file), { recursive: true });
+      await writeFile(file, got.body);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(16, keys.length) }, worker));
+  return new FilesystemObjectStore({ root });
 }

@@ -12,6 +12,7 @@ import { batchIdMs } from '../../shared/ids.js';
 import { BatchLedger } from '../../shared/ledger/ledger.js';
 import { periodStart } from '../../shared/rollup/layout.js';
 import { readManifest } from '../../shared/rollup/manifest.js';
+import { readRetentionMark } from '../../shared/rollup/retention.js';
 import { storeRootUrl } from '../../shared/rollup/roll.js';
 import { FilesystemObjectStore } from '../../shared/store/filesystem.js';
 import { replayOne } from '../../services/api/admin.js';
@@ -129,6 +130,26 @@ describe('rollups (in process, 2 s periods)', () => {
       await queue.close();
     }
   });
+
+  it('a failing rollup (an app whose manifest does not parse) is counted and alerted on, and leaves /readyz alone', async () => {
+    const app = 'broken';
+    const failures = async (): Promise<number> => (await stack.rollup!.metrics.failures.get()).values.find((v) => v.labels.stage === 'plan')?.value ?? 0;
+    const before = await failures();
+    mkdirSync(join(stack.dataDir, 'rollups', 'events', app), { recursive: true });
+    writeFileSync(join(stack.dataDir, 'rollups', 'events', app, '_manifest.json'), '{"v":1,"prefix":');
+    await push(stack.url, app, 3);
+    await waitFor(async () => {
+      await stack.rollup!.planOnce();
+      return (await failures()) > before;
+    }, 30_000, 'a planning failure counted');
+    const ready = await fetch(`${stack.url}/readyz`);
+    expect(ready.status).toBe(200);
+    // The other apps' rollups go on.
+    const other = await push(stack.url, 'ra', 4);
+    await waitFor(async () => ((await readManifest(stack.store, 'events/ra/'))?.watermarkMs ?? 0) > batchIdMs(other), 30_000, 'ra rolled past the new batch');
+    expect((await fetch(`${stack.url}/readyz`)).status).toBe(200);
+    rmSync(join(stack.dataDir, 'rollups', 'events', app), { recursive: true, force: true });
+  });
 });
 
 describe('raw retention (2 s periods, RAW_RETENTION_SECONDS=3, LIST_INDEX_SECONDS=2)', () => {
@@ -170,13 +191,19 @@ describe('raw retention (2 s periods, RAW_RETENTION_SECONDS=3, LIST_INDEX_SECOND
     );
     for (const id of gone) expect(rolled.has(id)).toBe(true);
     expect(m.periods.some((p) => p.rawDeletedThrough !== '')).toBe(true);
-    // The list (from the start, and from the first id) shows only batches whose file is there.
-    for (const after of ['', `?after=${pushed[0]}`]) {
+    // The list (from the start, and from the retention mark) shows only batches whose file is there;
+    // from the first id (deleted since) it answers 410.
+    const mark = (await readRetentionMark(stack.store, `events/${app}/`))?.deletedThrough;
+    expect(mark).toBeDefined();
+    expect(gone.every((id) => id <= mark!)).toBe(true);
+    for (const after of ['', `?after=${mark}`]) {
       const r = await fetch(`${stack.url}/list/events/${app}${after}${after ? '&' : '?'}limit=1000`, { headers: auth });
+      expect(r.status).toBe(200);
       const items = ((await r.json()) as { items: string[] }).items;
       expect(items.length).toBeGreaterThan(0);
       for (const item of items) expect(present.has(item.slice(0, -'.parquet'.length))).toBe(true);
     }
+    expect((await fetch(`${stack.url}/list/events/${app}?after=${pushed[0]}`, { headers: auth })).status).toBe(410);
     expect(await viewCount(stack.store, app)).toBe(total);
   });
 });
