@@ -288,6 +288,24 @@ export class BatchLedger {
     return { kind: 'below', id: nowMs };
   }
 
+  /** The ms of the last id minted in this namespace (0: none yet). */
+  async lastMintedMs(): Promise<number> {
+    return Number((await this.redis.hget(this.key('clock'), 'ms')) ?? 0);
+  }
+
+  /**
+   * Moves this namespace's clock to `ms` when it is behind: the next id is minted after `ms`
+   * (used when the shard layout changes, so a prefix's ids keep increasing on its new shard).
+   */
+  async seedClockAfter(ms: number): Promise<void> {
+    await this.redis.eval(
+      "if tonumber(redis.call('HGET', KEYS[1], 'ms') or '0') < tonumber(ARGV[1]) then redis.call('HSET', KEYS[1], 'ms', ARGV[1], 'n', 9999) end return 1",
+      1,
+      this.key('clock'),
+      String(ms),
+    );
+  }
+
   /** List prefixes that have ids in flight. */
   async prefixes(): Promise<string[]> {
     return this.redis.smembers(this.prefixesKey());
