@@ -1,0 +1,153 @@
+/**
+ * Queue shards on one Redis: changing QUEUE_SHARDS (refused while the old layout holds work,
+ * taken over once drained), and upkeep that costs one Redis call per shard with 10,000 prefixes.
+ */
+import { Queue } from 'bullmq';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { ConfigError } from '../../shared/config.js';
+import { BatchLedger, shardOfBatchId } from '../../shared/ledger/ledger.js';
+import { reapOnce } from '../../shared/ledger/reaper.js';
+import { ShardSet, ensureShardLayout, shardIndex, shardLayouts } from '../../shared/shards.js';
+import { ADMIN_TOKEN, type TestStack, startTestStack } from '../helpers/stack.js';
+import { uniqueName } from '../helpers/names.js';
+import { batchBody, sampleEvent } from '../helpers/events.js';
+
+describe('changing QUEUE_SHARDS', () => {
+  let redis: Redis;
+  beforeAll(() => {
+    redis = new Redis(inject('redisUrl'), { maxRetriesPerRequest: null });
+  });
+  afterAll(() => {
+    redis.disconnect();
+  });
+
+  it('is refused while the old layout has a batch in flight, and taken over once drained, ids of a prefix still increasing', async () => {
+    const name = uniqueName('reshard');
+    const one = shardLayouts(name, 1, false);
+    expect(await ensureShardLayout(redis, name, one)).toEqual({});
+    const old = new BatchLedger(redis, name);
+    // Minted a minute ahead of the clock (as if the old shard's Redis clock ran ahead).
+    const { batchId: first } = await old.mint('events/a/', { clockMs: Date.now() + 60_000 });
+
+    const six = shardLayouts(name, 6, false);
+    const refused = await ensureShardLayout(redis, name, six).then(
+      () => null,
+      (err: unknown) => err,
+    );
+    expect(refused).toBeInstanceOf(ConfigError);
+    expect((refused as Error).message).toMatch(/QUEUE_SHARDS=6, but Redis holds queues laid out for QUEUE_SHARDS=1 with work in them/);
+    // Still refused by a whole process: it does not start.
+    await expect(startTestStack({ QUEUE_NAME: name, QUEUE_SHARDS: '6', ROLLUP: 'off' }, { api: true, encoder: false })).rejects.toThrow(/QUEUE_SHARDS=6/);
+
+    // Drained: the new layout is recorded and its clocks start after the old one.
+    expect(await old.release('events/a/', first)).toBe(true);
+    expect(await ensureShardLayout(redis, name, six)).toEqual({ changedFrom: 1 });
+    expect(await ensureShardLayout(redis, name, six)).toEqual({});
+    const set = ShardSet.open(redis, six);
+    try {
+      const shard = set.forPrefix('events/a/');
+      const { batchId: second } = await shard.ledger.mint('events/a/');
+      expect(second > first).toBe(true);
+      expect(shardOfBatchId(second, 6)).toBe(shardIndex('events/a/', 6));
+      await shard.ledger.release('events/a/', second);
+    } finally {
+      await set.close();
+    }
+    // And going back to one shard is refused the same way while a sharded batch is in flight.
+    const set2 = ShardSet.open(redis, six);
+    try {
+      const s = set2.forPrefix('events/b/');
+      const { batchId } = await s.ledger.mint('events/b/');
+      await expect(ensureShardLayout(redis, name, one)).rejects.toThrow(/QUEUE_SHARDS=1, but Redis holds queues laid out for QUEUE_SHARDS=6/);
+      await s.ledger.release('events/b/', batchId);
+    } finally {
+      await set2.close();
+    }
+  });
+});
+
+describe('upkeep with 10,000 prefixes', () => {
+  const PREFIXES = 10_000;
+  let redis: Redis;
+  let stack: TestStack | undefined;
+  beforeAll(() => {
+    redis = new Redis(inject('redisUrl'), { maxRetriesPerRequest: null });
+  });
+  afterAll(async () => {
+    await stack?.shutdown();
+    redis.disconnect();
+  });
+
+  async function mintMany(ledger: BatchLedger, nowMs: number): Promise<string> {
+    let oldest = '';
+    for (let start = 0; start < PREFIXES; start += 500) {
+      const ids = await Promise.all(Array.from({ length: 500 }, (_, k) => ledger.mint(`events/app${start + k}/`, { clockMs: nowMs - 120_000 + start + k })));
+      if (start === 0) oldest = ids[0]?.batchId ?? '';
+    }
+    return oldest;
+  }
+
+  it('one pass reads the lag and reaps orphans of every prefix in one call per shard', async () => {
+    const name = uniqueName('upkeep');
+    const ledger = new BatchLedger(redis, name);
+    const queue = new Queue(name, { connection: redis });
+    try {
+      const now = Date.now();
+      const oldest = await mintMany(ledger, now);
+      expect(await ledger.scanPending()).toEqual({ orphans: 0, dead: 0, oldest, prefixes: PREFIXES });
+      const t0 = performance.now();
+      const lag = await ledger.maxLagMs(now);
+      const lagMs = performance.now() - t0;
+      expect(lag).toBe(120_000);
+      // Every id is an orphan (no job) past a 60 s grace: one pass releases them all.
+      const t1 = performance.now();
+      const reaped = await reapOnce(ledger, queue, 60_000, now);
+      const reapMs = performance.now() - t1;
+      expect(reaped).toEqual({ orphans: PREFIXES, dead: 0 });
+      expect(await ledger.prefixes()).toEqual([]);
+      expect(await ledger.maxLagMs()).toBe(0);
+      console.info(`upkeep, ${PREFIXES} prefixes: lag read ${lagMs.toFixed(1)} ms, reaper pass ${reapMs.toFixed(1)} ms (one Redis call each)`);
+    } finally {
+      await queue.obliterate({ force: true }).catch(() => undefined);
+      await queue.close();
+    }
+  });
+
+  it('/readyz answers with the lag of 10,000 prefixes, and the per-shard queue gauge names each shard', async () => {
+    stack = await startTestStack({ QUEUE_SHARDS: '4', ROLLUP: 'off', ORPHAN_GRACE_SECONDS: '3600' }, { api: true, encoder: false });
+    const layouts = shardLayouts(stack.queueName, 4, false);
+    const set = ShardSet.open(redis, layouts);
+    try {
+      const now = Date.now();
+      for (let start = 0; start < PREFIXES; start += 500) {
+        await Promise.all(Array.from({ length: 500 }, (_, k) => set.forPrefix(`events/app${start + k}/`).ledger.mint(`events/app${start + k}/`, { clockMs: now - 30_000 })));
+      }
+      const times: number[] = [];
+      let body: { ok?: boolean; watermarkLagSeconds?: number } = {};
+      for (let i = 0; i < 5; i++) {
+        const t0 = performance.now();
+        const r = await fetch(`${stack.url}/readyz`);
+        body = (await r.json()) as typeof body;
+        times.push(performance.now() - t0);
+        expect(r.status).toBe(200);
+      }
+      expect(body.watermarkLagSeconds).toBeGreaterThanOrEqual(30);
+      times.sort((a, b) => a - b);
+      console.info(`/readyz with ${PREFIXES} prefixes over 4 shards: median ${times[2]?.toFixed(1)} ms, max ${times[4]?.toFixed(1)} ms`);
+
+      // A push lands on its app's shard; the gauge shows it under that shard only.
+      const r = await fetch(`${stack.url}/push/events/gauge-app/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(2, sampleEvent) });
+      expect(r.status).toBe(200);
+      const metrics = await (await fetch(`${stack.url}/metrics`, { headers: { Authorization: `Bearer ${ADMIN_TOKEN}` } })).text();
+      const shard = shardIndex('events/gauge-app/', 4);
+      for (let k = 0; k < 4; k++) {
+        const m = new RegExp(`^ingest_queue_shard_jobs\\{[^}]*shard="${k}"[^}]*state="waiting"[^}]*\\} (\\d+)`, 'm').exec(metrics);
+        expect(m?.[1], `shard ${k}`).toBe(k === shard ? '1' : '0');
+      }
+      expect(metrics).toMatch(/^ingest_queue_jobs\{[^}]*state="waiting"[^}]*\} 1$/m);
+    } finally {
+      await set.close();
+    }
+  });
+});
