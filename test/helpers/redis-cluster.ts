@@ -21,6 +21,8 @@ export interface RedisCluster {
   masterPorts(): Promise<number[]>;
   /** `kill -9` of one node. */
   kill(port: number): Promise<void>;
+  /** Starts a killed node again on its port and folder (it rejoins, as a replica after a failover). */
+  restart(port: number): Promise<void>;
   /** Stops every node and removes their folders. Idempotent. */
   stop(): Promise<void>;
 }
@@ -56,6 +58,7 @@ export async function startRedisCluster(opts: { masters?: number; replicas?: num
   const replicas = opts.replicas ?? 1;
   const root = mkdtempSync(join(tmpdir(), 'ingest-cluster-'));
   const all: ClusterNode[] = [];
+  const nodeArgs = ['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', String(opts.nodeTimeoutMs ?? 2000), '--appendonly', 'no', '--save', '', ...(opts.args ?? [])];
   const stop = async (): Promise<void> => {
     await Promise.all(all.map((n) => n.server.stop('SIGKILL').catch(() => undefined)));
     rmSync(root, { recursive: true, force: true });
@@ -65,11 +68,7 @@ export async function startRedisCluster(opts: { masters?: number; replicas?: num
       const port = await freePort();
       const dir = join(root, String(port));
       mkdirSync(dir);
-      const server = await spawnRedisServer({
-        port,
-        dir,
-        args: ['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', String(opts.nodeTimeoutMs ?? 2000), '--appendonly', 'no', '--save', '', ...(opts.args ?? [])],
-      });
+      const server = await spawnRedisServer({ port, dir, args: nodeArgs });
       all.push({ port, dir, server });
     }
     const created = spawnSync(
@@ -132,6 +131,10 @@ export async function startRedisCluster(opts: { masters?: number; replicas?: num
     async kill(port) {
       const node = all.find((n) => n.port === port);
       if (node) await node.server.stop('SIGKILL');
+    },
+    async restart(port) {
+      const node = all.find((n) => n.port === port);
+      if (node) node.server = await spawnRedisServer({ port, dir: node.dir, args: nodeArgs });
     },
     stop() {
       return (stopping ??= stop());
