@@ -6,7 +6,7 @@ import { type Logger, createLogger } from '../shared/logger.js';
 import { createRegistry } from '../shared/metrics.js';
 import { type RunningServer, listen } from '../shared/http.js';
 import { type RedisClient, createRedisClient, describeTarget, isRedisUnavailable, redisTarget, waitReady } from '../shared/redis.js';
-import { ShardSet, type ShardLayout, ensureShardLayout, shardLayouts } from '../shared/shards.js';
+import { ShardSet, type ShardLayout, assertRollupSupported, ensureShardLayout, shardLayouts } from '../shared/shards.js';
 import { withTimeout } from '../shared/timeout.js';
 import { storeFromEnv } from '../shared/store/from-env.js';
 import type { ObjectStore } from '../shared/store/types.js';
@@ -54,19 +54,23 @@ export async function startStack(env: Env, parts: StackParts, logger = createLog
   const target = redisTarget(env);
   const redisUrl = target.kind === 'single' ? target.url : describeTarget(target);
   const layouts = shardLayouts(env.QUEUE_NAME, env.QUEUE_SHARDS, target.kind === 'cluster');
-  if (parts.rollup && env.ROLLUP === 'on' && layouts[0]?.queuePrefix !== 'bull') {
-    throw new ConfigError('ROLLUP=on runs only with QUEUE_SHARDS=1 on one Redis (REDIS_URL) for now: the rollup service reads one ledger. Set ROLLUP=off with REDIS_CLUSTER_NODES or QUEUE_SHARDS > 1');
-  }
+  if (parts.rollup && env.ROLLUP === 'on') assertRollupSupported(env);
   const registry = createRegistry(parts.serviceLabel ?? (parts.api && parts.encoder ? 'ingest' : parts.api ? 'api' : 'encoder'), parts.defaultMetrics ?? true);
   const connections: RedisClient[] = [];
   const shardSets: ShardSet[] = [];
   const stack: RunningStack = { logger, store, redisUrl, registry, close: async () => undefined };
+  /** A start refused after connections were opened: drop them, then fail. */
+  const abandon = async (err: unknown): Promise<never> => {
+    await stack.encoder?.close(250).catch(() => undefined);
+    for (const c of connections) c.disconnect();
+    throw err;
+  };
 
   if (parts.encoder) {
     const workerConn = createRedisClient(target, 'worker', logger);
     const ledgerConn = createRedisClient(target, 'worker', logger);
     connections.push(workerConn, ledgerConn);
-    await checkLayout(ledgerConn, env, layouts, logger);
+    await checkLayout(ledgerConn, env, layouts, logger).catch(abandon);
     stack.encoder = createEncoder({
       queueName: env.QUEUE_NAME,
       connection: workerConn,
@@ -101,7 +105,7 @@ export async function startStack(env: Env, parts: StackParts, logger = createLog
     connections.push(producer);
     // Pushes fail fast while Redis is away; give it a moment at start so the first ones do not.
     await waitReady(producer, 5000).catch(() => logger.warn({ redis: redisUrl }, 'Redis not reachable yet: pushes answer 503 until it is'));
-    if (!parts.encoder) await checkLayout(producer, env, layouts, logger);
+    if (!parts.encoder) await checkLayout(producer, env, layouts, logger).catch(abandon);
     const shards = ShardSet.open(producer, layouts, { replicas: env.REDIS_WAIT_REPLICAS, timeoutMs: env.REDIS_WAIT_TIMEOUT_MS });
     shardSets.push(shards);
     const [first] = shards.shards;

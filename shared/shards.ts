@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { type ConnectionOptions, Queue } from 'bullmq';
 import { Cluster } from 'ioredis';
 import calculateSlot from 'cluster-key-slot';
-import { ConfigError } from './config.js';
+import { ConfigError, type Env } from './config.js';
 import { BatchLedger, shardOfBatchId } from './ledger/ledger.js';
 import type { RedisClient } from './redis.js';
 
@@ -207,5 +207,15 @@ export async function ensureShardLayout(client: RedisClient, queueName: string, 
     return { changedFrom: had };
   } finally {
     await oldSet.close();
+  }
+}
+
+/**
+ * The rollup service reads one ledger (`{QUEUE_NAME}`) and one Redis: it does not know shards
+ * yet. Throws ConfigError when the environment asks for a Cluster or several shards.
+ */
+export function assertRollupSupported(env: Pick<Env, 'REDIS_CLUSTER_NODES' | 'QUEUE_SHARDS'>): void {
+  if (env.REDIS_CLUSTER_NODES || env.QUEUE_SHARDS > 1) {
+    throw new ConfigError('rollups (ROLLUP=on, the rollup service) run only with QUEUE_SHARDS=1 on one Redis (REDIS_URL) for now: the rollup service reads one ledger. Set ROLLUP=off with REDIS_CLUSTER_NODES or QUEUE_SHARDS > 1');
   }
 }

@@ -67,6 +67,19 @@ describe('changing QUEUE_SHARDS', () => {
   });
 });
 
+describe('rollups with shards', () => {
+  it('npm start refuses ROLLUP=on with QUEUE_SHARDS > 1 (the rollup service reads one ledger), and starts with ROLLUP=off', async () => {
+    await expect(startTestStack({ QUEUE_SHARDS: '2', ROLLUP: 'on' }, { api: true, encoder: true, rollup: true })).rejects.toThrow(/rollups .* run only with QUEUE_SHARDS=1 on one Redis .* Set ROLLUP=off/);
+    const stack = await startTestStack({ QUEUE_SHARDS: '2', ROLLUP: 'off' }, { api: true, encoder: true, rollup: true });
+    try {
+      const r = await fetch(`${stack.url}/push/events/rollup-off/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(1, sampleEvent) });
+      expect(r.status).toBe(200);
+    } finally {
+      await stack.shutdown();
+    }
+  });
+});
+
 describe('upkeep with 10,000 prefixes', () => {
   const PREFIXES = 10_000;
   let redis: Redis;
