@@ -12,6 +12,8 @@ import { ShardSet, ensureShardLayout, shardIndex, shardLayouts } from '../../sha
 import { ADMIN_TOKEN, type TestStack, startTestStack } from '../helpers/stack.js';
 import { uniqueName } from '../helpers/names.js';
 import { batchBody, sampleEvent } from '../helpers/events.js';
+import { type RedisServer, startRedisServer } from '../helpers/redis-server.js';
+import { waitFor } from '../helpers/proc.js';
 
 describe('changing QUEUE_SHARDS', () => {
   let redis: Redis;
@@ -161,6 +163,43 @@ describe('upkeep with 10,000 prefixes', () => {
       expect(metrics).toMatch(/^ingest_queue_jobs\{[^}]*state="waiting"[^}]*\} 1$/m);
     } finally {
       await set.close();
+    }
+  });
+});
+
+describe('REDIS_WAIT_REPLICAS on one Redis', () => {
+  it('answers 503 + Retry-After until a replica has the batch; the retry with the same key then gets 200 and one batch is written', async () => {
+    const master = await startRedisServer();
+    let replica: RedisServer | undefined;
+    let stack: TestStack | undefined;
+    const probe = new Redis(master.url, { maxRetriesPerRequest: null });
+    try {
+      stack = await startTestStack({ REDIS_URL: master.url, REDIS_WAIT_REPLICAS: '1', REDIS_WAIT_TIMEOUT_MS: '200', ROLLUP: 'off' }, { api: true, encoder: true });
+      const url = stack.url;
+      const body = batchBody(3, sampleEvent);
+      const push = (): Promise<Response> => fetch(`${url}/push/events/waitapp/x`, { method: 'POST', headers: { 'Content-Type': 'application/json', 'Idempotency-Key': 'wait-k1' }, body });
+      const first = await push();
+      expect(first.status).toBe(503);
+      expect(first.headers.get('retry-after')).toBe('1');
+      expect(((await first.json()) as { error: string }).error).toMatch(/not yet replicated \(REDIS_WAIT_REPLICAS\)/);
+
+      replica = await startRedisServer({ args: ['--replicaof', '127.0.0.1', String(master.port)] });
+      await waitFor(async () => /slave0:.*state=online/.test(await probe.info('replication')), 20_000, 'the replica to sync');
+      const second = await push();
+      expect(second.status).toBe(200);
+      const { batchId } = (await second.json()) as { batchId: string };
+      // Both pushes are one batch: the one the first push enqueued before its WAIT timed out.
+      const listed = await waitFor(async () => {
+        const r = await fetch(`${url}/list/events/waitapp`, { headers: { Authorization: `Bearer ${ADMIN_TOKEN}` } });
+        const page = (await r.json()) as { items: string[] };
+        return page.items.length > 0 ? page.items : null;
+      }, 20_000, 'the batch to be listed');
+      expect(listed).toEqual([`${batchId}.parquet`]);
+    } finally {
+      await stack?.shutdown();
+      probe.disconnect();
+      await replica?.stop();
+      await master.stop();
     }
   });
 });
