@@ -14,6 +14,11 @@ import { uniqueName } from '../helpers/names.js';
 import { batchBody, sampleEvent } from '../helpers/events.js';
 import { type RedisServer, startRedisServer } from '../helpers/redis-server.js';
 import { waitFor } from '../helpers/proc.js';
+import { createEncoder } from '../../services/encoder/worker.js';
+import { createLogger } from '../../shared/logger.js';
+import { createRegistry } from '../../shared/metrics.js';
+import { FilesystemObjectStore } from '../../shared/store/filesystem.js';
+import type { ObjectStore } from '../../shared/store/types.js';
 
 describe('changing QUEUE_SHARDS', () => {
   let redis: Redis;
@@ -200,6 +205,61 @@ describe('REDIS_WAIT_REPLICAS on one Redis', () => {
       probe.disconnect();
       await replica?.stop();
       await master.stop();
+    }
+  });
+});
+
+describe('an encoder with QUEUE_SHARDS=4', () => {
+  it('consumes every shard, with at most ENCODER_CONCURRENCY jobs at once in the whole process', async () => {
+    const stack = await startTestStack({ QUEUE_SHARDS: '4', ROLLUP: 'off', ORPHAN_GRACE_SECONDS: '3600' }, { api: true, encoder: false });
+    const conn = new Redis(inject('redisUrl'), { maxRetriesPerRequest: null });
+    const fsStore = new FilesystemObjectStore({ root: stack.dataDir });
+    let writing = 0;
+    let most = 0;
+    // The store's writes are slowed down, so jobs of several shards overlap if the gate lets them.
+    const store = new Proxy(fsStore, {
+      get(target, prop) {
+        if (prop === 'putBytes') {
+          return async (...args: Parameters<ObjectStore['putBytes']>) => {
+            writing++;
+            most = Math.max(most, writing);
+            try {
+              await new Promise((r) => setTimeout(r, 150));
+              return await target.putBytes(...args);
+            } finally {
+              writing--;
+            }
+          };
+        }
+        const v = Reflect.get(target, prop) as unknown;
+        return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+      },
+    });
+    const layouts = shardLayouts(stack.queueName, 4, false);
+    const encoder = createEncoder({
+      queueName: stack.queueName,
+      connection: conn,
+      ledger: new BatchLedger(conn, stack.queueName),
+      shards: layouts.map((l) => ({ queueName: l.queueName, prefix: l.queuePrefix, ledger: new BatchLedger(conn, l.namespace, { shard: { index: l.index, count: l.count } }) })),
+      store,
+      registry: createRegistry('shards', false),
+      logger: createLogger({ level: 'silent', name: 'shards' }),
+      concurrency: 2,
+    });
+    try {
+      expect(encoder.workers).toHaveLength(4);
+      const apps = Array.from({ length: 16 }, (_, i) => `gate${i}`);
+      expect(new Set(apps.map((a) => shardIndex(`events/${a}/`, 4))).size).toBe(4);
+      for (const app of apps) {
+        const r = await fetch(`${stack.url}/push/events/${app}/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(2, sampleEvent) });
+        expect(r.status).toBe(200);
+      }
+      await waitFor(async () => (await fsStore.listKeys('events/')).filter((k) => k.endsWith('.parquet')).length === apps.length, 30_000, 'every batch written');
+      expect(most).toBe(2);
+    } finally {
+      await encoder.close(5000);
+      conn.disconnect();
+      await stack.shutdown();
     }
   });
 });
