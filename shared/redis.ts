@@ -129,7 +129,8 @@ export function isRedisUnavailable(err: unknown): boolean {
   if (err.name === 'MaxRetriesPerRequestError') return true;
   const code = (err as NodeJS.ErrnoException).code;
   if (code && ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EPIPE', 'EAI_AGAIN'].includes(code)) return true;
-  return /Stream isn't writeable|Connection is closed|Command timed out|connect ETIMEDOUT|Reached the max retries/i.test(err.message);
+  // A Redis Cluster mid-failover or out of reach: ioredis' Cluster errors and Redis' own.
+  return /Stream isn't writeable|Connection is closed|Command timed out|connect ETIMEDOUT|Reached the max retries|CLUSTERDOWN|TRYAGAIN|Cluster isn't ready|Failed to refresh slots cache|None of startup nodes is available/i.test(err.message);
 }
 
 /** Resolves when `client` is ready, rejects after `ms`. */

@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { parseEnv } from '../../shared/config.js';
 import { BATCH_ID_RE } from '../../shared/ids.js';
 import { shardOfBatchId, shardSuffix } from '../../shared/ledger/ledger.js';
+import { isRedisUnavailable } from '../../shared/redis.js';
 import { CLUSTER_SLOTS, LEGACY_QUEUE_PREFIX, shardIndex, shardLayouts } from '../../shared/shards.js';
 
 describe('queue shards', () => {
@@ -56,5 +57,11 @@ describe('queue shards', () => {
     expect(() => parseEnv({ REDIS_WAIT_REPLICAS: '-1' })).toThrow(/REDIS_WAIT_REPLICAS/);
     expect(parseEnv({}).QUEUE_SHARDS).toBe(1);
     expect(parseEnv({}).REDIS_WAIT_REPLICAS).toBe(0);
+  });
+
+  it('counts a Redis Cluster mid-failover as Redis unavailable (503), not as a bug (500)', () => {
+    expect(isRedisUnavailable(new Error('CLUSTERDOWN The cluster is down'))).toBe(true);
+    expect(isRedisUnavailable(new Error('Failed to refresh slots cache.'))).toBe(true);
+    expect(isRedisUnavailable(new Error('ERR unknown command'))).toBe(false);
   });
 });
