@@ -2,6 +2,9 @@
  * Queue shards on one Redis: changing QUEUE_SHARDS (refused while the old layout holds work,
  * taken over once drained), and upkeep that costs one Redis call per shard with 10,000 prefixes.
  */
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
@@ -259,6 +262,51 @@ describe('an encoder with QUEUE_SHARDS=4', () => {
     } finally {
       await encoder.close(5000);
       conn.disconnect();
+      await stack.shutdown();
+    }
+  });
+});
+
+describe('dead letters with QUEUE_SHARDS=3', () => {
+  it('are listed over every shard and replayed on their own shard, by the admin route and by npm run replay --all', async () => {
+    const stack = await startTestStack({ QUEUE_SHARDS: '3', ROLLUP: 'off', ORPHAN_GRACE_SECONDS: '3600' }, { api: true, encoder: true });
+    const auth = { Authorization: `Bearer ${ADMIN_TOKEN}` };
+    try {
+      // Two apps on different shards; a file where their folder should be fails their writes for good.
+      const apps = ['dlA', 'dlB', 'dlC', 'dlD', 'dlE', 'dlF'];
+      const a = apps[0] as string;
+      const b = apps.find((x) => shardIndex(`events/${x}/`, 3) !== shardIndex(`events/${a}/`, 3)) as string;
+      mkdirSync(join(stack.dataDir, 'events'), { recursive: true });
+      const ids: string[] = [];
+      for (const app of [a, b]) {
+        writeFileSync(join(stack.dataDir, 'events', app), 'not a folder');
+        const r = await fetch(`${stack.url}/push/events/${app}/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(2, sampleEvent) });
+        expect(r.status).toBe(200);
+        ids.push(((await r.json()) as { batchId: string }).batchId);
+      }
+      const failed = await waitFor(async () => {
+        const f = (await (await fetch(`${stack.url}/admin/failed`, { headers: auth })).json()) as { total: number; items: { batchId: string }[] };
+        return f.total === 2 ? f : null;
+      }, 30_000, 'both batches dead-lettered');
+      expect(failed.items.map((i) => i.batchId).sort()).toEqual([...ids].sort());
+      for (const app of [a, b]) rmSync(join(stack.dataDir, 'events', app));
+
+      const r = await fetch(`${stack.url}/admin/replay/${ids[0]}`, { method: 'POST', headers: auth });
+      expect(((await r.json()) as { outcome: string }).outcome).toBe('replayed');
+      await waitFor(async () => existsSync(join(stack.dataDir, 'events', a, `${ids[0]}.parquet`)), 30_000, 'replayed batch written');
+
+      const run = spawnSync(process.execPath, ['--import', 'tsx', 'scripts/replay.ts', '--all'], {
+        cwd: join(import.meta.dirname, '../..'),
+        env: { ...process.env, REDIS_URL: inject('redisUrl'), QUEUE_NAME: stack.queueName, QUEUE_SHARDS: '3' },
+        encoding: 'utf8',
+        timeout: 30_000,
+      });
+      expect(run.status, run.stdout + run.stderr).toBe(0);
+      expect(run.stdout).toMatch(new RegExp(`${ids[1]}\treplayed`));
+      await waitFor(async () => existsSync(join(stack.dataDir, 'events', b, `${ids[1]}.parquet`)), 30_000, 'batch replayed by the script written');
+      const listed = (await (await fetch(`${stack.url}/list/events/${b}`, { headers: auth })).json()) as { items: string[] };
+      expect(listed.items).toEqual([`${ids[1]}.parquet`]);
+    } finally {
       await stack.shutdown();
     }
   });
