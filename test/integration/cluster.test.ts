@@ -172,4 +172,29 @@ describe('Redis Cluster: 3 masters + 3 replicas, QUEUE_SHARDS=6, 2 API and 2 enc
     expect([...holding].sort()).toEqual([...masters].sort());
     console.info(`cluster: ${BATCHES} batches over ${APPS} apps and ${SHARDS} shards, ${polls} polls`);
   }, 120_000);
+
+  it('npm start (API + encoder thread) runs on the cluster too, starting no private Redis', async () => {
+    const c = cluster as RedisCluster;
+    const dir = mkdtempSync(join(tmpdir(), 'ingest-cluster-start-'));
+    const port = await freePort();
+    const proc = startService('services/main.ts', { HOST: '127.0.0.1', PORT: String(port), REDIS_CLUSTER_NODES: c.nodes, QUEUE_SHARDS: '3', QUEUE_NAME: uniqueName('clstart'), DATA_DIR: dir, ADMIN_TOKEN: TOKEN, ROLLUP: 'off', LOG_LEVEL: 'info' });
+    try {
+      const base = `http://127.0.0.1:${port}`;
+      await waitForHttp(`${base}/readyz`, 60_000, proc);
+      const r = await fetch(`${base}/push/events/start-app/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(3, sampleEvent) });
+      expect(r.status).toBe(200);
+      const { batchId } = (await r.json()) as { batchId: string };
+      const deadline = Date.now() + 30_000;
+      let items: string[] = [];
+      while (Date.now() < deadline && items.length === 0) {
+        items = (await listPage(base, 'start-app', undefined)).items;
+        if (items.length === 0) await new Promise((res) => setTimeout(res, 200));
+      }
+      expect(items).toEqual([`${batchId}.parquet`]);
+      expect(proc.output()).not.toMatch(/private redis-server|using the Redis already running/);
+    } finally {
+      await proc.stop('SIGTERM', 10_000);
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 90_000);
 });
