@@ -1,11 +1,16 @@
 /**
- * `npm run chaos [-- --short] [-- --store rgw]`: the whole pipeline as separate processes (Redis
+ * `npm run chaos [-- --short] [-- --store rgw] [-- --redis cluster]`: the whole pipeline as separate processes (Redis
  * with AOF, the API, two encoders, an S3 server) under continuous pushes, while processes are
  * killed with SIGKILL and the store fails. The S3 server is s3rver behind a fault-injecting proxy
  * (503s, then connection resets), or with `--store rgw` a private Ceph RADOS Gateway
  * (test/helpers/rgw.ts) whose `radosgw` is killed with SIGKILL and started again. Then it drains the backlog, reads every
  * file back with DuckDB and prints: acknowledged, written, lost, duplicated, refused. Exits 1
  * unless nothing acknowledged was lost and nothing was written twice.
+ *
+ * With `--redis cluster` (`npm run chaos:cluster`) Redis is a real Redis Cluster (3 masters + 3
+ * replicas, AOF with appendfsync always) with QUEUE_SHARDS=3 and REDIS_WAIT_REPLICAS=1, and the Redis
+ * fault is a kill -9 of the master serving the pushed app's shard: its replica takes over, then the
+ * killed node is started again and rejoins as a replica.
  *
  * Bounded: under 5 minutes (`--short` or CHAOS_SHORT=1: about 60-90 s on an idle machine, hard stop at 240 s). Everything it starts
  * listens on 127.0.0.1 and is stopped on exit. Prints ids and counts only, never event contents.
@@ -15,8 +20,11 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Queue } from 'bullmq';
+import calculateSlot from 'cluster-key-slot';
 import type { Redis } from 'ioredis';
-import { createRedis } from '../shared/redis.js';
+import { type RedisClient, createRedis, createRedisClient } from '../shared/redis.js';
+import { ShardSet, shardLayouts } from '../shared/shards.js';
+import { type RedisCluster, clusterView, startRedisCluster } from '../test/helpers/redis-cluster.js';
 import type { S3ObjectStore } from '../shared/store/s3.js';
 import { duckQuery, sqlString } from '../test/helpers/duckdb.js';
 import { type RedisServer, freePort, startRedisServer } from '../test/helpers/redis-server.js';
@@ -36,6 +44,17 @@ function storeArg(argv: readonly string[]): 's3rver' | 'rgw' {
   process.exit(2);
 }
 const STORE_KIND = storeArg(process.argv);
+/** `--redis single` (default) or `--redis cluster`. */
+function redisArg(argv: readonly string[]): 'single' | 'cluster' {
+  const i = argv.indexOf('--redis');
+  const value = i >= 0 ? argv[i + 1] : argv.find((a) => a.startsWith('--redis='))?.slice('--redis='.length);
+  if (value === undefined || value === 'single') return 'single';
+  if (value === 'cluster') return 'cluster';
+  process.stderr.write(`--redis: expected single or cluster, got ${JSON.stringify(value)}\n`);
+  process.exit(2);
+}
+const REDIS_KIND = redisArg(process.argv);
+const CLUSTER_SHARDS = 3;
 const PROFILE = SHORT
   ? { clients: 3, pauseMs: 150, quietMs: 2000, drainMs: 60_000, bigEvents: 6000, outageMs: 10_000, hardLimitMs: 240_000 }
   : { clients: 4, pauseMs: 30, quietMs: 12_000, drainMs: 90_000, bigEvents: 12_000, outageMs: 10_000, hardLimitMs: 295_000 };
@@ -127,6 +146,9 @@ const redisDir = join(tmp, 'redis');
 mkdirSync(redisDir);
 const REDIS_ARGS = ['--appendonly', 'yes', '--appendfsync', 'always', '--maxmemory-policy', 'noeviction'];
 let redis: RedisServer | undefined;
+let cluster: RedisCluster | undefined;
+let clusterShards: ShardSet | undefined;
+let clusterConn: RedisClient | undefined;
 let s3: S3TestServer | undefined;
 let rgw: RgwServer | undefined;
 let proxy: FaultProxy | undefined;
@@ -154,7 +176,31 @@ async function kill9(p: Service | undefined): Promise<void> {
 }
 
 async function startRedis(): Promise<void> {
+  if (REDIS_KIND === 'cluster') {
+    cluster ??= await startRedisCluster({ masters: 3, replicas: 1, nodeTimeoutMs: 1000, args: REDIS_ARGS });
+    return;
+  }
   redis = await startRedisServer({ port: redis?.port, dir: redisDir, args: REDIS_ARGS });
+}
+
+/** Cluster mode: kill -9 the master serving the app's shard, wait for its replica to take over, start it again. */
+async function failoverShardMaster(): Promise<void> {
+  const c = cluster as RedisCluster;
+  const layout = clusterShards?.forPrefix(`events/${APP}/`).layout;
+  const slot = calculateSlot(layout?.tag ?? '');
+  const view = await clusterView(c.all[0]?.port ?? 0);
+  const victim = view.find((v) => v.master && v.slots.some((r) => {
+    const [lo, hi] = r.split('-').map(Number);
+    return lo !== undefined && slot >= lo && slot <= (hi ?? lo);
+  }))?.port;
+  if (victim === undefined) return progress('  no master found for the shard; skipping');
+  await c.kill(victim);
+  const t = Date.now();
+  await waitUntil('a replica to take over', 30_000, async () => (await c.masterPorts()).filter((p) => p !== victim).length === 3);
+  progress(`  master :${victim} killed; its replica took over after ${Date.now() - t} ms`);
+  await sleep(1500);
+  await c.restart(victim);
+  progress(`  :${victim} started again (rejoins as a replica)`);
 }
 
 async function killRedis(): Promise<void> {
@@ -173,7 +219,10 @@ async function cleanup(): Promise<void> {
   await proxy?.close().catch(() => undefined);
   await s3?.close().catch(() => undefined);
   await rgw?.close().catch(() => undefined);
+  await clusterShards?.close().catch(() => undefined);
+  clusterConn?.disconnect();
   await redis?.stop().catch(() => undefined);
+  await cluster?.stop().catch(() => undefined);
   rmSync(tmp, { recursive: true, force: true });
 }
 
@@ -362,7 +411,8 @@ function printTable(r: Report): void {
 async function main(): Promise<number> {
   progress(`${SHORT ? 'short' : 'full'} run ${RUN} on ${STORE_KIND}; temp dir ${tmp}`);
   await startRedis();
-  progress(`redis-server on ${(redis as RedisServer).url} (appendonly yes, appendfsync always, noeviction)`);
+  if (cluster) progress(`Redis Cluster of 3 masters + 3 replicas on ${cluster.nodes} (appendonly yes, appendfsync always, noeviction); QUEUE_SHARDS=${CLUSTER_SHARDS}, REDIS_WAIT_REPLICAS=1`);
+  else progress(`redis-server on ${(redis as RedisServer).url} (appendonly yes, appendfsync always, noeviction)`);
   let storeEnv: Record<string, string>;
   if (STORE_KIND === 'rgw') {
     rgw = await startRgw();
@@ -389,7 +439,7 @@ async function main(): Promise<number> {
   common = {
     HOST: '127.0.0.1',
     ...storeEnv,
-    REDIS_URL: (redis as RedisServer).url,
+    ...(cluster ? { REDIS_CLUSTER_NODES: cluster.nodes, QUEUE_SHARDS: String(CLUSTER_SHARDS), REDIS_WAIT_REPLICAS: '1' } : { REDIS_URL: (redis as RedisServer).url }),
     QUEUE_NAME: QUEUE,
     ADMIN_TOKEN: TOKEN,
     LOG_LEVEL: 'warn',
@@ -398,9 +448,16 @@ async function main(): Promise<number> {
     ORPHAN_GRACE_SECONDS: '10',
   };
   await Promise.all([startApi(), startEncoder(0), startEncoder(1)]);
-  monitorConn = createRedis((redis as RedisServer).url, 'worker');
-  monitor = new Queue(QUEUE, { connection: monitorConn });
-  monitor.on('error', () => undefined);
+  if (cluster) {
+    // Every push goes to one app, so one shard: its queue is the one to watch.
+    clusterConn = createRedisClient({ kind: 'cluster', nodes: cluster.all.map((n) => ({ host: '127.0.0.1', port: n.port })) }, 'worker');
+    clusterShards = ShardSet.open(clusterConn, shardLayouts(QUEUE, CLUSTER_SHARDS, true));
+    monitor = clusterShards.forPrefix(`events/${APP}/`).queue;
+  } else {
+    monitorConn = createRedis((redis as RedisServer).url, 'worker');
+    monitor = new Queue(QUEUE, { connection: monitorConn });
+    monitor.on('error', () => undefined);
+  }
   progress(`API on ${apiUrl}; two encoders up; ${PROFILE.clients} clients pushing`);
 
   const clients = Array.from({ length: PROFILE.clients }, (_, c) => clientLoop(c));
@@ -419,11 +476,14 @@ async function main(): Promise<number> {
     });
   }
   await phase('kill -9 twice in a row on the same job', doubleKillOnOneJob);
-  await phase('kill -9 redis-server, restart from its AOF', async () => {
-    await killRedis();
-    await sleep(1500);
-    await startRedis();
-  });
+  if (cluster) await phase('kill -9 the Redis master of the app\'s shard, failover, restart it', failoverShardMaster);
+  else {
+    await phase('kill -9 redis-server, restart from its AOF', async () => {
+      await killRedis();
+      await sleep(1500);
+      await startRedis();
+    });
+  }
   await phase('kill -9 the API, restart', async () => {
     await kill9(api);
     await sleep(1000);
@@ -451,11 +511,14 @@ async function main(): Promise<number> {
     });
   }
   if (!SHORT) {
-    await phase('kill -9 redis-server again under load', async () => {
-      await killRedis();
-      await sleep(1000);
-      await startRedis();
-    });
+    if (cluster) await phase('kill -9 the shard\'s Redis master again under load', failoverShardMaster);
+    else {
+      await phase('kill -9 redis-server again under load', async () => {
+        await killRedis();
+        await sleep(1000);
+        await startRedis();
+      });
+    }
   }
 
   progress('stopping the clients (each finishes its current push)');

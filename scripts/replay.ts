@@ -1,14 +1,14 @@
 /**
  * `npm run replay -- <batchId...|--all> [--reissue] [--list]`: moves dead-lettered batches
- * (BullMQ's failed set) back to the queue. Reads REDIS_URL and QUEUE_NAME like the services.
+ * (BullMQ's failed set) back to the queue. Reads REDIS_URL (or REDIS_CLUSTER_NODES), QUEUE_NAME
+ * and QUEUE_SHARDS like the services; with several shards every shard's failed set is used.
  */
-import { Queue } from 'bullmq';
 import { Command } from 'commander';
-import { listFailed, replayFailed } from '../services/api/admin.js';
+import { type ReplayOutcome, listFailed, replayFailed } from '../services/api/admin.js';
 import { ConfigError, parseEnv } from '../shared/config.js';
 import { isBatchId } from '../shared/ids.js';
-import { BatchLedger } from '../shared/ledger/ledger.js';
-import { DEFAULT_REDIS_URL, createRedis, waitReady } from '../shared/redis.js';
+import { createRedisClient, redisTarget, waitReady } from '../shared/redis.js';
+import { ShardSet, shardLayouts } from '../shared/shards.js';
 
 const program = new Command()
   .name('replay')
@@ -42,25 +42,32 @@ async function main(): Promise<number> {
     process.stderr.write(`not batch ids: ${bad.join(', ')}\n`);
     return 2;
   }
-  const redis = createRedis(env.REDIS_URL ?? DEFAULT_REDIS_URL, 'worker');
-  const queue = new Queue(env.QUEUE_NAME, { connection: redis });
-  queue.on('error', () => undefined);
+  const target = redisTarget(env);
+  const redis = createRedisClient(target, 'worker');
+  const shards = ShardSet.open(redis, shardLayouts(env.QUEUE_NAME, env.QUEUE_SHARDS, target.kind === 'cluster'));
   try {
     await waitReady(redis, 15_000);
     if (opts.list) {
-      const { total, items } = await listFailed(queue, 1000);
-      process.stdout.write(`${total} failed batch(es) in queue ${env.QUEUE_NAME}\n`);
-      for (const f of items) process.stdout.write(`${f.batchId}\t${f.key ?? '?'}\tattempts=${f.attemptsMade}\t${f.failedReason}\n`);
+      for (const shard of shards.shards) {
+        const { total, items } = await listFailed(shard.queue, 1000);
+        process.stdout.write(`${total} failed batch(es) in queue ${env.QUEUE_NAME}${shards.count > 1 ? ` shard ${shard.layout.index}` : ''}\n`);
+        for (const f of items) process.stdout.write(`${f.batchId}\t${f.key ?? '?'}\tattempts=${f.attemptsMade}\t${f.failedReason}\n`);
+      }
       return 0;
     }
-    const results = await replayFailed(queue, new BatchLedger(redis, env.QUEUE_NAME), opts.all ? 'all' : ids, { reissue: opts.reissue });
+    const results: ReplayOutcome[] = [];
+    if (opts.all) for (const s of shards.shards) results.push(...(await replayFailed(s.queue, s.ledger, 'all', { reissue: opts.reissue })));
+    for (const id of opts.all ? [] : ids) {
+      const s = shards.forBatchId(id);
+      results.push(...(await replayFailed(s.queue, s.ledger, [id], { reissue: opts.reissue })));
+    }
     for (const r of results) process.stdout.write(`${r.batchId}\t${r.outcome}${r.newBatchId ? `\t${r.newBatchId}` : ''}${r.detail ? `\t${r.detail}` : ''}\n`);
     const done = results.filter((r) => r.outcome === 'replayed' || r.outcome === 'reissued').length;
     process.stdout.write(`${done} of ${results.length} batch(es) back in the queue\n`);
     // Asking for a specific id that is not failed is an error worth an exit code; --all of nothing is not.
     return results.every((r) => r.outcome === 'replayed' || r.outcome === 'reissued') ? 0 : 1;
   } finally {
-    await queue.close().catch(() => undefined);
+    await shards.close();
     await redis.quit().catch(() => redis.disconnect());
   }
 }

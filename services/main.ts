@@ -74,7 +74,8 @@ async function startEncoderThread(env: ReturnType<typeof parseEnv>): Promise<{ m
 try {
   const parsed = parseEnv();
   const logger = createLogger({ level: parsed.LOG_LEVEL, name: 'ingest' });
-  const redis = await ensureRedis({ redisUrl: parsed.REDIS_URL, dataDir: parsed.DATA_DIR, logger });
+  // A Redis Cluster is always the operator's own; one Redis may be started privately.
+  const redis = parsed.REDIS_CLUSTER_NODES ? { url: undefined, stop: async () => undefined } : await ensureRedis({ redisUrl: parsed.REDIS_URL, dataDir: parsed.DATA_DIR, logger });
   const env = { ...parsed, REDIS_URL: redis.url };
   if (env.STORE === 'memory') {
     // A memory store lives in one thread: keep the encoder beside the API.

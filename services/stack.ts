@@ -1,14 +1,12 @@
 import http from 'node:http';
-import type { Queue } from 'bullmq';
-import { createProducerQueue } from '../shared/queue.js';
-import type { Redis } from 'ioredis';
 import type { Registry } from 'prom-client';
-import { type Env, loadSyncConfig, loadTokens } from '../shared/config.js';
+import { ConfigError, type Env, loadSyncConfig, loadTokens } from '../shared/config.js';
 import { BatchLedger } from '../shared/ledger/ledger.js';
 import { type Logger, createLogger } from '../shared/logger.js';
 import { createRegistry } from '../shared/metrics.js';
 import { type RunningServer, listen } from '../shared/http.js';
-import { DEFAULT_REDIS_URL, createRedis, waitReady } from '../shared/redis.js';
+import { type RedisClient, createRedisClient, describeTarget, isRedisUnavailable, redisTarget, waitReady } from '../shared/redis.js';
+import { ShardSet, type ShardLayout, assertRollupSupported, ensureShardLayout, shardLayouts } from '../shared/shards.js';
 import { withTimeout } from '../shared/timeout.js';
 import { storeFromEnv } from '../shared/store/from-env.js';
 import type { ObjectStore } from '../shared/store/types.js';
@@ -34,6 +32,7 @@ export interface StackParts {
 export interface RunningStack {
   logger: Logger;
   store: ObjectStore;
+  /** The Redis URL, or `cluster <seed nodes>`. */
   redisUrl: string;
   registry: Registry;
   api?: { server: RunningServer; app: ApiApp };
@@ -52,20 +51,31 @@ export async function startStack(env: Env, parts: StackParts, logger = createLog
   const config = loadSyncConfig(env);
   const tokens = loadTokens(env);
   const store = storeFromEnv(env);
-  const redisUrl = env.REDIS_URL ?? DEFAULT_REDIS_URL;
+  const target = redisTarget(env);
+  const redisUrl = target.kind === 'single' ? target.url : describeTarget(target);
+  const layouts = shardLayouts(env.QUEUE_NAME, env.QUEUE_SHARDS, target.kind === 'cluster');
+  if (parts.rollup && env.ROLLUP === 'on') assertRollupSupported(env);
   const registry = createRegistry(parts.serviceLabel ?? (parts.api && parts.encoder ? 'ingest' : parts.api ? 'api' : 'encoder'), parts.defaultMetrics ?? true);
-  const connections: Redis[] = [];
-  const queues: Queue[] = [];
+  const connections: RedisClient[] = [];
+  const shardSets: ShardSet[] = [];
   const stack: RunningStack = { logger, store, redisUrl, registry, close: async () => undefined };
+  /** A start refused after connections were opened: drop them, then fail. */
+  const abandon = async (err: unknown): Promise<never> => {
+    await stack.encoder?.close(250).catch(() => undefined);
+    for (const c of connections) c.disconnect();
+    throw err;
+  };
 
   if (parts.encoder) {
-    const workerConn = createRedis(redisUrl, 'worker', {}, logger);
-    const ledgerConn = createRedis(redisUrl, 'worker', {}, logger);
+    const workerConn = createRedisClient(target, 'worker', logger);
+    const ledgerConn = createRedisClient(target, 'worker', logger);
     connections.push(workerConn, ledgerConn);
+    await checkLayout(ledgerConn, env, layouts, logger).catch(abandon);
     stack.encoder = createEncoder({
       queueName: env.QUEUE_NAME,
       connection: workerConn,
       ledger: new BatchLedger(ledgerConn, env.QUEUE_NAME),
+      shards: layouts.map((l) => ({ queueName: l.queueName, prefix: l.queuePrefix, ledger: new BatchLedger(ledgerConn, l.namespace, { shard: { index: l.index, count: l.count } }) })),
       store,
       registry,
       logger,
@@ -86,25 +96,26 @@ export async function startStack(env: Env, parts: StackParts, logger = createLog
         env.METRICS_PORT,
         env.HOST,
       );
-      logger.info({ metrics: `${stack.metricsServer.url}/metrics`, queue: env.QUEUE_NAME, concurrency: env.ENCODER_CONCURRENCY, store: store.describe() }, 'encoder started');
+      logger.info({ metrics: `${stack.metricsServer.url}/metrics`, queue: env.QUEUE_NAME, shards: layouts.length, concurrency: env.ENCODER_CONCURRENCY, store: store.describe() }, 'encoder started');
     }
   }
 
   if (parts.api) {
-    const producer = createRedis(redisUrl, 'producer', {}, logger);
+    const producer = createRedisClient(target, 'producer', logger);
     connections.push(producer);
     // Pushes fail fast while Redis is away; give it a moment at start so the first ones do not.
     await waitReady(producer, 5000).catch(() => logger.warn({ redis: redisUrl }, 'Redis not reachable yet: pushes answer 503 until it is'));
-    const queue = createProducerQueue(env.QUEUE_NAME, producer);
-    queue.on('error', () => undefined);
-    queues.push(queue);
-    const ledger = new BatchLedger(producer, env.QUEUE_NAME);
-    const app = createApiApp({ env, config, store, redis: producer, queue, ledger, tokens, registry, logger, extraMetrics: parts.extraMetrics });
+    if (!parts.encoder) await checkLayout(producer, env, layouts, logger).catch(abandon);
+    const shards = ShardSet.open(producer, layouts, { replicas: env.REDIS_WAIT_REPLICAS, timeoutMs: env.REDIS_WAIT_TIMEOUT_MS });
+    shardSets.push(shards);
+    const [first] = shards.shards;
+    if (!first) throw new Error('no queue shard');
+    const app = createApiApp({ env, config, store, redis: producer, queue: first.queue, ledger: first.ledger, shards, tokens, registry, logger, extraMetrics: parts.extraMetrics });
     app.start();
     const server = await listen(app.app as http.RequestListener, env.PORT, env.HOST);
     stack.api = { server, app };
     logger.info(
-      { url: server.url, redis: redisUrl, store: store.describe(), collections: config.collections.map((c) => c.name), queue: env.QUEUE_NAME, encoder: parts.encoder },
+      { url: server.url, redis: redisUrl, store: store.describe(), collections: config.collections.map((c) => c.name), queue: env.QUEUE_NAME, shards: layouts.length, waitReplicas: env.REDIS_WAIT_REPLICAS, encoder: parts.encoder },
       'api listening',
     );
     for (const c of config.collections) {
@@ -137,7 +148,7 @@ export async function startStack(env: Env, parts: StackParts, logger = createLog
         async () => stack.encoder?.close(redisUp ? 15_000 : 250),
         async () => stack.rollup?.close(redisUp ? 15_000 : 250),
         async () => stack.metricsServer?.close(1000),
-        ...queues.map((q) => () => withTimeout(q.close(), redisUp ? 5000 : 250, 'queue close')),
+        ...shardSets.map((q) => () => withTimeout(q.close(), redisUp ? 5000 : 250, 'queue close')),
         ...connections.map((c) => async () => {
           if (c.status !== 'ready') return c.disconnect();
           await withTimeout(c.quit(), 1000, 'redis quit').catch(() => c.disconnect());
@@ -154,4 +165,25 @@ export async function startStack(env: Env, parts: StackParts, logger = createLog
     return closing;
   };
   return stack;
+}
+
+/**
+ * Checks QUEUE_SHARDS against the layout recorded in Redis (see ensureShardLayout). A refused
+ * change stops the start. With the default layout (one shard, one Redis) an unreachable Redis
+ * only skips the check, as a push then answers 503 anyway; a sharded layout waits for Redis.
+ */
+async function checkLayout(conn: RedisClient, env: Env, layouts: readonly ShardLayout[], logger: Logger): Promise<void> {
+  const legacy = layouts.length === 1 && layouts[0]?.queuePrefix === 'bull';
+  try {
+    await waitReady(conn, legacy ? 2000 : 30_000);
+    const r = await withTimeout(ensureShardLayout(conn, env.QUEUE_NAME, layouts), 10_000, 'shard layout check');
+    if (r.changedFrom !== undefined) logger.warn({ from: r.changedFrom, to: layouts.length }, 'QUEUE_SHARDS changed on a drained queue: new shard layout recorded');
+  } catch (err) {
+    if (err instanceof ConfigError) throw err;
+    if (legacy && (isRedisUnavailable(err) || /not ready|timed out/i.test((err as Error).message))) {
+      logger.warn({ err: (err as Error).message }, 'Redis not reachable at start: the QUEUE_SHARDS layout check is skipped');
+      return;
+    }
+    throw new ConfigError(`could not check the queue shard layout in Redis: ${(err as Error).message}`);
+  }
 }

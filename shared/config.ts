@@ -217,6 +217,25 @@ export const EnvSchema = z
       .regex(/^(\/[A-Za-z0-9._~-]+)*$/, 'must be empty or like /ingest (no trailing slash)')
       .default(''),
     REDIS_URL: z.string().url().optional(),
+    /** Seed nodes of a Redis Cluster (`host:port,host:port,…`); switches every process to the Cluster client. */
+    REDIS_CLUSTER_NODES: z
+      .string()
+      .transform((v) => v.split(',').map((n) => n.trim()).filter(Boolean))
+      .pipe(z.array(z.string().regex(/^[A-Za-z0-9.-]+:\d{1,5}$/, 'must be a comma list of host:port seed nodes, like 10.0.0.1:7000,10.0.0.2:7000')).min(1))
+      .transform((nodes) => nodes.map((n) => ({ host: n.slice(0, n.lastIndexOf(':')), port: Number(n.slice(n.lastIndexOf(':') + 1)) })))
+      .refine((nodes) => nodes.every((n) => n.port > 0 && n.port <= 65535), 'ports must be 1-65535')
+      .optional(),
+    /**
+     * BullMQ queues the work is split into, each under its own hash tag so a Cluster spreads them
+     * over its masters. A list prefix always maps to the same shard. Changing it needs a drained
+     * queue (docs/operations.md, "Running on Redis Cluster"). At most 256: the shard is kept in
+     * the batch id's random suffix.
+     */
+    QUEUE_SHARDS: positiveInt.max(256).default(1),
+    /** A push is answered 200 only once its enqueue reached this many replicas (Redis WAIT); 0: no wait. */
+    REDIS_WAIT_REPLICAS: z.coerce.number().int().min(0).max(16).default(0),
+    /** How long a push waits for REDIS_WAIT_REPLICAS before answering 503 + Retry-After. */
+    REDIS_WAIT_TIMEOUT_MS: positiveInt.min(10).max(10_000).default(1000),
     QUEUE_NAME: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'must be 1-64 characters of [A-Za-z0-9_-]').default('events-ingest'),
     STORE: z.enum(['fs', 's3', 'memory']).default('fs'),
     DATA_DIR: z.string().min(1).default('./data'),
@@ -302,6 +321,7 @@ export const EnvSchema = z
     LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   })
   .superRefine((e, ctx) => {
+    if (e.REDIS_URL && e.REDIS_CLUSTER_NODES) ctx.addIssue({ code: 'custom', path: ['REDIS_CLUSTER_NODES'], message: 'set REDIS_URL (one Redis) or REDIS_CLUSTER_NODES (a Redis Cluster), not both' });
     if (e.STORE === 's3' && !e.S3_BUCKET) ctx.addIssue({ code: 'custom', path: ['S3_BUCKET'], message: 'is required when STORE=s3' });
     if (e.JWT_JWKS_URL && e.JWT_PUBLIC_KEY) ctx.addIssue({ code: 'custom', path: ['JWT_PUBLIC_KEY'], message: 'set JWT_JWKS_URL or JWT_PUBLIC_KEY, not both' });
     if ((e.JWT_ISSUER || e.JWT_AUDIENCE) && !e.JWT_JWKS_URL && !e.JWT_PUBLIC_KEY) {

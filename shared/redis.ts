@@ -1,4 +1,4 @@
-import { Redis, type RedisOptions } from 'ioredis';
+import { Cluster, type ClusterOptions, Redis, type RedisOptions } from 'ioredis';
 import { type Logger, type ThrottledWarn, throttledWarn } from './logger.js';
 
 export const DEFAULT_REDIS_URL = 'redis://127.0.0.1:6379';
@@ -13,16 +13,7 @@ export const DEFAULT_REDIS_URL = 'redis://127.0.0.1:6379';
  * CONNECTION_ERROR_LOG_MS per Redis, and `redis reachable again` when it is back.
  */
 export function createRedis(url: string, role: 'producer' | 'worker', extra: RedisOptions = {}, logger?: Logger): Redis {
-  const base: RedisOptions = {
-    lazyConnect: false,
-    connectTimeout: 2000,
-    retryStrategy: (times) => Math.min(100 * 2 ** Math.min(times, 5), 2000),
-  };
-  const byRole: RedisOptions =
-    role === 'producer'
-      ? { enableOfflineQueue: false, maxRetriesPerRequest: 1, commandTimeout: 2000, autoResendUnfulfilledCommands: false }
-      : { enableOfflineQueue: true, maxRetriesPerRequest: null };
-  const client = new Redis(url, { ...base, ...byRole, ...extra });
+  const client = new Redis(url, { ...baseOptions, ...roleOptions(role), ...extra });
   // Without a listener ioredis would print each retry to stderr. With a logger, connection
   // errors are logged at most every few seconds per Redis (all connections to it together).
   if (!logger) {
@@ -35,6 +26,79 @@ export function createRedis(url: string, role: 'producer' | 'worker', extra: Red
   client.on('ready', () => warn.flush('redis reachable again', { redis: where }));
   return client;
 }
+
+const baseOptions: RedisOptions = {
+  lazyConnect: false,
+  connectTimeout: 2000,
+  retryStrategy: (times) => Math.min(100 * 2 ** Math.min(times, 5), 2000),
+};
+
+function roleOptions(role: 'producer' | 'worker'): RedisOptions {
+  return role === 'producer'
+    ? { enableOfflineQueue: false, maxRetriesPerRequest: 1, commandTimeout: 2000, autoResendUnfulfilledCommands: false }
+    : { enableOfflineQueue: true, maxRetriesPerRequest: null };
+}
+
+/** One Redis or a Redis Cluster: what every module that talks to Redis is handed. */
+export type RedisClient = Redis | Cluster;
+
+/** Where Redis is: one server (`url`) or a Redis Cluster reached through seed nodes. */
+export type RedisTarget = { kind: 'single'; url: string } | { kind: 'cluster'; nodes: { host: string; port: number }[] };
+
+/** The target an environment names: REDIS_CLUSTER_NODES wins over REDIS_URL (config validation forbids both). */
+export function redisTarget(env: { REDIS_URL?: string; REDIS_CLUSTER_NODES?: { host: string; port: number }[] }): RedisTarget {
+  if (env.REDIS_CLUSTER_NODES && env.REDIS_CLUSTER_NODES.length > 0) return { kind: 'cluster', nodes: env.REDIS_CLUSTER_NODES };
+  return { kind: 'single', url: env.REDIS_URL ?? DEFAULT_REDIS_URL };
+}
+
+/** What logs and /readyz name a target by: the URL's host:port, or `cluster` and the seed nodes (never a password). */
+export function describeTarget(t: RedisTarget): string {
+  if (t.kind === 'cluster') return `cluster ${t.nodes.map((n) => `${n.host}:${n.port}`).join(',')}`;
+  try {
+    const u = new URL(t.url);
+    return `${u.hostname}:${u.port || 6379}`;
+  } catch {
+    return 'redis';
+  }
+}
+
+/**
+ * A connection to `target` for `role` (see createRedis). On a Cluster the per-node connections
+ * get the same role options; commands follow MOVED/ASK redirections and, after a failover, the
+ * slot map is refreshed and the command retried on the promoted replica.
+ */
+export function createRedisClient(target: RedisTarget, role: 'producer' | 'worker', logger?: Logger): RedisClient {
+  if (target.kind === 'single') return createRedis(target.url, role, {}, logger);
+  const byRole = roleOptions(role);
+  const options: ClusterOptions = {
+    // Every read goes to the master: the ledger's reads decide what the list may show.
+    scaleReads: 'master',
+    enableOfflineQueue: byRole.enableOfflineQueue ?? true,
+    // Reconnecting to the whole cluster: same capped backoff as one Redis.
+    clusterRetryStrategy: (times) => Math.min(100 * 2 ** Math.min(times, 5), 2000),
+    retryDelayOnFailover: 200,
+    retryDelayOnClusterDown: 200,
+    retryDelayOnTryAgain: 100,
+    slotsRefreshTimeout: 2000,
+    redisOptions: { ...baseOptions, ...byRole },
+  };
+  const client = new Cluster(target.nodes, options);
+  const where = describeTarget(target);
+  clusterNames.set(client, where);
+  if (!logger) {
+    client.on('error', () => undefined);
+    client.on('node error', () => undefined);
+    return client;
+  }
+  const warn = connectionWarning(logger, where);
+  const onError = (err: NodeJS.ErrnoException): void => warn({ redis: where, role, code: err.code ?? err.name });
+  client.on('error', onError);
+  client.on('node error', onError);
+  client.on('ready', () => warn.flush('redis reachable again', { redis: where }));
+  return client;
+}
+
+const clusterNames = new WeakMap<Cluster, string>();
 
 /** One throttle per logger and Redis address, shared by every connection to it. */
 const warnings = new WeakMap<Logger, Map<string, ThrottledWarn>>();
@@ -50,7 +114,8 @@ function connectionWarning(logger: Logger, where: string): ThrottledWarn {
 }
 
 /** `host:port` of a connection (a unix socket: its path); what /readyz and logs name, never a password. */
-export function redisAddress(client: Redis): string {
+export function redisAddress(client: RedisClient): string {
+  if (client instanceof Cluster) return clusterNames.get(client) ?? 'cluster';
   const o = client.options;
   return o.path ? o.path : `${o.host ?? '127.0.0.1'}:${o.port ?? 6379}`;
 }
@@ -64,11 +129,12 @@ export function isRedisUnavailable(err: unknown): boolean {
   if (err.name === 'MaxRetriesPerRequestError') return true;
   const code = (err as NodeJS.ErrnoException).code;
   if (code && ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EPIPE', 'EAI_AGAIN'].includes(code)) return true;
-  return /Stream isn't writeable|Connection is closed|Command timed out|connect ETIMEDOUT|Reached the max retries/i.test(err.message);
+  // A Redis Cluster mid-failover or out of reach: ioredis' Cluster errors and Redis' own.
+  return /Stream isn't writeable|Connection is closed|Command timed out|connect ETIMEDOUT|Reached the max retries|CLUSTERDOWN|TRYAGAIN|Cluster isn't ready|Failed to refresh slots cache|None of startup nodes is available/i.test(err.message);
 }
 
 /** Resolves when `client` is ready, rejects after `ms`. */
-export async function waitReady(client: Redis, ms: number): Promise<void> {
+export async function waitReady(client: RedisClient, ms: number): Promise<void> {
   if (client.status === 'ready') return;
   await new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => {

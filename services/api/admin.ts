@@ -1,6 +1,8 @@
 import express, { type NextFunction, type Request, type Response, type Router } from 'express';
 import type { Job, Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
+import type { RedisClient } from '../../shared/redis.js';
+import type { ShardSet } from '../../shared/shards.js';
 import { HttpError } from '../../shared/errors.js';
 import { withTimeout } from '../../shared/timeout.js';
 import { batchIdMs, isBatchId } from '../../shared/ids.js';
@@ -32,7 +34,7 @@ export interface ReplayOutcome {
 const ADMIN_TIMEOUT_MS = 10_000;
 
 /** True when `err` comes from an unreachable or hung Redis rather than from the request. */
-function redisDown(err: unknown, redis: Redis): boolean {
+function redisDown(err: unknown, redis: RedisClient): boolean {
   if (err instanceof HttpError) return false;
   if (redis.status !== 'ready') return true;
   return err instanceof Error && /timed out|ECONN|EPIPE|ETIMEDOUT|Connection is closed|writeable|MaxRetriesPerRequest/i.test(err.message);
@@ -113,7 +115,9 @@ export interface AdminRouterOptions {
   queue: Queue;
   ledger: BatchLedger;
   /** The connection the queue uses: its status tells a Redis outage from a bad request. */
-  redis: Redis;
+  redis: RedisClient;
+  /** QUEUE_SHARDS: dead letters are listed and replayed on every shard (a batch id names its shard). */
+  shards?: ShardSet;
   tokens: TokenRoles | ReadonlyMap<string, readonly string[]>;
   /** The router's auth hook (JWT and tokens); when given, `tokens` is not used. */
   roleResolver?: RoleResolver;
@@ -143,7 +147,10 @@ export function createAdminRouter(o: AdminRouterOptions): Router {
       const raw = req.query.limit;
       const limit = raw === undefined ? 100 : Number(raw);
       if (!Number.isInteger(limit) || limit < 1 || limit > MAX_REPLAY_BATCH) throw new HttpError(400, `limit must be an integer from 1 to ${MAX_REPLAY_BATCH}`);
-      res.json(await listFailed(o.queue, limit));
+      if (!o.shards || o.shards.count === 1) return void res.json(await listFailed(o.queue, limit));
+      const parts = await Promise.all(o.shards.shards.map((s) => listFailed(s.queue, limit)));
+      const items = parts.flatMap((p) => p.items).sort((a, b) => (a.failedAt ?? 0) - (b.failedAt ?? 0) || (a.batchId < b.batchId ? -1 : 1));
+      res.json({ total: parts.reduce((n, p) => n + p.total, 0), items: items.slice(0, limit) });
     }),
   );
   router.post(
@@ -152,7 +159,8 @@ export function createAdminRouter(o: AdminRouterOptions): Router {
     wrap(async (req, res) => {
       const id = String(req.params.batchId);
       if (!isBatchId(id)) throw new HttpError(400, 'batchId must be a batch id like 1782933157690-0000-735223');
-      const [r] = await replayFailed(o.queue, o.ledger, [id], { reissue: reissueOf(req) });
+      const shard = o.shards?.forBatchId(id) ?? o;
+      const [r] = await replayFailed(shard.queue, shard.ledger, [id], { reissue: reissueOf(req) });
       if (r?.outcome === 'not-failed') throw new HttpError(404, `batch ${id} is not in the failed set`);
       res.json(r);
     }),
@@ -161,7 +169,8 @@ export function createAdminRouter(o: AdminRouterOptions): Router {
     '/admin/replay',
     admin,
     wrap(async (req, res) => {
-      const results = await replayFailed(o.queue, o.ledger, 'all', { reissue: reissueOf(req) });
+      const results: ReplayOutcome[] = [];
+      for (const shard of o.shards?.shards ?? [o]) results.push(...(await replayFailed(shard.queue, shard.ledger, 'all', { reissue: reissueOf(req) })));
       res.json({ replayed: results.filter((r) => r.outcome === 'replayed' || r.outcome === 'reissued').length, results });
     }),
   );

@@ -1,19 +1,19 @@
 import express, { type Express, type NextFunction, type Request, type Response } from 'express';
 import type { Queue } from 'bullmq';
-import type { Redis } from 'ioredis';
 import type { Registry } from 'prom-client';
+import { type Shard, ShardSet } from '../../shared/shards.js';
 import { type Env, MAX_INFLIGHT_BYTES_DEFAULT, type SyncConfig } from '../../shared/config.js';
 import { ByteBudget } from '../../shared/byte-budget.js';
 import { HttpError, StoreError } from '../../shared/errors.js';
 import type { BatchLedger } from '../../shared/ledger/ledger.js';
 import { reapOnce } from '../../shared/ledger/reaper.js';
 import { type Logger, throttledWarn } from '../../shared/logger.js';
-import { isRedisUnavailable, redisAddress } from '../../shared/redis.js';
+import { type RedisClient, isRedisUnavailable, redisAddress } from '../../shared/redis.js';
 import { withTimeout } from '../../shared/timeout.js';
 import type { ObjectStore } from '../../shared/store/types.js';
 import { TokenRoles } from './auth.js';
 import { edgeFromEnv, type EdgeEnv } from './edge/from-env.js';
-import { QUEUE_STATES, type UpkeepStep, createApiMetrics, type ApiMetrics } from './metrics.js';
+import { QUEUE_STATES, SHARD_QUEUE_STATES, type UpkeepStep, createApiMetrics, type ApiMetrics } from './metrics.js';
 import { createEventsServerPlugin } from './plugin.js';
 import { createAdminRouter } from './admin.js';
 import { createSyncRouter, jsonErrorHandler } from './router.js';
@@ -25,10 +25,13 @@ export interface ApiDeps {
     Partial<Pick<Env, 'BODY_DEDUP_WINDOW_SECONDS' | 'MAX_INFLIGHT_BYTES' | 'APP_PATTERN'>>;
   config: SyncConfig;
   store: ObjectStore;
-  /** Producer connection (no offline queue). */
-  redis: Redis;
+  /** Producer connection (no offline queue): one Redis or a Cluster. */
+  redis: RedisClient;
+  /** The queue and ledger of a single-shard deployment; with `shards`, shard 0's. */
   queue: Queue;
   ledger: BatchLedger;
+  /** Every shard (QUEUE_SHARDS) and REDIS_WAIT_REPLICAS; default: `queue` and `ledger` as the one shard. */
+  shards?: ShardSet;
   tokens: ReadonlyMap<string, readonly string[]>;
   registry: Registry;
   logger: Logger;
@@ -51,10 +54,11 @@ export interface ApiApp {
 /** The API's Express app: sync routes for every collection plus /healthz, /readyz and /metrics. */
 export function createApiApp(deps: ApiDeps): ApiApp {
   const { config, store, redis, queue, ledger, registry, logger } = deps;
+  const shards = deps.shards ?? ShardSet.single(queue, ledger, redis);
   // Refreshed when the registry is read (each scrape), so queue depth is never 5 s stale.
   const metrics = createApiMetrics(registry, { refreshQueueGauges });
   const shedder = new LoadShedder({
-    queue,
+    queue: shards.shards.map((s) => s.queue),
     redis,
     maxWaiting: deps.env.QUEUE_HIGH_WATER,
     maxMemoryRatio: deps.env.REDIS_MEMORY_HIGH_WATER,
@@ -65,7 +69,7 @@ export function createApiApp(deps: ApiDeps): ApiApp {
       store,
       collection: c,
       storagePath: c.storagePath,
-      queue: { queue, ledger, idempotencyWindowSeconds: deps.env.IDEMPOTENCY_WINDOW_SECONDS, bodyDedupWindowSeconds: deps.env.BODY_DEDUP_WINDOW_SECONDS },
+      queue: { queue, ledger, shards, idempotencyWindowSeconds: deps.env.IDEMPOTENCY_WINDOW_SECONDS, bodyDedupWindowSeconds: deps.env.BODY_DEDUP_WINDOW_SECONDS },
       observe: {
         mintSeconds: (s) => metrics.mintDuration.observe(s),
         enqueueSeconds: (s) => metrics.enqueueDuration.observe(s),
@@ -144,7 +148,7 @@ export function createApiApp(deps: ApiDeps): ApiApp {
     checks.store = storeOk ? 'ok' : `${storeName} unreachable`;
     // null = unknown (Redis did not answer); 0 would claim nothing is held back.
     let watermarkLagSeconds: number | null = null;
-    if (redisOk) watermarkLagSeconds = await withTimeout(ledger.maxLagMs(), 1000).then((ms) => ms / 1000, () => null);
+    if (redisOk) watermarkLagSeconds = await withTimeout(maxLagMs(), 1000).then((ms) => ms / 1000, () => null);
     const ok = redisOk && storeOk;
     if (!ok) res.set('Retry-After', '5');
     res.status(ok ? 200 : 503).json({ ok, checks, watermarkLagSeconds, shedding: shedder.shedReason() });
@@ -158,7 +162,7 @@ export function createApiApp(deps: ApiDeps): ApiApp {
   });
 
   app.use(deps.env.BASE_PATH || '/', router);
-  app.use(deps.env.BASE_PATH || '/', edge.adminAudit, createAdminRouter({ queue, ledger, redis, tokens, roleResolver: edge.routerOptions.roleResolver }));
+  app.use(deps.env.BASE_PATH || '/', edge.adminAudit, createAdminRouter({ queue, ledger, redis, shards, tokens, roleResolver: edge.routerOptions.roleResolver }));
 
   app.use((req, _res, next) => next(new HttpError(404, `no route for ${req.method} ${req.path}`)));
 
@@ -175,16 +179,34 @@ export function createApiApp(deps: ApiDeps): ApiApp {
   });
   app.use(jsonErrorHandler(logger));
 
+  /** Oldest in-flight id over every shard: one scan script per shard, however many prefixes. */
+  async function maxLagMs(): Promise<number> {
+    const lags = await Promise.all(shards.shards.map((s) => s.ledger.maxLagMs()));
+    return Math.max(0, ...lags);
+  }
+
+  async function shardGauges(s: Shard): Promise<{ counts: Record<string, number>; oldestWaiting: number | null }> {
+    const [counts, [oldest]] = await Promise.all([s.queue.getJobCounts(...QUEUE_STATES), s.queue.getJobs(['waiting'], 0, 0, true)]);
+    return { counts, oldestWaiting: oldest ? oldest.timestamp : null };
+  }
+
   async function readQueueGauges(): Promise<void> {
-    const [counts, [oldest], lagMs, workers] = await Promise.all([
-      queue.getJobCounts(...QUEUE_STATES),
-      queue.getJobs(['waiting'], 0, 0, true),
-      ledger.maxLagMs(),
+    const [perShard, lagMs, workers] = await Promise.all([
+      Promise.all(shards.shards.map(shardGauges)),
+      maxLagMs(),
+      // Every encoder runs one worker per shard: shard 0's count is the encoder count.
       // CLIENT LIST may be disabled on a managed Redis: then the gauge keeps its last value.
       queue.getWorkersCount().catch(() => null),
     ]);
-    for (const [state, n] of Object.entries(counts)) metrics.queueJobs.set({ state }, n);
-    metrics.queueOldestWaiting.set(oldest ? Math.max(0, (Date.now() - oldest.timestamp) / 1000) : 0);
+    const totals: Record<string, number> = {};
+    let oldest: number | null = null;
+    perShard.forEach((g, i) => {
+      for (const [state, n] of Object.entries(g.counts)) totals[state] = (totals[state] ?? 0) + n;
+      for (const state of SHARD_QUEUE_STATES) metrics.queueShardJobs.set({ shard: String(i), state }, g.counts[state] ?? 0);
+      if (g.oldestWaiting !== null && (oldest === null || g.oldestWaiting < oldest)) oldest = g.oldestWaiting;
+    });
+    for (const [state, n] of Object.entries(totals)) metrics.queueJobs.set({ state }, n);
+    metrics.queueOldestWaiting.set(oldest !== null ? Math.max(0, (Date.now() - oldest) / 1000) : 0);
     metrics.watermarkLag.set(lagMs / 1000);
     if (workers !== null) metrics.queueWorkers.set(workers);
   }
@@ -215,7 +237,18 @@ export function createApiApp(deps: ApiDeps): ApiApp {
   }
   async function upkeep(): Promise<void> {
     await upkeepStep('reap', async () => {
-      const reaped = await withTimeout(reapOnce(ledger, queue, graceMs), 10_000, 'reaper');
+      const reaped = { orphans: 0, dead: 0 };
+      await withTimeout(
+        Promise.all(
+          shards.shards.map(async (s) => {
+            const r = await reapOnce(s.ledger, s.queue, graceMs);
+            reaped.orphans += r.orphans;
+            reaped.dead += r.dead;
+          }),
+        ),
+        10_000,
+        'reaper',
+      );
       if (reaped.orphans) metrics.orphansReaped.inc({ kind: 'orphan' }, reaped.orphans);
       if (reaped.dead) metrics.orphansReaped.inc({ kind: 'dead' }, reaped.dead);
       if (reaped.orphans || reaped.dead) logger.warn(reaped, 'released stuck in-flight batch ids');

@@ -16,6 +16,9 @@ export const PUSH_OUTCOMES = ['accepted', 'empty', 'deduplicated', 'rejected', '
 export const UPKEEP_STEPS = ['reap', 'gauges'] as const;
 export type UpkeepStep = (typeof UPKEEP_STEPS)[number];
 
+/** States exported per shard by `ingest_queue_shard_jobs`. */
+export const SHARD_QUEUE_STATES = ['waiting', 'active', 'failed'] as const;
+
 /** Queue states exported by `ingest_queue_jobs` (the dashboard and alerts name these). */
 export const QUEUE_STATES = ['waiting', 'active', 'delayed', 'failed', 'prioritized', 'completed'] as const;
 
@@ -47,6 +50,7 @@ export function createApiMetrics(registry: Registry, opts: ApiMetricsOptions = {
     mintDuration: new Histogram({ name: `${P}mint_duration_seconds`, help: 'Time to mint a batch id in Redis', buckets: FAST_BUCKETS, registers }),
     enqueueDuration: new Histogram({ name: `${P}enqueue_duration_seconds`, help: 'Time to add a batch job to the queue', buckets: FAST_BUCKETS, registers }),
     queueJobs: new Gauge({ name: `${P}queue_jobs`, help: 'Jobs in the queue by state', labelNames: ['state'], registers, collect }),
+    queueShardJobs: new Gauge({ name: `${P}queue_shard_jobs`, help: 'Jobs waiting, active or dead-lettered per queue shard (QUEUE_SHARDS): a hot shard shows here; ingest_queue_jobs is their sum', labelNames: ['shard', 'state'], registers, collect }),
     queueOldestWaiting: new Gauge({ name: `${P}queue_oldest_waiting_age_seconds`, help: 'Age of the oldest waiting job (0 when none)', registers, collect }),
     queueWorkers: new Gauge({ name: `${P}queue_workers`, help: 'BullMQ workers (encoder connections) attached to the queue, as Redis sees them', registers, collect }),
     watermarkLag: new Gauge({ name: `${P}watermark_lag_seconds`, help: 'Age of the oldest in-flight batch over all list prefixes: newer batches are hidden from list until it is written', registers, collect }),

@@ -10,6 +10,7 @@ import { withTimeout } from '../../shared/timeout.js';
 import { type StoragePathTemplate, batchKey, listPrefix, parseStoragePath } from '../../shared/paths.js';
 import { BATCH_JOB_OPTIONS, type BatchJob, JOB_NAME, packBody } from '../../shared/queue.js';
 import type { ObjectStore, StoredObject } from '../../shared/store/types.js';
+import type { Shard, ShardSet } from '../../shared/shards.js';
 
 export { PARQUET_MIME_TYPE };
 
@@ -17,6 +18,12 @@ export { PARQUET_MIME_TYPE };
 export interface QueueBinding {
   queue: Queue;
   ledger: BatchLedger;
+  /**
+   * QUEUE_SHARDS queues (and REDIS_WAIT_REPLICAS): each list prefix goes to its shard's queue and
+   * ledger instead of `queue`/`ledger`, and a push is answered only once its shard's node has
+   * replicated it.
+   */
+  shards?: ShardSet;
   /**
    * A push with an Idempotency-Key seen within this window gets the first answer (same body) or
    * 422 (other body). 0 disables. Default 3600.
@@ -107,8 +114,28 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
   // ever names ids that were final when it was read.
   const lastBounds = new Map<string, ListBound>();
 
-  async function pushQueued(q: QueueBinding, params: Readonly<Record<string, string>>, body: Buffer, events: number, hash: string, idemKey?: string, remint = true): Promise<PushResult> {
+  /** The queue and ledger of a list prefix: its shard's, or the binding's own. */
+  function route(q: QueueBinding, prefix: string): Pick<Shard, 'queue' | 'ledger'> & { shard?: Shard } {
+    if (!q.shards) return q;
+    const shard = q.shards.forPrefix(prefix);
+    return { queue: shard.queue, ledger: shard.ledger, shard };
+  }
+
+  /** With REDIS_WAIT_REPLICAS: resolves once the shard's node has replicated this push, else 503. */
+  async function replicated(q: QueueBinding, s: { shard?: Shard }): Promise<void> {
+    if (!q.shards?.waitsForReplicas || !s.shard) return;
+    try {
+      await q.shards.replicate(s.shard);
+    } catch {
+      // Enqueued, but maybe only on a master that could still fail over without it: no 200. The
+      // client's retry (same Idempotency-Key or body) is answered with this batch id once replicated.
+      throw unavailable('batch not yet replicated (REDIS_WAIT_REPLICAS)');
+    }
+  }
+
+  async function pushQueued(qb: QueueBinding, params: Readonly<Record<string, string>>, body: Buffer, events: number, hash: string, idemKey?: string, remint = true): Promise<PushResult> {
     const prefix = listPrefix(template, params);
+    const q = route(qb, prefix);
     // The keyed claim's scope holds the key, not the body: the same key with another body is a
     // conflict (Stripe's rule), never a silent merge. Without a key only a byte-identical body
     // within the short retry window counts as a retry.
@@ -136,7 +163,10 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
     const { batchId } = minted;
     if (minted.deduplicated) {
       const seen = await confirmEnqueued(q, prefix, batchId);
-      if (seen === 'enqueued') return { hash, batchId, events, deduplicated: true };
+      if (seen === 'enqueued') {
+        await replicated(qb, q);
+        return { hash, batchId, events, deduplicated: true };
+      }
       if (seen === 'gone') {
         // Not in flight and no job: written (and removed on completion), or minted by an API that
         // died before enqueueing and then reaped. Only the store can tell; a reaped id must not be
@@ -144,7 +174,7 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
         if (await fileExists(batchKey(template, params, batchId))) return { hash, batchId, events, deduplicated: true };
         await q.ledger.release(prefix, batchId, claim).catch(() => undefined);
         if (!remint) throw unavailable('an earlier push with this idempotency key was lost before it was queued');
-        return pushQueued(q, params, body, events, hash, idemKey, false);
+        return pushQueued(qb, params, body, events, hash, idemKey, false);
       }
       // 'abandoned': the first push minted this id and died before enqueueing; the id still holds
       // its place in the ordering ledger, so enqueueing this retry's body under it keeps the
@@ -167,7 +197,10 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
     } catch {
       // A timed-out add may still have landed: then the batch is durable and must be answered as such.
       const state = await withTimeout(q.queue.getJobState(batchId), 1000, 'job state').catch(() => 'unknown');
-      if (state !== 'unknown') return { hash, batchId, events, deduplicated: minted.deduplicated };
+      if (state !== 'unknown') {
+        await replicated(qb, q);
+        return { hash, batchId, events, deduplicated: minted.deduplicated };
+      }
       // Not enqueued: take the id out of flight so it does not hold the list back, and forget
       // the idempotency key so the client's retry is accepted. If Redis is unreachable this fails
       // too; the id then stays in flight and the retry takes it over (see confirmEnqueued).
@@ -177,6 +210,7 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
       opts.observe?.enqueueSeconds?.((performance.now() - t1) / 1000);
     }
     opts.observe?.enqueuedBytes?.(job.body.length + JOB_OVERHEAD_BYTES);
+    await replicated(qb, q);
     return { hash, batchId, events, deduplicated: minted.deduplicated };
   }
 
@@ -195,7 +229,7 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
    * (written and removed, or reaped). `abandoned`: the id is still in flight with no job long after
    * the first push must have finished or given up (its API died in between).
    */
-  async function confirmEnqueued(q: QueueBinding, prefix: string, batchId: string): Promise<'enqueued' | 'gone' | 'abandoned'> {
+  async function confirmEnqueued(q: Pick<Shard, 'queue' | 'ledger'>, prefix: string, batchId: string): Promise<'enqueued' | 'gone' | 'abandoned'> {
     // The first push enqueues within enqueueTimeoutMs of minting or releases the id; twice that
     // plus a margin leaves room for clock skew between this host and the Redis that minted it.
     const abandonedAfterMs = 2 * enqueueTimeoutMs + 1000;
@@ -251,7 +285,7 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
         if (queue && after !== undefined) {
           // A poller that keeps up asks for ids after a recent cursor: Redis' index of written ids
           // answers that in O(log n), however many files the prefix holds.
-          const fromIndex = await withTimeout(queue.ledger.listWritten(prefix, after, limit + 1), 2000, 'list index');
+          const fromIndex = await withTimeout(route(queue, prefix).ledger.listWritten(prefix, after, limit + 1), 2000, 'list index');
           lastBounds.set(prefix, fromIndex.bound);
           if (fromIndex.ids) {
             const visible = fromIndex.ids.filter((id) => visibleUnder(fromIndex.bound, id));
@@ -259,7 +293,7 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
           }
           bound = fromIndex.bound;
         } else {
-          bound = queue ? await withTimeout(queue.ledger.listBound(prefix), 2000, 'list bound') : await (inlineLedger as MemoryLedger).listBound(prefix);
+          bound = queue ? await withTimeout(route(queue, prefix).ledger.listBound(prefix), 2000, 'list bound') : await (inlineLedger as MemoryLedger).listBound(prefix);
           lastBounds.set(prefix, bound);
         }
       } catch {

@@ -9,7 +9,7 @@ import { isBatchId, parseBatchRef } from '../../shared/ids.js';
 import { batchKey, checkParamValue, listPrefix, routePattern } from '../../shared/paths.js';
 import { RAW_DELETED_HEADER, checkListCursor } from '../../shared/rollup/retention.js';
 import type { ByteRange, ObjectStore } from '../../shared/store/types.js';
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import { type RoleResolver, TokenRoles, requireRoles, tokenRoleResolver } from './auth.js';
 import { type AuditLogger, audit } from './edge/audit.js';
 import { type CounterStore, MemoryCounterStore, RedisCounterStore } from './edge/counters.js';
@@ -60,7 +60,7 @@ export interface SyncRouterOptions {
   auditLogger?: AuditLogger;
   auditPush?: boolean;
   /** Where rate-limit counters live: a Redis client (shared by every instance) or a CounterStore. Default: this process only. */
-  rateLimitStore?: Redis | CounterStore;
+  rateLimitStore?: Redis | Cluster | CounterStore;
   /** Prefix of the rate-limit keys in Redis. Default `ingest-rl`. */
   rateLimitKeyPrefix?: string;
   /** Proxies in front of this server; X-Forwarded-For is believed that many hops (0: never). Default 0. */

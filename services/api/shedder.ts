@@ -1,9 +1,11 @@
 import type { Queue } from 'bullmq';
-import type { Redis } from 'ioredis';
+import { Cluster } from 'ioredis';
+import type { RedisClient } from '../../shared/redis.js';
 
 export interface ShedderOptions {
-  queue: Queue;
-  redis: Redis;
+  /** The queue, or every shard's queue (QUEUE_SHARDS): the backlog is their sum. */
+  queue: Queue | readonly Queue[];
+  redis: RedisClient;
   /** Shed when this many jobs wait. */
   maxWaiting: number;
   /** Shed when used_memory / maxmemory passes this (only when Redis has a maxmemory). */
@@ -57,11 +59,22 @@ export class LoadShedder {
     // Writes noted before INFO is asked are in its used_memory; later ones stay pending.
     const counted = this.pending;
     try {
-      const [counts, info] = await Promise.all([this.opts.queue.getJobCounts('waiting', 'prioritized', 'delayed'), this.opts.redis.info('memory')]);
-      const waiting = (counts.waiting ?? 0) + (counts.prioritized ?? 0) + (counts.delayed ?? 0);
-      const max = infoField(info, 'maxmemory');
-      const used = infoField(info, 'used_memory');
-      const ratio = max > 0 ? used / max : 0;
+      const queues: readonly Queue[] = Array.isArray(this.opts.queue) ? this.opts.queue : [this.opts.queue as Queue];
+      const redis = this.opts.redis;
+      // On a Cluster, the fullest master decides (every write of this process is counted against it).
+      const infoOf = redis instanceof Cluster ? Promise.all(redis.nodes('master').map((n) => n.info('memory'))) : redis.info('memory').then((i) => [i]);
+      const [allCounts, infos] = await Promise.all([Promise.all(queues.map((q) => q.getJobCounts('waiting', 'prioritized', 'delayed'))), infoOf]);
+      let waiting = 0;
+      for (const counts of allCounts) waiting += (counts.waiting ?? 0) + (counts.prioritized ?? 0) + (counts.delayed ?? 0);
+      let max = 0;
+      let used = 0;
+      let ratio = 0;
+      for (const info of infos) {
+        const m = infoField(info, 'maxmemory');
+        const u = infoField(info, 'used_memory');
+        const r = m > 0 ? u / m : 0;
+        if (r >= ratio) [ratio, max, used] = [r, m, u];
+      }
       this.used = used;
       this.max = max;
       this.pending = Math.max(0, this.pending - counted);

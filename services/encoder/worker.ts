@@ -1,5 +1,5 @@
 import { type Job, UnrecoverableError, Worker } from 'bullmq';
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import type { Registry } from 'prom-client';
 import type { BatchLedger } from '../../shared/ledger/ledger.js';
 import { type Logger, throttledWarn } from '../../shared/logger.js';
@@ -12,9 +12,15 @@ import { decodeJob, encode, restoreBody, write } from './pipeline.js';
 
 export interface EncoderOptions {
   queueName: string;
-  /** Connection for BullMQ (maxRetriesPerRequest null); the worker duplicates it for blocking reads. */
-  connection: Redis;
+  /** Connection for BullMQ (maxRetriesPerRequest null): one Redis or a Cluster; each worker duplicates it for blocking reads. */
+  connection: Redis | Cluster;
   ledger: BatchLedger;
+  /**
+   * QUEUE_SHARDS: one BullMQ worker per shard (its queue prefix and ledger), so any number of
+   * encoder processes covers every shard. Default: `queueName` and `ledger` as the one shard.
+   * `concurrency` stays the limit of the whole process.
+   */
+  shards?: readonly EncoderShard[];
   store: ObjectStore;
   registry: Registry;
   logger: Logger;
@@ -36,15 +42,26 @@ export interface EncoderOptions {
   maxInflightBytes?: number;
 }
 
+/** One shard an encoder consumes. */
+export interface EncoderShard {
+  queueName: string;
+  /** BullMQ key prefix of the shard (its hash tag). */
+  prefix: string;
+  ledger: BatchLedger;
+}
+
 export interface Encoder {
+  /** The first shard's worker (the only one with QUEUE_SHARDS=1). */
   worker: Worker;
+  /** One worker per shard. */
+  workers: readonly Worker[];
   metrics: EncoderMetrics;
   /** Waits for active jobs (up to `graceMs`), then closes; unfinished jobs go back to the queue. Idempotent. */
   close(graceMs?: number): Promise<void>;
 }
 
 /** Processes one job: decode → (wait for byte budget) → unpack → encode → write → release. */
-async function processJob(job: Job, o: EncoderOptions, m: EncoderMetrics, budget: ByteBudget | undefined): Promise<{ key: string; rows: number; bytes: number }> {
+async function processJob(job: Job, o: EncoderOptions & { ledger: BatchLedger }, m: EncoderMetrics, budget: ByteBudget | undefined): Promise<{ key: string; rows: number; bytes: number }> {
   const decoded = decodeJob(job.data);
   if (!decoded.ok) throw new UnrecoverableError(decoded.reason);
   const data: BatchJob = decoded.value;
@@ -60,7 +77,7 @@ async function processJob(job: Job, o: EncoderOptions, m: EncoderMetrics, budget
   }
 }
 
-async function encodeAndWrite(data: BatchJob, o: EncoderOptions, m: EncoderMetrics): Promise<{ key: string; rows: number; bytes: number }> {
+async function encodeAndWrite(data: BatchJob, o: EncoderOptions & { ledger: BatchLedger }, m: EncoderMetrics): Promise<{ key: string; rows: number; bytes: number }> {
   const body = await restoreBody(data);
   if (!body.ok) throw new UnrecoverableError(body.reason);
 
@@ -99,30 +116,50 @@ async function encodeAndWrite(data: BatchJob, o: EncoderOptions, m: EncoderMetri
 /** Starts a BullMQ worker that turns batch jobs into Parquet files. */
 export function createEncoder(o: EncoderOptions): Encoder {
   const metrics = createEncoderMetrics(o.registry);
+  // Redis down: BullMQ reports every reconnect attempt of each of its connections; log a few.
+  const workerError = throttledWarn(o.logger, 'worker error');
   metrics.concurrency.set(o.concurrency);
   const budget = o.maxInflightBytes ? new ByteBudget(o.maxInflightBytes, (used) => metrics.inflightBytes.set(used)) : undefined;
   metrics.inflightBytesLimit.set(o.maxInflightBytes ?? 0);
-  const worker = new Worker(
-    o.queueName,
-    async (job) => {
-      metrics.active.inc();
-      try {
-        return await processJob(job, o, metrics, budget);
-      } finally {
-        metrics.active.dec();
-      }
-    },
-    {
-      connection: o.connection,
-      concurrency: o.concurrency,
-      lockDuration: o.lockDurationMs ?? 30_000,
-      // A killed worker's job comes back as stalled; it must be retried, not failed.
-      maxStalledCount: 20,
-      stalledInterval: Math.min(15_000, Math.max(1000, Math.floor((o.lockDurationMs ?? 30_000) / 2))),
-      autorun: true,
-    },
-  );
-  worker.on('failed', (job, err) => {
+  const shards: readonly EncoderShard[] = o.shards ?? [{ queueName: o.queueName, prefix: '', ledger: o.ledger }];
+  // With several shards each worker takes a share of the slots and a process-wide gate keeps the
+  // jobs being encoded at `concurrency`: a job waiting at the gate keeps its lock renewed.
+  const gate = shards.length > 1 ? new ByteBudget(o.concurrency) : undefined;
+  const perWorker = shards.length > 1 ? Math.max(1, Math.ceil(o.concurrency / shards.length)) : o.concurrency;
+  const workers = shards.map((shard) => startWorker(shard));
+  const worker = workers[0] as Worker;
+
+  function startWorker(shard: EncoderShard): Worker {
+    const so = { ...o, ledger: shard.ledger };
+    const w = new Worker(
+      shard.queueName,
+      async (job) => {
+        if (gate) await gate.take(1);
+        metrics.active.inc();
+        try {
+          return await processJob(job, so, metrics, budget);
+        } finally {
+          metrics.active.dec();
+          gate?.give(1);
+        }
+      },
+      {
+        connection: o.connection,
+        ...(shard.prefix ? { prefix: shard.prefix } : {}),
+        concurrency: perWorker,
+        lockDuration: o.lockDurationMs ?? 30_000,
+        // A killed worker's job comes back as stalled; it must be retried, not failed.
+        maxStalledCount: 20,
+        stalledInterval: Math.min(15_000, Math.max(1000, Math.floor((o.lockDurationMs ?? 30_000) / 2))),
+        autorun: true,
+      },
+    );
+    w.on('failed', (job, err) => onFailed(shard, job, err));
+    w.on('error', (err) => workerError({ err: err.message }));
+    return w;
+  }
+
+  function onFailed(shard: EncoderShard, job: Job | undefined, err: Error): void {
     if (!job) return;
     const attempts = job.opts.attempts ?? 1;
     const final = err instanceof UnrecoverableError || err.name === 'UnrecoverableError' || job.attemptsMade >= attempts;
@@ -131,30 +168,28 @@ export function createEncoder(o: EncoderOptions): Encoder {
       metrics.batches.inc({ outcome: 'failed' });
       o.logger.error({ batchId: job.id, key: data.key, attempts: job.attemptsMade, reason: err.message }, 'batch dead-lettered');
       // A dead batch must not hold newer ones back from the list forever.
-      if (typeof data.prefix === 'string' && job.id) o.ledger.release(data.prefix, job.id).catch(() => undefined);
+      if (typeof data.prefix === 'string' && job.id) shard.ledger.release(data.prefix, job.id).catch(() => undefined);
     } else {
       metrics.batches.inc({ outcome: 'retried' });
       o.logger.warn({ batchId: job.id, key: data.key, attempt: job.attemptsMade, reason: err.message }, 'batch will be retried');
     }
-  });
-  // Redis down: BullMQ reports every reconnect attempt of each of its connections; log a few.
-  const workerError = throttledWarn(o.logger, 'worker error');
-  worker.on('error', (err) => workerError({ err: err.message }));
+  }
   metrics.workers.set(1);
 
   let closing: Promise<void> | undefined;
   return {
     worker,
+    workers,
     metrics,
     close(graceMs = 15_000) {
       closing ??= (async () => {
         metrics.workers.set(0);
         const force = new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), graceMs).unref());
-        const r = await Promise.race([worker.close().then(() => 'closed' as const), force]);
+        const r = await Promise.race([Promise.all(workers.map((w) => w.close())).then(() => 'closed' as const), force]);
         if (r === 'timeout') {
           o.logger.warn('active jobs did not finish in time; closing anyway (they will be retried as stalled)');
           // Bounded too: with Redis unreachable a forced close still waits for its connections.
-          await Promise.race([worker.close(true).catch(() => undefined), new Promise((r) => setTimeout(r, Math.min(1000, graceMs)).unref())]);
+          await Promise.race([Promise.all(workers.map((w) => w.close(true).catch(() => undefined))), new Promise((r) => setTimeout(r, Math.min(1000, graceMs)).unref())]);
         }
       })();
       return closing;

@@ -13,6 +13,7 @@ import { DEFAULT_REDIS_URL, createRedis, waitReady } from '../../shared/redis.js
 import { rollupQueueName } from '../../shared/rollup/queue.js';
 import { exitOnStartupError, handleShutdown } from '../../shared/runtime.js';
 import { storeFromEnv } from '../../shared/store/from-env.js';
+import { assertRollupSupported } from '../../shared/shards.js';
 import { startRollupService } from './service.js';
 
 /** At most this many dead-lettered rollup jobs are replayed per call. */
@@ -36,6 +37,7 @@ async function replayFailed(redisUrl: string, queueName: string): Promise<number
 
 try {
   const env = parseEnv();
+  assertRollupSupported(env);
   const redisUrl = env.REDIS_URL ?? DEFAULT_REDIS_URL;
   if (process.argv.includes('--replay-failed')) {
     process.exit(await replayFailed(redisUrl, env.QUEUE_NAME));

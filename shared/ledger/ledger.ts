@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import type { Redis } from 'ioredis';
 import { batchIdMs, randomSuffix } from '../ids.js';
+import type { RedisClient } from '../redis.js';
 
 const here = new URL('.', import.meta.url);
 const script = (name: string): string => readFileSync(new URL(name, here), 'utf8');
@@ -78,7 +78,29 @@ interface LedgerCommands {
   ingestReap(k1: string, k2: string, k3: string, a1: string, a2: string): Promise<number>;
   ingestListBound(k1: string, k2: string): Promise<[string, string, string]>;
   ingestListWritten(k1: string, k2: string, k3: string, k4: string, a1: string, a2: string): Promise<string[]>;
+  ingestScanPending(k1: string, k2: string, ...argv: string[]): Promise<[number, number, string, number]>;
 }
+
+/** What one shard's upkeep scan found (see scan_pending-2.lua). */
+export interface PendingScan {
+  orphans: number;
+  dead: number;
+  /** Oldest id still in flight in this namespace, '' when none. */
+  oldest: string;
+  /** Prefixes looked at. */
+  prefixes: number;
+}
+
+/** The BullMQ key names the reaper's scan checks a job by (from the queue, never built here). */
+export interface JobKeys {
+  /** The queue's failed set. */
+  failed: string;
+  /** Prefix of a job's hash: `jobKeyPrefix + id`. */
+  jobKeyPrefix: string;
+}
+
+/** Upkeep looks at this many prefixes per namespace (shard) at most per pass. */
+export const MAX_SCAN_PREFIXES = 10_000;
 
 /** Where one claim lives: its shard's key prefix, the field and the bucket length. */
 interface ClaimSlot {
@@ -105,18 +127,26 @@ interface ClaimSlot {
  */
 export class BatchLedger {
   readonly namespace: string;
-  private readonly redis: Redis & LedgerCommands;
+  private readonly redis: RedisClient & LedgerCommands;
+  private readonly shard: { index: number; count: number };
 
-  constructor(redis: Redis, namespace: string) {
+  /**
+   * `shard`: this namespace is shard `index` of `count` (QUEUE_SHARDS): its ids' random suffix is
+   * ≡ index (mod count), so ids minted on different shards' clocks never collide and an id names
+   * its shard.
+   */
+  constructor(redis: RedisClient, namespace: string, opts: { shard?: { index: number; count: number } } = {}) {
     this.namespace = namespace;
+    this.shard = opts.shard ?? { index: 0, count: 1 };
     if (!('ingestMint' in redis)) {
       redis.defineCommand('ingestMint', { numberOfKeys: 4, lua: script('mint_batch-4.lua') });
       redis.defineCommand('ingestRelease', { numberOfKeys: 6, lua: script('release_batch-6.lua') });
       redis.defineCommand('ingestReap', { numberOfKeys: 3, lua: script('release_unless_replaying-3.lua') });
       redis.defineCommand('ingestListBound', { numberOfKeys: 2, lua: script('list_bound-2.lua') });
       redis.defineCommand('ingestListWritten', { numberOfKeys: 4, lua: script('list_written-4.lua') });
+      redis.defineCommand('ingestScanPending', { numberOfKeys: 2, lua: script('scan_pending-2.lua') });
     }
-    this.redis = redis as Redis & LedgerCommands;
+    this.redis = redis as RedisClient & LedgerCommands;
   }
 
   private key(part: string): string {
@@ -168,7 +198,7 @@ export class BatchLedger {
       this.pendingKey(prefix),
       slot ? slot.keyPrefix : this.key('idem:-'),
       this.prefixesKey(),
-      randomSuffix(),
+      shardSuffix(this.shard.index, this.shard.count),
       String(slot?.windowSeconds ?? 0),
       slot ? '1' : '0',
       opts.clockMs === undefined ? '' : String(opts.clockMs),
@@ -258,6 +288,24 @@ export class BatchLedger {
     return { kind: 'below', id: nowMs };
   }
 
+  /** The ms of the last id minted in this namespace (0: none yet). */
+  async lastMintedMs(): Promise<number> {
+    return Number((await this.redis.hget(this.key('clock'), 'ms')) ?? 0);
+  }
+
+  /**
+   * Moves this namespace's clock to `ms` when it is behind: the next id is minted after `ms`
+   * (used when the shard layout changes, so a prefix's ids keep increasing on its new shard).
+   */
+  async seedClockAfter(ms: number): Promise<void> {
+    await this.redis.eval(
+      "if tonumber(redis.call('HGET', KEYS[1], 'ms') or '0') < tonumber(ARGV[1]) then redis.call('HSET', KEYS[1], 'ms', ARGV[1], 'n', 9999) end return 1",
+      1,
+      this.key('clock'),
+      String(ms),
+    );
+  }
+
   /** List prefixes that have ids in flight. */
   async prefixes(): Promise<string[]> {
     return this.redis.smembers(this.prefixesKey());
@@ -273,13 +321,48 @@ export class BatchLedger {
     return (await this.redis.zscore(this.pendingKey(prefix), batchId)) !== null;
   }
 
-  /** Age in ms of the oldest in-flight id over all prefixes (0 when nothing is in flight). */
+  /** Age in ms of the oldest in-flight id over all prefixes (0 when nothing is in flight). One round trip. */
   async maxLagMs(nowMs = Date.now()): Promise<number> {
-    let max = 0;
-    for (const prefix of (await this.prefixes()).slice(0, 10_000)) {
-      const [oldest] = await this.oldestPending(prefix, 1);
-      if (oldest) max = Math.max(max, nowMs - batchIdMs(oldest));
-    }
-    return max;
+    const { oldest } = await this.scanPending();
+    return oldest ? Math.max(0, nowMs - batchIdMs(oldest)) : 0;
   }
+
+  /**
+   * One round trip over every prefix (at most MAX_SCAN_PREFIXES): the oldest in-flight id and,
+   * with `reap`, the release of ids minted more than `graceMs` ago whose job is gone (orphans)
+   * or failed for good (dead), unless a replay marked them. `perPrefix` bounds the ids released
+   * per prefix per pass.
+   */
+  async scanPending(reap?: { jobs: JobKeys; graceMs: number; nowMs?: number; perPrefix?: number }): Promise<PendingScan> {
+    const cutoff = reap ? String(Math.max(0, (reap.nowMs ?? Date.now()) - reap.graceMs)).padStart(13, '0') : '';
+    const [orphans, dead, oldest, prefixes] = await this.redis.ingestScanPending(
+      this.prefixesKey(),
+      reap ? reap.jobs.failed : this.prefixesKey(),
+      this.key('pending:'),
+      this.key('replaying:'),
+      reap ? reap.jobs.jobKeyPrefix : '',
+      reap ? '1' : '0',
+      cutoff,
+      String(MAX_SCAN_PREFIXES),
+      String(reap?.perPrefix ?? 50),
+    );
+    return { orphans, dead, oldest, prefixes };
+  }
+}
+
+/**
+ * Six hex chars of randomness whose value is ≡ `index` (mod `count`): the shard an id was minted
+ * on, kept in the id's existing format. With one shard: plain randomness.
+ */
+export function shardSuffix(index: number, count: number): string {
+  if (count <= 1) return randomSuffix();
+  const r = parseInt(randomSuffix(), 16);
+  let v = r - (r % count) + index;
+  if (v > 0xffffff) v -= count;
+  return v.toString(16).padStart(6, '0');
+}
+
+/** The shard (of `count`) a batch id was minted on (see shardSuffix). */
+export function shardOfBatchId(batchId: string, count: number): number {
+  return count <= 1 ? 0 : parseInt(batchId.slice(-6), 16) % count;
 }

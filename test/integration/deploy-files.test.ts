@@ -2,6 +2,7 @@ import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
+import { parseEnv } from '../../shared/config.js';
 
 /**
  * Docker cannot run on the dev and CI machines, so the deployment files are checked by
@@ -28,6 +29,7 @@ interface ComposeService {
   healthcheck?: Healthcheck;
   depends_on?: string[] | Record<string, DependsOn>;
   deploy?: { replicas?: number };
+  profiles?: string[];
 }
 interface Compose {
   services: Record<string, ComposeService>;
@@ -267,5 +269,30 @@ describe('Dockerfile and .dockerignore', () => {
       .filter((l) => l && !l.startsWith('#'));
     for (const p of ['node_modules', 'data', '.git']) expect(ignored).toContain(p);
     expect(ignored.some((p) => p === 'bench' || p === 'bench/results')).toBe(true);
+  });
+  it('the optional `cluster` profile: six cluster-enabled Redis nodes with AOF, joined as 3 masters + 3 replicas, and an API and encoders on them', () => {
+    const nodes = [1, 2, 3, 4, 5, 6].map((i) => `redis-c${i}`);
+    for (const name of [...nodes, 'redis-cluster-init', 'api-cluster', 'encoder-cluster']) expect(svc(name).profiles).toEqual(['cluster']);
+    for (const name of nodes) {
+      const cmd = words(svc(name).command).join(' ');
+      expect(cmd).toMatch(/--cluster-enabled yes/);
+      expect(cmd).toMatch(/--appendonly yes/);
+      expect(cmd).toMatch(/--maxmemory-policy noeviction/);
+      expect(volumeTargets(svc(name)).find((v) => v.target === '/data')?.source).toBe(`${name}-data`);
+      expect(Object.keys(compose.volumes ?? {})).toContain(`${name}-data`);
+    }
+    const init = words(svc('redis-cluster-init').command).join(' ');
+    expect(init).toMatch(/redis-cli --cluster create .* --cluster-replicas 1 --cluster-yes/);
+    for (const name of nodes) expect(init).toContain(name);
+    for (const name of ['api-cluster', 'encoder-cluster']) {
+      const s = svc(name);
+      expect(dependsOn(s)['redis-cluster-init']).toBe('service_completed_successfully');
+      // The service's own validation accepts what the profile sets (compose's ${VAR:-default} as the default).
+      const parsed = parseEnv(Object.fromEntries(Object.entries(env(s)).map(([k, v]) => [k, String(v).replace(/\$\{[A-Z_]+:-([^}]*)\}/g, '$1')])));
+      expect(parsed.REDIS_CLUSTER_NODES?.map((n) => n.host)).toEqual(nodes);
+      expect(parsed.QUEUE_SHARDS).toBe(6);
+      expect(parsed.REDIS_WAIT_REPLICAS).toBe(1);
+    }
+    expect(env(svc('api-cluster')).QUEUE_NAME).toBe(env(svc('encoder-cluster')).QUEUE_NAME);
   });
 });

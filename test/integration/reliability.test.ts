@@ -75,7 +75,8 @@ function parquetFiles(dir: string): string[] {
 
 /** Every key of a queue's namespace plus its job counts: proof that nothing was enqueued or minted. */
 async function traces(redis: Redis, queue: Queue, ns: string): Promise<{ ledgerKeys: string[]; jobs: number }> {
-  const ledgerKeys = await redis.keys(`{${ns}}:*`);
+  // `{ns}:shards` (the QUEUE_SHARDS layout marker) is written when a process starts, never by a push.
+  const ledgerKeys = (await redis.keys(`{${ns}}:*`)).filter((k) => k !== `{${ns}}:shards`);
   const c = await queue.getJobCounts('waiting', 'active', 'delayed', 'completed', 'failed', 'prioritized', 'waiting-children');
   return { ledgerKeys, jobs: Object.values(c).reduce((a, b) => a + b, 0) };
 }

@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 
 /** One counted request: the bucket's count after it and how long its window still runs. */
 export interface Hit {
@@ -33,14 +33,14 @@ interface CounterCommands {
  * `<prefix>:…`: one key per active bucket, expiring with its window (PEXPIRE), ~100 bytes each.
  */
 export class RedisCounterStore implements CounterStore {
-  private readonly redis: Redis & CounterCommands;
+  private readonly redis: (Redis | Cluster) & CounterCommands;
 
-  constructor(redis: Redis) {
+  constructor(redis: Redis | Cluster) {
     if (!('ingestRateCheck' in redis)) {
       redis.defineCommand('ingestRateCheck', { numberOfKeys: 1, lua: script('rate_check-1.lua') });
       redis.defineCommand('ingestAppEvents', { numberOfKeys: 1, lua: script('app_events-1.lua') });
     }
-    this.redis = redis as Redis & CounterCommands;
+    this.redis = redis as (Redis | Cluster) & CounterCommands;
   }
 
   async hit(key: string, windowMs: number): Promise<Hit> {

@@ -1,5 +1,5 @@
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import type { Registry } from 'prom-client';
 import type { Env } from '../../../shared/config.js';
 import type { Logger } from '../../../shared/logger.js';
@@ -41,7 +41,7 @@ export function resolverFromEnv(env: Partial<EdgeEnv>, tokens: TokenRoles): Role
  */
 export function edgeFromEnv(
   env: Partial<EdgeEnv>,
-  deps: { tokens: TokenRoles; redis: Redis; registry: Registry; logger: Logger },
+  deps: { tokens: TokenRoles; redis: Redis | Cluster; registry: Registry; logger: Logger },
 ): { routerOptions: Partial<SyncRouterOptions> & { roleResolver: RoleResolver }; observer: RouterObserver; adminAudit: RequestHandler } {
   const metrics = createEdgeMetrics(deps.registry);
   const auditLogger = pinoAuditLogger(deps.logger);

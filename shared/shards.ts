@@ -1,0 +1,221 @@
+import { createHash } from 'node:crypto';
+import { type ConnectionOptions, Queue } from 'bullmq';
+import { Cluster } from 'ioredis';
+import calculateSlot from 'cluster-key-slot';
+import { ConfigError, type Env } from './config.js';
+import { BatchLedger, shardOfBatchId } from './ledger/ledger.js';
+import type { RedisClient } from './redis.js';
+
+/**
+ * Where one shard's keys live. With one shard on one Redis (the default), the names are the
+ * ones every earlier version used: BullMQ's default prefix `bull` and the ledger's `{QUEUE_NAME}`
+ * tag, so existing data keeps working. Otherwise shard k of a queue named Q puts every key under
+ * the hash tag `{Q:k}`: BullMQ's prefix `{Q:k}` (keys `{Q:k}:Q:wait`, …) and the ledger's
+ * namespace `Q:k` (keys `{Q:k}:pending:<prefix>`, `{Q:k}:clock`, …), so each shard sits in one
+ * Cluster slot, its Lua scripts stay single-slot, and shards spread over the masters.
+ */
+export interface ShardLayout {
+  index: number;
+  count: number;
+  /** BullMQ queue name (QUEUE_NAME for every shard; the prefix tells them apart). */
+  queueName: string;
+  /** BullMQ key prefix. */
+  queuePrefix: string;
+  /** Ledger namespace (its keys are `{namespace}:…`). */
+  namespace: string;
+  /** The hash tag every key of the shard carries (without braces). */
+  tag: string;
+}
+
+/** BullMQ's default key prefix: the single-shard, single-Redis layout keeps it. */
+export const LEGACY_QUEUE_PREFIX = 'bull';
+
+/** Redis Cluster's hash slots. */
+export const CLUSTER_SLOTS = 16_384;
+
+/**
+ * The hash tag of shard `index` of `count`: `<queueName>:<index>`, or `<queueName>:<index>:<j>`
+ * with the smallest j that puts its slot in the index-th of `count` equal parts of the slot
+ * space. `redis-cli --cluster create` gives each master an equal contiguous slot range, so the
+ * shards spread evenly over the masters (each gets count / masters of them when count is a
+ * multiple of the master count) instead of where the hash happens to put them.
+ */
+export function shardTag(queueName: string, index: number, count: number): string {
+  const lo = Math.floor((index * CLUSTER_SLOTS) / count);
+  const hi = Math.floor(((index + 1) * CLUSTER_SLOTS) / count);
+  // About `count` tries on average; bounded all the same.
+  for (let j = 0; j < 1_000_000; j++) {
+    const tag = j === 0 ? `${queueName}:${index}` : `${queueName}:${index}:${j}`;
+    const slot = calculateSlot(tag);
+    if (slot >= lo && slot < hi) return tag;
+  }
+  return `${queueName}:${index}`;
+}
+
+/** The layout of `count` shards of queue `queueName`; tagged on a Cluster or with more than one shard. */
+export function shardLayouts(queueName: string, count: number, cluster: boolean): ShardLayout[] {
+  if (count === 1 && !cluster) return [{ index: 0, count: 1, queueName, queuePrefix: LEGACY_QUEUE_PREFIX, namespace: queueName, tag: queueName }];
+  return Array.from({ length: count }, (_, index) => {
+    const tag = shardTag(queueName, index, count);
+    return { index, count, queueName, queuePrefix: `{${tag}}`, namespace: tag, tag };
+  });
+}
+
+/**
+ * The shard of a list prefix: the first 4 bytes of sha256(prefix) modulo the shard count. Stable
+ * across processes, versions and restarts (it depends on nothing else), so a prefix's ids are
+ * always minted on one shard's clock and its in-flight set and index live in one place.
+ */
+export function shardIndex(prefix: string, count: number): number {
+  if (count <= 1) return 0;
+  return createHash('sha256').update(prefix).digest().readUInt32BE(0) % count;
+}
+
+/** One shard at run time: its layout, its BullMQ queue and its ledger. */
+export interface Shard {
+  layout: ShardLayout;
+  queue: Queue;
+  ledger: BatchLedger;
+}
+
+/** Raised when the enqueue did not reach REDIS_WAIT_REPLICAS replicas in time. */
+export class ReplicationTimeout extends Error {
+  override readonly name = 'ReplicationTimeout';
+}
+
+/**
+ * Every shard of a deployment on one connection (one Redis or a Cluster), with routing by list
+ * prefix or batch id and, with `waitReplicas`, Redis `WAIT` on the node that owns a shard.
+ */
+export class ShardSet {
+  constructor(
+    readonly shards: readonly Shard[],
+    private readonly client: RedisClient,
+    private readonly wait: { replicas: number; timeoutMs: number } = { replicas: 0, timeoutMs: 1000 },
+  ) {
+    if (shards.length === 0) throw new Error('a shard set needs at least one shard');
+  }
+
+  /** Producer side: one BullMQ queue and ledger per shard of `layouts`, all on `client`. */
+  static open(client: RedisClient, layouts: readonly ShardLayout[], wait?: { replicas: number; timeoutMs: number }): ShardSet {
+    const shards = layouts.map((layout) => ({
+      layout,
+      // See createProducerQueue: a producer skips BullMQ's version check.
+      queue: new Queue(layout.queueName, { connection: client as ConnectionOptions, prefix: layout.queuePrefix, skipVersionCheck: true }),
+      ledger: new BatchLedger(client, layout.namespace, { shard: { index: layout.index, count: layout.count } }),
+    }));
+    for (const s of shards) s.queue.on('error', () => undefined);
+    return new ShardSet(shards, client, wait);
+  }
+
+  /** One shard made of an existing queue and ledger (the single-Redis default; tests and the library). */
+  static single(queue: Queue, ledger: BatchLedger, client: RedisClient): ShardSet {
+    const layout: ShardLayout = { index: 0, count: 1, queueName: queue.name, queuePrefix: queue.opts.prefix ?? LEGACY_QUEUE_PREFIX, namespace: ledger.namespace, tag: ledger.namespace };
+    return new ShardSet([{ layout, queue, ledger }], client);
+  }
+
+  get count(): number {
+    return this.shards.length;
+  }
+
+  /** The shard a list prefix maps to. */
+  forPrefix(prefix: string): Shard {
+    return this.shards[shardIndex(prefix, this.shards.length)] as Shard;
+  }
+
+  /** The shard a batch id was minted on. */
+  forBatchId(batchId: string): Shard {
+    return this.shards[shardOfBatchId(batchId, this.shards.length)] as Shard;
+  }
+
+  /** Whether pushes wait for replicas (REDIS_WAIT_REPLICAS > 0). */
+  get waitsForReplicas(): boolean {
+    return this.wait.replicas > 0;
+  }
+
+  /**
+   * Resolves once every write this process sent to `shard`'s node so far (the mint and the
+   * enqueue included) reached REDIS_WAIT_REPLICAS replicas; throws ReplicationTimeout when fewer
+   * acknowledged within the timeout. `WAIT` counts the writes of the connection it is sent on, so
+   * on a Cluster it is pipelined behind a read of one of the shard's keys: ioredis sends the
+   * pipeline on its connection to the master owning that slot, the one the writes went through.
+   */
+  async replicate(shard: Shard): Promise<void> {
+    if (this.wait.replicas <= 0) return;
+    const res = await this.client.pipeline().exists(shard.ledger.prefixesKey()).call('WAIT', String(this.wait.replicas), String(this.wait.timeoutMs)).exec();
+    const [, waited] = res ?? [];
+    if (!waited || waited[0]) throw new ReplicationTimeout(`WAIT failed on shard ${shard.layout.index}: ${waited?.[0] instanceof Error ? waited[0].message : 'no reply'}`);
+    const acked = Number(waited[1]);
+    if (acked < this.wait.replicas) throw new ReplicationTimeout(`shard ${shard.layout.index}: ${acked} of ${this.wait.replicas} replicas acknowledged within ${this.wait.timeoutMs} ms`);
+  }
+
+  /** Closes every shard's queue (not the connection). Idempotent per queue. */
+  async close(): Promise<void> {
+    for (const s of this.shards) {
+      try {
+        await s.queue.close();
+      } catch {
+        /* closing a queue whose Redis is away: nothing left to release */
+      }
+    }
+  }
+}
+
+/** Job states that mean "this layout still holds work". */
+const UNFINISHED_STATES = ['waiting', 'active', 'delayed', 'prioritized', 'waiting-children', 'failed'] as const;
+
+/**
+ * Records the shard layout in Redis, and guards a change of QUEUE_SHARDS: ids are only ordered
+ * per prefix while a prefix keeps its shard, so a process refuses to start with another shard
+ * count while the layout in Redis still holds work (ids in flight, jobs waiting, active,
+ * delayed or dead-lettered). Once that layout is drained, the first process of the new one takes
+ * over: it seeds every new shard's clock past the old clocks (a prefix's next id stays above its
+ * last one) and records the new count. Marker: `{QUEUE_NAME}:shards` (no TTL: one small string
+ * per deployment).
+ */
+export async function ensureShardLayout(client: RedisClient, queueName: string, layouts: readonly ShardLayout[]): Promise<{ changedFrom?: number }> {
+  const cluster = client instanceof Cluster;
+  const want = layouts.length;
+  const markerKey = `{${queueName}}:shards`;
+  const stored = await client.get(markerKey);
+  // No marker: a deployment from before shards, which could only run one untagged shard on one
+  // Redis (a Cluster refuses BullMQ's untagged keys), or nothing at all yet.
+  const had = stored === null ? (cluster ? null : 1) : Number(stored);
+  if (had === want || had === null) {
+    if (stored === null) await client.set(markerKey, String(want), 'NX');
+    return {};
+  }
+  const old = shardLayouts(queueName, had, cluster);
+  const oldSet = ShardSet.open(client, old);
+  try {
+    let busy = 0;
+    let lastMs = 0;
+    for (const s of oldSet.shards) {
+      const [counts, scan, clockMs] = await Promise.all([s.queue.getJobCounts(...UNFINISHED_STATES), s.ledger.scanPending(), s.ledger.lastMintedMs()]);
+      busy += Object.values(counts).reduce((a, b) => a + b, 0) + (scan.oldest ? 1 : 0);
+      lastMs = Math.max(lastMs, clockMs);
+    }
+    if (busy > 0) {
+      throw new ConfigError(
+        `QUEUE_SHARDS=${want}, but Redis holds queues laid out for QUEUE_SHARDS=${had} with work in them (batches in flight, queued or dead-lettered). ` +
+          `Changing the shard count would break the per-app order of batch ids. Run with QUEUE_SHARDS=${had} until the queue is drained ` +
+          `(stop the APIs, let the encoders finish, replay or remove dead letters), then start with the new count.`,
+      );
+    }
+    for (const l of layouts) await new BatchLedger(client, l.namespace).seedClockAfter(lastMs);
+    await client.set(markerKey, String(want));
+    return { changedFrom: had };
+  } finally {
+    await oldSet.close();
+  }
+}
+
+/**
+ * The rollup service reads one ledger (`{QUEUE_NAME}`) and one Redis: it does not know shards
+ * yet. Throws ConfigError when the environment asks for a Cluster or several shards.
+ */
+export function assertRollupSupported(env: Pick<Env, 'REDIS_CLUSTER_NODES' | 'QUEUE_SHARDS'>): void {
+  if (env.REDIS_CLUSTER_NODES || env.QUEUE_SHARDS > 1) {
+    throw new ConfigError('rollups (ROLLUP=on, the rollup service) run only with QUEUE_SHARDS=1 on one Redis (REDIS_URL) for now: the rollup service reads one ledger. Set ROLLUP=off with REDIS_CLUSTER_NODES or QUEUE_SHARDS > 1');
+  }
+}

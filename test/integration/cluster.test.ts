@@ -1,0 +1,200 @@
+/**
+ * Acceptance 1 of "Scale past one Redis": a real Redis Cluster (3 masters + 3 replicas, Debian's
+ * redis-server with --cluster-enabled), 2 API and 2 encoder processes with QUEUE_SHARDS=6,
+ * pushes to 48 apps from several clients, and a poller per app that keeps only its last id.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import calculateSlot from 'cluster-key-slot';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { BATCH_ID_RE } from '../../shared/ids.js';
+import { shardOfBatchId } from '../../shared/ledger/ledger.js';
+import { shardIndex, shardLayouts } from '../../shared/shards.js';
+import { duckQuery, sqlString } from '../helpers/duckdb.js';
+import { batchBody, sampleEvent } from '../helpers/events.js';
+import { uniqueName } from '../helpers/names.js';
+import { type ServiceProcess, startService, waitForHttp } from '../helpers/proc.js';
+import { type RedisCluster, clusterView, startRedisCluster } from '../helpers/redis-cluster.js';
+import { freePort } from '../helpers/redis-server.js';
+
+const TOKEN = 'cluster-admin-token-0123456789';
+const SHARDS = 6;
+const APPS = 48;
+const BATCHES = 720;
+const CLIENTS = 6;
+
+interface ListPage {
+  items: string[];
+  hasMore: boolean;
+}
+
+async function listPage(base: string, app: string, after: string | undefined): Promise<ListPage> {
+  const q = new URLSearchParams({ limit: '20' });
+  if (after !== undefined) q.set('after', after);
+  const r = await fetch(`${base}/list/events/${app}?${q.toString()}`, { headers: { Authorization: `Bearer ${TOKEN}` } });
+  if (r.status !== 200) throw new Error(`list ${app} answered ${r.status}: ${await r.text()}`);
+  return (await r.json()) as ListPage;
+}
+
+/** Which master owns `slot`, from one node's CLUSTER NODES. */
+async function ownerOf(cluster: RedisCluster, slot: number): Promise<number> {
+  const view = await clusterView(cluster.all[0]?.port ?? 0);
+  for (const m of view.filter((v) => v.master)) {
+    for (const range of m.slots) {
+      const [lo, hi] = range.split('-').map(Number);
+      if (lo !== undefined && slot >= lo && slot <= (hi ?? lo)) return m.port;
+    }
+  }
+  throw new Error(`no master owns slot ${slot}`);
+}
+
+describe('Redis Cluster: 3 masters + 3 replicas, QUEUE_SHARDS=6, 2 API and 2 encoder processes', () => {
+  let cluster: RedisCluster | undefined;
+  const procs: ServiceProcess[] = [];
+  const apis: string[] = [];
+  let dataDir = '';
+  const queueName = uniqueName('cl');
+
+  beforeAll(async () => {
+    cluster = await startRedisCluster({ masters: 3, replicas: 1 });
+    dataDir = mkdtempSync(join(tmpdir(), 'ingest-cluster-data-'));
+    const common = {
+      HOST: '127.0.0.1',
+      REDIS_CLUSTER_NODES: cluster.nodes,
+      QUEUE_SHARDS: String(SHARDS),
+      QUEUE_NAME: queueName,
+      DATA_DIR: dataDir,
+      ADMIN_TOKEN: TOKEN,
+      ORPHAN_GRACE_SECONDS: '3600',
+      LOG_LEVEL: 'warn',
+    };
+    for (let i = 0; i < 2; i++) {
+      const port = await freePort();
+      procs.push(startService('services/api/main.ts', { ...common, PORT: String(port) }));
+      apis.push(`http://127.0.0.1:${port}`);
+    }
+    const encoders = [0, 1].map(async () => startService('services/encoder/main.ts', { ...common, ENCODER_CONCURRENCY: '2', METRICS_PORT: String(await freePort()) }));
+    procs.push(...(await Promise.all(encoders)));
+    await Promise.all(apis.map((u, i) => waitForHttp(`${u}/readyz`, 60_000, procs[i])));
+  }, 120_000);
+
+  afterAll(async () => {
+    await Promise.all(procs.map((p) => p.stop('SIGTERM', 10_000)));
+    await cluster?.stop();
+    if (dataDir) rmSync(dataDir, { recursive: true, force: true });
+  });
+
+  it('lists every acknowledged batch exactly once per app, in increasing order; every master holds a shard', async () => {
+    const apps = Array.from({ length: APPS }, (_, i) => `app${String(i).padStart(2, '0')}`);
+    const acked = new Map<string, string[]>(apps.map((a) => [a, []]));
+    let events = 0;
+    let next = 0;
+    const client = async (c: number): Promise<void> => {
+      for (let turn = 0; next < BATCHES && turn < BATCHES; turn++) {
+        const i = next++;
+        const app = apps[i % APPS] as string;
+        const n = 1 + (i % 7);
+        const r = await fetch(`${apis[(i + c) % apis.length]}/push/events/${app}/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(n, sampleEvent) });
+        const json = (await r.json()) as { batchId?: string; error?: string };
+        if (r.status !== 200) throw new Error(`push ${i} answered ${r.status}: ${json.error ?? ''}`);
+        expect(json.batchId).toMatch(BATCH_ID_RE);
+        acked.get(app)?.push(json.batchId as string);
+        events += n;
+      }
+    };
+
+    let pushesDone = false;
+    const seen = new Map<string, string[]>(apps.map((a) => [a, []]));
+    let polls = 0;
+    const poller = async (app: string, k: number): Promise<void> => {
+      let last: string | undefined;
+      const mine = seen.get(app) as string[];
+      const deadline = Date.now() + 90_000;
+      for (let p = 0; p < 5000 && Date.now() < deadline; p++) {
+        if (pushesDone && mine.length >= (acked.get(app)?.length ?? 0)) return;
+        const page = await listPage(apis[(k + p) % apis.length] as string, app, last);
+        polls++;
+        for (const name of page.items) {
+          const id = name.replace(/\.parquet$/, '');
+          if (last !== undefined && !(id > last)) throw new Error(`${app}: ${id} listed after cursor ${last}`);
+          mine.push(id);
+          last = id;
+        }
+        if (!page.hasMore) await new Promise((r) => setTimeout(r, 250));
+      }
+    };
+
+    const polling = Promise.all(apps.map((a, k) => poller(a, k)));
+    const pushing = await Promise.allSettled(Array.from({ length: CLIENTS }, (_, c) => client(c)));
+    pushesDone = true;
+    const failed = pushing.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (failed) throw failed.reason;
+    await polling;
+
+    let total = 0;
+    for (const app of apps) {
+      const a = acked.get(app) as string[];
+      const s = seen.get(app) as string[];
+      total += a.length;
+      expect(new Set(a).size).toBe(a.length);
+      // Exactly once, in increasing order, nothing missed, nothing extra.
+      expect(s).toEqual([...a].sort());
+      // Every id of an app was minted on the app's shard (the shard is kept in the id suffix).
+      const shard = shardIndex(`events/${app}/`, SHARDS);
+      for (const id of a) expect(shardOfBatchId(id, SHARDS)).toBe(shard);
+    }
+    expect(total).toBe(BATCHES);
+
+    // The files: one per acknowledged batch, holding every event, as DuckDB reads them.
+    const glob = sqlString(join(dataDir, 'events', '*', '*.parquet'));
+    const [row] = await duckQuery(`SELECT count(*)::INTEGER AS n, count(DISTINCT filename)::INTEGER AS files FROM read_parquet(${glob}, filename = true)`);
+    expect(row).toEqual({ n: events, files: BATCHES });
+
+    // The shards spread over the cluster: each master owns the slot of, and holds keys of, at least one shard.
+    const c = cluster as RedisCluster;
+    const masters = await c.masterPorts();
+    expect(masters).toHaveLength(3);
+    const holding = new Set<number>();
+    for (const layout of shardLayouts(queueName, SHARDS, true)) {
+      const slot = calculateSlot(layout.tag);
+      const owner = await ownerOf(c, slot);
+      const node = new Redis(owner, '127.0.0.1', { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+      node.on('error', () => undefined);
+      try {
+        await node.connect();
+        if (Number(await node.call('CLUSTER', 'COUNTKEYSINSLOT', String(slot))) > 0) holding.add(owner);
+      } finally {
+        node.disconnect();
+      }
+    }
+    expect([...holding].sort()).toEqual([...masters].sort());
+    console.info(`cluster: ${BATCHES} batches over ${APPS} apps and ${SHARDS} shards, ${polls} polls`);
+  }, 120_000);
+
+  it('npm start (API + encoder thread) runs on the cluster too, starting no private Redis', async () => {
+    const c = cluster as RedisCluster;
+    const dir = mkdtempSync(join(tmpdir(), 'ingest-cluster-start-'));
+    const port = await freePort();
+    const proc = startService('services/main.ts', { HOST: '127.0.0.1', PORT: String(port), REDIS_CLUSTER_NODES: c.nodes, QUEUE_SHARDS: '3', QUEUE_NAME: uniqueName('clstart'), DATA_DIR: dir, ADMIN_TOKEN: TOKEN, ROLLUP: 'off', LOG_LEVEL: 'info' });
+    try {
+      const base = `http://127.0.0.1:${port}`;
+      await waitForHttp(`${base}/readyz`, 60_000, proc);
+      const r = await fetch(`${base}/push/events/start-app/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(3, sampleEvent) });
+      expect(r.status).toBe(200);
+      const { batchId } = (await r.json()) as { batchId: string };
+      const deadline = Date.now() + 30_000;
+      let items: string[] = [];
+      while (Date.now() < deadline && items.length === 0) {
+        items = (await listPage(base, 'start-app', undefined)).items;
+        if (items.length === 0) await new Promise((res) => setTimeout(res, 200));
+      }
+      expect(items).toEqual([`${batchId}.parquet`]);
+      expect(proc.output()).not.toMatch(/private redis-server|using the Redis already running/);
+    } finally {
+      await proc.stop('SIGTERM', 10_000);
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 90_000);
+});

@@ -1,0 +1,313 @@
+/**
+ * Queue shards on one Redis: changing QUEUE_SHARDS (refused while the old layout holds work,
+ * taken over once drained), and upkeep that costs one Redis call per shard with 10,000 prefixes.
+ */
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { Queue } from 'bullmq';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { ConfigError } from '../../shared/config.js';
+import { BatchLedger, shardOfBatchId } from '../../shared/ledger/ledger.js';
+import { reapOnce } from '../../shared/ledger/reaper.js';
+import { ShardSet, ensureShardLayout, shardIndex, shardLayouts } from '../../shared/shards.js';
+import { ADMIN_TOKEN, type TestStack, startTestStack } from '../helpers/stack.js';
+import { uniqueName } from '../helpers/names.js';
+import { batchBody, sampleEvent } from '../helpers/events.js';
+import { type RedisServer, startRedisServer } from '../helpers/redis-server.js';
+import { waitFor } from '../helpers/proc.js';
+import { createEncoder } from '../../services/encoder/worker.js';
+import { createLogger } from '../../shared/logger.js';
+import { createRegistry } from '../../shared/metrics.js';
+import { FilesystemObjectStore } from '../../shared/store/filesystem.js';
+import type { ObjectStore } from '../../shared/store/types.js';
+
+describe('changing QUEUE_SHARDS', () => {
+  let redis: Redis;
+  beforeAll(() => {
+    redis = new Redis(inject('redisUrl'), { maxRetriesPerRequest: null });
+  });
+  afterAll(() => {
+    redis.disconnect();
+  });
+
+  it('is refused while the old layout has a batch in flight, and taken over once drained, ids of a prefix still increasing', async () => {
+    const name = uniqueName('reshard');
+    const one = shardLayouts(name, 1, false);
+    expect(await ensureShardLayout(redis, name, one)).toEqual({});
+    const old = new BatchLedger(redis, name);
+    // Minted a minute ahead of the clock (as if the old shard's Redis clock ran ahead).
+    const { batchId: first } = await old.mint('events/a/', { clockMs: Date.now() + 60_000 });
+
+    const six = shardLayouts(name, 6, false);
+    const refused = await ensureShardLayout(redis, name, six).then(
+      () => null,
+      (err: unknown) => err,
+    );
+    expect(refused).toBeInstanceOf(ConfigError);
+    expect((refused as Error).message).toMatch(/QUEUE_SHARDS=6, but Redis holds queues laid out for QUEUE_SHARDS=1 with work in them/);
+    // Still refused by a whole process: it does not start.
+    await expect(startTestStack({ QUEUE_NAME: name, QUEUE_SHARDS: '6', ROLLUP: 'off' }, { api: true, encoder: false })).rejects.toThrow(/QUEUE_SHARDS=6/);
+
+    // Drained: the new layout is recorded and its clocks start after the old one.
+    expect(await old.release('events/a/', first)).toBe(true);
+    expect(await ensureShardLayout(redis, name, six)).toEqual({ changedFrom: 1 });
+    expect(await ensureShardLayout(redis, name, six)).toEqual({});
+    const set = ShardSet.open(redis, six);
+    try {
+      const shard = set.forPrefix('events/a/');
+      const { batchId: second } = await shard.ledger.mint('events/a/');
+      expect(second > first).toBe(true);
+      expect(shardOfBatchId(second, 6)).toBe(shardIndex('events/a/', 6));
+      await shard.ledger.release('events/a/', second);
+    } finally {
+      await set.close();
+    }
+    // And going back to one shard is refused the same way while a sharded batch is in flight.
+    const set2 = ShardSet.open(redis, six);
+    try {
+      const s = set2.forPrefix('events/b/');
+      const { batchId } = await s.ledger.mint('events/b/');
+      await expect(ensureShardLayout(redis, name, one)).rejects.toThrow(/QUEUE_SHARDS=1, but Redis holds queues laid out for QUEUE_SHARDS=6/);
+      await s.ledger.release('events/b/', batchId);
+    } finally {
+      await set2.close();
+    }
+  });
+});
+
+describe('rollups with shards', () => {
+  it('npm start refuses ROLLUP=on with QUEUE_SHARDS > 1 (the rollup service reads one ledger), and starts with ROLLUP=off', async () => {
+    await expect(startTestStack({ QUEUE_SHARDS: '2', ROLLUP: 'on' }, { api: true, encoder: true, rollup: true })).rejects.toThrow(/rollups .* run only with QUEUE_SHARDS=1 on one Redis .* Set ROLLUP=off/);
+    const stack = await startTestStack({ QUEUE_SHARDS: '2', ROLLUP: 'off' }, { api: true, encoder: true, rollup: true });
+    try {
+      const r = await fetch(`${stack.url}/push/events/rollup-off/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(1, sampleEvent) });
+      expect(r.status).toBe(200);
+    } finally {
+      await stack.shutdown();
+    }
+  });
+});
+
+describe('upkeep with 10,000 prefixes', () => {
+  const PREFIXES = 10_000;
+  let redis: Redis;
+  let stack: TestStack | undefined;
+  beforeAll(() => {
+    redis = new Redis(inject('redisUrl'), { maxRetriesPerRequest: null });
+  });
+  afterAll(async () => {
+    await stack?.shutdown();
+    redis.disconnect();
+  });
+
+  async function mintMany(ledger: BatchLedger, nowMs: number): Promise<string> {
+    let oldest = '';
+    for (let start = 0; start < PREFIXES; start += 500) {
+      const ids = await Promise.all(Array.from({ length: 500 }, (_, k) => ledger.mint(`events/app${start + k}/`, { clockMs: nowMs - 120_000 + start + k })));
+      if (start === 0) oldest = ids[0]?.batchId ?? '';
+    }
+    return oldest;
+  }
+
+  it('one pass reads the lag and reaps orphans of every prefix in one call per shard', async () => {
+    const name = uniqueName('upkeep');
+    const ledger = new BatchLedger(redis, name);
+    const queue = new Queue(name, { connection: redis });
+    try {
+      const now = Date.now();
+      const oldest = await mintMany(ledger, now);
+      expect(await ledger.scanPending()).toEqual({ orphans: 0, dead: 0, oldest, prefixes: PREFIXES });
+      const t0 = performance.now();
+      const lag = await ledger.maxLagMs(now);
+      const lagMs = performance.now() - t0;
+      expect(lag).toBe(120_000);
+      // Every id is an orphan (no job) past a 60 s grace: one pass releases them all.
+      const t1 = performance.now();
+      const reaped = await reapOnce(ledger, queue, 60_000, now);
+      const reapMs = performance.now() - t1;
+      expect(reaped).toEqual({ orphans: PREFIXES, dead: 0 });
+      expect(await ledger.prefixes()).toEqual([]);
+      expect(await ledger.maxLagMs()).toBe(0);
+      console.info(`upkeep, ${PREFIXES} prefixes: lag read ${lagMs.toFixed(1)} ms, reaper pass ${reapMs.toFixed(1)} ms (one Redis call each)`);
+    } finally {
+      await queue.obliterate({ force: true }).catch(() => undefined);
+      await queue.close();
+    }
+  });
+
+  it('/readyz answers with the lag of 10,000 prefixes, and the per-shard queue gauge names each shard', async () => {
+    stack = await startTestStack({ QUEUE_SHARDS: '4', ROLLUP: 'off', ORPHAN_GRACE_SECONDS: '3600' }, { api: true, encoder: false });
+    const layouts = shardLayouts(stack.queueName, 4, false);
+    const set = ShardSet.open(redis, layouts);
+    try {
+      const now = Date.now();
+      for (let start = 0; start < PREFIXES; start += 500) {
+        await Promise.all(Array.from({ length: 500 }, (_, k) => set.forPrefix(`events/app${start + k}/`).ledger.mint(`events/app${start + k}/`, { clockMs: now - 30_000 })));
+      }
+      const times: number[] = [];
+      let body: { ok?: boolean; watermarkLagSeconds?: number } = {};
+      for (let i = 0; i < 5; i++) {
+        const t0 = performance.now();
+        const r = await fetch(`${stack.url}/readyz`);
+        body = (await r.json()) as typeof body;
+        times.push(performance.now() - t0);
+        expect(r.status).toBe(200);
+      }
+      expect(body.watermarkLagSeconds).toBeGreaterThanOrEqual(30);
+      times.sort((a, b) => a - b);
+      console.info(`/readyz with ${PREFIXES} prefixes over 4 shards: median ${times[2]?.toFixed(1)} ms, max ${times[4]?.toFixed(1)} ms`);
+
+      // A push lands on its app's shard; the gauge shows it under that shard only.
+      const r = await fetch(`${stack.url}/push/events/gauge-app/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(2, sampleEvent) });
+      expect(r.status).toBe(200);
+      const metrics = await (await fetch(`${stack.url}/metrics`, { headers: { Authorization: `Bearer ${ADMIN_TOKEN}` } })).text();
+      const shard = shardIndex('events/gauge-app/', 4);
+      for (let k = 0; k < 4; k++) {
+        const m = new RegExp(`^ingest_queue_shard_jobs\\{[^}]*shard="${k}"[^}]*state="waiting"[^}]*\\} (\\d+)`, 'm').exec(metrics);
+        expect(m?.[1], `shard ${k}`).toBe(k === shard ? '1' : '0');
+      }
+      expect(metrics).toMatch(/^ingest_queue_jobs\{[^}]*state="waiting"[^}]*\} 1$/m);
+    } finally {
+      await set.close();
+    }
+  });
+});
+
+describe('REDIS_WAIT_REPLICAS on one Redis', () => {
+  it('answers 503 + Retry-After until a replica has the batch; the retry with the same key then gets 200 and one batch is written', async () => {
+    const master = await startRedisServer();
+    let replica: RedisServer | undefined;
+    let stack: TestStack | undefined;
+    const probe = new Redis(master.url, { maxRetriesPerRequest: null });
+    try {
+      stack = await startTestStack({ REDIS_URL: master.url, REDIS_WAIT_REPLICAS: '1', REDIS_WAIT_TIMEOUT_MS: '200', ROLLUP: 'off' }, { api: true, encoder: true });
+      const url = stack.url;
+      const body = batchBody(3, sampleEvent);
+      const push = (): Promise<Response> => fetch(`${url}/push/events/waitapp/x`, { method: 'POST', headers: { 'Content-Type': 'application/json', 'Idempotency-Key': 'wait-k1' }, body });
+      const first = await push();
+      expect(first.status).toBe(503);
+      expect(first.headers.get('retry-after')).toBe('1');
+      expect(((await first.json()) as { error: string }).error).toMatch(/not yet replicated \(REDIS_WAIT_REPLICAS\)/);
+
+      replica = await startRedisServer({ args: ['--replicaof', '127.0.0.1', String(master.port)] });
+      await waitFor(async () => /slave0:.*state=online/.test(await probe.info('replication')), 20_000, 'the replica to sync');
+      const second = await push();
+      expect(second.status).toBe(200);
+      const { batchId } = (await second.json()) as { batchId: string };
+      // Both pushes are one batch: the one the first push enqueued before its WAIT timed out.
+      const listed = await waitFor(async () => {
+        const r = await fetch(`${url}/list/events/waitapp`, { headers: { Authorization: `Bearer ${ADMIN_TOKEN}` } });
+        const page = (await r.json()) as { items: string[] };
+        return page.items.length > 0 ? page.items : null;
+      }, 20_000, 'the batch to be listed');
+      expect(listed).toEqual([`${batchId}.parquet`]);
+    } finally {
+      await stack?.shutdown();
+      probe.disconnect();
+      await replica?.stop();
+      await master.stop();
+    }
+  });
+});
+
+describe('an encoder with QUEUE_SHARDS=4', () => {
+  it('consumes every shard, with at most ENCODER_CONCURRENCY jobs at once in the whole process', async () => {
+    const stack = await startTestStack({ QUEUE_SHARDS: '4', ROLLUP: 'off', ORPHAN_GRACE_SECONDS: '3600' }, { api: true, encoder: false });
+    const conn = new Redis(inject('redisUrl'), { maxRetriesPerRequest: null });
+    const fsStore = new FilesystemObjectStore({ root: stack.dataDir });
+    let writing = 0;
+    let most = 0;
+    // The store's writes are slowed down, so jobs of several shards overlap if the gate lets them.
+    const store = new Proxy(fsStore, {
+      get(target, prop) {
+        if (prop === 'putBytes') {
+          return async (...args: Parameters<ObjectStore['putBytes']>) => {
+            writing++;
+            most = Math.max(most, writing);
+            try {
+              await new Promise((r) => setTimeout(r, 150));
+              return await target.putBytes(...args);
+            } finally {
+              writing--;
+            }
+          };
+        }
+        const v = Reflect.get(target, prop) as unknown;
+        return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+      },
+    });
+    const layouts = shardLayouts(stack.queueName, 4, false);
+    const encoder = createEncoder({
+      queueName: stack.queueName,
+      connection: conn,
+      ledger: new BatchLedger(conn, stack.queueName),
+      shards: layouts.map((l) => ({ queueName: l.queueName, prefix: l.queuePrefix, ledger: new BatchLedger(conn, l.namespace, { shard: { index: l.index, count: l.count } }) })),
+      store,
+      registry: createRegistry('shards', false),
+      logger: createLogger({ level: 'silent', name: 'shards' }),
+      concurrency: 2,
+    });
+    try {
+      expect(encoder.workers).toHaveLength(4);
+      const apps = Array.from({ length: 16 }, (_, i) => `gate${i}`);
+      expect(new Set(apps.map((a) => shardIndex(`events/${a}/`, 4))).size).toBe(4);
+      for (const app of apps) {
+        const r = await fetch(`${stack.url}/push/events/${app}/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(2, sampleEvent) });
+        expect(r.status).toBe(200);
+      }
+      await waitFor(async () => (await fsStore.listKeys('events/')).filter((k) => k.endsWith('.parquet')).length === apps.length, 30_000, 'every batch written');
+      expect(most).toBe(2);
+    } finally {
+      await encoder.close(5000);
+      conn.disconnect();
+      await stack.shutdown();
+    }
+  });
+});
+
+describe('dead letters with QUEUE_SHARDS=3', () => {
+  it('are listed over every shard and replayed on their own shard, by the admin route and by npm run replay --all', async () => {
+    const stack = await startTestStack({ QUEUE_SHARDS: '3', ROLLUP: 'off', ORPHAN_GRACE_SECONDS: '3600' }, { api: true, encoder: true });
+    const auth = { Authorization: `Bearer ${ADMIN_TOKEN}` };
+    try {
+      // Two apps on different shards; a file where their folder should be fails their writes for good.
+      const apps = ['dlA', 'dlB', 'dlC', 'dlD', 'dlE', 'dlF'];
+      const a = apps[0] as string;
+      const b = apps.find((x) => shardIndex(`events/${x}/`, 3) !== shardIndex(`events/${a}/`, 3)) as string;
+      mkdirSync(join(stack.dataDir, 'events'), { recursive: true });
+      const ids: string[] = [];
+      for (const app of [a, b]) {
+        writeFileSync(join(stack.dataDir, 'events', app), 'not a folder');
+        const r = await fetch(`${stack.url}/push/events/${app}/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(2, sampleEvent) });
+        expect(r.status).toBe(200);
+        ids.push(((await r.json()) as { batchId: string }).batchId);
+      }
+      const failed = await waitFor(async () => {
+        const f = (await (await fetch(`${stack.url}/admin/failed`, { headers: auth })).json()) as { total: number; items: { batchId: string }[] };
+        return f.total === 2 ? f : null;
+      }, 30_000, 'both batches dead-lettered');
+      expect(failed.items.map((i) => i.batchId).sort()).toEqual([...ids].sort());
+      for (const app of [a, b]) rmSync(join(stack.dataDir, 'events', app));
+
+      const r = await fetch(`${stack.url}/admin/replay/${ids[0]}`, { method: 'POST', headers: auth });
+      expect(((await r.json()) as { outcome: string }).outcome).toBe('replayed');
+      await waitFor(async () => existsSync(join(stack.dataDir, 'events', a, `${ids[0]}.parquet`)), 30_000, 'replayed batch written');
+
+      const run = spawnSync(process.execPath, ['--import', 'tsx', 'scripts/replay.ts', '--all'], {
+        cwd: join(import.meta.dirname, '../..'),
+        env: { ...process.env, REDIS_URL: inject('redisUrl'), QUEUE_NAME: stack.queueName, QUEUE_SHARDS: '3' },
+        encoding: 'utf8',
+        timeout: 30_000,
+      });
+      expect(run.status, run.stdout + run.stderr).toBe(0);
+      expect(run.stdout).toMatch(new RegExp(`${ids[1]}\treplayed`));
+      await waitFor(async () => existsSync(join(stack.dataDir, 'events', b, `${ids[1]}.parquet`)), 30_000, 'batch replayed by the script written');
+      const listed = (await (await fetch(`${stack.url}/list/events/${b}`, { headers: auth })).json()) as { items: string[] };
+      expect(listed.items).toEqual([`${ids[1]}.parquet`]);
+    } finally {
+      await stack.shutdown();
+    }
+  });
+});
