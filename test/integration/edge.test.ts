@@ -188,6 +188,8 @@ describe('edge: the service (CORS_ORIGINS, security headers, REQUEST_TIMEOUT_MS,
     expect(push.status).toBe(200);
     expect(push.headers['access-control-allow-origin']).toBe(ORIGIN);
     expect(push.headers['access-control-expose-headers']).toMatch(/ETag/);
+    // A browser sync client can read the raw-retention mark the list route sends.
+    expect(push.headers['access-control-expose-headers']).toMatch(/Raw-Deleted-Through/);
     expect(push.headers['x-content-type-options']).toBe('nosniff');
     expect(push.headers['x-powered-by']).toBeUndefined();
     const bad = await request(app).post('/push/events/web/x').set('Origin', ORIGIN).set('Content-Type', 'text/plain').send('x');

@@ -1,4 +1,5 @@
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
+import { RAW_DELETED_HEADER } from '../../../shared/rollup/retention.js';
 
 /** The router's `cors` option, in the reference's shape (`allowMethods`/`allowHeaders` are accepted as aliases). */
 export interface CorsOptions {
@@ -18,7 +19,7 @@ export const DEFAULT_CORS_METHODS = ['GET', 'HEAD', 'POST', 'OPTIONS'];
 /** What a browser SDK sends: JSON or compressed bodies, retries with a key, tokens, conditional pulls. */
 export const DEFAULT_CORS_HEADERS = ['Content-Type', 'Content-Encoding', 'Idempotency-Key', 'Authorization', 'If-None-Match', 'Range', 'If-Range'];
 /** What a browser script may read back: the pull's ETag, and the limiter's answers. */
-export const DEFAULT_EXPOSE_HEADERS = ['ETag', 'Content-Range', 'Retry-After', 'RateLimit-Limit', 'RateLimit-Remaining', 'RateLimit-Reset', 'RateLimit-Policy'];
+export const DEFAULT_EXPOSE_HEADERS = ['ETag', 'Content-Range', 'Retry-After', 'RateLimit-Limit', 'RateLimit-Remaining', 'RateLimit-Reset', 'RateLimit-Policy', RAW_DELETED_HEADER];
 
 /** `CORS_ORIGINS` (already split) to the `cors` option; undefined keeps CORS off. */
 export function corsFromEnv(origins: readonly string[] | undefined): CorsOptions | undefined {
