@@ -1,5 +1,7 @@
 /**
- * The encoder's pure pipeline: push body → column text (one validating scan) → Arrow table → Parquet bytes.
+ * The encoder's pure pipeline: push body → column text (one validating scan) → Arrow IPC stream →
+ * Parquet bytes. `eventsToArrow` builds the same batch as an apache-arrow table (tests, tools);
+ * `encodeBatch` writes the IPC stream straight from the column buffers ({@link columnsToIpcStream}).
  *
  * Each stage is a separate export so it can be tested alone; `encodeBatch` chains them. Bad data
  * is returned as `{ ok: false, reason }` (the worker dead-letters it without retrying); only
