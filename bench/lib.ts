@@ -110,6 +110,56 @@ export function processCpuSeconds(pid: number): number {
   }
 }
 
+/** One thread's CPU so far: user + system seconds and its niceness (Linux /proc). */
+export interface ThreadCpu {
+  cpu: number;
+  nice: number;
+}
+
+/**
+ * CPU seconds of every thread of `pid`, by thread id (/proc/<pid>/task/<tid>/stat; empty
+ * elsewhere). A thread that exited between two samples drops out, so callers sum the deltas of
+ * the threads present in both and report the rest of the process total as "other".
+ */
+export function threadCpuSeconds(pid: number): Map<number, ThreadCpu> {
+  const out = new Map<number, ThreadCpu>();
+  let tids: string[];
+  try {
+    tids = readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return out;
+  }
+  for (const tid of tids) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      // utime, stime and nice are the 14th, 15th and 19th fields.
+      out.set(Number(tid), { cpu: (Number(fields[11]) + Number(fields[12])) / CLK_TCK, nice: Number(fields[16]) });
+    } catch {
+      /* the thread ended while we read */
+    }
+  }
+  return out;
+}
+
+/**
+ * CPU seconds per role of `npm start`'s threads between two samples: `main` is the thread whose
+ * id is the pid (the API's event loop), `encoder` the threads running at a positive niceness
+ * (the encoder worker thread lowers its own priority, `ENCODER_THREAD_NICE`), `other` the rest
+ * of the process total: libuv's pool (fs calls, zlib, sha256 of both sides), V8's GC and compiler
+ * threads, and threads that came and went between the samples.
+ */
+export function splitThreadCpu(pid: number, before: Map<number, ThreadCpu>, after: Map<number, ThreadCpu>, processCpu: number): { main: number; encoder: number; other: number } {
+  let main = 0;
+  let encoder = 0;
+  for (const [tid, a] of after) {
+    const d = a.cpu - (before.get(tid)?.cpu ?? 0);
+    if (tid === pid) main += d;
+    else if (a.nice > 0) encoder += d;
+  }
+  return { main, encoder, other: Math.max(0, processCpu - main - encoder) };
+}
+
 /** Redis server CPU seconds (user + sys, main thread and helpers) from INFO cpu. */
 export async function redisCpuSeconds(redis: Redis): Promise<number> {
   const info = await redis.info('cpu');

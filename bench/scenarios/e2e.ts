@@ -2,21 +2,27 @@
  * Scenario 2 — end to end on one machine. The reference server (bench/reference-server.ts) and
  * `npm start` (services/main.ts: API + encoder in one process, a private AOF redis-server started
  * here, a filesystem store) each run as their own process and take the same autocannon load:
- * 100-event batches, 32 connections, alternated ours/reference. Measured per run: accepted
- * pushes/s, durable events/s (ours: until every accepted batch is a file; the reference encodes
- * inside the push so accepted = durable), latency at saturation and at 60% of the reference's
- * saturation rate, non-2xx, CPU per batch, bytes per event on disk, DuckDB query time.
+ * 32 connections, alternated ours/reference, at 100-, 10- and 1-event batches (what browser and
+ * mobile SDKs flush). Measured per run: accepted pushes/s, durable events/s (ours: until every
+ * accepted batch is a file; the reference encodes inside the push so accepted = durable), CPU per
+ * batch of each process (and of ours per thread: API event loop, encoder thread, the rest). At
+ * 100-event batches also: latency at saturation and at 60% of the reference's saturation rate,
+ * non-2xx, bytes per event on disk, DuckDB query time.
  */
 import { linkSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { DuckDBInstance } from '@duckdb/node-api';
 import { freePort, startRedisServer } from '../../test/helpers/redis-server.js';
-import { type Child, bodyFactory, loadTest, median, parquetFiles, probeRedis, processCpuSeconds, redisCpuSeconds, row, sleep, spawnTs, waitForFiles, waitHttp } from '../lib.js';
+import { type Child, bodyFactory, loadTest, median, parquetFiles, probeRedis, processCpuSeconds, redisCpuSeconds, row, sleep, spawnTs, splitThreadCpu, threadCpuSeconds, waitForFiles, waitHttp } from '../lib.js';
 import type { BenchContext, BenchRow } from '../types.js';
 
-const EVENTS_PER_BATCH = 100;
+/** Batch sizes of the saturation runs; the first is the one the latency, bytes and DuckDB rows use. */
+export const E2E_BATCH_SIZES = [100, 10, 1] as const;
+const EVENTS_PER_BATCH = E2E_BATCH_SIZES[0];
 const CONNECTIONS = 32;
+/** Durable events/s targets on the ratio at each size (issue 15). */
+const DURABLE_TARGET: Partial<Record<number, number>> = { 100: 1.0, 10: 0.8 };
 
 /** The private Redis `npm start` would start: AOF on, fsync every second, no eviction. */
 export const EMBEDDED_REDIS_ARGS = ['--appendonly', 'yes', '--appendfsync', 'everysec', '--maxmemory-policy', 'noeviction'];
@@ -36,6 +42,8 @@ interface RunResult {
   bad: number;
   accepted: number;
   nodeCpuMsPerBatch: number;
+  /** Ours only: the API's event loop, the encoder thread, the rest of the process (libuv pool, GC). */
+  threadsMsPerBatch: { main: number; encoder: number; other: number };
   redisCpuMsPerBatch: number;
   dir: string;
 }
@@ -66,11 +74,12 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
     await Promise.all([waitHttp(`${ours.url}/healthz`, ours.proc), waitHttp(`${ref.url}/healthz`, ref.proc)]);
 
     let runNo = 0;
-    const oneRun = async (side: Side, label: string, durationSec: number, overallRate?: number): Promise<RunResult> => {
-      const app = `${label}-${runNo++}`;
+    const oneRun = async (side: Side, label: string, size: number, durationSec: number, overallRate?: number): Promise<RunResult> => {
+      const app = `${label}-${size}-${runNo++}`;
       const dir = join(side.dataDir, 'events', app);
-      const body = bodyFactory(EVENTS_PER_BATCH);
+      const body = bodyFactory(size);
       const cpu0 = processCpuSeconds(side.proc.pid);
+      const threads0 = threadCpuSeconds(side.proc.pid);
       const rcpu0 = side.name === 'ours' ? await redisCpuSeconds(redis) : 0;
       const t0 = performance.now();
       const result = await loadTest({ url: side.url, path: () => `/push/events/${app}/x`, body, connections: CONNECTIONS, durationSec, overallRate });
@@ -78,19 +87,22 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
       const accepted = result['2xx'];
       let tDurable = tLoad;
       if (side.name === 'ours') {
-        tDurable = await waitForFiles(dir, accepted, 180_000, (have) => ctx.progress(`e2e: ${side.name} ${label}: draining, ${have}/${accepted} files`));
+        tDurable = await waitForFiles(dir, accepted, 180_000, (have) => ctx.progress(`e2e: ${side.name} ${label} ${size}-event: draining, ${have}/${accepted} files`));
       }
       const cpu = processCpuSeconds(side.proc.pid) - cpu0;
+      const threads = splitThreadCpu(side.proc.pid, threads0, threadCpuSeconds(side.proc.pid), cpu);
       const rcpu = side.name === 'ours' ? (await redisCpuSeconds(redis)) - rcpu0 : 0;
+      const perBatch = (seconds: number): number => (seconds * 1000) / Math.max(1, accepted);
       return {
         acceptedPerSec: accepted / ((tLoad - t0) / 1000),
-        durableEventsPerSec: (accepted * EVENTS_PER_BATCH) / ((tDurable - t0) / 1000),
+        durableEventsPerSec: (accepted * size) / ((tDurable - t0) / 1000),
         p50: result.latency.p50,
         p99: result.latency.p99,
         bad: result.non2xx + result.errors + result.timeouts,
         accepted,
-        nodeCpuMsPerBatch: (cpu * 1000) / Math.max(1, accepted),
-        redisCpuMsPerBatch: (rcpu * 1000) / Math.max(1, accepted),
+        nodeCpuMsPerBatch: perBatch(cpu),
+        threadsMsPerBatch: { main: perBatch(threads.main), encoder: perBatch(threads.encoder), other: perBatch(threads.other) },
+        redisCpuMsPerBatch: perBatch(rcpu),
         dir,
       };
     };
@@ -98,24 +110,31 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
     // Warm-up: JIT, connection pools, wasm; not measured.
     for (const side of [ref, ours]) {
       ctx.progress(`e2e: warm-up ${side.name}`);
-      await oneRun(side, 'warmup', smoke ? 0.5 : 2);
+      await oneRun(side, 'warmup', EVENTS_PER_BATCH, smoke ? 0.5 : 2);
     }
 
-    const sat: Record<Side['name'], RunResult[]> = { ours: [], ref: [] };
-    for (let r = 0; r < rounds; r++) {
-      for (const side of r % 2 === 0 ? [ref, ours] : [ours, ref]) {
-        ctx.progress(`e2e: saturation round ${r + 1}/${rounds}, ${side.name} (${satSec} s)`);
-        sat[side.name].push(await oneRun(side, 'sat', satSec));
-        await sleep(smoke ? 100 : 1000);
+    const satBySize = new Map<number, Record<Side['name'], RunResult[]>>();
+    for (const size of E2E_BATCH_SIZES) {
+      const runs: Record<Side['name'], RunResult[]> = { ours: [], ref: [] };
+      satBySize.set(size, runs);
+      // --smoke only proves the small sizes run: half a second each keeps `npm test` short.
+      const seconds = smoke && size !== EVENTS_PER_BATCH ? 0.5 : satSec;
+      for (let r = 0; r < rounds; r++) {
+        for (const side of r % 2 === 0 ? [ref, ours] : [ours, ref]) {
+          ctx.progress(`e2e: ${size}-event batches, saturation round ${r + 1}/${rounds}, ${side.name} (${seconds} s)`);
+          runs[side.name].push(await oneRun(side, 'sat', size, seconds));
+          await sleep(smoke ? 100 : 1000);
+        }
       }
     }
+    const sat = satBySize.get(EVENTS_PER_BATCH) as Record<Side['name'], RunResult[]>;
     const refSatPushes = median(sat.ref.map((x) => x.acceptedPerSec));
     const offered = Math.max(1, Math.round(refSatPushes * 0.6));
     const fixed: Record<Side['name'], RunResult[]> = { ours: [], ref: [] };
     for (let r = 0; r < rounds; r++) {
       for (const side of r % 2 === 0 ? [ours, ref] : [ref, ours]) {
         ctx.progress(`e2e: fixed ${offered} pushes/s round ${r + 1}/${rounds}, ${side.name} (${rateSec} s)`);
-        fixed[side.name].push(await oneRun(side, 'fixed', rateSec, offered));
+        fixed[side.name].push(await oneRun(side, 'fixed', EVENTS_PER_BATCH, rateSec, offered));
         await sleep(smoke ? 100 : 1000);
       }
     }
@@ -153,7 +172,7 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
 
     const m = (xs: RunResult[], f: (x: RunResult) => number): number => median(xs.map(f));
     const total = (xs: RunResult[]): number => xs.reduce((s, x) => s + x.bad, 0);
-    return [
+    const rows: BenchRow[] = [
       row({ scenario: 'e2e', metric: 'accepted pushes/s at saturation (32 conns, 100-event batches)', unit: 'pushes/s', ours: m(sat.ours, (x) => x.acceptedPerSec), reference: m(sat.ref, (x) => x.acceptedPerSec) }),
       row({ scenario: 'e2e', metric: 'durable events/s at saturation', unit: 'events/s', ours: m(sat.ours, (x) => x.durableEventsPerSec), reference: m(sat.ref, (x) => x.durableEventsPerSec), ratioTarget: { op: '>=', value: 1.0 } }),
       row({ scenario: 'e2e', metric: 'push p50 latency at saturation', unit: 'ms', ours: m(sat.ours, (x) => x.p50), reference: m(sat.ref, (x) => x.p50) }),
@@ -165,9 +184,29 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
       { ...row({ scenario: 'e2e', metric: 'non-2xx/errors at 60% load', unit: 'count', ours: total(fixed.ours), reference: total(fixed.ref) }), target: 'ours = 0', pass: total(fixed.ours) === 0 },
       row({ scenario: 'e2e', metric: 'bytes per event on disk', unit: 'B', ours: oursFiles.bytes / (oursFiles.files * EVENTS_PER_BATCH), reference: refFiles.bytes / (refFiles.files * EVENTS_PER_BATCH), ratioTarget: { op: '<=', value: 0.35 } }),
       row({ scenario: 'e2e', metric: `DuckDB GROUP BY event_type over ${k * EVENTS_PER_BATCH} events (${k} files)`, unit: 'ms', ours: median(duckMs.ours), reference: median(duckMs.ref), ratioTarget: { op: '<=', value: 0.7 } }),
-      row({ scenario: 'e2e', metric: 'CPU per batch at saturation: server process (ours: API+encoder)', unit: 'ms', ours: m(sat.ours, (x) => x.nodeCpuMsPerBatch), reference: m(sat.ref, (x) => x.nodeCpuMsPerBatch) }),
-      row({ scenario: 'e2e', metric: 'CPU per batch at saturation: Redis', unit: 'ms', ours: m(sat.ours, (x) => x.redisCpuMsPerBatch), reference: 0 }),
     ];
+    for (const size of E2E_BATCH_SIZES) {
+      const runs = satBySize.get(size) as Record<Side['name'], RunResult[]>;
+      const at = `at saturation, ${size}-event batches`;
+      const target = DURABLE_TARGET[size];
+      const all = (x: RunResult): number => x.nodeCpuMsPerBatch + x.redisCpuMsPerBatch;
+      if (size !== EVENTS_PER_BATCH) {
+        rows.push(
+          row({ scenario: 'e2e', metric: `accepted pushes/s ${at}`, unit: 'pushes/s', ours: m(runs.ours, (x) => x.acceptedPerSec), reference: m(runs.ref, (x) => x.acceptedPerSec) }),
+          row({ scenario: 'e2e', metric: `durable events/s ${at}`, unit: 'events/s', ours: m(runs.ours, (x) => x.durableEventsPerSec), reference: m(runs.ref, (x) => x.durableEventsPerSec), ...(target === undefined ? {} : { ratioTarget: { op: '>=' as const, value: target } }) }),
+          row({ scenario: 'e2e', metric: `non-2xx/errors ${at}`, unit: 'count', ours: total(runs.ours), reference: total(runs.ref) }),
+        );
+      }
+      rows.push(
+        row({ scenario: 'e2e', metric: `CPU per batch ${at}: server process (ours: API+encoder; ref: whole push)`, unit: 'ms', ours: m(runs.ours, (x) => x.nodeCpuMsPerBatch), reference: m(runs.ref, (x) => x.nodeCpuMsPerBatch) }),
+        row({ scenario: 'e2e', metric: `CPU per batch ${at}: ours, API thread (HTTP, validate, mint, enqueue)`, unit: 'ms', ours: m(runs.ours, (x) => x.threadsMsPerBatch.main) }),
+        row({ scenario: 'e2e', metric: `CPU per batch ${at}: ours, encoder thread (dequeue, encode, write, release)`, unit: 'ms', ours: m(runs.ours, (x) => x.threadsMsPerBatch.encoder) }),
+        row({ scenario: 'e2e', metric: `CPU per batch ${at}: ours, other threads (libuv pool: fs, zlib; V8 GC/JIT)`, unit: 'ms', ours: m(runs.ours, (x) => x.threadsMsPerBatch.other) }),
+        row({ scenario: 'e2e', metric: `CPU per batch ${at}: Redis`, unit: 'ms', ours: m(runs.ours, (x) => x.redisCpuMsPerBatch), reference: 0 }),
+        row({ scenario: 'e2e', metric: `CPU per batch ${at}: all processes (ours: server + Redis)`, unit: 'ms', ours: m(runs.ours, all), reference: m(runs.ref, all) }),
+      );
+    }
+    return rows;
   } finally {
     ctx.progress('e2e: stopping servers');
     await Promise.all(procs.map((p) => p.stop()));

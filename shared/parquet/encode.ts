@@ -1,5 +1,7 @@
 /**
- * The encoder's pure pipeline: push body → column text (one validating scan) → Arrow table → Parquet bytes.
+ * The encoder's pure pipeline: push body → column text (one validating scan) → Arrow IPC stream →
+ * Parquet bytes. `eventsToArrow` builds the same batch as an apache-arrow table (tests, tools);
+ * `encodeBatch` writes the IPC stream straight from the column buffers ({@link columnsToIpcStream}).
  *
  * Each stage is a separate export so it can be tested alone; `encodeBatch` chains them. Bad data
  * is returned as `{ ok: false, reason }` (the worker dead-letters it without retrying); only
@@ -422,7 +424,11 @@ function buildWriterProperties(opts: ParquetWriteOptions): WriterProperties {
  * @returns A fresh JS-owned Uint8Array (parquet-wasm copies the output out of wasm memory).
  */
 export function arrowToParquet(table: arrow.Table, opts: ParquetWriteOptions = {}): Uint8Array {
-  const ipc = arrow.tableToIPC(table, 'stream');
+  return ipcToParquet(arrow.tableToIPC(table, 'stream'), opts);
+}
+
+/** {@link arrowToParquet} from the table's Arrow IPC stream. */
+function ipcToParquet(ipc: Uint8Array, opts: ParquetWriteOptions = {}): Uint8Array {
   const props = buildWriterProperties(opts);
   let wasmTable: WasmTable;
   try {
@@ -445,10 +451,156 @@ export function arrowToParquet(table: arrow.Table, opts: ParquetWriteOptions = {
  *   array yields a valid zero-row file.
  */
 export function encodeBatch(body: string | Uint8Array, receivedAtMs: number): EncodeResult {
-  // Borrowed columns: the table is serialised (tableToIPC copies every buffer) before anything
-  // else can scan into the builders.
+  // Borrowed columns: they are copied into the IPC stream before anything else can scan into
+  // the builders.
   const parsed = scanColumns(body, true);
   if (!parsed.ok) return parsed;
-  const table = eventsToArrow(parsed.columns, receivedAtMs);
-  return { ok: true, bytes: arrowToParquet(table), rows: table.numRows };
+  return { ok: true, bytes: ipcToParquet(columnsToIpcStream(parsed.columns, receivedAtMs)), rows: parsed.columns.rows };
 }
+
+/*
+ * The Arrow IPC stream of one events batch, written straight from the column buffers.
+ *
+ * parquet-wasm takes its input as an Arrow IPC stream. Building it through apache-arrow
+ * (`makeData` → `Table` → `tableToIPC`) allocates a few hundred objects per batch and serialises
+ * the unchanging schema every time; for the 1–20-event batches browser SDKs send that was about
+ * as much CPU as scanning the events. Here the schema message is serialised once (by apache-arrow)
+ * and each batch is one RecordBatch message whose flatbuffer header has a fixed layout (the
+ * events schema never changes; only lengths and offsets do), followed by the column buffers.
+ *
+ * Format (Arrow columnar format, "Encapsulated message format"): `0xFFFFFFFF`, int32 metadata
+ * length (8-byte padded), the `Message` flatbuffer, then the body: every buffer padded to 8 bytes.
+ * The stream ends with `0xFFFFFFFF 0x00000000`.
+ */
+
+const CONTINUATION = 0xffffffff;
+/** MetadataVersion.V5 and MessageHeader.RecordBatch (Message.fbs). */
+const METADATA_V5 = 4;
+const HEADER_RECORD_BATCH = 3;
+
+/** Fields of the events schema (9 fixed strings, received_at, extra) and their buffers (validity + values). */
+const FIELD_COUNT = EVENT_COLUMNS.length + 2;
+const BUFFER_COUNT = EVENT_COLUMNS.length * 3 + 2 + 3;
+
+/*
+ * The Message flatbuffer, positions from its start (flatbuffers: a table begins with the signed
+ * offset back to its vtable; offsets to vectors and sub-tables point forward; 8-byte scalars and
+ * struct vectors of 8-byte fields sit 8-byte aligned):
+ *   0  root offset → Message table (16)
+ *   4  Message vtable: size 12, table size 20, version @16, header_type @18, header @4, bodyLength @8
+ *  16  Message table: vtable back-offset, header → RecordBatch (48), bodyLength, version, header_type
+ *  36  RecordBatch vtable: size 10, table size 20, length @8, nodes @4, buffers @16
+ *  48  RecordBatch table: vtable back-offset, nodes → 68, length, buffers → 252
+ *  68  nodes: count, then FieldNode {length, null_count} × 11 (from 72)
+ * 252  buffers: count, then Buffer {offset, length} × 32 (from 256)
+ */
+const MSG_VTABLE = 4;
+const MSG_TABLE = 16;
+const RB_VTABLE = 36;
+const RB_TABLE = 48;
+const NODES = 68;
+const BUFFERS = 252;
+const META_BYTES = BUFFERS + 4 + BUFFER_COUNT * 16;
+const META_PADDED = (META_BYTES + 7) & ~7;
+
+/** The flatbuffer bytes that never change; each batch fills in lengths, counts and offsets. */
+const META_TEMPLATE = (() => {
+  const b = new Uint8Array(META_PADDED);
+  const v = new DataView(b.buffer);
+  v.setUint32(0, MSG_TABLE, true);
+  for (const [i, x] of [12, 20, 16, 18, 4, 8].entries()) v.setUint16(MSG_VTABLE + 2 * i, x, true);
+  v.setInt32(MSG_TABLE, MSG_TABLE - MSG_VTABLE, true);
+  v.setUint32(MSG_TABLE + 4, RB_TABLE - (MSG_TABLE + 4), true);
+  v.setInt16(MSG_TABLE + 16, METADATA_V5, true);
+  v.setUint8(MSG_TABLE + 18, HEADER_RECORD_BATCH);
+  for (const [i, x] of [10, 20, 8, 4, 16].entries()) v.setUint16(RB_VTABLE + 2 * i, x, true);
+  v.setInt32(RB_TABLE, RB_TABLE - RB_VTABLE, true);
+  v.setUint32(RB_TABLE + 4, NODES - (RB_TABLE + 4), true);
+  v.setUint32(RB_TABLE + 16, BUFFERS - (RB_TABLE + 16), true);
+  v.setUint32(NODES, FIELD_COUNT, true);
+  v.setUint32(BUFFERS, BUFFER_COUNT, true);
+  return b;
+})();
+
+/** The schema message as apache-arrow writes it (the stream of an empty table minus its end marker). */
+const SCHEMA_MESSAGE = (() => {
+  const empty = arrow.tableToIPC(new arrow.Table(EVENTS_ARROW_SCHEMA), 'stream');
+  const tail = new DataView(empty.buffer, empty.byteOffset + empty.byteLength - 8, 8);
+  if (tail.getUint32(0, true) !== CONTINUATION || tail.getUint32(4, true) !== 0) throw new Error('apache-arrow stream does not end with the end-of-stream marker');
+  return empty.slice(0, empty.byteLength - 8);
+})();
+
+const pad8 = (n: number): number => (n + 7) & ~7;
+
+/**
+ * The events batch as an Arrow IPC stream (schema, one record batch, end marker), equal in content
+ * to `tableToIPC(eventsToArrow(columns, receivedAtMs), 'stream')`.
+ *
+ * @param columns - Output of the scan (views into the staging buffers are fine: every byte is copied).
+ * @param receivedAtMs - Epoch milliseconds stamped on every row's `received_at`.
+ */
+export function columnsToIpcStream(columns: EventColumns, receivedAtMs: number): Uint8Array {
+  if (!Number.isSafeInteger(receivedAtMs)) throw new RangeError(`receivedAtMs must be an integer epoch-ms, got ${receivedAtMs}`);
+  const rows = columns.rows;
+  const utf8: Utf8Column[] = EVENT_COLUMNS.map((name) => columns[name]);
+  utf8.push(columns.extra);
+  for (const [i, col] of utf8.entries()) {
+    if (col.offsets.length !== rows + 1) throw new RangeError(`column ${i < EVENT_COLUMNS.length ? EVENT_COLUMNS[i] : 'extra'} has ${col.offsets.length - 1} rows, the batch has ${rows}`);
+  }
+  const extra = columns.extra;
+  const extraValidity = extra.nullCount > 0 && extra.validity ? extra.validity.subarray(0, (rows + 7) >> 3) : undefined;
+
+  // Buffer lengths in body order: per string column validity, offsets, data; received_at validity, values.
+  const lengths: number[] = [];
+  for (const col of utf8.slice(0, EVENT_COLUMNS.length)) lengths.push(0, (rows + 1) * 4, col.offsets[rows]);
+  lengths.push(0, rows * 8);
+  lengths.push(extraValidity?.byteLength ?? 0, (rows + 1) * 4, extra.offsets[rows]);
+  let bodyLength = 0;
+  for (const n of lengths) bodyLength += pad8(n);
+
+  const batchStart = SCHEMA_MESSAGE.byteLength;
+  const metaStart = batchStart + 8;
+  const bodyStart = metaStart + META_PADDED;
+  const out = new Uint8Array(bodyStart + bodyLength + 8);
+  const view = new DataView(out.buffer);
+  out.set(SCHEMA_MESSAGE, 0);
+  view.setUint32(batchStart, CONTINUATION, true);
+  view.setInt32(batchStart + 4, META_PADDED, true);
+  out.set(META_TEMPLATE, metaStart);
+  view.setBigInt64(metaStart + MSG_TABLE + 8, BigInt(bodyLength), true);
+  view.setBigInt64(metaStart + RB_TABLE + 8, BigInt(rows), true);
+  for (let f = 0; f < FIELD_COUNT; f++) {
+    const at = metaStart + NODES + 4 + f * 16;
+    view.setBigInt64(at, BigInt(rows), true);
+    view.setBigInt64(at + 8, BigInt(f === FIELD_COUNT - 1 ? extra.nullCount : 0), true);
+  }
+  let offset = 0;
+  for (const [i, n] of lengths.entries()) {
+    const at = metaStart + BUFFERS + 4 + i * 16;
+    view.setBigInt64(at, BigInt(offset), true);
+    view.setBigInt64(at + 8, BigInt(n), true);
+    offset += pad8(n);
+  }
+
+  // The body (padding bytes stay zero).
+  let at = bodyStart;
+  const putBytes = (bytes: Uint8Array): void => {
+    out.set(bytes, at);
+    at += pad8(bytes.byteLength);
+  };
+  const putOffsets = (offsets: Int32Array): void => putBytes(new Uint8Array(offsets.buffer, offsets.byteOffset, (rows + 1) * 4));
+  for (const col of utf8.slice(0, EVENT_COLUMNS.length)) {
+    putOffsets(col.offsets);
+    putBytes(col.data.subarray(0, col.offsets[rows]));
+  }
+  const stamp = BigInt(receivedAtMs);
+  for (let r = 0; r < rows; r++) view.setBigInt64(at + r * 8, stamp, true);
+  at += rows * 8;
+  if (extraValidity) putBytes(extraValidity);
+  putOffsets(extra.offsets);
+  putBytes(extra.data.subarray(0, extra.offsets[rows]));
+
+  view.setUint32(out.byteLength - 8, CONTINUATION, true);
+  return out;
+}
+

@@ -5,6 +5,7 @@ export {
   arrowToParquet,
   columnValues,
   encodeBatch,
+  columnsToIpcStream,
   eventsToArrow,
   parseBatchColumns,
 } from './encode.js';

@@ -3,7 +3,7 @@ import { constants as fsConstants, promises as fs } from 'node:fs';
 import type { BigIntStats, Dirent } from 'node:fs';
 import path from 'node:path';
 import { StoreError } from '../errors.js';
-import { errnoCode, fsyncDir, unlinkQuietly, writeFileDurably } from './durable.js';
+import { DirSyncGroup, errnoCode, fsyncDir, unlinkQuietly, writeFileDurably } from './durable.js';
 import { compareKeys, prefixCanMatchKeys, resolveListLimit, validateKey } from './keys.js';
 import type { Readable } from 'node:stream';
 import type { ByteRange, ListOptions, ObjectMeta, ObjectStore, PutOptions, StoredObject } from './types.js';
@@ -22,6 +22,9 @@ const TEMP_PREFIX = '.tmp-';
  */
 const META_PREFIX = '.meta-';
 const META_SUFFIX = '.json';
+
+/** Directories remembered as existing (one per list prefix in practice); the set is emptied when full. */
+const KNOWN_DIRS_MAX = 4096;
 
 /** The sidecar's content. `ino` and `mtimeNs` tie it to one version of the file: any other version is re-hashed. */
 interface Sidecar {
@@ -78,6 +81,14 @@ export class FilesystemObjectStore implements ObjectStore {
   readonly root: string;
   /** Sorted listings of large, quiet directories (see sortedEntries), least recently used first. */
   private readonly dirCache = new Map<string, CachedDir>();
+  /** Directory fsyncs after renames, shared by puts into the same directory (group commit). */
+  private readonly dirSyncs = new DirSyncGroup();
+  /**
+   * Directories this store already created (or found) and made durable: a put into one skips
+   * its `mkdir -p`. Bounded by {@link KNOWN_DIRS_MAX}; a directory removed behind the store's back
+   * shows up as ENOENT on the temp file and is created again.
+   */
+  private readonly knownDirs = new Set<string>();
 
   constructor(opts: FilesystemObjectStoreOptions) {
     if (typeof opts.root !== 'string' || opts.root.length === 0) {
@@ -97,9 +108,21 @@ export class FilesystemObjectStore implements ObjectStore {
     const dir = path.dirname(file);
     const sha256 = createHash('sha256').update(body).digest('hex');
     try {
-      await ensureDirDurably(dir);
       const tmp = path.join(dir, `${TEMP_PREFIX}${randomBytes(8).toString('hex')}`);
-      const written = await writeFileDurably(tmp, body);
+      let written: { ino: bigint; mtimeNs: bigint };
+      if (this.knownDirs.has(dir)) {
+        try {
+          written = await writeFileDurably(tmp, body);
+        } catch (err) {
+          if (errnoCode(err) !== 'ENOENT') throw err;
+          this.knownDirs.delete(dir);
+          await this.ensureDir(dir);
+          written = await writeFileDurably(tmp, body);
+        }
+      } else {
+        await this.ensureDir(dir);
+        written = await writeFileDurably(tmp, body);
+      }
       try {
         await writeSidecar(file, { v: 1, ino: String(written.ino), mtimeNs: String(written.mtimeNs), size: body.byteLength, sha256, ...(opts.contentType === undefined ? {} : { contentType: opts.contentType }) });
         await fs.rename(tmp, file);
@@ -107,11 +130,19 @@ export class FilesystemObjectStore implements ObjectStore {
         await unlinkQuietly(tmp);
         throw err;
       }
-      // Without this the rename itself may be lost on power failure even though the data was synced.
-      await fsyncDir(dir);
+      // Without this the rename itself may be lost on power failure even though the data was
+      // synced. Concurrent puts into this directory share one fsync that starts after their renames.
+      await this.dirSyncs.sync(dir);
     } catch (err) {
       throw toStoreError('put', key, err);
     }
+  }
+
+  /** `mkdir -p` made durable, remembered so the next put into `dir` skips it. */
+  private async ensureDir(dir: string): Promise<void> {
+    await ensureDirDurably(dir);
+    if (this.knownDirs.size >= KNOWN_DIRS_MAX) this.knownDirs.clear();
+    this.knownDirs.add(dir);
   }
 
   /** The file's bytes, or null when there is no object (including when a path component is a file). */

@@ -315,6 +315,22 @@ describe('filesystem', () => {
       expect(names.some((n) => n.startsWith('.tmp-'))).toBe(false);
     });
 
+    it('writes into a folder removed behind its back (it remembers folders it made) by making it again', async () => {
+      await store.putBytes('gone/app/1.parquet', bytesOf(1));
+      await rm(path.join(root, 'gone'), { recursive: true, force: true });
+      await store.putBytes('gone/app/2.parquet', bytesOf(2));
+      expect(await store.listKeys('gone/')).toEqual(['gone/app/2.parquet']);
+      expect((await store.getBytes('gone/app/2.parquet'))?.body).toEqual(bytesOf(2));
+    });
+
+    it('many concurrent puts into one folder (sharing directory fsyncs) all land, each with its own sidecar', async () => {
+      await Promise.all(Array.from({ length: 40 }, (_, i) => store.putBytes(`burst/${String(i).padStart(2, '0')}.parquet`, bytesOf(i))));
+      const keys = await store.listKeys('burst/');
+      expect(keys).toHaveLength(40);
+      for (const [i, key] of keys.entries()) expect((await store.head(key))?.size).toBe(bytesOf(i).byteLength);
+      expect((await allFileNames(root)).filter((n) => n.startsWith('.meta-'))).toHaveLength(40);
+    });
+
     it('skips leftover temp files (from a crash mid-write) when listing', async () => {
       await store.putBytes('dir/real', bytesOf(1));
       await writeFile(path.join(root, 'dir', '.tmp-deadbeef'), 'partial');

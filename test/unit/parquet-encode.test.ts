@@ -6,11 +6,13 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   EVENT_COLUMNS,
   columnValues,
+  columnsToIpcStream,
   encodeBatch,
   eventsToArrow,
   parseBatchColumns,
   type EventColumns,
 } from '../../shared/parquet/index.js';
+import { Table as WasmTable } from 'parquet-wasm';
 import { duckQuery, sqlString } from '../helpers/duckdb.js';
 
 const RECEIVED_AT = 1782933157690; // 2026-07-01T19:12:37.690Z
@@ -189,6 +191,52 @@ describe('eventsToArrow', () => {
 
   it('rejects a receivedAt that is not an integer', () => {
     expect(() => eventsToArrow(columnsOf([]), 1.5)).toThrow(RangeError);
+  });
+});
+
+describe('columnsToIpcStream', () => {
+  /** Every column of a table as plain JS values, with the schema's field names, types and nullability. */
+  function contents(table: arrow.Table): unknown {
+    return {
+      fields: table.schema.fields.map((f) => [f.name, String(f.type), f.nullable]),
+      rows: table.numRows,
+      columns: table.schema.fields.map((f) => [...(table.getChild(f.name) ?? [])].map((v: unknown) => (typeof v === 'bigint' ? Number(v) : v))),
+      nullCounts: table.schema.fields.map((f) => table.getChild(f.name)?.nullCount),
+    };
+  }
+
+  const batches: [string, unknown[]][] = [
+    ['no events', []],
+    ['one event without unknown fields (extra all null)', [{ event: 'a', distinct_id: 'd' }]],
+    ['one event with an unknown field (extra never null)', [{ event: 'a', campaign: 'c' }]],
+    ['99 realistic events, some with extra (bitmap past one byte)', Array.from({ length: 99 }, (_, i) => realisticEvent(i))],
+    ['non-ASCII and long values', ['🎉', '中文', 'a'.repeat(5000), ''].map((event, i) => ({ event, properties: { i }, ...(i % 2 ? { x: event } : {}) }))],
+  ];
+
+  it.each(batches)('holds what apache-arrow would write for %s', (_, events) => {
+    const columns = columnsOf(events);
+    const ours = arrow.tableFromIPC(columnsToIpcStream(columns, RECEIVED_AT));
+    expect(contents(ours)).toEqual(contents(eventsToArrow(columnsOf(events), RECEIVED_AT)));
+  });
+
+  it.each(batches)('is read by parquet-wasm (arrow-rs) with every row, for %s', (_, events) => {
+    const table = WasmTable.fromIPCStream(columnsToIpcStream(columnsOf(events), RECEIVED_AT));
+    try {
+      expect(table.numBatches).toBe(1);
+      const back = arrow.tableFromIPC(table.intoIPCStream());
+      expect(contents(back)).toEqual(contents(eventsToArrow(columnsOf(events), RECEIVED_AT)));
+    } finally {
+      // intoIPCStream consumes the table; free is only for when it threw first.
+      try {
+        table.free();
+      } catch {
+        /* already consumed */
+      }
+    }
+  });
+
+  it('rejects a receivedAt that is not an integer', () => {
+    expect(() => columnsToIpcStream(columnsOf([]), 1.5)).toThrow(RangeError);
   });
 });
 
