@@ -34,26 +34,21 @@ import { FaultProxy, type Service, sleep, spawnService, waitHttpOk } from './cha
 
 const SHORT = process.argv.includes('--short') || process.env.CHAOS_SHORT === '1';
 
+/** `--<name> <value>` or `--<name>=<value>`, one of `choices` (the first is the default); anything else exits 2. */
+function choiceArg<T extends string>(argv: readonly string[], name: string, choices: readonly [T, ...T[]]): T {
+  const flag = `--${name}`;
+  const i = argv.indexOf(flag);
+  const value = i >= 0 ? argv[i + 1] : argv.find((a) => a.startsWith(`${flag}=`))?.slice(flag.length + 1);
+  if (value === undefined) return choices[0];
+  const found = choices.find((c) => c === value);
+  if (found !== undefined) return found;
+  process.stderr.write(`${flag}: expected ${choices.join(' or ')}, got ${JSON.stringify(value)}\n`);
+  process.exit(2);
+}
 /** `--store s3rver` (default) or `--store rgw` (also `--store=rgw`). */
-function storeArg(argv: readonly string[]): 's3rver' | 'rgw' {
-  const i = argv.indexOf('--store');
-  const value = i >= 0 ? argv[i + 1] : argv.find((a) => a.startsWith('--store='))?.slice('--store='.length);
-  if (value === undefined || value === 's3rver') return 's3rver';
-  if (value === 'rgw') return 'rgw';
-  process.stderr.write(`--store: expected s3rver or rgw, got ${JSON.stringify(value)}\n`);
-  process.exit(2);
-}
-const STORE_KIND = storeArg(process.argv);
+const STORE_KIND = choiceArg(process.argv, 'store', ['s3rver', 'rgw']);
 /** `--redis single` (default) or `--redis cluster`. */
-function redisArg(argv: readonly string[]): 'single' | 'cluster' {
-  const i = argv.indexOf('--redis');
-  const value = i >= 0 ? argv[i + 1] : argv.find((a) => a.startsWith('--redis='))?.slice('--redis='.length);
-  if (value === undefined || value === 'single') return 'single';
-  if (value === 'cluster') return 'cluster';
-  process.stderr.write(`--redis: expected single or cluster, got ${JSON.stringify(value)}\n`);
-  process.exit(2);
-}
-const REDIS_KIND = redisArg(process.argv);
+const REDIS_KIND = choiceArg(process.argv, 'redis', ['single', 'cluster']);
 const CLUSTER_SHARDS = 3;
 const PROFILE = SHORT
   ? { clients: 3, pauseMs: 150, quietMs: 2000, drainMs: 60_000, bigEvents: 6000, outageMs: 10_000, hardLimitMs: 240_000 }
