@@ -7,16 +7,21 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import calculateSlot from 'cluster-key-slot';
-import { Redis } from 'ioredis';
+import { Cluster, Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { BATCH_ID_RE } from '../../shared/ids.js';
+import { BATCH_ID_RE, batchIdMs } from '../../shared/ids.js';
 import { shardOfBatchId } from '../../shared/ledger/ledger.js';
+import { periodStart } from '../../shared/rollup/layout.js';
+import { readManifest } from '../../shared/rollup/manifest.js';
+import { storeRootUrl } from '../../shared/rollup/roll.js';
 import { shardIndex, shardLayouts } from '../../shared/shards.js';
+import { FilesystemObjectStore } from '../../shared/store/filesystem.js';
 import { duckQuery, sqlString } from '../helpers/duckdb.js';
 import { batchBody, sampleEvent } from '../helpers/events.js';
 import { uniqueName } from '../helpers/names.js';
-import { type ServiceProcess, startService, waitForHttp } from '../helpers/proc.js';
+import { type ServiceProcess, startService, waitFor, waitForHttp } from '../helpers/proc.js';
 import { type RedisCluster, clusterView, startRedisCluster } from '../helpers/redis-cluster.js';
+import { expectManifestMatchesStore, viewCount } from '../helpers/rollup.js';
 import { freePort } from '../helpers/redis-server.js';
 
 const TOKEN = 'cluster-admin-token-0123456789';
@@ -193,6 +198,71 @@ describe('Redis Cluster: 3 masters + 3 replicas, QUEUE_SHARDS=6, 2 API and 2 enc
       expect(items).toEqual([`${batchId}.parquet`]);
       expect(proc.output()).not.toMatch(/private redis-server|using the Redis already running/);
     } finally {
+      await proc.stop('SIGTERM', 10_000);
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 90_000);
+
+  it('npm start with rollups on the cluster: every closed period of apps on every shard rolled, the view equals the acknowledged events', async () => {
+    const c = cluster as RedisCluster;
+    const dir = mkdtempSync(join(tmpdir(), 'ingest-cluster-rollup-'));
+    const port = await freePort();
+    const name = uniqueName('clroll');
+    const shards = 3;
+    const proc = startService('services/main.ts', {
+      HOST: '127.0.0.1',
+      PORT: String(port),
+      REDIS_CLUSTER_NODES: c.nodes,
+      QUEUE_SHARDS: String(shards),
+      QUEUE_NAME: name,
+      DATA_DIR: dir,
+      ADMIN_TOKEN: TOKEN,
+      ROLLUP_PERIOD_SECONDS: '2',
+      ROLLUP_DELAY_SECONDS: '0',
+      LOG_LEVEL: 'info',
+    });
+    const client = new Cluster(c.nodes.split(',').map((hp) => ({ host: '127.0.0.1', port: Number(hp.split(':')[1]) })), { redisOptions: { maxRetriesPerRequest: 2 } });
+    client.on('error', () => undefined);
+    try {
+      const base = `http://127.0.0.1:${port}`;
+      await waitForHttp(`${base}/readyz`, 60_000, proc);
+      const apps = ['cr0', 'cr1', 'cr2', 'cr3', 'cr4', 'cr5'];
+      expect(new Set(apps.map((a) => shardIndex(`events/${a}/`, shards))).size).toBeGreaterThan(1);
+      const acked = new Map<string, number>();
+      const lastId = new Map<string, string>();
+      const until = Date.now() + 4000;
+      for (let i = 0; Date.now() < until; i++) {
+        const app = apps[i % apps.length] as string;
+        const n = 3 + (i % 9);
+        const r = await fetch(`${base}/push/events/${app}/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(n, sampleEvent) });
+        expect(r.status).toBe(200);
+        acked.set(app, (acked.get(app) ?? 0) + n);
+        lastId.set(app, ((await r.json()) as { batchId: string }).batchId);
+        await new Promise((res) => setTimeout(res, 20));
+      }
+      const store = new FilesystemObjectStore({ root: dir });
+      for (const app of apps) {
+        const endMs = periodStart(batchIdMs(lastId.get(app) as string), 2000) + 2000;
+        await waitFor(async () => ((await readManifest(store, `events/${app}/`))?.watermarkMs ?? 0) >= endMs, 30_000, `rollup of ${app} on the cluster`);
+      }
+      const { rootUrl } = storeRootUrl(store);
+      let total = 0;
+      for (const app of apps) {
+        const m = (await readManifest(store, `events/${app}/`))!;
+        await expectManifestMatchesStore(store, m, rootUrl);
+        const files = m.periods.flatMap((p) => p.files).map((f) => `'${rootUrl}${f.key}'`);
+        expect(files.length).toBeGreaterThan(0);
+        const [row] = await duckQuery(`SELECT count(*)::BIGINT AS n FROM read_parquet([${files.join(',')}])`);
+        expect(Number(row?.n)).toBe(acked.get(app));
+        expect(await viewCount(store, app)).toBe(acked.get(app));
+        total += acked.get(app) ?? 0;
+      }
+      expect(await viewCount(store, '*')).toBe(total);
+      // The rollup queue lives under the deployment's hash tag on a Cluster.
+      expect(await client.zcard(`{${name}}:${name}-rollup:completed`)).toBeGreaterThan(0);
+      expect(proc.output()).not.toMatch(/rollup planning (pass )?failed|rollup job dead-lettered|rollup job will be retried/);
+    } finally {
+      client.disconnect();
       await proc.stop('SIGTERM', 10_000);
       rmSync(dir, { recursive: true, force: true });
     }
