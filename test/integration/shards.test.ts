@@ -181,6 +181,19 @@ describe('rollups with QUEUE_SHARDS=3 on one Redis (API + encoder + rollup servi
       await shard.close();
     }
   }, 60_000);
+
+  it('start:rollup with a QUEUE_SHARDS other than the one Redis is laid out for refuses to start', () => {
+    const s = stack as TestStack;
+    const run = spawnSync(process.execPath, ['--import', 'tsx', 'services/rollup/main.ts'], {
+      cwd: join(import.meta.dirname, '../..'),
+      env: { ...process.env, REDIS_URL: inject('redisUrl'), QUEUE_NAME: s.queueName, QUEUE_SHARDS: '2', DATA_DIR: s.dataDir, METRICS_PORT: '0', LOG_LEVEL: 'silent' },
+      encoding: 'utf8',
+      timeout: 30_000,
+    });
+    expect(run.status).not.toBe(0);
+    expect(run.status).not.toBeNull();
+    expect(run.stderr).toMatch(/QUEUE_SHARDS: is 2, but Redis holds queues laid out for QUEUE_SHARDS=3/);
+  }, 40_000);
 });
 
 describe('upkeep with 10,000 prefixes', () => {
