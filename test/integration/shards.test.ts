@@ -194,6 +194,32 @@ describe('rollups with QUEUE_SHARDS=3 on one Redis (API + encoder + rollup servi
     expect(run.status).not.toBeNull();
     expect(run.stderr).toMatch(/QUEUE_SHARDS: is 2, but Redis holds queues laid out for QUEUE_SHARDS=3/);
   }, 40_000);
+
+  it('a rollup service running with another QUEUE_SHARDS than the recorded layout rolls nothing', async () => {
+    const s = stack as TestStack;
+    // Only the wrong-count rollup service plans from here on.
+    await s.rollup?.close();
+    const app = 'rs-wrong';
+    const r = await fetch(`${s.url}/push/events/${app}/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(4, sampleEvent) });
+    const { batchId } = (await r.json()) as { batchId: string };
+    await waitFor(async () => existsSync(join(s.dataDir, 'events', app, `${batchId}.parquet`)), 20_000, 'batch written');
+    const endMs = periodStart(batchIdMs(batchId), 2000) + 2000;
+    await new Promise((res) => setTimeout(res, Math.max(0, endMs - Date.now()) + 300));
+    const wrong = await startTestStack({ QUEUE_NAME: s.queueName, QUEUE_SHARDS: '2', DATA_DIR: s.dataDir, ROLLUP_PERIOD_SECONDS: '2', ROLLUP_DELAY_SECONDS: '0' }, { api: false, encoder: false, rollup: true });
+    try {
+      expect(wrong.rollup).toBeDefined();
+      for (let i = 0; i < 3; i++) {
+        await wrong.rollup?.planOnce();
+        await new Promise((res) => setTimeout(res, 1000));
+      }
+      // Its 2-shard ledgers hold nothing of the app: without the layout check the period would look final and be rolled.
+      expect(await readManifest(s.store, `events/${app}/`)).toBeNull();
+      const jobs = (await wrong.rollup?.queue.getJobs(['waiting', 'active', 'completed', 'delayed', 'failed'])) ?? [];
+      expect(jobs.filter((j) => (j.data as { prefix?: string }).prefix === `events/${app}/`)).toEqual([]);
+    } finally {
+      await wrong.close();
+    }
+  }, 40_000);
 });
 
 describe('upkeep with 10,000 prefixes', () => {
