@@ -3,7 +3,7 @@
  * redis-server with --cluster-enabled), 2 API and 2 encoder processes with QUEUE_SHARDS=6,
  * pushes to 48 apps from several clients, and a poller per app that keeps only its last id.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import calculateSlot from 'cluster-key-slot';
@@ -260,6 +260,30 @@ describe('Redis Cluster: 3 masters + 3 replicas, QUEUE_SHARDS=6, 2 API and 2 enc
       expect(await viewCount(store, '*')).toBe(total);
       // The rollup queue lives under the deployment's hash tag on a Cluster.
       expect(await client.zcard(`{${name}}:${name}-rollup:completed`)).toBeGreaterThan(0);
+
+      // A dead-lettered batch replayed into an already-rolled period (its replay note is written
+      // under its shard's tag, on the master that owns it) is in the view once after the re-roll.
+      const app = apps.find((a) => shardIndex(`events/${a}/`, shards) !== 0) as string;
+      const auth = { Authorization: `Bearer ${TOKEN}` };
+      rmSync(join(dir, 'events', app), { recursive: true, force: true });
+      writeFileSync(join(dir, 'events', app), 'not a folder');
+      const dr = await fetch(`${base}/push/events/${app}/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(7, sampleEvent) });
+      expect(dr.status).toBe(200);
+      const { batchId: dead } = (await dr.json()) as { batchId: string };
+      await waitFor(async () => ((await (await fetch(`${base}/admin/failed`, { headers: auth })).json()) as { items: { batchId: string }[] }).items.some((i) => i.batchId === dead), 30_000, 'dead-lettered on the cluster');
+      rmSync(join(dir, 'events', app));
+      mkdirSync(join(dir, 'events', app));
+      const ar = await fetch(`${base}/push/events/${app}/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(5, sampleEvent) });
+      const { batchId: after } = (await ar.json()) as { batchId: string };
+      await waitFor(async () => ((await readManifest(store, `events/${app}/`))?.watermarkMs ?? 0) > batchIdMs(after), 30_000, 'rolled past the dead letter');
+      expect((await readManifest(store, `events/${app}/`))!.watermarkMs).toBeGreaterThan(batchIdMs(dead));
+      const before = acked.get(app) ?? 0;
+      expect(await viewCount(store, app)).toBe(before + 5);
+      const replay = await fetch(`${base}/admin/replay/${dead}`, { method: 'POST', headers: auth });
+      expect(((await replay.json()) as { outcome: string }).outcome).toBe('replayed');
+      await waitFor(async () => (await viewCount(store, app)) === before + 12, 30_000, 're-rolled on the cluster');
+      await expectManifestMatchesStore(store, (await readManifest(store, `events/${app}/`))!, rootUrl);
+      expect(await viewCount(store, '*')).toBe(total + 12);
       expect(proc.output()).not.toMatch(/rollup planning (pass )?failed|rollup job dead-lettered|rollup job will be retried/);
     } finally {
       client.disconnect();
