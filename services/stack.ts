@@ -6,7 +6,7 @@ import { type Logger, createLogger } from '../shared/logger.js';
 import { createRegistry } from '../shared/metrics.js';
 import { type RunningServer, listen } from '../shared/http.js';
 import { type RedisClient, createRedisClient, describeTarget, isRedisUnavailable, redisTarget, waitReady } from '../shared/redis.js';
-import { ShardSet, type ShardLayout, assertRollupSupported, ensureShardLayout, shardLayouts } from '../shared/shards.js';
+import { ShardSet, type ShardLayout, ensureShardLayout, shardLayouts } from '../shared/shards.js';
 import { withTimeout } from '../shared/timeout.js';
 import { storeFromEnv } from '../shared/store/from-env.js';
 import type { ObjectStore } from '../shared/store/types.js';
@@ -54,7 +54,6 @@ export async function startStack(env: Env, parts: StackParts, logger = createLog
   const target = redisTarget(env);
   const redisUrl = target.kind === 'single' ? target.url : describeTarget(target);
   const layouts = shardLayouts(env.QUEUE_NAME, env.QUEUE_SHARDS, target.kind === 'cluster');
-  if (parts.rollup && env.ROLLUP === 'on') assertRollupSupported(env);
   const registry = createRegistry(parts.serviceLabel ?? (parts.api && parts.encoder ? 'ingest' : parts.api ? 'api' : 'encoder'), parts.defaultMetrics ?? true);
   const connections: RedisClient[] = [];
   const shardSets: ShardSet[] = [];
@@ -123,7 +122,7 @@ export async function startStack(env: Env, parts: StackParts, logger = createLog
     }
   }
 
-  if (parts.rollup) stack.rollup = (await startRollupService({ env, config, store, redisUrl, registry, logger })) ?? undefined;
+  if (parts.rollup) stack.rollup = (await startRollupService({ env, config, store, redis: target, registry, logger })) ?? undefined;
 
   // A 200 means "in Redis"; say so loudly when this Redis would lose it on restart.
   void (async () => {

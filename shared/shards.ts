@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { type ConnectionOptions, Queue } from 'bullmq';
 import { Cluster } from 'ioredis';
 import calculateSlot from 'cluster-key-slot';
-import { ConfigError, type Env } from './config.js';
+import { ConfigError } from './config.js';
 import { BatchLedger, shardOfBatchId } from './ledger/ledger.js';
 import type { RedisClient } from './redis.js';
 
@@ -176,7 +176,7 @@ const UNFINISHED_STATES = ['waiting', 'active', 'delayed', 'prioritized', 'waiti
 export async function ensureShardLayout(client: RedisClient, queueName: string, layouts: readonly ShardLayout[]): Promise<{ changedFrom?: number }> {
   const cluster = client instanceof Cluster;
   const want = layouts.length;
-  const markerKey = `{${queueName}}:shards`;
+  const markerKey = shardMarkerKey(queueName);
   const stored = await client.get(markerKey);
   // No marker: a deployment from before shards, which could only run one untagged shard on one
   // Redis (a Cluster refuses BullMQ's untagged keys), or nothing at all yet.
@@ -210,12 +210,17 @@ export async function ensureShardLayout(client: RedisClient, queueName: string, 
   }
 }
 
+/** Where the shard count the keys are laid out for is recorded (see ensureShardLayout). */
+export function shardMarkerKey(queueName: string): string {
+  return `{${queueName}}:shards`;
+}
+
 /**
- * The rollup service reads one ledger (`{QUEUE_NAME}`) and one Redis: it does not know shards
- * yet. Throws ConfigError when the environment asks for a Cluster or several shards.
+ * The shard count recorded in Redis: null when none is recorded on a Cluster (nothing has run
+ * there yet); 1 when none is recorded on one Redis (a deployment from before shards).
  */
-export function assertRollupSupported(env: Pick<Env, 'REDIS_CLUSTER_NODES' | 'QUEUE_SHARDS'>): void {
-  if (env.REDIS_CLUSTER_NODES || env.QUEUE_SHARDS > 1) {
-    throw new ConfigError('rollups (ROLLUP=on, the rollup service) run only with QUEUE_SHARDS=1 on one Redis (REDIS_URL) for now: the rollup service reads one ledger. Set ROLLUP=off with REDIS_CLUSTER_NODES or QUEUE_SHARDS > 1');
-  }
+export async function recordedShardCount(client: RedisClient, queueName: string): Promise<number | null> {
+  const stored = await client.get(shardMarkerKey(queueName));
+  if (stored === null) return client instanceof Cluster ? null : 1;
+  return Number(stored);
 }

@@ -1,6 +1,5 @@
 import express, { type NextFunction, type Request, type Response, type Router } from 'express';
 import type { Job, Queue } from 'bullmq';
-import type { Redis } from 'ioredis';
 import type { RedisClient } from '../../shared/redis.js';
 import type { ShardSet } from '../../shared/shards.js';
 import { HttpError } from '../../shared/errors.js';
@@ -79,8 +78,9 @@ export async function replayOne(queue: Queue, ledger: BatchLedger, batchId: stri
     // mark keeps the reaper (which may have read the job as failed a moment ago) from undoing it.
     await ledger.markReplaying(data.prefix, batchId);
     // If its period is already rolled, the rollup planner re-rolls it once the batch is written.
-    // The queue's own connection (an ioredis client: the queue is built on one) reaches the same Redis.
-    await noteReplayedBatch((await queue.backend.client) as unknown as Redis, ledger.namespace, data.prefix, batchId);
+    // The queue's own connection (an ioredis client or Cluster: the queue is built on one) reaches
+    // the shard's Redis; the note goes under the shard's tag, where the rollup planner reads it.
+    await noteReplayedBatch((await queue.backend.client) as unknown as RedisClient, ledger.namespace, data.prefix, batchId);
     await job.retry('failed', { resetAttemptsMade: true, resetAttemptsStarted: true });
     return { batchId, outcome: 'replayed' };
   }

@@ -9,19 +9,20 @@ import { ConfigError, loadSyncConfig, parseEnv } from '../../shared/config.js';
 import { listen } from '../../shared/http.js';
 import { createLogger } from '../../shared/logger.js';
 import { createRegistry } from '../../shared/metrics.js';
-import { DEFAULT_REDIS_URL, createRedis, waitReady } from '../../shared/redis.js';
-import { rollupQueueName } from '../../shared/rollup/queue.js';
+import { type RedisTarget, createRedisClient, redisTarget, waitReady } from '../../shared/redis.js';
+import { rollupQueueName, rollupQueuePrefix } from '../../shared/rollup/queue.js';
 import { exitOnStartupError, handleShutdown } from '../../shared/runtime.js';
 import { storeFromEnv } from '../../shared/store/from-env.js';
-import { assertRollupSupported } from '../../shared/shards.js';
+import { recordedShardCount } from '../../shared/shards.js';
+import { withTimeout } from '../../shared/timeout.js';
 import { startRollupService } from './service.js';
 
 /** At most this many dead-lettered rollup jobs are replayed per call. */
 const MAX_REPLAY = 1000;
 
-async function replayFailed(redisUrl: string, queueName: string): Promise<number> {
-  const redis = createRedis(redisUrl, 'worker');
-  const queue = new Queue(rollupQueueName(queueName), { connection: redis });
+async function replayFailed(target: RedisTarget, queueName: string): Promise<number> {
+  const redis = createRedisClient(target, 'worker');
+  const queue = new Queue(rollupQueueName(queueName), { connection: redis, prefix: rollupQueuePrefix(queueName, target.kind === 'cluster') });
   queue.on('error', () => undefined);
   try {
     await waitReady(redis, 15_000);
@@ -35,19 +36,40 @@ async function replayFailed(redisUrl: string, queueName: string): Promise<number
   }
 }
 
+/**
+ * Refuses to start with another QUEUE_SHARDS than the APIs and encoders recorded in Redis: the
+ * rollup service reads each app's in-flight ids from the ledger of its shard. A Redis that cannot
+ * be reached yet skips the check (every rollup job repeats it before it moves a watermark).
+ */
+async function checkShardCount(target: RedisTarget, queueName: string, shards: number): Promise<void> {
+  const redis = createRedisClient(target, 'worker');
+  try {
+    const recorded = await withTimeout(
+      waitReady(redis, 5000).then(() => recordedShardCount(redis, queueName)),
+      10_000,
+      'shard count check',
+    ).catch(() => null);
+    if (recorded !== null && recorded !== shards) {
+      throw new ConfigError(`environment variable QUEUE_SHARDS: is ${shards}, but Redis holds queues laid out for QUEUE_SHARDS=${recorded}; run the rollup service with the count the APIs and encoders use`);
+    }
+  } finally {
+    redis.disconnect();
+  }
+}
+
 try {
   const env = parseEnv();
-  assertRollupSupported(env);
-  const redisUrl = env.REDIS_URL ?? DEFAULT_REDIS_URL;
+  const target = redisTarget(env);
   if (process.argv.includes('--replay-failed')) {
-    process.exit(await replayFailed(redisUrl, env.QUEUE_NAME));
+    process.exit(await replayFailed(target, env.QUEUE_NAME));
   }
   if (env.ROLLUP === 'off') throw new ConfigError('environment variable ROLLUP: is "off"; start:rollup has nothing to do');
   if (env.STORE === 'memory') throw new ConfigError('environment variable STORE: rollups need STORE=fs or STORE=s3 (a memory store lives in one process)');
   const logger = createLogger({ level: env.LOG_LEVEL, name: 'rollup' });
   const registry = createRegistry('rollup');
   const store = storeFromEnv(env);
-  const service = await startRollupService({ env, config: loadSyncConfig(env), store, redisUrl, registry, logger, required: true });
+  await checkShardCount(target, env.QUEUE_NAME, env.QUEUE_SHARDS);
+  const service = await startRollupService({ env, config: loadSyncConfig(env), store, redis: target, registry, logger, required: true });
   const metricsServer = await listen(
     (req, res) => {
       if (req.url === '/metrics') void registry.metrics().then((text) => res.writeHead(200, { 'Content-Type': registry.contentType }).end(text));

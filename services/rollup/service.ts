@@ -6,21 +6,21 @@ import { randomBytes } from 'node:crypto';
 import type { DuckDBConnection } from '@duckdb/node-api';
 import { withTimeout } from '../../shared/timeout.js';
 import { DelayedError, type Job, Queue, UnrecoverableError, Worker } from 'bullmq';
-import type { Redis } from 'ioredis';
 import type { Registry } from 'prom-client';
 import type { Env, SyncConfig } from '../../shared/config.js';
 import { batchIdMs } from '../../shared/ids.js';
 import { BatchLedger } from '../../shared/ledger/ledger.js';
 import type { Logger } from '../../shared/logger.js';
 import { type StoragePathTemplate, parseStoragePath } from '../../shared/paths.js';
-import { createRedis } from '../../shared/redis.js';
+import { type RedisClient, type RedisTarget, createRedisClient } from '../../shared/redis.js';
 import { msKey, periodStart } from '../../shared/rollup/layout.js';
 import { readManifest } from '../../shared/rollup/manifest.js';
 import { finalHorizon, planPrefix } from '../../shared/rollup/plan.js';
 import { discoverPrefixes, prefixOfKey } from '../../shared/rollup/prefixes.js';
-import { ROLLUP_JOB_NAME, ROLLUP_JOB_OPTIONS, type RollupJob, RollupJobSchema, rollupJobId, rollupQueueName } from '../../shared/rollup/queue.js';
+import { ROLLUP_JOB_NAME, ROLLUP_JOB_OPTIONS, type RollupJob, RollupJobSchema, rollupJobId, rollupQueueName, rollupQueuePrefix } from '../../shared/rollup/queue.js';
 import { acquirePrefixLock, forgetReplayedBatch, replayedBatches } from '../../shared/rollup/redis-keys.js';
 import { RollupNotReadyError, dropOldPeriods, pruneRawBatches, removeStaleTempFiles, rollPeriod, storeRootUrl } from '../../shared/rollup/roll.js';
+import { recordedShardCount, shardIndex, shardLayouts } from '../../shared/shards.js';
 import { FilesystemObjectStore } from '../../shared/store/filesystem.js';
 import { MemoryObjectStore } from '../../shared/store/memory.js';
 import type { ObjectStore } from '../../shared/store/types.js';
@@ -30,7 +30,8 @@ export interface RollupServiceOptions {
   env: Env;
   config: SyncConfig;
   store: ObjectStore;
-  redisUrl: string;
+  /** One Redis or a Cluster (REDIS_URL / REDIS_CLUSTER_NODES); QUEUE_SHARDS comes from `env`. */
+  redis: RedisTarget;
   registry: Registry;
   logger: Logger;
   /** `start:rollup`: a missing DuckDB is a start-up error rather than "rollups off". */
@@ -98,12 +99,27 @@ export async function startRollupService(o: RollupServiceOptions): Promise<Rollu
   const duckInstance = await duckdb.DuckDBInstance.create(':memory:', { threads: '1', memory_limit: '1GB', preserve_insertion_order: 'false' });
   const duck: DuckDBConnection = await duckInstance.connect();
 
-  const queueConn = createRedis(o.redisUrl, 'worker');
-  const workerConn = createRedis(o.redisUrl, 'worker');
-  const cmd: Redis = createRedis(o.redisUrl, 'worker');
-  const ledger = new BatchLedger(cmd, ns);
-  const queue = new Queue(rollupQueueName(ns), { connection: queueConn });
+  const cluster = o.redis.kind === 'cluster';
+  const queueConn = createRedisClient(o.redis, 'worker');
+  const workerConn = createRedisClient(o.redis, 'worker');
+  const cmd: RedisClient = createRedisClient(o.redis, 'worker');
+  // Each list prefix's in-flight ids, written index and clock live in the ledger of its shard
+  // (read only here; the same layout the API and encoders use).
+  const ledgers = shardLayouts(ns, env.QUEUE_SHARDS, cluster).map((l) => new BatchLedger(cmd, l.namespace, { shard: { index: l.index, count: l.count } }));
+  const ledgerOf = (prefix: string): BatchLedger => ledgers[shardIndex(prefix, ledgers.length)] as BatchLedger;
+  const queuePrefix = rollupQueuePrefix(ns, cluster);
+  const queue = new Queue(rollupQueueName(ns), { connection: queueConn, prefix: queuePrefix });
   queue.on('error', () => undefined);
+
+  /**
+   * A job moves a watermark only while Redis is laid out for this process's QUEUE_SHARDS: with
+   * another count, a prefix's in-flight ids sit in another shard's ledger than the one read here,
+   * and a period could look final while a batch of it is still coming.
+   */
+  async function assertLayout(): Promise<void> {
+    const recorded = await recordedShardCount(cmd, ns);
+    if (recorded !== null && recorded !== env.QUEUE_SHARDS) throw new RollupNotReadyError(`Redis is laid out for QUEUE_SHARDS=${recorded}, this rollup process runs with QUEUE_SHARDS=${env.QUEUE_SHARDS}`);
+  }
 
   const collectionOf = (prefix: string): { name: string; template: StoragePathTemplate } | undefined => templates.find((t) => prefixOfKey(t.template, `${prefix}x`)?.prefix === prefix);
 
@@ -133,7 +149,8 @@ export async function startRollupService(o: RollupServiceOptions): Promise<Rollu
     if (!lock) throw new RollupNotReadyError(`prefix ${data.prefix} is being rolled by another job`);
     const t0 = performance.now();
     try {
-      const { horizonMs } = await finalHorizon(cmd, ledger, data.prefix);
+      await assertLayout();
+      const { horizonMs } = await finalHorizon(ledgerOf(data.prefix), data.prefix);
       if (horizonMs < data.startMs + periodMs) throw new RollupNotReadyError(`period ${data.startMs} of ${data.prefix} still has batches in flight`);
       const r = await rollPeriod(
         {
@@ -165,6 +182,7 @@ export async function startRollupService(o: RollupServiceOptions): Promise<Rollu
 
   const worker = new Worker(rollupQueueName(ns), processJob, {
     connection: workerConn,
+    prefix: queuePrefix,
     concurrency: 1,
     lockDuration: JOB_LOCK_MS,
     stalledInterval: 5000,
@@ -192,26 +210,29 @@ export async function startRollupService(o: RollupServiceOptions): Promise<Rollu
     const c = collectionOf(prefix);
     if (!c) return 0;
     const manifest = await readManifest(store, prefix);
-    const plan = await planPrefix({ store, redis: cmd, ledger, periodSeconds: env.ROLLUP_PERIOD_SECONDS, delaySeconds: env.ROLLUP_DELAY_SECONDS }, prefix, manifest);
+    const plan = await planPrefix({ store, ledger: ledgerOf(prefix), periodSeconds: env.ROLLUP_PERIOD_SECONDS, delaySeconds: env.ROLLUP_DELAY_SECONDS }, prefix, manifest);
     if (plan.due && plan.nextStartMs !== undefined) await addJob({ v: 1, collection: c.name, prefix, startMs: plan.nextStartMs, kind: 'roll' });
     return plan.lagSeconds;
   }
 
+  /** Replay notes are written beside the replayed batch's shard (see noteReplayedBatch): one set per shard. */
   async function handleReplays(): Promise<void> {
-    for (const note of await replayedBatches(cmd, ns, REPLAY_NOTES_PER_PASS)) {
-      const c = collectionOf(note.prefix);
-      const manifest = c ? await readManifest(store, note.prefix) : null;
-      const ms = batchIdMs(note.batchId);
-      if (!c || !manifest || ms >= manifest.watermarkMs) {
-        // Not in a rolled period: the forward roll takes it.
-        await forgetReplayedBatch(cmd, ns, note.member);
-        continue;
+    for (const shardLedger of ledgers) {
+      for (const note of await replayedBatches(cmd, shardLedger.namespace, REPLAY_NOTES_PER_PASS)) {
+        const c = collectionOf(note.prefix);
+        const manifest = c ? await readManifest(store, note.prefix) : null;
+        const ms = batchIdMs(note.batchId);
+        if (!c || !manifest || ms >= manifest.watermarkMs) {
+          // Not in a rolled period: the forward roll takes it.
+          await forgetReplayedBatch(cmd, shardLedger.namespace, note.member);
+          continue;
+        }
+        const startMs = periodStart(ms, periodMs);
+        const { horizonMs } = await finalHorizon(ledgerOf(note.prefix), note.prefix);
+        if (horizonMs < startMs + periodMs) continue; // the replayed batch is still in flight
+        await addJob({ v: 1, collection: c.name, prefix: note.prefix, startMs, kind: 'reroll' }, note.batchId);
+        await forgetReplayedBatch(cmd, shardLedger.namespace, note.member);
       }
-      const startMs = periodStart(ms, periodMs);
-      const { horizonMs } = await finalHorizon(cmd, ledger, note.prefix);
-      if (horizonMs < startMs + periodMs) continue; // the replayed batch is still in flight
-      await addJob({ v: 1, collection: c.name, prefix: note.prefix, startMs, kind: 'reroll' }, note.batchId);
-      await forgetReplayedBatch(cmd, ns, note.member);
     }
   }
 
@@ -245,7 +266,7 @@ export async function startRollupService(o: RollupServiceOptions): Promise<Rollu
           maxPeriods: 24,
           // The list route answers recent cursors from Redis' index of written ids: wait until it no longer holds the period's ids.
           stillIndexed: async (startMs, endMs) => {
-            const { ids } = await ledger.listWritten(prefix, msKey(startMs), 1);
+            const { ids } = await ledgerOf(prefix).listWritten(prefix, msKey(startMs), 1);
             return ids !== null && ids[0] !== undefined && ids[0] < msKey(endMs);
           },
         });
@@ -259,6 +280,7 @@ export async function startRollupService(o: RollupServiceOptions): Promise<Rollu
 
   let planning: Promise<void> | undefined;
   async function planPass(): Promise<void> {
+    await assertLayout();
     const now = Date.now();
     if (now - lastDiscovery >= discoveryIntervalMs(env.ROLLUP_PERIOD_SECONDS)) {
       lastDiscovery = now;
@@ -268,7 +290,7 @@ export async function startRollupService(o: RollupServiceOptions): Promise<Rollu
         }
       }
     }
-    for (const p of await ledger.prefixes()) if (collectionOf(p)) known.set(p, now);
+    for (const shardLedger of ledgers) for (const p of await shardLedger.prefixes()) if (collectionOf(p)) known.set(p, now);
     let lag = 0;
     for (const prefix of known.keys()) {
       try {
@@ -299,7 +321,7 @@ export async function startRollupService(o: RollupServiceOptions): Promise<Rollu
   const timer = setInterval(() => void planOnce(), planIntervalMs(env.ROLLUP_PERIOD_SECONDS));
   timer.unref();
   void planOnce();
-  logger.info({ queue: rollupQueueName(ns), periodSeconds: env.ROLLUP_PERIOD_SECONDS, delaySeconds: env.ROLLUP_DELAY_SECONDS, store: store.describe() }, 'rollup service started');
+  logger.info({ queue: rollupQueueName(ns), queuePrefix, shards: ledgers.length, periodSeconds: env.ROLLUP_PERIOD_SECONDS, delaySeconds: env.ROLLUP_DELAY_SECONDS, store: store.describe() }, 'rollup service started');
 
   let closing: Promise<void> | undefined;
   return {

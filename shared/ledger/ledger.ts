@@ -282,10 +282,17 @@ export class BatchLedger {
 
   /** The bound the list route filters by (see list_bound-2.lua). */
   async listBound(prefix: string): Promise<ListBound> {
+    return (await this.listBoundAt(prefix)).bound;
+  }
+
+  /**
+   * The list bound and the TIME of the Redis that owns this namespace's clock, read in one script
+   * (so on a Cluster the time is that of the master this shard mints on, not of any node).
+   */
+  async listBoundAt(prefix: string): Promise<{ bound: ListBound; nowMs: number }> {
     const [oldest, last, nowMs] = await this.redis.ingestListBound(this.key('clock'), this.pendingKey(prefix));
-    if (oldest) return { kind: 'below', id: oldest };
-    if (last) return { kind: 'upTo', id: last };
-    return { kind: 'below', id: nowMs };
+    const bound: ListBound = oldest ? { kind: 'below', id: oldest } : last ? { kind: 'upTo', id: last } : { kind: 'below', id: nowMs };
+    return { bound, nowMs: Number(nowMs) };
   }
 
   /** The ms of the last id minted in this namespace (0: none yet). */

@@ -3,13 +3,14 @@
  *
  * A period `[t, t+P)` is due when every batch id below `t+P` is final (no id of the period is
  * still in flight or can still be minted) and the clock has passed `t+P+ROLLUP_DELAY_SECONDS`.
- * "Final" is read from the ledger (read-only, through `BatchLedger.listBound`) and Redis TIME:
+ * "Final" is read from the ledger of the prefix's shard (read-only, through
+ * `BatchLedger.listBoundAt`) and the TIME of the Redis that shard mints on:
  * - the bound is "below X": every id below X is final (X is the oldest in-flight id);
  * - the bound is "up to L" (nothing in flight): every id minted later gets an instant of at least
- *   Redis TIME at that moment, so every id whose instant is below the TIME read just before the
- *   bound is final.
+ *   that Redis' TIME at that moment, so every id whose instant is
+ *   below the TIME read in the same script as the bound is final. Two masters' clocks may
+ *   differ; each prefix is only ever compared with the clock of its own shard.
  */
-import type { Redis } from 'ioredis';
 import { batchIdMs } from '../ids.js';
 import type { BatchLedger } from '../ledger/ledger.js';
 import type { ObjectStore } from '../store/types.js';
@@ -17,16 +18,14 @@ import { batchIdOfKey, periodStart } from './layout.js';
 import type { Manifest } from './manifest.js';
 import { firstUnrolledKey } from './roll.js';
 
-/** Redis TIME in epoch ms. */
-export async function redisNowMs(redis: Redis): Promise<number> {
-  const [s, us] = await redis.time();
-  return Number(s) * 1000 + Math.floor(Number(us) / 1000);
-}
-
-/** Every batch id of `prefix` with an instant below the returned ms is final; also returns Redis' clock. */
-export async function finalHorizon(redis: Redis, ledger: BatchLedger, prefix: string): Promise<{ horizonMs: number; nowMs: number }> {
-  const nowMs = await redisNowMs(redis);
-  const bound = await ledger.listBound(prefix);
+/**
+ * Every batch id of `prefix` with an instant below the returned ms is final; also returns the
+ * clock's "now". `ledger` must be the ledger of the prefix's shard (QUEUE_SHARDS): the bound and
+ * TIME are read in one script on the Redis that mints the prefix's ids, so on a Cluster "now" is
+ * that master's clock, the one the prefix's next id is minted on.
+ */
+export async function finalHorizon(ledger: BatchLedger, prefix: string): Promise<{ horizonMs: number; nowMs: number }> {
+  const { bound, nowMs } = await ledger.listBoundAt(prefix);
   if (bound.kind === 'upTo') return { horizonMs: nowMs, nowMs };
   return { horizonMs: batchIdMs(bound.id), nowMs };
 }
@@ -42,7 +41,7 @@ export interface PlanResult {
 
 /** Plans one prefix: the next period after the manifest's watermark, and whether it is due. */
 export async function planPrefix(
-  o: { store: ObjectStore; redis: Redis; ledger: BatchLedger; periodSeconds: number; delaySeconds: number },
+  o: { store: ObjectStore; ledger: BatchLedger; periodSeconds: number; delaySeconds: number },
   prefix: string,
   manifest: Manifest | null,
 ): Promise<PlanResult> {
@@ -52,7 +51,7 @@ export async function planPrefix(
   if (id === null) return { due: false, lagSeconds: 0 };
   const startMs = periodStart(batchIdMs(id), periodMs);
   const endMs = startMs + periodMs;
-  const { horizonMs, nowMs } = await finalHorizon(o.redis, o.ledger, prefix);
+  const { horizonMs, nowMs } = await finalHorizon(o.ledger, prefix);
   const due = horizonMs >= endMs && nowMs >= endMs + o.delaySeconds * 1000;
   return { nextStartMs: startMs, due, lagSeconds: Math.max(0, (nowMs - endMs) / 1000) };
 }

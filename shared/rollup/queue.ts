@@ -12,6 +12,17 @@ export function rollupQueueName(queueName: string): string {
   return `${queueName}-rollup`;
 }
 
+/**
+ * The rollup queue's BullMQ key prefix. On one Redis: BullMQ's default `bull` (keys
+ * `bull:<QUEUE_NAME>-rollup:…`, as before Cluster support, whatever QUEUE_SHARDS is). On a
+ * Cluster: the hash tag `{<QUEUE_NAME>}` (keys `{<QUEUE_NAME>}:<QUEUE_NAME>-rollup:…`), the tag
+ * of the rollup service's other keys (shared/rollup/redis-keys.ts), so BullMQ's multi-key
+ * scripts stay in one slot.
+ */
+export function rollupQueuePrefix(queueName: string, cluster: boolean): string {
+  return cluster ? `{${queueName}}` : 'bull';
+}
+
 export const RollupJobSchema = z.object({
   v: z.literal(1),
   collection: z.string().min(1),

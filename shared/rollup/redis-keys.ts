@@ -1,12 +1,15 @@
 /**
  * The rollup service's own Redis keys (the ledger's keys are only read, through BatchLedger).
- * Every family is bounded; sizes in docs/reliability.md:
- * - `{ns}:rollup:lock:<prefix>` string, one per prefix being rolled now, expires after
- *   LOCK_TTL_MS unless renewed by the live holder;
- * - `{ns}:rollup:dirty` sorted set of batches replayed into rolled periods, capped at
- *   MAX_DIRTY members, each removed once its re-roll job is queued.
+ * Each family lives under one hash tag, so every command and script on it is single-slot on a
+ * Redis Cluster. Every family is bounded; sizes in docs/reliability.md:
+ * - `{<QUEUE_NAME>}:rollup:lock:<prefix>` string, one per prefix being rolled now, expires
+ *   after LOCK_TTL_MS unless renewed by the live holder (one key per command);
+ * - `{<ns>}:rollup:dirty` sorted set of batches replayed into rolled periods, capped at
+ *   MAX_DIRTY members, each removed once its re-roll job is queued. `ns` is the ledger namespace
+ *   of the replayed batch's shard (`<QUEUE_NAME>` with one shard on one Redis), so the replay
+ *   writes it beside the shard's other keys and the planner reads one set per shard.
  */
-import type { Cluster, Redis } from 'ioredis';
+import type { RedisClient } from '../redis.js';
 
 export const LOCK_TTL_MS = 10_000;
 export const MAX_DIRTY = 10_000;
@@ -25,7 +28,7 @@ export interface PrefixLock {
 }
 
 /** Takes the prefix's lock, or returns null when another job holds it. Renewed every third of its TTL until released. */
-export async function acquirePrefixLock(redis: Redis, ns: string, prefix: string, token: string): Promise<PrefixLock | null> {
+export async function acquirePrefixLock(redis: RedisClient, ns: string, prefix: string, token: string): Promise<PrefixLock | null> {
   const key = lockKey(ns, prefix);
   const ok = await redis.set(key, token, 'PX', LOCK_TTL_MS, 'NX');
   if (ok !== 'OK') return null;
@@ -55,7 +58,7 @@ export async function acquirePrefixLock(redis: Redis, ns: string, prefix: string
  * Records that `batchId` of `prefix` was put back in the queue (a dead-letter replay), so the
  * rollup planner re-rolls its period once the batch is written, if that period is already rolled.
  */
-export async function noteReplayedBatch(redis: Redis | Cluster, ns: string, prefix: string, batchId: string): Promise<void> {
+export async function noteReplayedBatch(redis: RedisClient, ns: string, prefix: string, batchId: string): Promise<void> {
   await redis
     .multi()
     .zadd(dirtyKey(ns), 'NX', String(Date.now()), `${prefix}\n${batchId}`)
@@ -64,7 +67,7 @@ export async function noteReplayedBatch(redis: Redis | Cluster, ns: string, pref
 }
 
 /** The oldest replay notes, at most `count`. */
-export async function replayedBatches(redis: Redis, ns: string, count: number): Promise<{ member: string; prefix: string; batchId: string }[]> {
+export async function replayedBatches(redis: RedisClient, ns: string, count: number): Promise<{ member: string; prefix: string; batchId: string }[]> {
   const members = await redis.zrange(dirtyKey(ns), '0', String(count - 1));
   return members.flatMap((member) => {
     const cut = member.lastIndexOf('\n');
@@ -73,6 +76,6 @@ export async function replayedBatches(redis: Redis, ns: string, count: number): 
 }
 
 /** Forgets a replay note (its re-roll is queued, or it needs none). */
-export async function forgetReplayedBatch(redis: Redis, ns: string, member: string): Promise<void> {
+export async function forgetReplayedBatch(redis: RedisClient, ns: string, member: string): Promise<void> {
   await redis.zrem(dirtyKey(ns), member);
 }

@@ -3,20 +3,25 @@
  * redis-server with --cluster-enabled), 2 API and 2 encoder processes with QUEUE_SHARDS=6,
  * pushes to 48 apps from several clients, and a poller per app that keeps only its last id.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import calculateSlot from 'cluster-key-slot';
-import { Redis } from 'ioredis';
+import { Cluster, Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { BATCH_ID_RE } from '../../shared/ids.js';
+import { BATCH_ID_RE, batchIdMs } from '../../shared/ids.js';
 import { shardOfBatchId } from '../../shared/ledger/ledger.js';
+import { periodStart } from '../../shared/rollup/layout.js';
+import { readManifest } from '../../shared/rollup/manifest.js';
+import { storeRootUrl } from '../../shared/rollup/roll.js';
 import { shardIndex, shardLayouts } from '../../shared/shards.js';
+import { FilesystemObjectStore } from '../../shared/store/filesystem.js';
 import { duckQuery, sqlString } from '../helpers/duckdb.js';
 import { batchBody, sampleEvent } from '../helpers/events.js';
 import { uniqueName } from '../helpers/names.js';
-import { type ServiceProcess, startService, waitForHttp } from '../helpers/proc.js';
+import { type ServiceProcess, startService, waitFor, waitForHttp } from '../helpers/proc.js';
 import { type RedisCluster, clusterView, startRedisCluster } from '../helpers/redis-cluster.js';
+import { expectManifestMatchesStore, viewCount } from '../helpers/rollup.js';
 import { freePort } from '../helpers/redis-server.js';
 
 const TOKEN = 'cluster-admin-token-0123456789';
@@ -193,6 +198,95 @@ describe('Redis Cluster: 3 masters + 3 replicas, QUEUE_SHARDS=6, 2 API and 2 enc
       expect(items).toEqual([`${batchId}.parquet`]);
       expect(proc.output()).not.toMatch(/private redis-server|using the Redis already running/);
     } finally {
+      await proc.stop('SIGTERM', 10_000);
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 90_000);
+
+  it('npm start with rollups on the cluster: every closed period of apps on every shard rolled, the view equals the acknowledged events', async () => {
+    const c = cluster as RedisCluster;
+    const dir = mkdtempSync(join(tmpdir(), 'ingest-cluster-rollup-'));
+    const port = await freePort();
+    const name = uniqueName('clroll');
+    const shards = 3;
+    const proc = startService('services/main.ts', {
+      HOST: '127.0.0.1',
+      PORT: String(port),
+      REDIS_CLUSTER_NODES: c.nodes,
+      QUEUE_SHARDS: String(shards),
+      QUEUE_NAME: name,
+      DATA_DIR: dir,
+      ADMIN_TOKEN: TOKEN,
+      ROLLUP_PERIOD_SECONDS: '2',
+      ROLLUP_DELAY_SECONDS: '0',
+      LOG_LEVEL: 'info',
+    });
+    const client = new Cluster(c.nodes.split(',').map((hp) => ({ host: '127.0.0.1', port: Number(hp.split(':')[1]) })), { redisOptions: { maxRetriesPerRequest: 2 } });
+    client.on('error', () => undefined);
+    try {
+      const base = `http://127.0.0.1:${port}`;
+      await waitForHttp(`${base}/readyz`, 60_000, proc);
+      const apps = ['cr0', 'cr1', 'cr2', 'cr3', 'cr4', 'cr5'];
+      expect(new Set(apps.map((a) => shardIndex(`events/${a}/`, shards))).size).toBeGreaterThan(1);
+      const acked = new Map<string, number>();
+      const lastId = new Map<string, string>();
+      const until = Date.now() + 4000;
+      for (let i = 0; Date.now() < until; i++) {
+        const app = apps[i % apps.length] as string;
+        const n = 3 + (i % 9);
+        const r = await fetch(`${base}/push/events/${app}/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(n, sampleEvent) });
+        expect(r.status).toBe(200);
+        acked.set(app, (acked.get(app) ?? 0) + n);
+        lastId.set(app, ((await r.json()) as { batchId: string }).batchId);
+        await new Promise((res) => setTimeout(res, 20));
+      }
+      const store = new FilesystemObjectStore({ root: dir });
+      for (const app of apps) {
+        const endMs = periodStart(batchIdMs(lastId.get(app) as string), 2000) + 2000;
+        await waitFor(async () => ((await readManifest(store, `events/${app}/`))?.watermarkMs ?? 0) >= endMs, 30_000, `rollup of ${app} on the cluster`);
+      }
+      const { rootUrl } = storeRootUrl(store);
+      let total = 0;
+      for (const app of apps) {
+        const m = (await readManifest(store, `events/${app}/`))!;
+        await expectManifestMatchesStore(store, m, rootUrl);
+        const files = m.periods.flatMap((p) => p.files).map((f) => `'${rootUrl}${f.key}'`);
+        expect(files.length).toBeGreaterThan(0);
+        const [row] = await duckQuery(`SELECT count(*)::BIGINT AS n FROM read_parquet([${files.join(',')}])`);
+        expect(Number(row?.n)).toBe(acked.get(app));
+        expect(await viewCount(store, app)).toBe(acked.get(app));
+        total += acked.get(app) ?? 0;
+      }
+      expect(await viewCount(store, '*')).toBe(total);
+      // The rollup queue lives under the deployment's hash tag on a Cluster.
+      expect(await client.zcard(`{${name}}:${name}-rollup:completed`)).toBeGreaterThan(0);
+
+      // A dead-lettered batch replayed into an already-rolled period (its replay note is written
+      // under its shard's tag, on the master that owns it) is in the view once after the re-roll.
+      const app = apps.find((a) => shardIndex(`events/${a}/`, shards) !== 0) as string;
+      const auth = { Authorization: `Bearer ${TOKEN}` };
+      rmSync(join(dir, 'events', app), { recursive: true, force: true });
+      writeFileSync(join(dir, 'events', app), 'not a folder');
+      const dr = await fetch(`${base}/push/events/${app}/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(7, sampleEvent) });
+      expect(dr.status).toBe(200);
+      const { batchId: dead } = (await dr.json()) as { batchId: string };
+      await waitFor(async () => ((await (await fetch(`${base}/admin/failed`, { headers: auth })).json()) as { items: { batchId: string }[] }).items.some((i) => i.batchId === dead), 30_000, 'dead-lettered on the cluster');
+      rmSync(join(dir, 'events', app));
+      mkdirSync(join(dir, 'events', app));
+      const ar = await fetch(`${base}/push/events/${app}/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(5, sampleEvent) });
+      const { batchId: after } = (await ar.json()) as { batchId: string };
+      await waitFor(async () => ((await readManifest(store, `events/${app}/`))?.watermarkMs ?? 0) > batchIdMs(after), 30_000, 'rolled past the dead letter');
+      expect((await readManifest(store, `events/${app}/`))!.watermarkMs).toBeGreaterThan(batchIdMs(dead));
+      const before = acked.get(app) ?? 0;
+      expect(await viewCount(store, app)).toBe(before + 5);
+      const replay = await fetch(`${base}/admin/replay/${dead}`, { method: 'POST', headers: auth });
+      expect(((await replay.json()) as { outcome: string }).outcome).toBe('replayed');
+      await waitFor(async () => (await viewCount(store, app)) === before + 12, 30_000, 're-rolled on the cluster');
+      await expectManifestMatchesStore(store, (await readManifest(store, `events/${app}/`))!, rootUrl);
+      expect(await viewCount(store, '*')).toBe(total + 12);
+      expect(proc.output()).not.toMatch(/rollup planning (pass )?failed|rollup job dead-lettered|rollup job will be retried/);
+    } finally {
+      client.disconnect();
       await proc.stop('SIGTERM', 10_000);
       rmSync(dir, { recursive: true, force: true });
     }

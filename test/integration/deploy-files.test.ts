@@ -270,9 +270,9 @@ describe('Dockerfile and .dockerignore', () => {
     for (const p of ['node_modules', 'data', '.git']) expect(ignored).toContain(p);
     expect(ignored.some((p) => p === 'bench' || p === 'bench/results')).toBe(true);
   });
-  it('the optional `cluster` profile: six cluster-enabled Redis nodes with AOF, joined as 3 masters + 3 replicas, and an API and encoders on them', () => {
+  it('the optional `cluster` profile: six cluster-enabled Redis nodes with AOF, joined as 3 masters + 3 replicas, and an API, encoders and rollups on them', () => {
     const nodes = [1, 2, 3, 4, 5, 6].map((i) => `redis-c${i}`);
-    for (const name of [...nodes, 'redis-cluster-init', 'api-cluster', 'encoder-cluster']) expect(svc(name).profiles).toEqual(['cluster']);
+    for (const name of [...nodes, 'redis-cluster-init', 'api-cluster', 'encoder-cluster', 'rollup-cluster']) expect(svc(name).profiles).toEqual(['cluster']);
     for (const name of nodes) {
       const cmd = words(svc(name).command).join(' ');
       expect(cmd).toMatch(/--cluster-enabled yes/);
@@ -284,7 +284,7 @@ describe('Dockerfile and .dockerignore', () => {
     const init = words(svc('redis-cluster-init').command).join(' ');
     expect(init).toMatch(/redis-cli --cluster create .* --cluster-replicas 1 --cluster-yes/);
     for (const name of nodes) expect(init).toContain(name);
-    for (const name of ['api-cluster', 'encoder-cluster']) {
+    for (const name of ['api-cluster', 'encoder-cluster', 'rollup-cluster']) {
       const s = svc(name);
       expect(dependsOn(s)['redis-cluster-init']).toBe('service_completed_successfully');
       // The service's own validation accepts what the profile sets (compose's ${VAR:-default} as the default).
@@ -294,5 +294,8 @@ describe('Dockerfile and .dockerignore', () => {
       expect(parsed.REDIS_WAIT_REPLICAS).toBe(1);
     }
     expect(env(svc('api-cluster')).QUEUE_NAME).toBe(env(svc('encoder-cluster')).QUEUE_NAME);
+    expect(env(svc('rollup-cluster')).QUEUE_NAME).toBe(env(svc('encoder-cluster')).QUEUE_NAME);
+    // The rollup image is the one with DuckDB in it.
+    expect((svc('rollup-cluster').build as { target?: string } | undefined)?.target).toBe('rollup');
   });
 });

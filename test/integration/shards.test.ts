@@ -9,7 +9,13 @@ import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { ConfigError } from '../../shared/config.js';
+import { batchIdMs } from '../../shared/ids.js';
 import { BatchLedger, shardOfBatchId } from '../../shared/ledger/ledger.js';
+import { periodStart } from '../../shared/rollup/layout.js';
+import { readManifest } from '../../shared/rollup/manifest.js';
+import { storeRootUrl } from '../../shared/rollup/roll.js';
+import { duckQuery } from '../helpers/duckdb.js';
+import { expectManifestMatchesStore, expectViewEqualsBatches, viewCount } from '../helpers/rollup.js';
 import { reapOnce } from '../../shared/ledger/reaper.js';
 import { ShardSet, ensureShardLayout, shardIndex, shardLayouts } from '../../shared/shards.js';
 import { ADMIN_TOKEN, type TestStack, startTestStack } from '../helpers/stack.js';
@@ -77,17 +83,143 @@ describe('changing QUEUE_SHARDS', () => {
   });
 });
 
-describe('rollups with shards', () => {
-  it('npm start refuses ROLLUP=on with QUEUE_SHARDS > 1 (the rollup service reads one ledger), and starts with ROLLUP=off', async () => {
-    await expect(startTestStack({ QUEUE_SHARDS: '2', ROLLUP: 'on' }, { api: true, encoder: true, rollup: true })).rejects.toThrow(/rollups .* run only with QUEUE_SHARDS=1 on one Redis .* Set ROLLUP=off/);
-    const stack = await startTestStack({ QUEUE_SHARDS: '2', ROLLUP: 'off' }, { api: true, encoder: true, rollup: true });
-    try {
-      const r = await fetch(`${stack.url}/push/events/rollup-off/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(1, sampleEvent) });
-      expect(r.status).toBe(200);
-    } finally {
-      await stack.shutdown();
-    }
+describe('rollups with QUEUE_SHARDS=3 on one Redis (API + encoder + rollup service in process, 2 s periods)', () => {
+  const SHARDS = 3;
+  let stack: TestStack | undefined;
+  let redis: Redis;
+  beforeAll(() => {
+    redis = new Redis(inject('redisUrl'), { maxRetriesPerRequest: null });
   });
+  afterAll(async () => {
+    redis.disconnect();
+    await stack?.shutdown();
+  });
+
+  it('rolls every closed period of apps on every shard; the view equals the acknowledged events; a replay on shard 2 is re-rolled once', async () => {
+    stack = await startTestStack({ QUEUE_SHARDS: String(SHARDS), ROLLUP_PERIOD_SECONDS: '2', ROLLUP_DELAY_SECONDS: '0' }, { api: true, encoder: true, rollup: true });
+    const s = stack;
+    // Two apps per shard, so the planner has to read every shard's ledger and clock.
+    const apps: string[] = [];
+    const perShard = new Map<number, number>();
+    for (let i = 0; apps.length < 2 * SHARDS && i < 1000; i++) {
+      const app = `rs${i}`;
+      const k = shardIndex(`events/${app}/`, SHARDS);
+      if ((perShard.get(k) ?? 0) >= 2) continue;
+      perShard.set(k, (perShard.get(k) ?? 0) + 1);
+      apps.push(app);
+    }
+    expect([...perShard.keys()].sort()).toEqual([0, 1, 2]);
+
+    const acked = new Map<string, number>(apps.map((a) => [a, 0]));
+    const lastId = new Map<string, string>();
+    const until = Date.now() + 5000;
+    for (let i = 0; Date.now() < until; i++) {
+      const app = apps[i % apps.length] as string;
+      const n = 5 + (i % 11);
+      const r = await fetch(`${s.url}/push/events/${app}/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(n, sampleEvent) });
+      expect(r.status).toBe(200);
+      const { batchId } = (await r.json()) as { batchId: string };
+      expect(shardOfBatchId(batchId, SHARDS)).toBe(shardIndex(`events/${app}/`, SHARDS));
+      acked.set(app, (acked.get(app) ?? 0) + n);
+      lastId.set(app, batchId);
+      await new Promise((res) => setTimeout(res, 15));
+    }
+    // Every period up to the one holding each app's last batch is rolled (the watermark only moves in order).
+    const endOf = (app: string): number => periodStart(batchIdMs(lastId.get(app) as string), 2000) + 2000;
+    for (const app of apps) {
+      await waitFor(async () => ((await readManifest(s.store, `events/${app}/`))?.watermarkMs ?? 0) >= endOf(app), 30_000, `rollup of ${app} through ${endOf(app)}`);
+    }
+    const { rootUrl } = storeRootUrl(s.store);
+    let total = 0;
+    for (const app of apps) {
+      const m = (await readManifest(s.store, `events/${app}/`))!;
+      await expectManifestMatchesStore(s.store, m, rootUrl);
+      // Every acknowledged event of the app is in its rollup files (all its batches are below the watermark)...
+      const files = m.periods.flatMap((p) => p.files).map((f) => `'${rootUrl}${f.key}'`);
+      const [row] = await duckQuery(`SELECT count(*)::BIGINT AS n FROM read_parquet([${files.join(',')}])`);
+      expect(Number(row?.n)).toBe(acked.get(app));
+      // ...and the view shows each exactly once.
+      expect(await expectViewEqualsBatches(s.store, app)).toBe(acked.get(app));
+      total += acked.get(app) ?? 0;
+    }
+    expect(await viewCount(s.store, '*')).toBe(total);
+    // One Redis: the rollup queue keeps its names (`bull:<QUEUE_NAME>-rollup:…`).
+    expect(await redis.zcard(`bull:${s.queueName}-rollup:completed`)).toBeGreaterThan(0);
+
+    // A batch of an app on shard 2 dead-lettered, then replayed (admin route, which routes by the
+    // id's shard) into its already-rolled period: the replay note is read from shard 2's keys.
+    const app = apps.find((a) => shardIndex(`events/${a}/`, SHARDS) === 2) as string;
+    const shard = ShardSet.open(redis, shardLayouts(s.queueName, SHARDS, false));
+    try {
+      const { queue } = shard.forPrefix(`events/${app}/`);
+      rmSync(join(s.dataDir, 'events', app), { recursive: true, force: true });
+      writeFileSync(join(s.dataDir, 'events', app), 'not a folder');
+      const r = await fetch(`${s.url}/push/events/${app}/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(7, sampleEvent) });
+      const { batchId: dead } = (await r.json()) as { batchId: string };
+      await waitFor(async () => (await queue.getJobState(dead)) === 'failed', 30_000, 'dead-lettered');
+      rmSync(join(s.dataDir, 'events', app));
+      mkdirSync(join(s.dataDir, 'events', app));
+      const deadEnd = periodStart(batchIdMs(dead), 2000) + 2000;
+      const r2 = await fetch(`${s.url}/push/events/${app}/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(5, sampleEvent) });
+      const { batchId: after } = (await r2.json()) as { batchId: string };
+      await waitFor(async () => ((await readManifest(s.store, `events/${app}/`))?.watermarkMs ?? 0) > batchIdMs(after), 30_000, 'rolled past the dead letter');
+      const w = (await readManifest(s.store, `events/${app}/`))!.watermarkMs;
+      expect(w).toBeGreaterThanOrEqual(deadEnd);
+      const before = acked.get(app) ?? 0;
+      expect(await viewCount(s.store, app)).toBe(before + 5);
+
+      const replay = await fetch(`${s.url}/admin/replay/${dead}`, { method: 'POST', headers: { Authorization: `Bearer ${ADMIN_TOKEN}` } });
+      expect(replay.status).toBe(200);
+      expect(((await replay.json()) as { outcome: string }).outcome).toBe('replayed');
+      await waitFor(async () => (await viewCount(s.store, app)) === before + 12, 30_000, 're-rolled');
+      const m = (await readManifest(s.store, `events/${app}/`))!;
+      expect(m.watermarkMs).toBeGreaterThanOrEqual(w);
+      await expectManifestMatchesStore(s.store, m, rootUrl);
+      expect(await viewCount(s.store, app)).toBe(before + 12);
+      expect(await viewCount(s.store, '*')).toBe(total + 12);
+    } finally {
+      await shard.close();
+    }
+  }, 60_000);
+
+  it('start:rollup with a QUEUE_SHARDS other than the one Redis is laid out for refuses to start', () => {
+    const s = stack as TestStack;
+    const run = spawnSync(process.execPath, ['--import', 'tsx', 'services/rollup/main.ts'], {
+      cwd: join(import.meta.dirname, '../..'),
+      env: { ...process.env, REDIS_URL: inject('redisUrl'), QUEUE_NAME: s.queueName, QUEUE_SHARDS: '2', DATA_DIR: s.dataDir, METRICS_PORT: '0', LOG_LEVEL: 'silent' },
+      encoding: 'utf8',
+      timeout: 30_000,
+    });
+    expect(run.status).not.toBe(0);
+    expect(run.status).not.toBeNull();
+    expect(run.stderr).toMatch(/QUEUE_SHARDS: is 2, but Redis holds queues laid out for QUEUE_SHARDS=3/);
+  }, 40_000);
+
+  it('a rollup service running with another QUEUE_SHARDS than the recorded layout rolls nothing', async () => {
+    const s = stack as TestStack;
+    // Only the wrong-count rollup service plans from here on.
+    await s.rollup?.close();
+    const app = 'rs-wrong';
+    const r = await fetch(`${s.url}/push/events/${app}/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(4, sampleEvent) });
+    const { batchId } = (await r.json()) as { batchId: string };
+    await waitFor(async () => existsSync(join(s.dataDir, 'events', app, `${batchId}.parquet`)), 20_000, 'batch written');
+    const endMs = periodStart(batchIdMs(batchId), 2000) + 2000;
+    await new Promise((res) => setTimeout(res, Math.max(0, endMs - Date.now()) + 300));
+    const wrong = await startTestStack({ QUEUE_NAME: s.queueName, QUEUE_SHARDS: '2', DATA_DIR: s.dataDir, ROLLUP_PERIOD_SECONDS: '2', ROLLUP_DELAY_SECONDS: '0' }, { api: false, encoder: false, rollup: true });
+    try {
+      expect(wrong.rollup).toBeDefined();
+      for (let i = 0; i < 3; i++) {
+        await wrong.rollup?.planOnce();
+        await new Promise((res) => setTimeout(res, 1000));
+      }
+      // Its 2-shard ledgers hold nothing of the app: without the layout check the period would look final and be rolled.
+      expect(await readManifest(s.store, `events/${app}/`)).toBeNull();
+      const jobs = (await wrong.rollup?.queue.getJobs(['waiting', 'active', 'completed', 'delayed', 'failed'])) ?? [];
+      expect(jobs.filter((j) => (j.data as { prefix?: string }).prefix === `events/${app}/`)).toEqual([]);
+    } finally {
+      await wrong.close();
+    }
+  }, 40_000);
 });
 
 describe('upkeep with 10,000 prefixes', () => {
