@@ -36,6 +36,8 @@ export interface RunQueryOptions {
   /** For the default copy folder: `XDG_CACHE_HOME` (default `process.env`). */
   env?: Readonly<Record<string, string | undefined>>;
   signal?: AbortSignal;
+  /** How long to wait for another query refreshing the same copy folder (default 2 minutes). */
+  lockWaitMs?: number;
 }
 
 /** How long `INSTALL httpfs` may try to download before the copy is used instead (a firewall that drops packets would hang it). */
@@ -171,7 +173,7 @@ async function viewCopySource(
   } catch (err) {
     throw new CliError(`cannot create the copy folder ${dir}: ${messageOf(err)}`);
   }
-  const lock = await waitForLock(dir, opts.signal);
+  const lock = await waitForLock(dir, opts.lockWaitMs ?? COPY_LOCK_WAIT_MS, opts.signal);
   try {
     const started = Date.now();
     let lastLine = started;
@@ -200,8 +202,8 @@ async function viewCopySource(
 }
 
 /** The copy folder's lock, waiting (bounded) while another query refreshes the same folder. */
-async function waitForLock(dir: string, signal?: AbortSignal): Promise<{ release: () => Promise<void> }> {
-  const until = Date.now() + COPY_LOCK_WAIT_MS;
+async function waitForLock(dir: string, waitMs: number, signal?: AbortSignal): Promise<{ release: () => Promise<void> }> {
+  const until = Date.now() + waitMs;
   for (;;) {
     try {
       return await acquireLock(dir, 'query');

@@ -13,7 +13,11 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { EXIT } from '../../cli/errors.js';
+import { acquireLock } from '../../cli/lock.js';
+import { runQuery } from '../../cli/query.js';
 import { sleep } from '../../scripts/chaos-kit.js';
+import { parseEnv } from '../../shared/config.js';
 import { batchIdMs } from '../../shared/ids.js';
 import { periodStart } from '../../shared/rollup/layout.js';
 import { readManifest } from '../../shared/rollup/manifest.js';
@@ -131,5 +135,46 @@ describe('query --store on S3 through the local copy', () => {
     expect(alpha.code, alpha.stderr).toBe(0);
     expect(alpha.stdout.trim().split(/\r?\n/)).toEqual(['n', String(ackedBy.get('alpha'))]);
     expect(summary(alpha.stderr).fetched).toBe(0);
+  });
+});
+
+describe('query --store copy flags', () => {
+  const s3Env = { STORE: 's3', S3_BUCKET: 'b', S3_ENDPOINT: 'http://127.0.0.1:9', S3_FORCE_PATH_STYLE: 'true', AWS_ACCESS_KEY_ID: 'k', AWS_SECRET_ACCESS_KEY: 's' };
+
+  it('--copy/--cache-dir are usage errors off S3; --no-copy without httpfs exits 1 saying how to get it', { timeout: 60_000 }, async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'query-copy-flags-'));
+    onCleanup(() => rmSync(dir, { recursive: true, force: true }));
+    const fsRun = await runCli(['query', 'SELECT 1', '--store', '--copy'], { STORE: 'fs', DATA_DIR: dir });
+    expect(fsRun.code).toBe(2);
+    expect(fsRun.stderr).toContain('are for STORE=s3 (STORE=fs is read in place)');
+    const both = await runCli(['query', 'SELECT 1', '--store', '--no-copy', '--cache-dir', dir], s3Env);
+    expect(both.code).toBe(2);
+    const dirRun = await runCli(['query', 'SELECT 1', '--dir', dir, '--copy'], s3Env);
+    expect(dirRun.code).toBe(2);
+    const httpfs = await duckQuery('SET autoinstall_known_extensions = false').then(() => duckQuery('LOAD httpfs')).then(
+      () => true,
+      () => false,
+    );
+    if (!httpfs) {
+      const noCopy = await runCli(['query', 'SELECT 1', '--store', '--no-copy'], s3Env);
+      expect(noCopy.code).toBe(1);
+      expect(noCopy.stderr).toMatch(/--no-copy: DuckDB's httpfs extension is not available .*INSTALL httpfs.*~\/\.duckdb\/extensions\//);
+    }
+  });
+
+  it('a query waits (bounded) for another one refreshing the same copy folder, then exits 3', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'query-copy-lock-'));
+    onCleanup(() => rmSync(dir, { recursive: true, force: true }));
+    const held = await acquireLock(dir, 'query');
+    try {
+      const t0 = Date.now();
+      await expect(runQuery('SELECT 1', { kind: 'store', env: parseEnv(s3Env), copy: true, cacheDir: dir }, { lockWaitMs: 600 })).rejects.toMatchObject({
+        exitCode: EXIT.locked,
+        message: expect.stringMatching(/another query holds/),
+      });
+      expect(Date.now() - t0).toBeGreaterThanOrEqual(600);
+    } finally {
+      await held.release();
+    }
   });
 });
