@@ -2,7 +2,8 @@
  * `events-ingest`: the analyst and admin CLI (`npx events-ingest …`, `npm run cli -- …`).
  *   sync   incremental, resumable download of a collection's batches into a folder
  *   query  SQL in DuckDB: as given (it names its files), or with an `events` view over a synced
- *          folder (--dir) or the configured store (--store)
+ *          folder (--dir) or the configured store (--store; on S3 through DuckDB's httpfs, or a
+ *          local copy of what the view reads when httpfs cannot be loaded or with --copy)
  * Exit codes: 0 ok, 1 error, 2 usage, 3 sync lock held by another run, 4 sync cursor older than the
  * server's raw retention, 130 interrupted.
  */
