@@ -155,6 +155,27 @@ async function duckdbPlatform(connection: DuckConnection): Promise<{ version: st
 }
 
 /**
+ * Whether `query --store` on S3 reads through httpfs or the local copy: httpfs when it loads;
+ * otherwise the copy, with a notice saying why and how to read S3 directly (or, with `--no-copy`,
+ * a CliError saying the same).
+ */
+async function httpfsOrCopy(connection: DuckConnection, noCopy: boolean, dir: string, notice?: (line: string) => void): Promise<'httpfs' | 'copy'> {
+  const problem = await httpfsProblem(connection);
+  if (problem === null) return 'httpfs';
+  const { version, platform } = await duckdbPlatform(connection);
+  const direct =
+    `to read S3 directly, install httpfs once where extensions.duckdb.org is reachable ` +
+    `(INSTALL httpfs in DuckDB ${version}), or put httpfs.duckdb_extension in ~/.duckdb/extensions/${version}/${platform}/`;
+  if (noCopy) throw new CliError(`--no-copy: DuckDB's httpfs extension is not available (${problem}); ${direct}, or drop --no-copy to read through a local copy`);
+  notice?.(
+    `events-ingest: DuckDB's httpfs extension is not available (${problem}), so query --store reads S3 through a local copy of the objects the view needs, ` +
+      `fetched with the server's own S3 client into ${dir} (kept: the next run fetches only new or changed objects). ` +
+      `To skip the httpfs attempt, pass --copy; ${direct}.`,
+  );
+  return 'copy';
+}
+
+/**
  * Refreshes the local copy of what the view reads from `store` (shared/rollup/view-copy.ts)
  * under the copy folder's lock, printing progress (objects and bytes, never contents), and
  * returns the source that reads the copy: the same view SQL over a filesystem store. The lock
@@ -237,23 +258,7 @@ export async function runQuery(sql: string, source: QuerySource, opts: RunQueryO
       const store = storeFromEnv(source.env);
       if (store instanceof S3ObjectStore) s3 = store;
       const dir = path.resolve(source.cacheDir ?? defaultViewCopyDir(store, opts.env ?? process.env, os.homedir()));
-      let copy = source.copy === true;
-      if (!copy) {
-        const problem = await httpfsProblem(connection);
-        if (problem !== null) {
-          const { version, platform } = await duckdbPlatform(connection);
-          const direct =
-            `to read S3 directly, install httpfs once where extensions.duckdb.org is reachable ` +
-            `(INSTALL httpfs in DuckDB ${version}), or put httpfs.duckdb_extension in ~/.duckdb/extensions/${version}/${platform}/`;
-          if (source.copy === false) throw new CliError(`--no-copy: DuckDB's httpfs extension is not available (${problem}); ${direct}, or drop --no-copy to read through a local copy`);
-          opts.notice?.(
-            `events-ingest: DuckDB's httpfs extension is not available (${problem}), so query --store reads S3 through a local copy of the objects the view needs, ` +
-              `fetched with the server's own S3 client into ${dir} (kept: the next run fetches only new or changed objects). ` +
-              `To skip the httpfs attempt, pass --copy; ${direct}.`,
-          );
-          copy = true;
-        }
-      }
+      const copy = source.copy === true || (await httpfsOrCopy(connection, source.copy === false, dir, opts.notice)) === 'copy';
       if (copy) {
         const got = await viewCopySource(source, store, dir, opts);
         effective = got.source;
