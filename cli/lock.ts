@@ -57,11 +57,12 @@ function isStale(info: LockInfo | null): boolean {
 }
 
 /**
- * Takes the lock of `dir` or throws a CliError (exit 3) naming the holder. A stale lock is
+ * Takes the lock of `dir` or throws a CliError (exit 3) naming the holder (`holder` says what
+ * kind of run holds it: `sync`, or `query` for a view copy's folder). A stale lock is
  * moved aside with rename (atomic: of several runs breaking it at once, one wins), checked
  * again (it must still be the stale one), and the exclusive create is retried.
  */
-export async function acquireLock(dir: string): Promise<HeldLock> {
+export async function acquireLock(dir: string, holder = 'sync'): Promise<HeldLock> {
   const file = path.join(dir, LOCK_NAME);
   const info: LockInfo = { pid: process.pid, host: os.hostname(), startedAt: new Date().toISOString() };
   for (let attempt = 0; attempt < 3; attempt++) {
@@ -72,7 +73,7 @@ export async function acquireLock(dir: string): Promise<HeldLock> {
     const current = await readLock(file);
     if (current === 'missing') continue;
     if (!isStale(current)) {
-      throw new CliError(`another sync holds ${file} (pid ${current?.pid} on ${current?.host}, since ${current?.startedAt}); nothing done`, EXIT.locked);
+      throw new CliError(`another ${holder} holds ${file} (pid ${current?.pid} on ${current?.host}, since ${current?.startedAt}); nothing done`, EXIT.locked);
     }
     const aside = `${file}.stale-${randomBytes(4).toString('hex')}`;
     try {
@@ -86,7 +87,7 @@ export async function acquireLock(dir: string): Promise<HeldLock> {
       // A live run re-created the lock between our read and our rename: put it back (link fails if taken again).
       await fs.link(aside, file).catch(() => undefined);
       await fs.rm(aside, { force: true });
-      throw new CliError(`another sync holds ${file} (pid ${moved?.pid}); nothing done`, EXIT.locked);
+      throw new CliError(`another ${holder} holds ${file} (pid ${moved?.pid}); nothing done`, EXIT.locked);
     }
     await fs.rm(aside, { force: true });
   }

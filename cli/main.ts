@@ -2,7 +2,8 @@
  * `events-ingest`: the analyst and admin CLI (`npx events-ingest …`, `npm run cli -- …`).
  *   sync   incremental, resumable download of a collection's batches into a folder
  *   query  SQL in DuckDB: as given (it names its files), or with an `events` view over a synced
- *          folder (--dir) or the configured store (--store)
+ *          folder (--dir) or the configured store (--store; on S3 through DuckDB's httpfs, or a
+ *          local copy of what the view reads when httpfs cannot be loaded or with --copy)
  * Exit codes: 0 ok, 1 error, 2 usage, 3 sync lock held by another run, 4 sync cursor older than the
  * server's raw retention, 130 interrupted.
  */
@@ -38,6 +39,8 @@ interface QueryFlags {
   store?: boolean;
   app?: string;
   collection?: string;
+  copy?: boolean;
+  cacheDir?: string;
   json?: boolean;
   csv?: boolean;
 }
@@ -91,11 +94,17 @@ export function buildProgram(io: { stdout: NodeJS.WriteStream; stderr: NodeJS.Wr
     .addOption(new Option('--store', 'the store the server writes to, from STORE, DATA_DIR, S3_*, CONFIG_FILE (as the server reads them)').conflicts('dir'))
     .option('--app <app>', 'with --store: only this app (default: every app)')
     .option('--collection <name>', 'with --store: collection name from CONFIG_FILE (default: the first)')
+    .option('--copy', "with --store on S3: read through a local copy of the objects the view needs (fetched with the server's S3 client) instead of DuckDB's httpfs; the default when httpfs cannot be loaded")
+    .option('--no-copy', 'with --store on S3: read S3 only through DuckDB\'s httpfs; fail if it cannot be loaded')
+    .option('--cache-dir <dir>', 'with --store on S3: folder of the local copy, reused across runs (default: $XDG_CACHE_HOME or ~/.cache, /events-ingest/view-copy/<store>)')
     .addOption(new Option('--json', 'JSON lines, one object per row').conflicts('csv'))
     .addOption(new Option('--csv', 'CSV with a header row').conflicts('json'))
     .action(async (sql: string, flags: QueryFlags) => {
       const { renderResult, runQuery } = await import('./query.js');
       let source: QuerySource;
+      const copyFlags = flags.copy !== undefined || flags.cacheDir !== undefined;
+      if (flags.copy === false && flags.cacheDir !== undefined) throw new CliError('--cache-dir is the folder of the copy that --no-copy turns off', EXIT.usage);
+      if (copyFlags && !flags.store) throw new CliError('--copy, --no-copy and --cache-dir go with --store (STORE=s3)', EXIT.usage);
       if (flags.dir !== undefined) {
         if (flags.app !== undefined || flags.collection !== undefined) throw new CliError('--app and --collection go with --store (a synced folder holds one app)', EXIT.usage);
         source = { kind: 'dir', dir: flags.dir };
@@ -106,13 +115,14 @@ export function buildProgram(io: { stdout: NodeJS.WriteStream; stderr: NodeJS.Wr
         } catch (err) {
           throw new CliError(messageOf(err));
         }
-        source = { kind: 'store', env, app: flags.app, collection: flags.collection };
+        if (copyFlags && env.STORE !== 's3') throw new CliError(`--copy, --no-copy and --cache-dir are for STORE=s3 (STORE=${env.STORE} is read in place)`, EXIT.usage);
+        source = { kind: 'store', env, app: flags.app, collection: flags.collection, copy: flags.copy, cacheDir: flags.cacheDir };
       } else {
         // The SQL names its files itself (read_parquet('<root>/events/<app>/*.parquet'), as in the README).
         if (flags.app !== undefined || flags.collection !== undefined) throw new CliError('--app and --collection go with --store', EXIT.usage);
         source = { kind: 'none' };
       }
-      const result = await runQuery(sql, source);
+      const result = await runQuery(sql, source, { notice: (line) => io.stderr.write(`${line}\n`), env: io.env, signal: io.signal });
       io.stdout.write(renderResult(result, flags.json ? 'json' : flags.csv ? 'csv' : 'table'));
     });
 

@@ -98,9 +98,13 @@ export function runCli(args: string[], env: Record<string, string>): Promise<{ c
   });
 }
 
-/** `query --store` code path (cli/query.ts): the count over the exact view, every app. */
-export async function storeCount(env: Record<string, string>): Promise<number> {
-  const result = await runQuery('SELECT count(*)::BIGINT AS n FROM events', { kind: 'store', env: parseEnv(env) });
+/**
+ * `query --store` code path (cli/query.ts): the count over the exact view, every app. With
+ * `copy`, on S3, it reads through the CLI's local copy (`--copy --cache-dir <cacheDir>`).
+ */
+export async function storeCount(env: Record<string, string>, copy?: { cacheDir: string }): Promise<number> {
+  const source = { kind: 'store', env: parseEnv(env), ...(copy ? { copy: true, cacheDir: copy.cacheDir } : {}) } as const;
+  const result = await runQuery('SELECT count(*)::BIGINT AS n FROM events', source);
   return Number(result.rows[0]?.[0] ?? 0);
 }
 

@@ -11,23 +11,23 @@
  *    `npm run rollup-acceptance`; `npm test` runs the same assertions over 12 s with 4 s periods
  *    and a 1 s delay (ROLLUP_ACCEPTANCE_SECONDS, _PERIOD_SECONDS, _DELAY_SECONDS).
  * 6. Acceptance 1 with STORE=s3 against s3rver. DuckDB's httpfs cannot be installed here (no
- *    internet), so each sample reads a local copy made the way the view reads the store
- *    (manifests first, then the files they list and the batch files after the watermark), with the
- *    product's query code (`runQuery`, `query --store`) over that copy. Where httpfs is installed,
- *    the samples read S3 directly, as in 1.
+ *    internet), so each sample runs the CLI's query code with `--copy` (cli/query.ts,
+ *    shared/rollup/view-copy.ts): the objects the view needs are fetched with the product's S3
+ *    client into one reused folder, in the view's order, and the same view SQL runs on it; the
+ *    final `query --store` run (no --copy) falls back to that copy by itself. The final audit
+ *    (view = batch files, manifest = store) reads a full mirror of the bucket. Where httpfs is
+ *    installed, the samples read S3 directly, as in 1.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
-import { mkdir, rename, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { sleep } from '../../scripts/chaos-kit.js';
 import { batchIdMs } from '../../shared/ids.js';
-import { msKey, periodStart } from '../../shared/rollup/layout.js';
-import { manifestFiles, readManifest, writeManifest } from '../../shared/rollup/manifest.js';
+import { periodStart } from '../../shared/rollup/layout.js';
+import { manifestFiles, readManifest } from '../../shared/rollup/manifest.js';
 import { storeRootUrl } from '../../shared/rollup/roll.js';
 import { FilesystemObjectStore } from '../../shared/store/filesystem.js';
-import type { ObjectStore } from '../../shared/store/types.js';
 import { duckQuery } from '../helpers/duckdb.js';
 import { expectManifestMatchesStore, expectViewEqualsBatches, mirrorStore } from '../helpers/rollup.js';
 import { type Deployment, cleanupAll, deploy, onCleanup, push, rolledThrough, runCli, storeCount } from '../helpers/rollup-deploy.js';
@@ -39,72 +39,20 @@ const DELAY = Number(process.env.ROLLUP_ACCEPTANCE_DELAY_SECONDS ?? 1);
 
 afterAll(cleanupAll);
 
-/**
- * A local copy of what the exact view reads from a store DuckDB cannot open here (S3 without
- * httpfs), made in the view's order: each app's manifest first, then the rollup files it lists,
- * then the batch files at or after its watermark, listed after the manifest was read. Objects
- * already copied are not fetched again (batch files never change; a rollup file is fetched again
- * when the manifest gives it another size). The view over the copy is then what the view over the
- * store would have read at that moment.
- */
-class ViewCopy {
-  readonly dir = mkdtempSync(join(tmpdir(), 'rollup-view-copy-'));
-  private readonly local = new FilesystemObjectStore({ root: this.dir });
-  private readonly sizes = new Map<string, number>();
-  constructor(private readonly store: ObjectStore) {
-    onCleanup(() => rmSync(this.dir, { recursive: true, force: true }));
-  }
-
-  /** Copies `keys` not copied yet (16 at a time; a scratch copy needs no fsync). */
-  private async copy(keys: readonly { key: string; size?: number }[]): Promise<void> {
-    const todo = keys.filter(({ key, size }) => !this.sizes.has(key) || (size !== undefined && this.sizes.get(key) !== size));
-    let next = 0;
-    const worker = async (): Promise<void> => {
-      for (let i = next++; i < todo.length; i = next++) {
-        const { key } = todo[i]!;
-        const got = await this.store.getBytes(key);
-        if (!got) throw new Error(`${key} is listed but missing from the store`);
-        const file = join(this.dir, ...key.split('/'));
-        await mkdir(dirname(file), { recursive: true });
-        await writeFile(`${file}.tmp`, got.body);
-        await rename(`${file}.tmp`, file);
-        this.sizes.set(key, got.body.byteLength);
-      }
-    };
-    await Promise.all(Array.from({ length: Math.min(16, todo.length) }, worker));
-  }
-
-  async refresh(apps: readonly string[]): Promise<void> {
-    for (const app of apps) {
-      const prefix = `events/${app}/`;
-      const m = await readManifest(this.store, prefix);
-      if (m) {
-        await this.copy(m.periods.flatMap((p) => p.files.map((f) => ({ key: f.key, size: f.bytes }))));
-        // The manifest read above, written after its files: the copy's view reads it before anything else.
-        await writeManifest(this.local, m);
-      }
-      const after = m && m.watermarkMs > 0 ? `${prefix}${msKey(m.watermarkMs)}` : undefined;
-      await this.copy((await this.store.listKeys(prefix, { startAfter: after })).filter((k) => k.endsWith('.parquet')).map((key) => ({ key })));
-    }
-  }
-
-  env(): Record<string, string> {
-    return { STORE: 'fs', DATA_DIR: this.dir };
-  }
-}
-
 async function acceptance1(d: Deployment, periodSeconds: number, mode: 'store' | 'copy'): Promise<void> {
   const apps = ['alpha', 'beta', 'gamma'];
   const periodMs = periodSeconds * 1000;
   await d.startRollup();
   let acked = 0;
   let inFlight = 0;
-  const copy = mode === 'copy' ? new ViewCopy(d.store) : undefined;
-  const countOnce = async (): Promise<number> => {
-    if (!copy) return storeCount(d.common);
-    await copy.refresh(apps);
-    return storeCount(copy.env());
-  };
+  // Without httpfs: the CLI's own copy path (`query --store --copy`), one copy folder reused by every sample.
+  let copy: { cacheDir: string } | undefined;
+  if (mode === 'copy') {
+    copy = { cacheDir: mkdtempSync(join(tmpdir(), 'rollup-view-copy-')) };
+    const { cacheDir } = copy;
+    onCleanup(() => rmSync(cacheDir, { recursive: true, force: true }));
+  }
+  const countOnce = (): Promise<number> => storeCount(d.common, copy);
   // A loaded machine can reset a connection to s3rver: a read is retried (a few times, bounded), never skipped.
   const count = async (): Promise<number> => {
     for (let attempt = 1; ; attempt++) {
@@ -194,10 +142,11 @@ async function acceptance1(d: Deployment, periodSeconds: number, mode: 'store' |
     expect(m.periods.map((p) => p.startMs)).toEqual(expected);
   }
   expect(viewTotal).toBe(acked);
-  // The CLI itself, as an analyst runs it (on S3: over the full copy, see the file comment).
-  const cli = await runCli(['query', 'SELECT count(*) AS n FROM events', '--store', '--csv'], copy ? { ...d.common, STORE: 'fs', DATA_DIR: (check as FilesystemObjectStore).root } : d.common);
+  // The CLI itself, as an analyst runs it: on S3 without httpfs it chooses the copy by itself and says why.
+  const cli = await runCli(['query', 'SELECT count(*) AS n FROM events', '--store', '--csv', ...(copy ? ['--cache-dir', copy.cacheDir] : [])], d.common);
   expect(cli.code, cli.stderr).toBe(0);
   expect(cli.stdout.trim().split(/\r?\n/)).toEqual(['n', String(acked)]);
+  if (copy) expect(cli.stderr).toMatch(/httpfs extension is not available/);
 }
 
 describe('rollup acceptance', () => {
