@@ -184,13 +184,21 @@ describe('raw retention (2 s periods, RAW_RETENTION_SECONDS=3, LIST_INDEX_SECOND
     const present = new Set((await stack.store.listKeys(`events/${app}/`)).map((k) => k.slice(`events/${app}/`.length, -'.parquet'.length)));
     const gone = pushed.filter((id) => !present.has(id));
     expect(gone.length).toBeGreaterThan(0);
-    const m = (await readManifest(stack.store, `events/${app}/`))!;
+    // Retention raises the mark, deletes, then records the pruned period in the manifest: the
+    // files can be gone a moment before the manifest says so.
+    const m = await waitFor(
+      async () => {
+        const read = await readManifest(stack.store, `events/${app}/`);
+        return read?.periods.some((p) => p.rawDeletedThrough !== '') ? read : null;
+      },
+      15_000,
+      'a pruned period recorded in the manifest',
+    );
     const { rootUrl } = storeRootUrl(stack.store);
     const rolled = new Set(
       (await duckQuery(`SELECT DISTINCT batch_id FROM read_parquet([${m.periods.flatMap((p) => p.files).map((f) => `'${rootUrl}${f.key}'`).join(',')}])`)).map((r) => String(r.batch_id)),
     );
     for (const id of gone) expect(rolled.has(id)).toBe(true);
-    expect(m.periods.some((p) => p.rawDeletedThrough !== '')).toBe(true);
     // The list (from the start, and from the retention mark) shows only batches whose file is there;
     // from the first id (deleted since) it answers 410.
     const mark = (await readRetentionMark(stack.store, `events/${app}/`))?.deletedThrough;
