@@ -291,4 +291,29 @@ describe('Redis Cluster: 3 masters + 3 replicas, QUEUE_SHARDS=6, 2 API and 2 enc
       rmSync(dir, { recursive: true, force: true });
     }
   }, 90_000);
+
+  it('load shedding on a cluster: one master past the memory mark sheds pushes with 503 + Retry-After and /readyz says so; pushes pass again once it is back', async () => {
+    const c = cluster as RedisCluster;
+    const [port] = await c.masterPorts();
+    const node = new Redis({ host: '127.0.0.1', port, maxRetriesPerRequest: 2 });
+    const push = async () => fetch(`${apis[0]}/push/events/shed-app/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(2, sampleEvent) });
+    const shedding = async () => ((await (await fetch(`${apis[0]}/readyz`)).json()) as { shedding: string | null }).shedding;
+    try {
+      expect(await shedding()).toBeNull();
+      // maxmemory just above what the node uses: 90% full, past the default 0.8 mark, room left for writes.
+      const used = Number(/^used_memory:(\d+)/m.exec(await node.info('memory'))?.[1]);
+      await node.config('SET', 'maxmemory', String(Math.ceil(used / 0.9)));
+      const reason = await waitFor(shedding, 10_000, 'the API sheds');
+      expect(reason).toMatch(/Redis memory at \d+% of maxmemory/);
+      const r = await push();
+      expect(r.status).toBe(503);
+      expect(r.headers.get('retry-after')).toBeTruthy();
+      expect(((await r.json()) as { error: string }).error).toMatch(/^overloaded: Redis memory/);
+    } finally {
+      await node.config('SET', 'maxmemory', '0');
+      node.disconnect();
+    }
+    await waitFor(async () => (await shedding()) === null, 10_000, 'shedding over');
+    expect((await push()).status).toBe(200);
+  }, 60_000);
 });
