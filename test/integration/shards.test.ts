@@ -222,6 +222,61 @@ describe('rollups with QUEUE_SHARDS=3 on one Redis (API + encoder + rollup servi
   }, 40_000);
 });
 
+describe('raw retention with QUEUE_SHARDS=3 on one Redis (2 s periods, RAW_RETENTION_SECONDS=3)', () => {
+  const SHARDS = 3;
+  let stack: TestStack | undefined;
+  afterAll(async () => {
+    await stack?.shutdown();
+  });
+
+  it('deletes batch files of apps on every shard only once rolled; list never shows a deleted batch and answers 410 below the mark; the view stays exact', async () => {
+    stack = await startTestStack({ QUEUE_SHARDS: String(SHARDS), ROLLUP_PERIOD_SECONDS: '2', ROLLUP_DELAY_SECONDS: '0', RAW_RETENTION_SECONDS: '3', LIST_INDEX_SECONDS: '2' }, { api: true, encoder: true, rollup: true });
+    const s = stack;
+    // One app per shard: retention reads each app's ledger on its own shard.
+    const apps: string[] = [];
+    for (let i = 0; apps.length < SHARDS && i < 1000; i++) {
+      const app = `rr${i}`;
+      if (!apps.some((a) => shardIndex(`events/${a}/`, SHARDS) === shardIndex(`events/${app}/`, SHARDS))) apps.push(app);
+    }
+    expect(apps.map((a) => shardIndex(`events/${a}/`, SHARDS)).sort()).toEqual([0, 1, 2]);
+    const pushed = new Map<string, string[]>(apps.map((a) => [a, []]));
+    const until = Date.now() + 9000;
+    for (let i = 0; Date.now() < until; i++) {
+      const app = apps[i % apps.length] as string;
+      const r = await fetch(`${s.url}/push/events/${app}/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(4, sampleEvent) });
+      expect(r.status).toBe(200);
+      pushed.get(app)?.push(((await r.json()) as { batchId: string }).batchId);
+      await new Promise((res) => setTimeout(res, 40));
+    }
+    const auth = { Authorization: `Bearer ${ADMIN_TOKEN}` };
+    const { rootUrl } = storeRootUrl(s.store);
+    for (const app of apps) {
+      const prefix = `events/${app}/`;
+      const ids = pushed.get(app) as string[];
+      // Every batch written and in the view first, so a file missing below is a deleted one.
+      await waitFor(async () => (await viewCount(s.store, app)) === ids.length * 4, 30_000, `view of ${app} exact`);
+      const m = await waitFor(
+        async () => {
+          const read = await readManifest(s.store, prefix);
+          return read?.periods.some((p) => p.rawDeletedThrough !== '') ? read : null;
+        },
+        30_000,
+        `a pruned period of ${app}`,
+      );
+      const present = new Set((await s.store.listKeys(prefix)).filter((k) => k.endsWith('.parquet')).map((k) => k.slice(prefix.length, -'.parquet'.length)));
+      const gone = ids.filter((id) => !present.has(id));
+      expect(gone.length, app).toBeGreaterThan(0);
+      const rolled = new Set((await duckQuery(`SELECT DISTINCT batch_id FROM read_parquet([${m.periods.flatMap((p) => p.files).map((f) => `'${rootUrl}${f.key}'`).join(',')}])`)).map((r) => String(r.batch_id)));
+      for (const id of gone) expect(rolled.has(id), `${app} ${id} deleted before its rollup`).toBe(true);
+      const list = await fetch(`${s.url}/list/events/${app}?limit=1000`, { headers: auth });
+      expect(list.status).toBe(200);
+      for (const item of ((await list.json()) as { items: string[] }).items) expect(present.has(item.slice(0, -'.parquet'.length)), item).toBe(true);
+      expect((await fetch(`${s.url}/list/events/${app}?after=${ids[0]}`, { headers: auth })).status).toBe(410);
+      expect(await viewCount(s.store, app)).toBe(ids.length * 4);
+    }
+  }, 90_000);
+});
+
 describe('upkeep with 10,000 prefixes', () => {
   const PREFIXES = 10_000;
   let redis: Redis;
