@@ -50,14 +50,9 @@ interface Answer {
   body: string;
 }
 
-function push(url: string, head: Buffer, bulk: Buffer, tail: Buffer): Promise<Answer> {
-  return new Promise((resolve, reject) => {
-    const req = http.request(`${url}/push/events/burst/any`, {
-      method: 'POST',
-      agent: false,
-      headers: { 'Content-Type': 'application/json', 'Content-Length': String(head.length + bulk.length + tail.length) },
-    });
-    req.setTimeout(120_000, () => req.destroy(new Error('push timed out')));
+/** The answer to a request, collected whole. */
+function answerOf(req: http.ClientRequest): Promise<Answer> {
+  return new Promise<Answer>((resolve, reject) => {
     req.on('response', (res) => {
       const chunks: Buffer[] = [];
       res.on('data', (c: Buffer) => chunks.push(c));
@@ -65,10 +60,21 @@ function push(url: string, head: Buffer, bulk: Buffer, tail: Buffer): Promise<An
       res.on('error', reject);
     });
     req.on('error', reject);
-    req.write(head);
-    req.write(bulk);
-    req.end(tail);
   });
+}
+
+function push(url: string, head: Buffer, bulk: Buffer, tail: Buffer): Promise<Answer> {
+  const req = http.request(`${url}/push/events/burst/any`, {
+    method: 'POST',
+    agent: false,
+    headers: { 'Content-Type': 'application/json', 'Content-Length': String(head.length + bulk.length + tail.length) },
+  });
+  req.setTimeout(120_000, () => req.destroy(new Error('push timed out')));
+  const answer = answerOf(req);
+  req.write(head);
+  req.write(bulk);
+  req.end(tail);
+  return answer;
 }
 
 describe('memory budget of npm start', () => {
@@ -250,15 +256,7 @@ describe('RSS per in-flight byte (API and encoder as separate processes)', () =>
 function rawPost(url: string, headers: Record<string, string>, body?: Buffer): { req: http.ClientRequest; answer: Promise<Answer> } {
   const req = http.request(`${url}/push/events/budget/any`, { method: 'POST', agent: false, headers: { 'Content-Type': 'application/json', ...headers } });
   req.setTimeout(60_000, () => req.destroy(new Error('push timed out')));
-  const answer = new Promise<Answer>((resolve, reject) => {
-    req.on('response', (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, retryAfter: res.headers['retry-after'], body: Buffer.concat(chunks).toString() }));
-      res.on('error', reject);
-    });
-    req.on('error', reject);
-  });
+  const answer = answerOf(req);
   if (body) {
     // In pieces, so a chunked upload really streams.
     for (let i = 0; i < body.length; i += 64 * 1024) req.write(body.subarray(i, i + 64 * 1024));
