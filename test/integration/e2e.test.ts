@@ -30,6 +30,22 @@ async function list(url: string, app: string, query = ''): Promise<{ items: stri
   return (await r.json()) as { items: string[]; hasMore: boolean };
 }
 
+/** Pushes batches of 100, 1 and 1,000 events to one app; once all three are listed (in push order), their ids. */
+async function pushThreeAndList(url: string, app: string): Promise<string[]> {
+  const ids: string[] = [];
+  for (const n of [100, 1, 1000]) {
+    const r = await push(url, app, batchBody(n));
+    expect(r.status).toBe(200);
+    ids.push(r.json.batchId as string);
+  }
+  const listed = await waitFor(async () => {
+    const l = await list(url, app);
+    return l.items.length === 3 ? l.items : null;
+  }, 30_000, 'three batches listed');
+  expect(listed).toEqual(ids.map((id) => `${id}.parquet`));
+  return ids;
+}
+
 function listFiles(dir: string): string[] {
   if (!existsSync(dir)) return [];
   return readdirSync(dir, { recursive: true, encoding: 'utf8' }).filter((f) => statSync(join(dir, f)).isFile());
@@ -134,17 +150,7 @@ FROM read_parquet('${root}/events/shop/**/*.parquet') WHERE received_at >= now()
       await waitForHttp(`${url}/readyz`, 30_000, api);
       await waitForHttp(`http://127.0.0.1:${metricsPort}/metrics`, 30_000, encoder);
       for (const p of [api, encoder]) expect(commandLine(p.pid).join(' ')).not.toMatch(/tsx/);
-      const ids: string[] = [];
-      for (const n of [100, 1, 1000]) {
-        const r = await push(url, 'mobile', batchBody(n));
-        expect(r.status).toBe(200);
-        ids.push(r.json.batchId as string);
-      }
-      const listed = await waitFor(async () => {
-        const l = await list(url, 'mobile');
-        return l.items.length === 3 ? l.items : null;
-      }, 30_000, 'three batches listed');
-      expect(listed).toEqual(ids.map((id) => `${id}.parquet`));
+      const ids = await pushThreeAndList(url, 'mobile');
       const dir = mkdtempSync(join(tmpdir(), 'ingest-pulled-'));
       dirs.push(dir);
       for (const id of ids) {
@@ -175,17 +181,7 @@ FROM read_parquet('${root}/events/shop/**/*.parquet') WHERE received_at >= now()
     try {
       await waitForHttp(`${url}/readyz`, 60_000, api);
       await waitForHttp(`http://127.0.0.1:${metricsPort}/metrics`, 60_000, encoder);
-      const ids: string[] = [];
-      for (const n of [100, 1, 1000]) {
-        const r = await push(url, 'rgw', batchBody(n));
-        expect(r.status).toBe(200);
-        ids.push(r.json.batchId as string);
-      }
-      const listed = await waitFor(async () => {
-        const l = await list(url, 'rgw');
-        return l.items.length === 3 ? l.items : null;
-      }, 30_000, 'three batches listed');
-      expect(listed).toEqual(ids.map((id) => `${id}.parquet`));
+      const ids = await pushThreeAndList(url, 'rgw');
       expect(await list(url, 'rgw', `?after=${ids[0]}`)).toEqual({ items: ids.slice(1).map((id) => `${id}.parquet`), hasMore: false });
       // Exactly one object per batch in the bucket, nothing else.
       expect(await direct.listKeys('')).toEqual(ids.map((id) => `events/rgw/${id}.parquet`));
