@@ -530,8 +530,13 @@ describe('dead letters and replay', () => {
     expect(run.code).toBe(0);
     expect(run.out).toMatch(new RegExp(`${id}\\treplayed`));
     await waitFor(async () => existsSync(join(stack.dataDir, `events/dl1/${id}.parquet`)), 30_000, 'replayed batch written');
-    const listed = (await (await fetch(`${base}/list/events/dl1`, { headers: auth })).json()) as { items: string[] };
-    expect(listed.items).toEqual([`${id}.parquet`]);
+    // The file is fsync'd before the id is released into the list index, so the listing can lag the file by a moment.
+    let listed: string[] = [];
+    await waitFor(async () => {
+      listed = ((await (await fetch(`${base}/list/events/dl1`, { headers: auth })).json()) as { items: string[] }).items;
+      return listed.length > 0;
+    }, 10_000, 'replayed batch listed');
+    expect(listed).toEqual([`${id}.parquet`]);
     expect(await queue.getFailedCount()).toBe(0);
     // Asking again for a batch that is not failed is an error, not a silent success.
     expect((await runScript(['scripts/replay.ts', id], { REDIS_URL: inject('redisUrl'), QUEUE_NAME: stack.queueName })).code).toBe(1);
