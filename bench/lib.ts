@@ -8,6 +8,7 @@ import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import autocannon, { type AutocannonResult } from 'autocannon';
 import { Redis } from 'ioredis';
+import { distEntry } from '../test/helpers/dist.js';
 import { sampleEvent } from '../test/helpers/events.js';
 import type { BenchRow } from './types.js';
 
@@ -44,12 +45,26 @@ export interface Child {
 }
 
 /**
+ * Runs one of our services the way `npm start` does: compiled JavaScript with plain `node`, no
+ * tsx (`services/main` → `node <build>/services/main.js`). The build is the tests' own
+ * (`test/helpers/dist.ts`: `npm run build`'s script into `.tmp/test-dist`, redone only when a
+ * source changed), so a bench run never rewrites the `dist/` a running `npm start` uses.
+ */
+export async function spawnService(entry: string, env: Record<string, string>): Promise<Child> {
+  return spawnNode([await distEntry(`${entry}.js`)], env);
+}
+
+/**
  * Runs a TypeScript entry point as `node --import tsx <entry>` (one process, so its pid is the
  * one doing the work and /proc CPU figures are its own, unlike the `tsx` CLI which forks).
  * Output is kept (bounded) for error messages only; it is never printed while the bench runs.
  */
 export function spawnTs(entry: string, env: Record<string, string>): Child {
-  const child = spawn(process.execPath, ['--import', 'tsx', entry], {
+  return spawnNode(['--import', 'tsx', entry], env);
+}
+
+function spawnNode(args: string[], env: Record<string, string>): Child {
+  const child = spawn(process.execPath, args, {
     cwd: ROOT,
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],

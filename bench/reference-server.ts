@@ -4,6 +4,11 @@
  * `events` collection with public writes. Run by the bench as its own process.
  *
  * Env: PORT (required), DATA_DIR (required). Prints `listening <port>` once it accepts requests.
+ * REF_OBJECTS_AS_TEXT=1: the fair-size variant. As shipped, the plugin writes every column with
+ * `String(value)`, so `properties` and `context` become "[object Object]"; this variant hands it
+ * each event with those two members replaced by their JSON text, so its files hold the same
+ * information as ours. It costs an extra parse and stringify per push: the bench uses it for
+ * bytes on disk only, never for speed.
  */
 import { serve } from '@hono/node-server';
 import { createEventsServerPlugin } from '@drakkar.software/starfish-events';
@@ -39,6 +44,24 @@ const config = parseConfigJson(
 // The plugin's ObjectStore type comes from its own (nested) copy of starfish-server; the
 // filesystem store implements the same methods.
 const plugin = createEventsServerPlugin({ store: store as unknown as Parameters<typeof createEventsServerPlugin>[0]['store'], collection: 'events', storagePath: 'events/{app}/{batchId}' });
+type PushHook = (ctx: { rawBody: string } & Record<string, unknown>) => Promise<unknown>;
+if (process.env.REF_OBJECTS_AS_TEXT === '1') {
+  const hooks = plugin as unknown as { interceptPush: PushHook };
+  const original = hooks.interceptPush.bind(plugin);
+  hooks.interceptPush = async (ctx) => {
+    let rawBody = ctx.rawBody;
+    try {
+      const envelope = JSON.parse(rawBody) as { data?: { events?: Record<string, unknown>[] } };
+      for (const e of envelope.data?.events ?? []) {
+        for (const k of ['properties', 'context']) if (e[k] !== null && typeof e[k] === 'object') e[k] = JSON.stringify(e[k]);
+      }
+      rawBody = JSON.stringify(envelope);
+    } catch {
+      // Not JSON: the plugin answers it as shipped.
+    }
+    return original({ ...ctx, rawBody });
+  };
+}
 const sync = createSyncRouter({
   store,
   config,

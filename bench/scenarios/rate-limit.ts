@@ -16,7 +16,7 @@ import { RedisCounterStore } from '../../services/api/edge/counters.js';
 import { startStack } from '../../services/stack.js';
 import { DEFAULT_SYNC_CONFIG, parseEnv } from '../../shared/config.js';
 import { freePort, startRedisServer } from '../../test/helpers/redis-server.js';
-import { bodyFactory, median, probeRedis, row, sleep, spawnTs, waitHttp } from '../lib.js';
+import { bodyFactory, median, probeRedis, row, sleep, spawnService, waitHttp } from '../lib.js';
 import type { BenchContext, BenchRow } from '../types.js';
 
 const EVENTS_PER_BATCH = 10;
@@ -113,7 +113,7 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
       const stack = await startStack(parseEnv({ ...env, LOG_LEVEL: 'silent' }), { api: true, encoder: false });
       stops.push(() => stack.close());
     } else {
-      const proc = spawnTs('services/api/main.ts', env);
+      const proc = await spawnService('services/api/main', env);
       stops.push(() => proc.stop());
       await waitHttp(`${base}/healthz`, proc, 120_000);
     }

@@ -10,7 +10,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { freePort, startRedisServer } from '../../test/helpers/redis-server.js';
-import { bodyFactory, probeRedis, redisUsedMemory, row, sleep, spawnTs, waitHttp } from '../lib.js';
+import { bodyFactory, probeRedis, redisUsedMemory, row, sleep, spawnService, waitHttp } from '../lib.js';
 import type { BenchContext, BenchRow } from '../types.js';
 import { EMBEDDED_REDIS_ARGS } from './e2e.js';
 import { Redis } from 'ioredis';
@@ -105,7 +105,7 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
   const redisServer = await startRedisServer({ args: EMBEDDED_REDIS_ARGS });
   const redis = probeRedis(redisServer.url);
   const port = await freePort();
-  const api = spawnTs('services/api/main.ts', { PORT: String(port), HOST: '127.0.0.1', REDIS_URL: redisServer.url, DATA_DIR: tmp, QUEUE_NAME: 'bench-mem', LOG_LEVEL: 'warn' });
+  const api = await spawnService('services/api/main', { PORT: String(port), HOST: '127.0.0.1', REDIS_URL: redisServer.url, DATA_DIR: tmp, QUEUE_NAME: 'bench-mem', LOG_LEVEL: 'warn' });
   try {
     const url = `http://127.0.0.1:${port}`;
     await waitHttp(`${url}/healthz`, api);

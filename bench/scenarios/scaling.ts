@@ -17,7 +17,7 @@ import { Cluster, Redis } from 'ioredis';
 import { ShardSet, shardLayouts } from '../../shared/shards.js';
 import { startRedisCluster } from '../../test/helpers/redis-cluster.js';
 import { freePort, startRedisServer } from '../../test/helpers/redis-server.js';
-import { type Child, median, probeRedis, processCpuSeconds, redisCpuSeconds, row, spawnTs, waitForFiles, waitHttp } from '../lib.js';
+import { type Child, median, probeRedis, processCpuSeconds, redisCpuSeconds, row, spawnService, waitForFiles, waitHttp } from '../lib.js';
 import type { BenchContext, BenchRow } from '../types.js';
 import { EMBEDDED_REDIS_ARGS } from './e2e.js';
 import { pushBatches } from './redis-memory.js';
@@ -36,7 +36,7 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
   const queue = new Queue(QUEUE, { connection: queueConn });
   const port = await freePort();
   const url = `http://127.0.0.1:${port}`;
-  const api = spawnTs('services/api/main.ts', { PORT: String(port), HOST: '127.0.0.1', REDIS_URL: redisServer.url, DATA_DIR: tmp, QUEUE_NAME: QUEUE });
+  const api = await spawnService('services/api/main', { PORT: String(port), HOST: '127.0.0.1', REDIS_URL: redisServer.url, DATA_DIR: tmp, QUEUE_NAME: QUEUE });
   const encoders: Child[] = [];
   const rows: BenchRow[] = [];
   const apiCpu: number[] = [];
@@ -58,7 +58,7 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
       const mine: Child[] = [];
       for (let i = 0; i < n; i++) {
         const metricsPort = await freePort();
-        const enc = spawnTs('services/encoder/main.ts', { REDIS_URL: redisServer.url, DATA_DIR: tmp, QUEUE_NAME: QUEUE, HOST: '127.0.0.1', METRICS_PORT: String(metricsPort) });
+        const enc = await spawnService('services/encoder/main', { REDIS_URL: redisServer.url, DATA_DIR: tmp, QUEUE_NAME: QUEUE, HOST: '127.0.0.1', METRICS_PORT: String(metricsPort) });
         mine.push(enc);
         encoders.push(enc);
         await waitHttp(`http://127.0.0.1:${metricsPort}/healthz`, enc);
@@ -112,7 +112,7 @@ async function runCluster(ctx: BenchContext, batches: number): Promise<BenchRow[
   const env = { HOST: '127.0.0.1', REDIS_CLUSTER_NODES: cluster.nodes, QUEUE_SHARDS: String(CLUSTER_SHARDS), DATA_DIR: tmp, QUEUE_NAME: QUEUE };
   const port = await freePort();
   const url = `http://127.0.0.1:${port}`;
-  const api = spawnTs('services/api/main.ts', { ...env, PORT: String(port) });
+  const api = await spawnService('services/api/main', { ...env, PORT: String(port) });
   const encoders: Child[] = [];
   const cpu = async (): Promise<number[]> => Promise.all(masters.map((m) => redisCpuSeconds(m)));
   try {
@@ -125,7 +125,7 @@ async function runCluster(ctx: BenchContext, batches: number): Promise<BenchRow[
     const r1 = await cpu();
     for (let i = 0; i < CLUSTER_ENCODERS; i++) {
       const metricsPort = await freePort();
-      const enc = spawnTs('services/encoder/main.ts', { ...env, METRICS_PORT: String(metricsPort) });
+      const enc = await spawnService('services/encoder/main', { ...env, METRICS_PORT: String(metricsPort) });
       encoders.push(enc);
       await waitHttp(`http://127.0.0.1:${metricsPort}/healthz`, enc);
     }
