@@ -16,12 +16,30 @@ import type { ByteRange, ListOptions, ObjectMeta, ObjectStore, PutOptions, Store
 const TEMP_PREFIX = '.tmp-';
 
 /**
- * Each object's metadata (sha256, size, content type) sits next to it in `.meta-<name>.json`,
+ * An object's metadata (sha256, size, content type) sits next to it in `.meta-<name>.json`,
  * written with the object, so `head` reads ~200 bytes instead of hashing the file. Names with
  * this prefix are reserved and never listed; the `.json` ending keeps them out of `*.parquet` globs.
+ * Small objects whose content type follows from their name have none (see SIDECAR_MIN_BYTES).
  */
 const META_PREFIX = '.meta-';
 const META_SUFFIX = '.json';
+
+/**
+ * Objects up to this size whose content type is the one their name implies (a `.parquet` key put
+ * as Parquet: every batch file) are written without a sidecar, and `head` hashes them instead:
+ * reading at most 64 KiB costs about what reading the sidecar does, while creating the sidecar
+ * was the largest single cost of a put on an ext4 volume (an inode allocation: ~1 ms of kernel
+ * CPU on the bench machine, docs/performance.md). Larger objects keep the sidecar, so a `HEAD`,
+ * a range or a 304 never reads them whole.
+ */
+export const SIDECAR_MIN_BYTES = 64 * 1024;
+
+/** Content types a key's name implies: objects put with exactly this type may skip the sidecar. */
+const IMPLIED_CONTENT_TYPES: ReadonlyMap<string, string> = new Map([['.parquet', 'application/vnd.apache.parquet']]);
+
+function impliedContentType(file: string): string | undefined {
+  return IMPLIED_CONTENT_TYPES.get(path.extname(file));
+}
 
 /** Directories remembered as existing (one per list prefix in practice); the set is emptied when full. */
 const KNOWN_DIRS_MAX = 4096;
@@ -74,8 +92,8 @@ interface ListCandidate {
  * (`events/app/id.parquet` → `<root>/events/app/id.parquet`). Writes are
  * atomic and durable (temp file, fsync, rename, fsync directory); keys are
  * validated and resolved so they can never leave the root. The sha256 and
- * content type of each object are kept in a sidecar next to it (see META_PREFIX);
- * `getBytes` returns bytes only.
+ * content type of an object are kept in a sidecar next to it (see META_PREFIX), except for
+ * small objects whose name implies their type (see SIDECAR_MIN_BYTES); `getBytes` returns bytes only.
  */
 export class FilesystemObjectStore implements ObjectStore {
   readonly root: string;
@@ -102,11 +120,13 @@ export class FilesystemObjectStore implements ObjectStore {
    * Writes `body` atomically under `key`; readers see the old object or the new one, never a
    * part. Its sha256 and content type go to the sidecar, which is renamed into place first: a
    * crash in between leaves a sidecar naming another file version, which `head` then re-hashes.
+   * A small object of its name's content type gets no sidecar (SIDECAR_MIN_BYTES).
    */
   async putBytes(key: string, body: Uint8Array, opts: PutOptions = {}): Promise<void> {
     const file = this.pathFor(key);
     const dir = path.dirname(file);
-    const sha256 = createHash('sha256').update(body).digest('hex');
+    const sidecar = body.byteLength > SIDECAR_MIN_BYTES || opts.contentType !== impliedContentType(file);
+    const sha256 = sidecar ? createHash('sha256').update(body).digest('hex') : '';
     try {
       const tmp = path.join(dir, `${TEMP_PREFIX}${randomBytes(8).toString('hex')}`);
       let written: { ino: bigint; mtimeNs: bigint };
@@ -124,7 +144,7 @@ export class FilesystemObjectStore implements ObjectStore {
         written = await writeFileDurably(tmp, body);
       }
       try {
-        await writeSidecar(file, { v: 1, ino: String(written.ino), mtimeNs: String(written.mtimeNs), size: body.byteLength, sha256, ...(opts.contentType === undefined ? {} : { contentType: opts.contentType }) });
+        if (sidecar) await writeSidecar(file, { v: 1, ino: String(written.ino), mtimeNs: String(written.mtimeNs), size: body.byteLength, sha256, ...(opts.contentType === undefined ? {} : { contentType: opts.contentType }) });
         await fs.rename(tmp, file);
       } catch (err) {
         await unlinkQuietly(tmp);
@@ -161,8 +181,9 @@ export class FilesystemObjectStore implements ObjectStore {
 
   /**
    * Size, sha256 and content type from the sidecar written with the file. A file without a
-   * matching sidecar (written before sidecars existed, copied in by hand, or a crash between the
-   * two renames) is hashed once and its sidecar written, so later calls read only the sidecar.
+   * matching sidecar is hashed: a small one (SIDECAR_MIN_BYTES) on every call, with the content
+   * type its name implies; a larger one (written before sidecars existed, copied in by hand, or a
+   * crash between the two renames) once, and its sidecar written, so later calls read only that.
    */
   async head(key: string): Promise<ObjectMeta | null> {
     const file = this.pathFor(key);
@@ -179,7 +200,7 @@ export class FilesystemObjectStore implements ObjectStore {
       return metaOf(side);
     }
     try {
-      return await this.hashAndRecord(file, side?.contentType);
+      return await this.hashAndRecord(file, side ? side.contentType : impliedContentType(file));
     } catch (err) {
       if (isMissing(err)) return null;
       throw toStoreError('head', key, err);
@@ -208,7 +229,7 @@ export class FilesystemObjectStore implements ObjectStore {
     return handle.createReadStream(range === undefined ? {} : { start: range.start, end: range.end });
   }
 
-  /** Hashes one version of the file (through one open handle, so size and bytes agree) and records it. */
+  /** Hashes one version of the file (through one open handle, so size and bytes agree) and records it when it is large. */
   private async hashAndRecord(file: string, contentType: string | undefined): Promise<ObjectMeta> {
     const handle = await fs.open(file, 'r');
     let side: Sidecar;
@@ -221,7 +242,7 @@ export class FilesystemObjectStore implements ObjectStore {
       await handle.close().catch(() => undefined);
     }
     // Only saves work next time: a read-only root still answers, it just hashes again.
-    await writeSidecar(file, side).catch(() => undefined);
+    if (side.size > SIDECAR_MIN_BYTES) await writeSidecar(file, side).catch(() => undefined);
     return metaOf(side);
   }
 
@@ -247,7 +268,7 @@ export class FilesystemObjectStore implements ObjectStore {
     return out;
   }
 
-  /** Unlinks each key's file (a missing one is fine), then fsyncs each touched directory once. */
+  /** Unlinks each key's file and its sidecar (a missing one is fine), then fsyncs each touched directory once. */
   async deleteKeys(keys: readonly string[]): Promise<void> {
     const files = keys.map((key) => ({ key, file: this.pathFor(key) }));
     const dirs = new Set<string>();
@@ -255,6 +276,8 @@ export class FilesystemObjectStore implements ObjectStore {
       try {
         await fs.unlink(file);
         dirs.add(path.dirname(file));
+        // A sidecar left behind would outlive its file forever (retention deletes millions).
+        await unlinkQuietly(sidecarPath(file));
       } catch (err) {
         const code = errnoCode(err);
         if (code === 'ENOENT' || code === 'ENOTDIR') continue;

@@ -7,7 +7,7 @@ import path from 'node:path';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { HeadObjectCommand, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
 import { StoreError } from '../../shared/errors.js';
-import { FilesystemObjectStore } from '../../shared/store/filesystem.js';
+import { FilesystemObjectStore, SIDECAR_MIN_BYTES } from '../../shared/store/filesystem.js';
 import { MemoryObjectStore } from '../../shared/store/memory.js';
 import { S3ObjectStore } from '../../shared/store/s3.js';
 import type { ObjectStore } from '../../shared/store/types.js';
@@ -403,14 +403,17 @@ describe('filesystem', () => {
       expect(await store.listKeys('events/quiet/', { startAfter: keys[1000], limit: 3 })).toEqual([keys[1001], added, keys[1003]]);
     });
 
-    it('records each object\'s sha256 in a sidecar at write; a file without one (written before sidecars) is hashed once, then read from its sidecar', async () => {
-      await store.putBytes('events/app/new.parquet', bytesOf(1, 2, 3), { contentType: 'application/vnd.apache.parquet' });
+    it('records a large object\'s sha256 in a sidecar at write; a large file without one (written before sidecars) is hashed once, then read from its sidecar', async () => {
+      const big = new Uint8Array(randomBytes(SIDECAR_MIN_BYTES + 1));
+      await store.putBytes('events/app/new.parquet', big, { contentType: 'application/vnd.apache.parquet' });
       expect((await readdir(path.join(root, 'events', 'app'))).sort()).toEqual(['.meta-new.parquet.json', 'new.parquet']);
+      expect(await store.head('events/app/new.parquet')).toEqual({ size: big.byteLength, sha256: sha256(big), contentType: 'application/vnd.apache.parquet' });
       await expectStoreError(store.putBytes('events/app/.meta-x', bytesOf(1)), false);
 
-      const legacy = new Uint8Array(randomBytes(50_000));
+      const legacy = new Uint8Array(randomBytes(100_000));
       await writeFile(path.join(root, 'events', 'app', 'old.parquet'), legacy);
-      expect(await store.head('events/app/old.parquet')).toEqual({ size: 50_000, sha256: sha256(legacy) });
+      // No sidecar to say otherwise: a `.parquet` file is Parquet.
+      expect(await store.head('events/app/old.parquet')).toEqual({ size: 100_000, sha256: sha256(legacy), contentType: 'application/vnd.apache.parquet' });
       const sidecar = path.join(root, 'events', 'app', '.meta-old.parquet.json');
       const recorded = JSON.parse(await readFile(sidecar, 'utf8')) as { sha256: string };
       expect(recorded.sha256).toBe(sha256(legacy));
@@ -422,11 +425,33 @@ describe('filesystem', () => {
       const replaced = new Uint8Array(randomBytes(10));
       await writeFile(path.join(root, 'events', 'app', 'old.tmpcopy'), replaced);
       await rename(path.join(root, 'events', 'app', 'old.tmpcopy'), path.join(root, 'events', 'app', 'old.parquet'));
-      expect(await store.head('events/app/old.parquet')).toEqual({ size: 10, sha256: sha256(replaced) });
+      expect(await store.head('events/app/old.parquet')).toEqual({ size: 10, sha256: sha256(replaced), contentType: 'application/vnd.apache.parquet' });
       // A torn sidecar (crash) is ignored too.
       await writeFile(sidecar, '{"v":1,"ino');
       expect((await store.head('events/app/old.parquet'))?.sha256).toBe(sha256(replaced));
       expect(await store.listKeys('events/app/')).toEqual(['events/app/new.parquet', 'events/app/old.parquet']);
+      // Deleting an object deletes its sidecar: retention must not leave one behind per file.
+      await store.deleteKeys(['events/app/new.parquet', 'events/app/old.parquet']);
+      expect(await readdir(path.join(root, 'events', 'app'))).toEqual([]);
+    });
+
+    it('writes no sidecar for a small object of its name\'s content type (a batch file), and hashes it on each head', async () => {
+      const small = new Uint8Array(randomBytes(SIDECAR_MIN_BYTES));
+      await store.putBytes('events/app/1.parquet', small, { contentType: 'application/vnd.apache.parquet' });
+      expect(await readdir(path.join(root, 'events', 'app'))).toEqual(['1.parquet']);
+      expect(await store.head('events/app/1.parquet')).toEqual({ size: small.byteLength, sha256: sha256(small), contentType: 'application/vnd.apache.parquet' });
+      // Still none after a head (nothing to record), and a head after an overwrite sees the new bytes.
+      expect(await readdir(path.join(root, 'events', 'app'))).toEqual(['1.parquet']);
+      await store.putBytes('events/app/1.parquet', bytesOf(9), { contentType: 'application/vnd.apache.parquet' });
+      expect(await store.head('events/app/1.parquet')).toEqual({ size: 1, sha256: sha256(bytesOf(9)), contentType: 'application/vnd.apache.parquet' });
+      // Any other content type, or none, is recorded as given: a sidecar keeps it.
+      await store.putBytes('events/app/2.parquet', bytesOf(1), { contentType: 'application/octet-stream' });
+      await store.putBytes('events/app/3.parquet', bytesOf(1));
+      await store.putBytes('events/app/4.json', bytesOf(1), { contentType: 'application/vnd.apache.parquet' });
+      expect((await readdir(path.join(root, 'events', 'app'))).sort()).toEqual(['.meta-2.parquet.json', '.meta-3.parquet.json', '.meta-4.json.json', '1.parquet', '2.parquet', '3.parquet', '4.json']);
+      expect((await store.head('events/app/2.parquet'))?.contentType).toBe('application/octet-stream');
+      expect(await store.head('events/app/3.parquet')).toEqual({ size: 1, sha256: sha256(bytesOf(1)) });
+      expect((await store.head('events/app/4.json'))?.contentType).toBe('application/vnd.apache.parquet');
     });
 
     it('healthcheck fails without retry when the root is a file', async () => {
