@@ -1,0 +1,44 @@
+import { randomBytes } from 'node:crypto';
+import { describe, expect, it } from 'vitest';
+import { decodeJob, restoreBody } from '../../services/encoder/pipeline.js';
+import { type BatchJob, packBody, unpackBody } from '../../shared/queue.js';
+
+/** A JSON-ish body of about `bytes` bytes that deflate can squeeze (repeated keys, random ids). */
+function bodyOf(bytes: number): Buffer {
+  const parts: string[] = [];
+  let size = 0;
+  while (size < bytes) {
+    const e = `{"event":"page_view","message_id":"${randomBytes(8).toString('hex')}","properties":{"path":"/a/b"}},`;
+    parts.push(e);
+    size += e.length;
+  }
+  return Buffer.from(`{"data":{"events":[${parts.join('').slice(0, -1)}]},"baseHash":null}`);
+}
+
+const job = (packed: Pick<BatchJob, 'encoding' | 'body' | 'bodyBytes'>): BatchJob => ({ v: 1, collection: 'events', key: 'events/a/1.parquet', prefix: 'events/a/', params: { app: 'a' }, batchId: '1', receivedAt: 1, events: 1, ...packed });
+
+describe('job payload packing', () => {
+  // Below 1 KiB as text; up to 128 KiB deflated inline; above that on the libuv pool.
+  it.each([100, 5_000, 60_000, 128 * 1024, 128 * 1024 + 1, 1_000_000])('a %i-byte body comes back byte for byte', async (n) => {
+    const body = bodyOf(n);
+    const packed = await packBody(body);
+    expect(packed.encoding).toBe(body.length < 1024 ? 'identity' : 'deflate-raw');
+    expect(packed.bodyBytes).toBe(body.length);
+    if (packed.encoding === 'deflate-raw') expect(Buffer.from(packed.body, 'base64').length).toBeLessThan(body.length / 2);
+    expect((await unpackBody(packed)).equals(body)).toBe(true);
+    // What the encoder does with it: the job passes the contract and the body is restored.
+    const decoded = decodeJob(job(packed));
+    expect(decoded.ok).toBe(true);
+    const restored = await restoreBody(job(packed));
+    expect(restored.ok && restored.value.equals(body)).toBe(true);
+  });
+
+  it.each([5_000, 1_000_000])('a corrupt or understated %i-byte payload is a bad batch, not a crash', async (n) => {
+    const packed = await packBody(bodyOf(n));
+    const corrupt = await restoreBody(job({ ...packed, body: Buffer.from('not deflate at all').toString('base64') }));
+    expect(corrupt.ok).toBe(false);
+    // A payload that inflates past its advertised size is refused (the size bounds memory).
+    const understated = await restoreBody(job({ ...packed, bodyBytes: 100 }));
+    expect(understated).toMatchObject({ ok: false, reason: expect.stringMatching(/cannot be unpacked/) });
+  });
+});
