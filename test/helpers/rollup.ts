@@ -14,6 +14,7 @@ import { rollupViewSql } from '../../shared/rollup/view.js';
 import { FilesystemObjectStore } from '../../shared/store/filesystem.js';
 import type { ObjectStore } from '../../shared/store/types.js';
 import { duckQuery } from './duckdb.js';
+import { waitFor } from './proc.js';
 
 export const STORAGE_PATH = 'events/{app}/{batchId}';
 
@@ -72,8 +73,20 @@ export async function manifestsOf(store: ObjectStore, apps: readonly string[]): 
  * ends at or before the watermark and appears once.
  */
 export async function expectManifestMatchesStore(store: ObjectStore, manifest: Manifest, rootUrl: string): Promise<void> {
-  const inStore = (await store.listKeys(`${ROLLUP_ROOT}${manifest.prefix}`)).filter((k) => k.endsWith('.parquet'));
-  expect(inStore.sort()).toEqual(manifestFiles(manifest).sort());
+  // A roll writes the manifest first and deletes the rollup files no manifest lists any more
+  // (the one a re-roll replaced, a killed job's leftovers) after: a test that waited for the
+  // manifest (or the view built from it) can list the store a moment before that clean-up ends.
+  const listed = manifestFiles(manifest).sort();
+  const rollupFiles = async (): Promise<string[]> => (await store.listKeys(`${ROLLUP_ROOT}${manifest.prefix}`)).filter((k) => k.endsWith('.parquet')).sort();
+  await waitFor(
+    async () => {
+      const now = await rollupFiles();
+      return now.length === listed.length && now.every((k, i) => k === listed[i]);
+    },
+    15_000,
+    `the rollup files of ${manifest.prefix} to be the manifest's`,
+  ).catch(() => undefined);
+  expect(await rollupFiles()).toEqual(listed);
   const starts = manifest.periods.map((p) => p.startMs);
   expect(new Set(starts).size).toBe(starts.length);
   for (const p of manifest.periods) {

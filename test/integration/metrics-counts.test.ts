@@ -128,7 +128,10 @@ describe('metric values after a known sequence of pushes (read back from the reg
     expect(await sample(s, 'ingest_encoder_concurrency')).toBe(3);
     expect(await sample(s, 'ingest_encoder_active_jobs')).toBe(0);
 
-    // Queue gauges are read from Redis when the registry is read: no upkeep pass needed.
+    // Queue gauges are read from Redis when the registry is read: no upkeep pass needed. The
+    // encoder counts a batch written before BullMQ moves its job out of the active list (one more
+    // Redis round trip), so the last job can still be active for a moment.
+    await waitFor(async () => (await sample(s, 'ingest_queue_jobs', { state: 'active' })) === 0, 10_000, 'no job active').catch(() => undefined);
     expect(await sample(s, 'ingest_queue_jobs', { state: 'waiting' })).toBe(0);
     expect(await sample(s, 'ingest_queue_jobs', { state: 'active' })).toBe(0);
     expect(await sample(s, 'ingest_queue_jobs', { state: 'failed' })).toBe(0);

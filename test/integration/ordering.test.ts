@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { BATCH_ID_RE } from '../../shared/ids.js';
 import { batchBody, sampleEvent } from '../helpers/events.js';
 import { uniqueName } from '../helpers/names.js';
-import { type ServiceProcess, startService, waitForHttp } from '../helpers/proc.js';
+import { type ServiceProcess, startService, waitFor, waitForHttp } from '../helpers/proc.js';
 import { freePort } from '../helpers/redis-server.js';
 
 const TOKEN = 'ordering-admin-token-0123456789';
@@ -208,7 +208,17 @@ describe('gap-free ?after= across 2 API and 3 encoder processes', () => {
 
     // Prove the test exercised what it claims: some encoder finished a newer batch strictly
     // before an older one (by log time), so the list had to hold newer files back.
-    const written = encoders.flatMap((e) => writtenOrder(e.output()));
+    // Each "batch written" line is logged after the id is released into the list index, and pino
+    // writes it asynchronously through a pipe: the last lines can reach us after the list showed them.
+    let written: { time: number; id: string }[] = [];
+    await waitFor(
+      async () => {
+        written = encoders.flatMap((e) => writtenOrder(e.output()));
+        return new Set(written.map((w) => w.id)).size >= BATCHES;
+      },
+      20_000,
+      'every "batch written" line in the encoder logs',
+    ).catch(() => undefined);
     expect(new Set(written.map((w) => w.id)).size).toBe(BATCHES);
     written.sort((a, b) => a.time - b.time || (a.id < b.id ? -1 : 1));
     let inversions = 0;

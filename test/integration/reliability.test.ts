@@ -524,7 +524,7 @@ describe('dead letters and replay', () => {
     expect(failed.items[0]?.failedReason).toMatch(/filesystem put/);
     // Dead-lettering released the id: it no longer holds newer batches back.
     const ledger = new BatchLedger(redis, stack.queueName);
-    await waitFor(async () => !(await ledger.isPending('events/dl1/', id)), 5000, 'dead letter released');
+    await waitFor(async () => !(await ledger.isPending('events/dl1/', id)), 20_000, 'dead letter released');
 
     const run = await runScript(['scripts/replay.ts', id], { REDIS_URL: inject('redisUrl'), QUEUE_NAME: stack.queueName });
     expect(run.code).toBe(0);
