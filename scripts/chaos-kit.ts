@@ -108,6 +108,9 @@ export interface Service {
   stop(signal?: NodeJS.Signals, ms?: number): Promise<number | null>;
 }
 
+/** How long an exited service's output may take to be read to the end. */
+const OUTPUT_DRAIN_MS = 2000;
+
 /**
  * Runs an entry point as `node --import tsx <entry>` (a compiled `.js` entry: plain `node <entry>`):
  * one process, so SIGKILL kills the service itself. (The `tsx` CLI runs the code in a child
@@ -123,7 +126,18 @@ export function spawnService(entry: string, env: Record<string, string>, opts: {
   };
   child.stdout?.on('data', keep);
   child.stderr?.on('data', keep);
-  const exit = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
+  // Resolved once the process exited and its output was read to the end ('close'), so a check of
+  // its last log lines sees them; bounded, since a child it started may still hold the pipes.
+  const closed = new Promise<void>((r) => child.once('close', () => r()));
+  const exit = new Promise<number | null>((r) =>
+    child.once('exit', (code) => {
+      const t = setTimeout(() => r(code), OUTPUT_DRAIN_MS);
+      void closed.then(() => {
+        clearTimeout(t);
+        r(code);
+      });
+    }),
+  );
   return {
     child,
     pid: child.pid ?? -1,
