@@ -5,6 +5,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs';
+import http from 'node:http';
 import { join, resolve } from 'node:path';
 import autocannon, { type AutocannonResult } from 'autocannon';
 import { Redis } from 'ioredis';
@@ -278,6 +279,84 @@ export function loadTest(o: LoadOptions): Promise<AutocannonResult> {
       (err, result) => (err ? reject(err) : resolvePromise(result)),
     );
   });
+}
+
+/** What {@link pacedLoad} measured: latencies in ms from each request's scheduled start. */
+export interface PacedResult {
+  sent: number;
+  ok: number;
+  /** Answers other than 2xx. */
+  non2xx: number;
+  /** Connection errors and requests past the timeout. */
+  errors: number;
+  /** Requests never sent because `maxInFlight` were already waiting (the server fell behind). */
+  skipped: number;
+  latency: { p50: number; p99: number; max: number };
+}
+
+/**
+ * An open-loop load at a fixed rate: request i is due at start + i / rate, whatever happened to
+ * the ones before it, and its latency runs from that due time to the end of its answer (so a
+ * generator that falls behind adds to the latency instead of hiding it). Keep-alive connections,
+ * as many as are in flight (at most `maxInFlight`; a request due beyond that is skipped and
+ * counted). autocannon's `overallRate` is not this: each connection sends its per-second quota
+ * back to back at the start of every second, so its percentiles measure a burst.
+ */
+export async function pacedLoad(o: { url: string; path: () => string; body: () => string; rate: number; durationSec: number; maxInFlight?: number; timeoutMs?: number }): Promise<PacedResult> {
+  const total = Math.max(1, Math.round(o.rate * o.durationSec));
+  const maxInFlight = o.maxInFlight ?? 256;
+  const timeoutMs = o.timeoutMs ?? 30_000;
+  const target = new URL(o.url);
+  const agent = new http.Agent({ keepAlive: true, maxSockets: maxInFlight });
+  const latencies: number[] = [];
+  const out = { sent: 0, ok: 0, non2xx: 0, errors: 0, skipped: 0 };
+  let inFlight = 0;
+  const one = (due: number): Promise<void> =>
+    new Promise((done) => {
+      const body = Buffer.from(o.body());
+      const req = http.request(
+        { host: target.hostname, port: target.port, path: o.path(), method: 'POST', agent, timeout: timeoutMs, headers: { 'content-type': 'application/json', 'content-length': body.length } },
+        (res) => {
+          res.on('data', () => undefined);
+          res.on('end', () => {
+            latencies.push(performance.now() - due);
+            if (res.statusCode !== undefined && res.statusCode >= 200 && res.statusCode < 300) out.ok++;
+            else out.non2xx++;
+            done();
+          });
+        },
+      );
+      req.on('timeout', () => req.destroy(new Error('timeout')));
+      req.on('error', () => {
+        out.errors++;
+        done();
+      });
+      req.end(body);
+    });
+  const pending: Promise<void>[] = [];
+  const start = performance.now();
+  const intervalMs = 1000 / o.rate;
+  for (let i = 0; i < total; ) {
+    const now = performance.now();
+    // Every request whose time has come goes now; then sleep until the next one is due.
+    while (i < total && start + i * intervalMs <= now) {
+      const due = start + i * intervalMs;
+      i++;
+      if (inFlight >= maxInFlight) {
+        out.skipped++;
+        continue;
+      }
+      inFlight++;
+      out.sent++;
+      pending.push(one(due).finally(() => inFlight--));
+    }
+    if (i < total) await sleep(Math.max(0, start + i * intervalMs - performance.now()));
+  }
+  await Promise.all(pending);
+  agent.destroy();
+  const sorted = latencies.sort((a, b) => a - b);
+  const at = (q: number): number => (sorted.length ? sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] : Number.NaN);
+  return { ...out, latency: { p50: at(0.5), p99: at(0.99), max: sorted[sorted.length - 1] ?? Number.NaN } };
 }
 
 /** A Redis client for the bench's own probes (no retries: a dead Redis is a bench failure). */
