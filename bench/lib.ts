@@ -291,6 +291,8 @@ export interface PacedResult {
   errors: number;
   /** Requests never sent because `maxInFlight` were already waiting (the server fell behind). */
   skipped: number;
+  /** What the non-2xx answers and errors were: `503`, `ECONNRESET`, `timeout`, … with counts. */
+  failures: Record<string, number>;
   latency: { p50: number; p99: number; max: number };
 }
 
@@ -307,9 +309,15 @@ export async function pacedLoad(o: { url: string; path: () => string; body: () =
   const maxInFlight = o.maxInFlight ?? 256;
   const timeoutMs = o.timeoutMs ?? 30_000;
   const target = new URL(o.url);
-  const agent = new http.Agent({ keepAlive: true, maxSockets: maxInFlight });
+  // FIFO: every open connection is used in turn, so none sits idle long enough for the server's
+  // keep-alive timeout to close it just as a request is written to it (a reset that is the
+  // generator's, not the server's).
+  const agent = new http.Agent({ keepAlive: true, maxSockets: maxInFlight, scheduling: 'fifo' });
   const latencies: number[] = [];
-  const out = { sent: 0, ok: 0, non2xx: 0, errors: 0, skipped: 0 };
+  const out = { sent: 0, ok: 0, non2xx: 0, errors: 0, skipped: 0, failures: {} as Record<string, number> };
+  const fail = (what: string): void => {
+    out.failures[what] = (out.failures[what] ?? 0) + 1;
+  };
   let inFlight = 0;
   const one = (due: number): Promise<void> =>
     new Promise((done) => {
@@ -321,14 +329,18 @@ export async function pacedLoad(o: { url: string; path: () => string; body: () =
           res.on('end', () => {
             latencies.push(performance.now() - due);
             if (res.statusCode !== undefined && res.statusCode >= 200 && res.statusCode < 300) out.ok++;
-            else out.non2xx++;
+            else {
+              out.non2xx++;
+              fail(String(res.statusCode));
+            }
             done();
           });
         },
       );
       req.on('timeout', () => req.destroy(new Error('timeout')));
-      req.on('error', () => {
+      req.on('error', (err: NodeJS.ErrnoException) => {
         out.errors++;
+        fail(err.code ?? err.message);
         done();
       });
       req.end(body);
