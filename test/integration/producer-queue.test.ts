@@ -25,9 +25,10 @@ describe('producer queue', () => {
     try {
       if (producer.status !== 'ready') await new Promise((r) => producer.once('ready', r));
       await blocker.ping();
-      const busy = blocker.eval(BUSY, 0, '2600');
-      await new Promise((r) => setTimeout(r, 100));
-      // Built while Redis is stalled for longer than the producer's 2 s command timeout.
+      const busy = blocker.eval(BUSY, 0, '3000');
+      // Time for the script to be running before the queue is built, with room for a loaded machine.
+      await new Promise((r) => setTimeout(r, 300));
+      // Built while Redis is stalled for longer than the producer's 2 s command timeout (2.7 s left).
       const queue = make(producer);
       queue.on('error', () => undefined);
       await busy;
