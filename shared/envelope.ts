@@ -64,8 +64,8 @@ export interface EventSink {
 /** Outcome of {@link scanEnvelope}: the number of events, or an error naming the problem. */
 export type EnvelopeScan = { ok: true; events: number } | { ok: false; error: string };
 
-/** Outcome of {@link checkEnvelope}: also the decoded text, for whoever encodes it next. */
-export type EnvelopeCheck = { ok: true; text: string; events: number } | { ok: false; error: string };
+/** Outcome of {@link checkEnvelope}: also the decoded text when asked, for whoever encodes it next. */
+export type EnvelopeCheck = { ok: true; text?: string; events: number } | { ok: false; error: string };
 
 class ScanError extends Error {}
 
@@ -98,8 +98,13 @@ class Scanner {
   eventIndex = -1;
   /** Top-level keys seen, for the error about a missing "data" (at most 5 are named). */
   readonly topKeys: string[] = [];
-  /** Key ranges of the current event: start, end, escaped (0/1), three numbers per key. */
-  private readonly eventKeys: number[] = [];
+  /**
+   * Key ranges of the current event: start, end, escaped (0/1), three numbers per key, the first
+   * `keyCount` of them. Fixed size and reused: truncating a JS array frees its storage, and every
+   * event would allocate it again.
+   */
+  private readonly eventKeys = new Float64Array(LINEAR_KEYS * 3);
+  private keyCount = 0;
   /** The current event's keys once it has more than LINEAR_KEYS of them. */
   private keySet: Set<string> | undefined;
 
@@ -343,10 +348,11 @@ class Scanner {
    */
   checkUnique(index: number, start: number, end: number, escaped: boolean): void {
     const keys = this.eventKeys;
+    const n = this.keyCount * 3;
     let seen = this.keySet;
-    if (seen === undefined && keys.length >= LINEAR_KEYS * 3) {
+    if (seen === undefined && n === keys.length) {
       seen = this.keySet = new Set<string>();
-      for (let k = 0; k < keys.length; k += 3) seen.add(this.decode(keys[k], keys[k + 1]));
+      for (let k = 0; k < n; k += 3) seen.add(this.decode(keys[k], keys[k + 1]));
     }
     if (seen !== undefined) {
       const key = this.decode(start, end);
@@ -356,7 +362,7 @@ class Scanner {
     }
     const b = this.buf;
     const len = end - start;
-    for (let k = 0; k < keys.length; k += 3) {
+    for (let k = 0; k < n; k += 3) {
       const s = keys[k];
       const e = keys[k + 1];
       let same: boolean;
@@ -370,7 +376,10 @@ class Scanner {
       }
       if (same) this.duplicate(index, this.decode(start, end));
     }
-    keys.push(start, end, escaped ? 1 : 0);
+    keys[n] = start;
+    keys[n + 1] = end;
+    keys[n + 2] = escaped ? 1 : 0;
+    this.keyCount++;
   }
 
   duplicate(index: number, key: string): never {
@@ -386,7 +395,7 @@ class Scanner {
   /** One event object at pos (level 1), its top-level members handed to the sink. */
   event(index: number): void {
     const sink = this.sink;
-    this.eventKeys.length = 0;
+    this.keyCount = 0;
     this.keySet = undefined;
     this.eventIndex = index;
     sink?.beginEvent(index);
@@ -540,9 +549,14 @@ export function scanEnvelope(body: Uint8Array, sink?: EventSink, utf8Checked = f
 
 const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false });
 
-/** The API's check of a push body: UTF-8 (decoded once, for an inline encoder), then {@link scanEnvelope}. */
-export function checkEnvelope(body: Uint8Array): EnvelopeCheck {
+/**
+ * The API's check of a push body: {@link scanEnvelope}, and with `text` the body decoded once for
+ * an inline encoder. A queued push does not need the text: decoding it would allocate a string the
+ * size of the body on every push, only to drop it.
+ */
+export function checkEnvelope(body: Uint8Array, opts: { text?: boolean } = {}): EnvelopeCheck {
   if (body.length === 0) return { ok: false, error: `empty body: expected ${EXPECTED_ENVELOPE}` };
+  if (!opts.text) return scanEnvelope(body);
   let text: string;
   try {
     text = utf8.decode(body);

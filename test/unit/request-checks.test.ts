@@ -119,6 +119,27 @@ describe('push envelope checks', () => {
     // Different keys that share a prefix or a length are not duplicates; nested duplicates are kept as sent.
     expect(checkEnvelope(body('{"data":{"events":[{"ab":1,"ba":2,"a":3,"abc":4,"p":{"x":1,"x":2}}]}}'))).toMatchObject({ ok: true });
   });
+
+  it('checks each event for duplicates on its own: keys of one event never count against the next', () => {
+    // The key list is reused from event to event; what one event left in it must not leak.
+    const few = '{"a":1,"b":2,"c":3}';
+    const many = `{${Array.from({ length: 40 }, (_, i) => `"k${i}":${i}`).join(',')}}`;
+    expect(checkEnvelope(body(`{"data":{"events":[${few},${few},${many},${many},${few}]}}`))).toMatchObject({ ok: true, events: 5 });
+    expect(checkEnvelope(body(`{"data":{"events":[${many},${few},{"c":1,"c":2}]}}`))).toMatchObject({ ok: false, error: expect.stringMatching(/^data\.events\[2\] has the key "c" twice/) });
+    // Exactly at the switch from pairwise comparison to a Set (32 keys), a duplicate of the first key.
+    const at32 = Array.from({ length: 32 }, (_, i) => `"k${i}":${i}`).join(',');
+    expect(checkEnvelope(body(`{"data":{"events":[${few},{${at32},"k0":0}]}}`))).toMatchObject({ ok: false, error: expect.stringMatching(/^data\.events\[1\] has the key "k0" twice/) });
+    expect(checkEnvelope(body(`{"data":{"events":[{${at32}},{${at32},"k32":0}]}}`))).toMatchObject({ ok: true, events: 2 });
+  });
+
+  it('decodes the body only when asked (an inline encoder needs the text; a queued push does not)', () => {
+    const text = '{"data":{"events":[{"name":"é ✓"}]}}';
+    const queued = checkEnvelope(body(`\ufeff${text}`));
+    expect(queued).toEqual({ ok: true, events: 1 });
+    expect(checkEnvelope(body(`\ufeff${text}`), { text: true })).toEqual({ ok: true, events: 1, text });
+    expect(checkEnvelope(Buffer.from([0x7b, 0xff, 0x7d]), { text: true })).toEqual({ ok: false, error: 'body is not valid UTF-8' });
+    expect(checkEnvelope(Buffer.from([0x7b, 0xff, 0x7d]))).toEqual({ ok: false, error: 'body is not valid UTF-8' });
+  });
 });
 
 describe('storage paths and params', () => {
