@@ -289,12 +289,12 @@ export function createSyncRouter(opts: SyncRouterOptions): Router {
             }
             throw err;
           }
+          // The queue packs the bytes; only an inline encoder needs the body as text, so a queued
+          // push never decodes it (that string would double every in-flight body, then be dropped).
           const check = checkEnvelope(body.bytes, { text: plugin.mode === 'inline' });
           if (!check.ok) throw reject(observer, check.error.startsWith('malformed JSON') || check.error.includes('UTF-8') ? 'bad_json' : 'bad_envelope', 400, check.error);
           delete params[t.batchParam];
           if (limiter && appEvents) await limiter.admitEvents(collection.name, t.prefixParams.map((n) => params[n]).join('/'), appEvents, check.events, res);
-          // The queue packs the bytes; the decoded text is only needed to encode inline, and
-          // keeping it alive while the job is enqueued would hold every in-flight body twice.
           const validated = { text: check.text ?? '', events: check.events };
           let result: PushResult;
           try {
