@@ -8,18 +8,30 @@ import { promises as fs } from 'node:fs';
 /** Codes that mean "the directory cannot be fsynced here", which some platforms and filesystems report. */
 const DIR_FSYNC_UNSUPPORTED = new Set(['EISDIR', 'EINVAL', 'EPERM', 'EBADF', 'ENOTSUP']);
 
+/** The inode and mtime that identify one version of a file (a rename keeps both). */
+export interface FileVersion {
+  ino: bigint;
+  mtimeNs: bigint;
+}
+
 /**
- * Creates `file` (exclusively unless `exclusive: false`), writes all of `body` and fsyncs it; on failure the partial file is
- * removed. Returns the inode and mtime that identify this version (a rename keeps both).
+ * Creates `file` (exclusively unless `exclusive: false`), writes all of `body` and fsyncs it; on
+ * failure the partial file is removed. With `version: true` it returns the written version's
+ * inode and mtime (one more `fstat`, a thread-pool round trip the caller pays only when it
+ * records them); otherwise undefined.
  */
-export async function writeFileDurably(file: string, body: Uint8Array | string, opts: { exclusive?: boolean } = {}): Promise<{ ino: bigint; mtimeNs: bigint }> {
+export async function writeFileDurably(file: string, body: Uint8Array | string, opts: { exclusive?: boolean; version: true }): Promise<FileVersion>;
+export async function writeFileDurably(file: string, body: Uint8Array | string, opts?: { exclusive?: boolean; version?: false }): Promise<undefined>;
+export async function writeFileDurably(file: string, body: Uint8Array | string, opts: { exclusive?: boolean; version?: boolean } = {}): Promise<FileVersion | undefined> {
   const handle = await fs.open(file, opts.exclusive === false ? 'w' : 'wx');
-  let version: { ino: bigint; mtimeNs: bigint };
+  let version: FileVersion | undefined;
   try {
     await handle.writeFile(body);
     await handle.sync();
-    const st = await handle.stat({ bigint: true });
-    version = { ino: st.ino, mtimeNs: st.mtimeNs };
+    if (opts.version) {
+      const st = await handle.stat({ bigint: true });
+      version = { ino: st.ino, mtimeNs: st.mtimeNs };
+    }
   } catch (err) {
     await handle.close().catch(() => undefined);
     await unlinkQuietly(file);

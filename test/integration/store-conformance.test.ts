@@ -410,10 +410,10 @@ describe('filesystem', () => {
       expect(await store.head('events/app/new.parquet')).toEqual({ size: big.byteLength, sha256: sha256(big), contentType: 'application/vnd.apache.parquet' });
       await expectStoreError(store.putBytes('events/app/.meta-x', bytesOf(1)), false);
 
-      const legacy = new Uint8Array(randomBytes(100_000));
+      const legacy = new Uint8Array(randomBytes(SIDECAR_MIN_BYTES + 100_000));
       await writeFile(path.join(root, 'events', 'app', 'old.parquet'), legacy);
       // No sidecar to say otherwise: a `.parquet` file is Parquet.
-      expect(await store.head('events/app/old.parquet')).toEqual({ size: 100_000, sha256: sha256(legacy), contentType: 'application/vnd.apache.parquet' });
+      expect(await store.head('events/app/old.parquet')).toEqual({ size: legacy.byteLength, sha256: sha256(legacy), contentType: 'application/vnd.apache.parquet' });
       const sidecar = path.join(root, 'events', 'app', '.meta-old.parquet.json');
       const recorded = JSON.parse(await readFile(sidecar, 'utf8')) as { sha256: string };
       expect(recorded.sha256).toBe(sha256(legacy));
