@@ -19,6 +19,7 @@ export function createEncoderMetrics(registry: Registry) {
     inflightBytes: new Gauge({ name: `${P}encoder_inflight_bytes`, help: 'Body bytes (decoded JSON) of the jobs this encoder process works on now (counted against ENCODER_MAX_INFLIGHT_BYTES)', registers }),
     inflightBytesLimit: new Gauge({ name: `${P}encoder_inflight_bytes_limit`, help: 'ENCODER_MAX_INFLIGHT_BYTES of this process (0: no byte bound)', registers }),
     budgetWaitSeconds: new Histogram({ name: `${P}encoder_budget_wait_seconds`, help: 'Time a taken job waited for ENCODER_MAX_INFLIGHT_BYTES before it was unpacked', buckets: SLOW_BUCKETS, registers }),
+    payloadReloads: new Counter({ name: `${P}encoder_payload_reloads_total`, help: 'Jobs that let go of their payload while they waited for ENCODER_MAX_INFLIGHT_BYTES and read it from Redis again once admitted', registers }),
     active: new Gauge({ name: `${P}encoder_active_jobs`, help: 'Jobs being processed by this encoder process now', registers }),
     // Summed over instances this is the number of live encoders; `up` alone cannot tell a
     // process that still answers scrapes but has stopped taking jobs (shutting down).

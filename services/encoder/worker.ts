@@ -1,4 +1,4 @@
-import { type Job, UnrecoverableError, Worker } from 'bullmq';
+import { Job, UnrecoverableError, Worker } from 'bullmq';
 import type { Cluster, Redis } from 'ioredis';
 import type { Registry } from 'prom-client';
 import type { BatchLedger } from '../../shared/ledger/ledger.js';
@@ -60,21 +60,50 @@ export interface Encoder {
   close(graceMs?: number): Promise<void>;
 }
 
-/** Processes one job: decode → (wait for byte budget) → unpack → encode → write → release. */
-async function processJob(job: Job, o: EncoderOptions & { ledger: BatchLedger }, m: EncoderMetrics, budget: ByteBudget | undefined): Promise<{ key: string; rows: number; bytes: number }> {
-  const decoded = decodeJob(job.data);
-  if (!decoded.ok) throw new UnrecoverableError(decoded.reason);
-  const data: BatchJob = decoded.value;
+/**
+ * Processes one job: decode → (wait for byte budget) → unpack → encode → write → release.
+ * A job that has to wait for the byte budget lets go of its payload meanwhile (up to
+ * `concurrency` jobs are fetched at once, and each fetched payload is the compressed body) and
+ * reads it from Redis again once admitted, so jobs waiting in their slots hold no body bytes.
+ */
+async function processJob(job: Job, o: EncoderOptions & { ledger: BatchLedger }, m: EncoderMetrics, budget: ByteBudget | undefined, reload: (id: string) => Promise<unknown>): Promise<{ key: string; rows: number; bytes: number }> {
+  // No other reference to the payload may outlive the wait below (hence no `decoded` local here).
+  let data = jobContract(job.data);
   if (job.processedOn && job.attemptsMade === 0) m.waitSeconds.observe(Math.max(0, job.processedOn - job.timestamp) / 1000);
   if (!budget) return encodeAndWrite(data, o, m);
   const tw = performance.now();
-  await budget.take(data.bodyBytes);
+  const waited = !budget.tryTake(data.bodyBytes);
+  if (waited) {
+    // Both objects hold the payload string (zod's result is a copy of the object, not the string).
+    (job.data as { body?: string }).body = '';
+    data = { ...data, body: '' };
+    await budget.take(data.bodyBytes);
+  }
   m.budgetWaitSeconds.observe((performance.now() - tw) / 1000);
   try {
+    if (waited) {
+      data = await reloaded(job, data, reload);
+      m.payloadReloads.inc();
+    }
     return await encodeAndWrite(data, o, m);
   } finally {
     budget.give(data.bodyBytes);
   }
+}
+
+/** The job payload as the shared contract, or an UnrecoverableError naming what does not match. */
+function jobContract(payload: unknown): BatchJob {
+  const decoded = decodeJob(payload);
+  if (!decoded.ok) throw new UnrecoverableError(decoded.reason);
+  return decoded.value;
+}
+
+/** The job's payload read again from Redis (after a wait for the byte budget); the rest of the contract must not have changed. */
+async function reloaded(job: Job, before: BatchJob, reload: (id: string) => Promise<unknown>): Promise<BatchJob> {
+  // Gone (removed by an operator while it waited): an error, so BullMQ retries or drops it as it does a lost lock.
+  const again = jobContract(await reload(job.id ?? ''));
+  if (again.batchId !== before.batchId || again.bodyBytes !== before.bodyBytes) throw new Error(`job ${job.id ?? ''} changed while it waited for the byte budget`);
+  return again;
 }
 
 async function encodeAndWrite(data: BatchJob, o: EncoderOptions & { ledger: BatchLedger }, m: EncoderMetrics): Promise<{ key: string; rows: number; bytes: number }> {
@@ -131,13 +160,18 @@ export function createEncoder(o: EncoderOptions): Encoder {
 
   function startWorker(shard: EncoderShard): Worker {
     const so = { ...o, ledger: shard.ledger };
+    const reload = async (id: string): Promise<unknown> => {
+      const again = await Job.fromId(w, id);
+      if (!again) throw new Error(`job ${id} is no longer in the queue`);
+      return again.data;
+    };
     const w = new Worker(
       shard.queueName,
       async (job) => {
         if (gate) await gate.take(1);
         metrics.active.inc();
         try {
-          return await processJob(job, so, metrics, budget);
+          return await processJob(job, so, metrics, budget, reload);
         } finally {
           metrics.active.dec();
           gate?.give(1);
