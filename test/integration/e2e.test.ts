@@ -108,6 +108,10 @@ describe('end to end over real ports, as a user runs it', () => {
       return l.items.length === 3 ? l : null;
     }, 30_000, 'three batches listed');
     expect(listed).toEqual({ items: ids.map((id) => `${id}.parquet`), hasMore: false });
+    // The default slot count reaches the encoder thread (ENCODER_CONCURRENCY_DEFAULT).
+    // /metrics leaves the thread's part out when the thread takes over 2 s to answer (a loaded machine).
+    const slots = await waitFor(async () => /^ingest_encoder_concurrency\{service="ingest"\} (\d+)$/m.exec(await (await fetch(`${url}/metrics`)).text())?.[1], 20_000, "the encoder thread's metrics");
+    expect(slots).toBe('32');
     expect((await fetch(`${url}/list/events/shop`)).status).toBe(401);
     expect((await fetch(`${url}/pull/events/shop/${ids[0]}`)).status).toBe(401);
 
@@ -180,6 +184,8 @@ FROM read_parquet('${root}/events/shop/**/*.parquet') WHERE received_at >= now()
       expect(row?.n).toBe(1101);
       const metrics = await encoderMetricsWhen(metricsPort, /ingest_encoder_batches_total\{outcome="written",service="encoder"\} 3/);
       expect(metrics).toMatch(/ingest_encoder_batches_total\{outcome="written",service="encoder"\} 3/);
+      // The default slot count of an encoder process (ENCODER_CONCURRENCY_DEFAULT).
+      expect(metrics).toMatch(/^ingest_encoder_concurrency\{service="encoder"\} 32$/m);
       expect(await api.stop('SIGTERM')).toBe(0);
       expect(await encoder.stop('SIGTERM')).toBe(0);
     } finally {

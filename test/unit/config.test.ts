@@ -50,8 +50,15 @@ describe('SyncConfig validation', () => {
 describe('environment', () => {
   it('has the documented defaults', () => {
     const env = parseEnv({});
-    expect(env).toMatchObject({ PORT: 8787, HOST: '0.0.0.0', STORE: 'fs', DATA_DIR: './data', ENCODER_CONCURRENCY: 8, METRICS_PORT: 9464, LOG_LEVEL: 'info', S3_FORCE_PATH_STYLE: false });
+    expect(env).toMatchObject({ PORT: 8787, HOST: '0.0.0.0', STORE: 'fs', DATA_DIR: './data', ENCODER_CONCURRENCY: 32, METRICS_PORT: 9464, LOG_LEVEL: 'info', S3_FORCE_PATH_STYLE: false });
     expect(env.REDIS_URL).toBeUndefined();
+  });
+
+  it('takes ENCODER_CONCURRENCY from 1 to 64', () => {
+    expect(parseEnv({ ENCODER_CONCURRENCY: '3' }).ENCODER_CONCURRENCY).toBe(3);
+    expect(parseEnv({ ENCODER_CONCURRENCY: '64' }).ENCODER_CONCURRENCY).toBe(64);
+    expect(() => parseEnv({ ENCODER_CONCURRENCY: '65' })).toThrow(/ENCODER_CONCURRENCY/);
+    expect(() => parseEnv({ ENCODER_CONCURRENCY: '0' })).toThrow(/ENCODER_CONCURRENCY/);
   });
 
   it('names each bad variable', () => {
