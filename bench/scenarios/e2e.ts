@@ -5,10 +5,9 @@
  * 32 connections, alternated ours/reference, at 100-, 1,000-, 10- and 1-event batches (the last
  * two are what browser and mobile SDKs flush). Measured per run: accepted pushes/s, durable
  * events/s (ours: until every accepted batch is a file; the reference encodes inside the push so
- * accepted = durable), CPU per
- * batch of each process (and of ours per thread: API event loop, encoder thread, the rest). At
- * 100-event batches also: latency at saturation and at 60% of the reference's saturation rate,
- * non-2xx, bytes per event on disk, DuckDB query time.
+ * accepted = durable), CPU per batch of each process (and of ours per thread: API event loop,
+ * encoder thread, the rest). At 100-event batches also: latency at saturation and at 60% of the
+ * reference's saturation rate, non-2xx, bytes per event on disk, DuckDB query time.
  */
 import { linkSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
