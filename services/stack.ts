@@ -32,8 +32,8 @@ export interface StackParts {
 export interface RunningStack {
   logger: Logger;
   store: ObjectStore;
-  /** The Redis URL, or `cluster <seed nodes>`. */
-  redisUrl: string;
+  /** Where Redis is, as logs name it: host:port, `unix:<socket>` or `cluster <seed nodes>` (never a password). */
+  redisName: string;
   registry: Registry;
   api?: { server: RunningServer; app: ApiApp };
   encoder?: Encoder;
@@ -52,12 +52,12 @@ export async function startStack(env: Env, parts: StackParts, logger = createLog
   const tokens = loadTokens(env);
   const store = storeFromEnv(env);
   const target = redisTarget(env);
-  const redisUrl = target.kind === 'single' ? target.url : describeTarget(target);
+  const redisName = describeTarget(target);
   const layouts = shardLayouts(env.QUEUE_NAME, env.QUEUE_SHARDS, target.kind === 'cluster');
   const registry = createRegistry(parts.serviceLabel ?? (parts.api && parts.encoder ? 'ingest' : parts.api ? 'api' : 'encoder'), parts.defaultMetrics ?? true);
   const connections: RedisClient[] = [];
   const shardSets: ShardSet[] = [];
-  const stack: RunningStack = { logger, store, redisUrl, registry, close: async () => undefined };
+  const stack: RunningStack = { logger, store, redisName, registry, close: async () => undefined };
   /** A start refused after connections were opened: drop them, then fail. */
   const abandon = async (err: unknown): Promise<never> => {
     await stack.encoder?.close(250).catch(() => undefined);
@@ -103,7 +103,7 @@ export async function startStack(env: Env, parts: StackParts, logger = createLog
     const producer = createRedisClient(target, 'producer', logger);
     connections.push(producer);
     // Pushes fail fast while Redis is away; give it a moment at start so the first ones do not.
-    await waitReady(producer, 5000).catch(() => logger.warn({ redis: redisUrl }, 'Redis not reachable yet: pushes answer 503 until it is'));
+    await waitReady(producer, 5000).catch(() => logger.warn({ redis: redisName }, 'Redis not reachable yet: pushes answer 503 until it is'));
     if (!parts.encoder) await checkLayout(producer, env, layouts, logger).catch(abandon);
     const shards = ShardSet.open(producer, layouts, { replicas: env.REDIS_WAIT_REPLICAS, timeoutMs: env.REDIS_WAIT_TIMEOUT_MS });
     shardSets.push(shards);
@@ -114,7 +114,7 @@ export async function startStack(env: Env, parts: StackParts, logger = createLog
     const server = await listen(app.app as http.RequestListener, env.PORT, env.HOST);
     stack.api = { server, app };
     logger.info(
-      { url: server.url, redis: redisUrl, store: store.describe(), collections: config.collections.map((c) => c.name), queue: env.QUEUE_NAME, shards: layouts.length, waitReplicas: env.REDIS_WAIT_REPLICAS, encoder: parts.encoder },
+      { url: server.url, redis: redisName, store: store.describe(), collections: config.collections.map((c) => c.name), queue: env.QUEUE_NAME, shards: layouts.length, waitReplicas: env.REDIS_WAIT_REPLICAS, encoder: parts.encoder },
       'api listening',
     );
     for (const c of config.collections) {
@@ -128,7 +128,7 @@ export async function startStack(env: Env, parts: StackParts, logger = createLog
   void (async () => {
     try {
       const [, aof] = (await connections[0]?.config('GET', 'appendonly')) as [string, string];
-      if (aof !== 'yes') logger.warn({ redis: redisUrl }, 'Redis runs without AOF (appendonly no): acknowledged batches still queued are lost if Redis restarts');
+      if (aof !== 'yes') logger.warn({ redis: redisName }, 'Redis runs without AOF (appendonly no): acknowledged batches still queued are lost if Redis restarts');
     } catch {
       /* CONFIG may be disabled (managed Redis); nothing to warn about then */
     }

@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { parseStoragePath } from './paths.js';
+import { redisUrlProblem } from './redis-url.js';
 
 /** Raised when configuration is invalid; the message names the field. Entry points print it and exit 1. */
 export class ConfigError extends Error {
@@ -219,7 +220,14 @@ export const EnvSchema = z
       .string()
       .regex(/^(\/[A-Za-z0-9._~-]+)*$/, 'must be empty or like /ingest (no trailing slash)')
       .default(''),
-    REDIS_URL: z.string().url().optional(),
+    /** One Redis: `redis://host:port`, `rediss://…`, or `unix:///path/redis.sock` for one on this host. */
+    REDIS_URL: z
+      .string()
+      .superRefine((v, ctx) => {
+        const problem = redisUrlProblem(v);
+        if (problem) ctx.addIssue({ code: 'custom', message: problem });
+      })
+      .optional(),
     /** Seed nodes of a Redis Cluster (`host:port,host:port,…`); switches every process to the Cluster client. */
     REDIS_CLUSTER_NODES: z
       .string()

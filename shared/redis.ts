@@ -1,5 +1,6 @@
 import { Cluster, type ClusterOptions, Redis, type RedisOptions } from 'ioredis';
 import { type Logger, type ThrottledWarn, throttledWarn } from './logger.js';
+import { ioredisAddress, unixSocketOf } from './redis-url.js';
 
 export const DEFAULT_REDIS_URL = 'redis://127.0.0.1:6379';
 
@@ -13,7 +14,7 @@ export const DEFAULT_REDIS_URL = 'redis://127.0.0.1:6379';
  * CONNECTION_ERROR_LOG_MS per Redis, and `redis reachable again` when it is back.
  */
 export function createRedis(url: string, role: 'producer' | 'worker', extra: RedisOptions = {}, logger?: Logger): Redis {
-  const client = new Redis(url, { ...baseOptions, ...roleOptions(role), ...extra });
+  const client = new Redis(ioredisAddress(url), { ...baseOptions, ...roleOptions(role), ...extra });
   // Without a listener ioredis would print each retry to stderr. With a logger, connection
   // errors are logged at most every few seconds per Redis (all connections to it together).
   if (!logger) {
@@ -51,9 +52,11 @@ export function redisTarget(env: { REDIS_URL?: string; REDIS_CLUSTER_NODES?: { h
   return { kind: 'single', url: env.REDIS_URL ?? DEFAULT_REDIS_URL };
 }
 
-/** What logs and /readyz name a target by: the URL's host:port, or `cluster` and the seed nodes (never a password). */
+/** What logs and /readyz name a target by: the URL's host:port, a unix socket's path, or `cluster` and the seed nodes (never a password). */
 export function describeTarget(t: RedisTarget): string {
   if (t.kind === 'cluster') return `cluster ${t.nodes.map((n) => `${n.host}:${n.port}`).join(',')}`;
+  const socket = unixSocketOf(t.url);
+  if (socket !== undefined) return `unix:${socket.split('?')[0]}`;
   try {
     const u = new URL(t.url);
     return `${u.hostname}:${u.port || 6379}`;

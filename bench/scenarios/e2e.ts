@@ -13,6 +13,7 @@ import { linkSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { DuckDBInstance } from '@duckdb/node-api';
+import { unixSocketUrl } from '../../shared/redis-url.js';
 import { freePort, startRedisServer } from '../../test/helpers/redis-server.js';
 import { type Child, bodyFactory, loadTest, median, pacedLoad, parquetFiles, probeRedis, processCpuSeconds, redisCpuSeconds, row, sleep, spawnService, spawnTs, splitThreadCpu, threadCpuSeconds, waitForFiles, waitHttp } from '../lib.js';
 import type { BenchContext, BenchRow } from '../types.js';
@@ -26,6 +27,13 @@ const DURABLE_TARGET: Partial<Record<number, number>> = { 100: 1.0, 1000: 1.5, 1
 
 /** The private Redis `npm start` would start: AOF on, fsync every second, no eviction. */
 export const EMBEDDED_REDIS_ARGS = ['--appendonly', 'yes', '--appendfsync', 'everysec', '--maxmemory-policy', 'noeviction'];
+
+/**
+ * Ours reaches that Redis over loopback TCP, like every earlier run of this scenario.
+ * `BENCH_REDIS_SOCKET=1` uses its unix socket instead, as `npm start` does with the private
+ * Redis it starts (shared/private-redis.ts); docs/performance.md ("Fifth pass") compares the two.
+ */
+const OVER_TCP = process.env.BENCH_REDIS_SOCKET !== '1';
 
 interface Side {
   name: 'ours' | 'ref';
@@ -68,7 +76,8 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
   const rateSec = smoke ? 1 : 10;
   const rounds = smoke ? 1 : 2;
   const tmp = mkdtempSync(join(tmpdir(), 'ingest-bench-e2e-'));
-  const redisServer = await startRedisServer({ args: EMBEDDED_REDIS_ARGS });
+  const socket = join(tmp, 'redis.sock');
+  const redisServer = await startRedisServer({ args: [...EMBEDDED_REDIS_ARGS, ...(OVER_TCP ? [] : ['--unixsocket', socket, '--unixsocketperm', '700'])] });
   const redis = probeRedis(redisServer.url);
   const procs: Child[] = [];
   try {
@@ -80,11 +89,11 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
       url: `http://127.0.0.1:${oursPort}`,
       dataDir: oursDir,
       // LOG_LEVEL as `npm start` has it unless the caller overrides, so the bench measures the default.
-      proc: await spawnService('services/main', { PORT: String(oursPort), HOST: '127.0.0.1', REDIS_URL: redisServer.url, DATA_DIR: oursDir, QUEUE_NAME: 'bench-e2e', ...(process.env.BENCH_LOG_LEVEL ? { LOG_LEVEL: process.env.BENCH_LOG_LEVEL } : {}) }),
+      proc: await spawnService('services/main', { PORT: String(oursPort), HOST: '127.0.0.1', REDIS_URL: OVER_TCP ? redisServer.url : unixSocketUrl(socket), DATA_DIR: oursDir, QUEUE_NAME: 'bench-e2e', ...(process.env.BENCH_LOG_LEVEL ? { LOG_LEVEL: process.env.BENCH_LOG_LEVEL } : {}) }),
     };
     const ref: Side = { name: 'ref', url: `http://127.0.0.1:${refPort}`, dataDir: refDir, proc: spawnTs('bench/reference-server.ts', { PORT: String(refPort), DATA_DIR: refDir }) };
     procs.push(ours.proc, ref.proc);
-    ctx.progress('e2e: starting both servers');
+    ctx.progress(`e2e: starting both servers (ours reaches Redis over ${OVER_TCP ? 'loopback TCP' : 'a unix socket'})`);
     await Promise.all([waitHttp(`${ours.url}/healthz`, ours.proc), waitHttp(`${ref.url}/healthz`, ref.proc)]);
 
     let runNo = 0;

@@ -7,6 +7,7 @@ import { BATCH_ID_RE, batchIdMs } from '../../shared/ids.js';
 import { SIDECAR_MIN_BYTES } from '../../shared/store/filesystem.js';
 import { createLogger } from '../../shared/logger.js';
 import { ensureRedis } from '../../shared/private-redis.js';
+import { ioredisAddress } from '../../shared/redis-url.js';
 import { duckQuery } from '../helpers/duckdb.js';
 import { batchBody, sampleEvent } from '../helpers/events.js';
 import { uniqueName } from '../helpers/names.js';
@@ -126,7 +127,7 @@ describe('end to end over real ports, as a user runs it', () => {
     }
 
     // Exactly one .parquet per batch under the store root; beside them only the metadata sidecars
-    // of files over 64 KiB (a small Parquet batch file has none: its head hashes it).
+    // of files over 256 KiB (a small Parquet batch file has none: its head hashes it).
     const eventFiles = listFiles(join(dataDir, 'events'));
     const large = ids.filter((id) => statSync(join(dataDir, 'events', 'shop', `${id}.parquet`)).size > SIDECAR_MIN_BYTES);
     expect(large.length).toBeLessThan(ids.length);
@@ -231,19 +232,51 @@ FROM read_parquet('${root}/events/shop/**/*.parquet') WHERE received_at >= now()
     }
   });
 
-  it('the embedded default starts a private redis-server with AOF under DATA_DIR/redis when none answers', async () => {
+  it('the embedded default starts a private redis-server with AOF under DATA_DIR/redis when none answers; REDIS_URL=unix:///… with a password reaches it over its socket and logs neither', async () => {
     const dataDir = mkdtempSync(join(tmpdir(), 'ingest-embedded-'));
     dirs.push(dataDir);
-    const handle = await ensureRedis({ dataDir, logger: createLogger({ level: 'silent', name: 't' }), port: await freePort() });
+    const tcpPort = await freePort();
+    const handle = await ensureRedis({ dataDir, logger: createLogger({ level: 'silent', name: 't' }), port: tcpPort });
+    const { Redis } = await import('ioredis');
+    const clients: InstanceType<typeof Redis>[] = [];
     try {
       expect(handle.owned).toBe(true);
       expect(existsSync(join(dataDir, 'redis'))).toBe(true);
-      const { Redis } = await import('ioredis');
-      const r = new Redis(handle.url);
+      // This process talks to it over an owner-only unix socket in its folder; TCP stays open.
+      const socket = join(dataDir, 'redis', 'redis.sock');
+      expect(handle.url).toBe(`unix://${socket}`);
+      expect(statSync(socket).isSocket()).toBe(true);
+      expect(statSync(socket).mode & 0o777).toBe(0o700);
+      const r = new Redis(ioredisAddress(handle.url));
+      const tcp = new Redis(`redis://127.0.0.1:${tcpPort}`);
+      clients.push(r, tcp);
       expect(await r.config('GET', 'appendonly')).toEqual(['appendonly', 'yes']);
       expect(await r.config('GET', 'maxmemory-policy')).toEqual(['maxmemory-policy', 'noeviction']);
-      r.disconnect();
+      expect(await tcp.ping()).toBe('PONG');
+
+      // The compiled `npm start` given that socket and a password takes a push to a file.
+      const password = 'pw-SENTINEL-redis-0451';
+      await r.config('SET', 'requirepass', password);
+      const port = await freePort();
+      const url = `http://127.0.0.1:${port}`;
+      const proc = startService(entry['services/main.js']!, { PORT: String(port), HOST: '127.0.0.1', DATA_DIR: dataDir, REDIS_URL: `${handle.url}?password=${password}`, QUEUE_NAME: uniqueName('unix'), ADMIN_TOKEN: TOKEN });
+      procs.push(proc);
+      await waitForHttp(`${url}/readyz`, 30_000, proc);
+      const pushed = await push(url, 'sock', batchBody(10));
+      expect(pushed.status).toBe(200);
+      const file = join(dataDir, 'events', 'sock', `${pushed.json.batchId}.parquet`);
+      await waitFor(async () => existsSync(file) || null, 30_000, 'the batch file');
+      const [row] = await duckQuery(`SELECT COUNT(*) AS n FROM read_parquet('${file}')`);
+      expect(Number(row!.n)).toBe(10);
+      // Its connections are socket clients (CLIENT LIST gives a socket client's laddr as the path).
+      const clientList = String(await tcp.client('LIST'));
+      expect(clientList.split('\n').filter((l) => l.includes(`laddr=${socket}`)).length).toBeGreaterThanOrEqual(3);
+      expect(await proc.stop('SIGTERM')).toBe(0);
+      // Logs name the socket, never the password.
+      expect(proc.output()).toContain(`"redis":"unix:${socket}"`);
+      expect(proc.output()).not.toContain(password);
     } finally {
+      for (const c of clients) c.disconnect();
       await handle.stop();
     }
   });

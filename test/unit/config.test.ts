@@ -61,6 +61,16 @@ describe('environment', () => {
     expect(() => parseEnv({ ENCODER_CONCURRENCY: '0' })).toThrow(/ENCODER_CONCURRENCY/);
   });
 
+  it('takes REDIS_URL as redis://, rediss:// or unix:///<socket path>, and names what is wrong with any other', () => {
+    expect(parseEnv({ REDIS_URL: 'redis://:pw@10.0.0.5:6380/2' }).REDIS_URL).toBe('redis://:pw@10.0.0.5:6380/2');
+    expect(parseEnv({ REDIS_URL: 'rediss://cache.internal:6380' }).REDIS_URL).toBe('rediss://cache.internal:6380');
+    expect(parseEnv({ REDIS_URL: 'unix:///run/redis/redis.sock?db=1' }).REDIS_URL).toBe('unix:///run/redis/redis.sock?db=1');
+    expect(() => parseEnv({ REDIS_URL: 'unix://run/redis.sock' })).toThrow(/REDIS_URL: a unix socket is named unix:\/\/\/absolute\/path\.sock/);
+    expect(() => parseEnv({ REDIS_URL: 'http://10.0.0.5:6379' })).toThrow(/REDIS_URL: scheme "http:" is not one of redis:, rediss:, unix:/);
+    expect(() => parseEnv({ REDIS_URL: '10.0.0.5:6379' })).toThrow(/REDIS_URL/);
+    expect(() => parseEnv({ REDIS_URL: 'redis://' })).toThrow(/REDIS_URL: names no host/);
+  });
+
   it('names each bad variable', () => {
     expect(() => parseEnv({ PORT: 'x' })).toThrow(/environment variable PORT/);
     expect(() => parseEnv({ STORE: 'gcs' })).toThrow(/STORE/);
