@@ -1,8 +1,9 @@
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import { constants as fsConstants, promises as fs } from 'node:fs';
 import type { BigIntStats, Dirent } from 'node:fs';
 import path from 'node:path';
 import { StoreError } from '../errors.js';
+import { randomHex } from '../ids.js';
 import { DirSyncGroup, errnoCode, type FileVersion, fsyncDir, unlinkQuietly, writeFileDurably } from './durable.js';
 import { compareKeys, prefixCanMatchKeys, resolveListLimit, validateKey } from './keys.js';
 import type { Readable } from 'node:stream';
@@ -129,7 +130,7 @@ export class FilesystemObjectStore implements ObjectStore {
     const sidecar = body.byteLength > SIDECAR_MIN_BYTES || opts.contentType !== impliedContentType(file);
     const sha256 = sidecar ? createHash('sha256').update(body).digest('hex') : '';
     try {
-      const tmp = path.join(dir, `${TEMP_PREFIX}${randomBytes(8).toString('hex')}`);
+      const tmp = path.join(dir, `${TEMP_PREFIX}${randomHex(8)}`);
       // The version (inode, mtime) is read back only for a sidecar, which records it.
       const put = (): Promise<FileVersion | undefined> => (sidecar ? writeFileDurably(tmp, body, { version: true }) : writeFileDurably(tmp, body));
       let written: FileVersion | undefined;
@@ -554,7 +555,7 @@ function sidecarPath(file: string): string {
  * persists both in the normal case.
  */
 async function writeSidecar(file: string, side: Sidecar): Promise<void> {
-  const tmp = path.join(path.dirname(file), `${TEMP_PREFIX}${randomBytes(8).toString('hex')}`);
+  const tmp = path.join(path.dirname(file), `${TEMP_PREFIX}${randomHex(8)}`);
   try {
     await fs.writeFile(tmp, JSON.stringify(side), { flag: 'wx' });
     await fs.rename(tmp, sidecarPath(file));
