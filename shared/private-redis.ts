@@ -37,9 +37,9 @@ const MAX_SOCKET_PATH = 100;
 /**
  * The embedded default: with no REDIS_URL, use a Redis on 127.0.0.1:6379, or start a private
  * `redis-server` there (AOF on, data under DATA_DIR/redis, noeviction) so a 200 survives restarts.
- * This process talks to the server it started through a unix socket in that folder (owner-only),
- * which costs both sides less CPU per command than loopback TCP; the TCP port stays open for
- * redis-cli and for a second process on the same default.
+ * This process talks to the server it started through a unix socket in that folder (mode 0700):
+ * about 2% less CPU per push than loopback TCP at a steady load (docs/performance.md, "Fifth
+ * pass"). The TCP port stays open for redis-cli and for a second process on the same default.
  */
 export async function ensureRedis(opts: { redisUrl?: string; dataDir: string; logger: Logger; port?: number }): Promise<RedisHandle> {
   if (opts.redisUrl) return { url: opts.redisUrl, owned: false, stop: async () => undefined };
