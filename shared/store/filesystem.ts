@@ -132,7 +132,7 @@ export class FilesystemObjectStore implements ObjectStore {
     try {
       const tmp = path.join(dir, `${TEMP_PREFIX}${randomHex(8)}`);
       // The version (inode, mtime) is read back only for a sidecar, which records it.
-      const put = (): Promise<FileVersion | undefined> => (sidecar ? writeFileDurably(tmp, body, { version: true }) : writeFileDurably(tmp, body));
+      const put = (): Promise<FileVersion | undefined> => writeFileDurably(tmp, body, { version: sidecar });
       let written: FileVersion | undefined;
       if (this.knownDirs.has(dir)) {
         try {
