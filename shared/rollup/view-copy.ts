@@ -22,6 +22,7 @@ import path from 'node:path';
 import { Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { z } from 'zod';
+import { StoreError } from '../errors.js';
 import { listPrefix, parseStoragePath } from '../paths.js';
 import { FilesystemObjectStore } from '../store/filesystem.js';
 import type { ObjectStore } from '../store/types.js';
@@ -197,9 +198,36 @@ async function discoverLocal(root: string, template: ReturnType<typeof parseStor
   return discoverPrefixes(new FilesystemObjectStore({ root }), template, { root: which, match: params });
 }
 
-/** Streams `key` into `file` (temp name, then rename: no half-written file under the final name); resolves to its size. */
-async function fetchObject(store: ObjectStore, key: string, file: string): Promise<number> {
+/** Reads of one object the copy makes before it gives up on a connection that keeps dropping. */
+export const FETCH_ATTEMPTS = 3;
+/** Errors of a connection, not of the local disk: the object is read again from the start. */
+const NETWORK_CODES = new Set(['ECONNRESET', 'ECONNREFUSED', 'EPIPE', 'ETIMEDOUT', 'ECONNABORTED', 'ERR_STREAM_PREMATURE_CLOSE']);
+
+function isDroppedConnection(err: unknown): boolean {
+  if (err instanceof StoreError) return err.retriable;
+  if (typeof err !== 'object' || err === null) return false;
+  const { code, message } = err as { code?: unknown; message?: unknown };
+  return (typeof code === 'string' && NETWORK_CODES.has(code)) || message === 'aborted';
+}
+
+/**
+ * Streams `key` into `file` (temp name, then rename: no half-written file under the final name);
+ * resolves to its size. A connection that drops mid-object costs a fresh read of the whole
+ * object, up to FETCH_ATTEMPTS reads; a local write error is not retried.
+ */
+export async function fetchObject(store: ObjectStore, key: string, file: string): Promise<number> {
   await fs.mkdir(path.dirname(file), { recursive: true });
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await fetchOnce(store, key, file);
+    } catch (err) {
+      if (attempt >= FETCH_ATTEMPTS || !isDroppedConnection(err)) throw err;
+      await new Promise((resolve) => setTimeout(resolve, 100 * attempt));
+    }
+  }
+}
+
+async function fetchOnce(store: ObjectStore, key: string, file: string): Promise<number> {
   const temp = `${file}.part-${randomBytes(4).toString('hex')}`;
   let size = 0;
   const count = new Transform({

@@ -23,6 +23,8 @@ const MAX_ATTEMPTS = 3;
 const CONNECTION_TIMEOUT_MS = 2_000;
 /** Generous for one batch file (a few MB), still bounded. */
 const REQUEST_TIMEOUT_MS = 10_000;
+/** Pause before sending a GET again whose body broke off (times the attempt number). */
+const BODY_RETRY_DELAY_MS = 100;
 /** ListObjectsV2 never returns more than this per page. */
 const MAX_KEYS_PER_PAGE = 1000;
 
@@ -154,18 +156,34 @@ export class S3ObjectStore implements ObjectStore {
     }
   }
 
-  /** The object and its stored content type, or null on NoSuchKey / 404 (a missing bucket is an error). */
+  /**
+   * The object and its stored content type, or null on NoSuchKey / 404 (a missing bucket is an error).
+   * The SDK retries a request that fails before its response; a connection that drops while the
+   * body is read fails after the SDK has returned, so that GET is sent again here, up to
+   * MAX_ATTEMPTS reads in all.
+   */
   async getBytes(key: string): Promise<StoredObject | null> {
     validateKey(key);
-    try {
-      const res = await this.client.send(new GetObjectCommand({ Bucket: this.bucket, Key: this.prefix + key }));
-      const body = res.Body === undefined ? new Uint8Array(0) : await res.Body.transformToByteArray();
+    for (let attempt = 1; ; attempt++) {
+      let res;
+      try {
+        res = await this.client.send(new GetObjectCommand({ Bucket: this.bucket, Key: this.prefix + key }));
+      } catch (err) {
+        if (isMissingObject(err)) return null;
+        throw toStoreError('get', key, err);
+      }
+      let body: Uint8Array;
+      try {
+        body = res.Body === undefined ? new Uint8Array(0) : await res.Body.transformToByteArray();
+      } catch (err) {
+        const failure = toStoreError('get', key, err);
+        if (!failure.retriable || attempt >= MAX_ATTEMPTS) throw failure;
+        await new Promise((resolve) => setTimeout(resolve, BODY_RETRY_DELAY_MS * attempt));
+        continue;
+      }
       const result: StoredObject = { body };
       if (res.ContentType !== undefined) result.contentType = res.ContentType;
       return result;
-    } catch (err) {
-      if (isMissingObject(err)) return null;
-      throw toStoreError('get', key, err);
     }
   }
 
