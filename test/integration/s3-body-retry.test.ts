@@ -12,10 +12,10 @@ import { S3ObjectStore } from '../../shared/store/s3.js';
 /**
  * A GET whose body breaks off after its headers fails after the SDK's own retries have ended
  * (they cover a request that gets no response). CI saw it once from s3rver (ECONNRESET,
- * "aborted" while reading a manifest). This endpoint answers the first `breaks` GETs of a key
- * with its headers and part of the body, then drops the connection.
+ * "aborted" while reading a manifest). This endpoint answers the next `breaks` GETs with their
+ * headers and part of the body, then drops the connection.
  */
-describe('S3 getBytes when the connection drops mid-body', () => {
+describe('S3 reads when the connection drops mid-body', () => {
   const body = Buffer.from(Array.from({ length: 4096 }, (_, i) => i % 251));
   let server: Server;
   let breaks = 0;
