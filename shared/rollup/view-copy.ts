@@ -17,7 +17,7 @@
  * the store) are removed, so the copy stays the size of the view and never shows a row twice.
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { createWriteStream, promises as fs } from 'node:fs';
+import { type WriteStream, createWriteStream, promises as fs } from 'node:fs';
 import path from 'node:path';
 import { Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -236,6 +236,7 @@ async function fetchOnce(store: ObjectStore, key: string, file: string): Promise
       done(null, chunk);
     },
   });
+  let out: WriteStream | undefined;
   try {
     let body: Readable | null;
     if (store.getStream) body = await store.getStream(key);
@@ -244,9 +245,14 @@ async function fetchOnce(store: ObjectStore, key: string, file: string): Promise
       body = got ? Readable.from([Buffer.from(got.body)]) : null;
     }
     if (body === null) throw new Error(`${key} is listed by the view but missing from ${store.describe()}`);
-    await pipeline(body, count, createWriteStream(temp));
+    out = createWriteStream(temp);
+    await pipeline(body, count, out);
     await fs.rename(temp, file);
   } catch (err) {
+    // pipeline rejects as soon as the body fails, when the file may still be opening: removed
+    // before its open completes, the part file would come back and stay.
+    const stream = out;
+    if (stream && !stream.closed) await new Promise<void>((resolve) => stream.once('close', () => resolve()));
     await fs.rm(temp, { force: true });
     throw err;
   }
