@@ -66,8 +66,14 @@ async function acceptance1(d: Deployment, periodSeconds: number, mode: 'store' |
   };
   const ids = new Map<string, string[]>(apps.map((a) => [a, []]));
   const until = Date.now() + SECONDS * 1000;
+  // The view must be read several times while it grows. One read takes ~1 s alone but 3-8 s on a
+  // machine loaded by other test files (S3 through the local copy), so pushes go on past `until`
+  // until that many reads were taken (bounded: twice SECONDS more at most).
+  const minSamplesWhilePushing = Math.max(3, Math.floor((SECONDS - 5) / 3));
+  const hardUntil = until + 2 * SECONDS * 1000;
+  let samplesWhilePushing = 0;
   const pushers = apps.map(async (app, k) => {
-    for (let i = 0; Date.now() < until && i < 100_000; i++) {
+    for (let i = 0; (Date.now() < until || samplesWhilePushing < minSamplesWhilePushing) && Date.now() < hardUntil && i < 100_000; i++) {
       const n = 10 + ((i * 7 + k) % 31);
       inFlight += n;
       const id = await push(d.url, app, n);
@@ -94,6 +100,7 @@ async function acceptance1(d: Deployment, periodSeconds: number, mode: 'store' |
     // A file can be written before its push's 200 reaches the client: pushes in flight count as an upper bound too.
     const upper = acked + inFlight;
     samples.push({ n, upper });
+    if (pushing) samplesWhilePushing++;
     expect(n, `sample ${s}`).toBeLessThanOrEqual(upper);
     if (samples.length > 1) expect(n, `sample ${s} went backwards`).toBeGreaterThanOrEqual(samples[samples.length - 2]!.n);
     const w = (await readManifest(d.store, 'events/alpha/'))?.watermarkMs ?? 0;
@@ -107,7 +114,8 @@ async function acceptance1(d: Deployment, periodSeconds: number, mode: 'store' |
     await sleep(Math.max(0, 1000 - (Date.now() - t0)));
   }
   expect(pushing).toBe(false);
-  expect(samples.length).toBeGreaterThanOrEqual(SECONDS - 5);
+  expect(samplesWhilePushing).toBeGreaterThanOrEqual(minSamplesWhilePushing);
+  expect(samples.length).toBeGreaterThan(samplesWhilePushing);
   // Rollups happened between samples, not before the first or after the last. In the long form
   // (npm run rollup-acceptance, 40 s) at least one also lands while pushes run; the short form's
   // 12 s can end before a loaded machine's first pass.
