@@ -40,5 +40,18 @@ describe('job payload packing', () => {
     // A payload that inflates past its advertised size is refused (the size bounds memory).
     const understated = await restoreBody(job({ ...packed, bodyBytes: 100 }));
     expect(understated).toMatchObject({ ok: false, reason: expect.stringMatching(/cannot be unpacked/) });
+    // One that inflates short of it is refused too, naming both sizes; a claim far past the
+    // largest body allocates a bounded output buffer, not the claim.
+    for (const bodyBytes of [packed.bodyBytes + 1, 200 * 1024 * 1024]) {
+      const overstated = await restoreBody(job({ ...packed, bodyBytes }));
+      expect(overstated).toMatchObject({ ok: false, reason: `job body cannot be unpacked: the payload holds ${packed.bodyBytes} bytes, the job says ${bodyBytes}` });
+    }
+  });
+
+  it('a text payload whose size is not the one recorded is refused', async () => {
+    const packed = await packBody(Buffer.from('{"data":{"events":[]},"baseHash":null}'));
+    expect(packed.encoding).toBe('identity');
+    expect(await restoreBody(job({ ...packed, bodyBytes: packed.bodyBytes - 1 }))).toMatchObject({ ok: false, reason: expect.stringMatching(/holds \d+ bytes, the job says/) });
+    expect(await restoreBody(job(packed))).toMatchObject({ ok: true });
   });
 });
