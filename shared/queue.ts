@@ -59,7 +59,8 @@ const DEFLATE_OPTIONS = { level: 1, strategy: zc.Z_DEFAULT_STRATEGY };
 const OUTPUT_CHUNK_MIN = zc.Z_DEFAULT_CHUNK;
 const OUTPUT_CHUNK_MAX = 16 * 1024 * 1024;
 const INFLATE_CHUNK_MARGIN = 64;
-const outputChunk = (bytes: number): number => Math.min(OUTPUT_CHUNK_MAX, Math.max(OUTPUT_CHUNK_MIN, bytes));
+/** zlib's output buffer size for an output of about `bytes` (at least zlib's default, at most 16 MiB). */
+export const outputChunk = (bytes: number): number => Math.min(OUTPUT_CHUNK_MAX, Math.max(OUTPUT_CHUNK_MIN, bytes));
 
 /** Packs a request body for the job payload (zlib off the event loop for large bodies). */
 export async function packBody(body: Buffer): Promise<Pick<BatchJob, 'encoding' | 'body' | 'bodyBytes'>> {

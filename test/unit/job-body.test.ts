@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { decodeJob, restoreBody } from '../../services/encoder/pipeline.js';
-import { type BatchJob, packBody, unpackBody } from '../../shared/queue.js';
+import { type BatchJob, outputChunk, packBody, unpackBody } from '../../shared/queue.js';
 
 /** A JSON-ish body of about `bytes` bytes that deflate can squeeze (repeated keys, random ids). */
 function bodyOf(bytes: number): Buffer {
@@ -40,8 +40,8 @@ describe('job payload packing', () => {
     // A payload that inflates past its advertised size is refused (the size bounds memory).
     const understated = await restoreBody(job({ ...packed, bodyBytes: 100 }));
     expect(understated).toMatchObject({ ok: false, reason: expect.stringMatching(/cannot be unpacked/) });
-    // One that inflates short of it is refused too, naming both sizes; a claim far past the
-    // largest body allocates a bounded output buffer, not the claim.
+    // One that inflates short of it is refused too, naming both sizes (the second claim is past
+    // the output buffer's cap, tested below).
     for (const bodyBytes of [packed.bodyBytes + 1, 200 * 1024 * 1024]) {
       const overstated = await restoreBody(job({ ...packed, bodyBytes }));
       expect(overstated).toMatchObject({ ok: false, reason: `job body cannot be unpacked: the payload holds ${packed.bodyBytes} bytes, the job says ${bodyBytes}` });
@@ -53,5 +53,13 @@ describe('job payload packing', () => {
     expect(packed.encoding).toBe('identity');
     expect(await restoreBody(job({ ...packed, bodyBytes: packed.bodyBytes - 1 }))).toMatchObject({ ok: false, reason: expect.stringMatching(/holds \d+ bytes, the job says/) });
     expect(await restoreBody(job(packed))).toMatchObject({ ok: true });
+  });
+
+  it("sizes zlib's output buffer to the output, within zlib's default and 16 MiB", () => {
+    expect(outputChunk(0)).toBe(16 * 1024);
+    expect(outputChunk(60_000)).toBe(60_000);
+    expect(outputChunk(8_000_064)).toBe(8_000_064);
+    // A size claimed by a damaged job is not allocated whole.
+    expect(outputChunk(200 * 1024 * 1024 + 64)).toBe(16 * 1024 * 1024);
   });
 });
