@@ -10,6 +10,7 @@ import { duckdbReadParquetSql } from '../../shared/duckdb.js';
 import { parseStoragePath, listPrefix } from '../../shared/paths.js';
 import { ROLLUP_ROOT } from '../../shared/rollup/layout.js';
 import { type Manifest, manifestFiles, readManifest } from '../../shared/rollup/manifest.js';
+import { readRetentionMark } from '../../shared/rollup/retention.js';
 import { rollupViewSql } from '../../shared/rollup/view.js';
 import { FilesystemObjectStore } from '../../shared/store/filesystem.js';
 import type { ObjectStore } from '../../shared/store/types.js';
@@ -19,6 +20,14 @@ import { waitFor } from './proc.js';
 export const STORAGE_PATH = 'events/{app}/{batchId}';
 
 /** Runs `sql` over the exact view (`events`) of `app` ('*' = every app). */
+/**
+ * Waits (up to 30 s) until raw retention's mark for `prefix` (the largest deleted id) is past
+ * `id`. A cursor equal to the mark skips nothing and rightly gets 200; 410 needs one below it.
+ */
+export async function waitForRetentionPast(store: ObjectStore, prefix: string, id: string): Promise<void> {
+  await waitFor(async () => ((await readRetentionMark(store, prefix))?.deletedThrough ?? '') > id, 30_000, `retention of ${prefix} past ${id}`);
+}
+
 export async function viewQuery(store: ObjectStore, app: string, sql: (from: string) => string, env?: Record<string, string | undefined>): Promise<Record<string, unknown>[]> {
   const view = await rollupViewSql({ store, collection: STORAGE_PATH, params: { app }, env });
   for (const s of view.setup) await duckQuery(s);

@@ -19,7 +19,7 @@ import { replayOne } from '../../services/api/admin.js';
 import { duckQuery } from '../helpers/duckdb.js';
 import { batchBody, sampleEvent } from '../helpers/events.js';
 import { waitFor } from '../helpers/proc.js';
-import { expectManifestMatchesStore, expectViewEqualsBatches, viewCount, viewQuery } from '../helpers/rollup.js';
+import { expectManifestMatchesStore, expectViewEqualsBatches, viewCount, viewQuery, waitForRetentionPast } from '../helpers/rollup.js';
 import { ADMIN_TOKEN, type TestStack, startTestStack } from '../helpers/stack.js';
 
 async function push(url: string, app: string, n: number): Promise<string> {
@@ -229,7 +229,7 @@ describe('raw retention (2 s periods, RAW_RETENTION_SECONDS=3, LIST_INDEX_SECOND
     // A cursor strictly below the mark: when only the first batch was deleted yet, the mark is
     // that id and nothing after it was skipped (200), so wait for the mark to pass it.
     const first = pushed[0] as string;
-    await waitFor(async () => ((await readRetentionMark(stack.store, `events/${app}/`))?.deletedThrough ?? '') > first, 30_000, 'retention past the first batch');
+    await waitForRetentionPast(stack.store, `events/${app}/`, first);
     expect((await fetch(`${stack.url}/list/events/${app}?after=${first}`, { headers: auth })).status).toBe(410);
     expect(await viewCount(stack.store, app)).toBe(total);
   });

@@ -13,10 +13,9 @@ import { batchIdMs } from '../../shared/ids.js';
 import { BatchLedger, shardOfBatchId } from '../../shared/ledger/ledger.js';
 import { periodStart } from '../../shared/rollup/layout.js';
 import { readManifest } from '../../shared/rollup/manifest.js';
-import { readRetentionMark } from '../../shared/rollup/retention.js';
 import { storeRootUrl } from '../../shared/rollup/roll.js';
 import { duckQuery } from '../helpers/duckdb.js';
-import { expectManifestMatchesStore, expectViewEqualsBatches, viewCount } from '../helpers/rollup.js';
+import { expectManifestMatchesStore, expectViewEqualsBatches, viewCount, waitForRetentionPast } from '../helpers/rollup.js';
 import { reapOnce } from '../../shared/ledger/reaper.js';
 import { ShardSet, ensureShardLayout, shardIndex, shardLayouts } from '../../shared/shards.js';
 import { ADMIN_TOKEN, type TestStack, startTestStack } from '../helpers/stack.js';
@@ -275,7 +274,7 @@ describe('raw retention with QUEUE_SHARDS=3 on one Redis (2 s periods, RAW_RETEN
       // 410 is for a cursor strictly below the mark (the largest deleted id); when the first pass
       // deleted only the app's first batch, the mark is that id and nothing after it was skipped.
       const first = ids[0] as string;
-      await waitFor(async () => ((await readRetentionMark(s.store, prefix))?.deletedThrough ?? '') > first, 30_000, `retention past the first batch of ${app}`);
+      await waitForRetentionPast(s.store, prefix, first);
       expect((await fetch(`${s.url}/list/events/${app}?after=${first}`, { headers: auth })).status).toBe(410);
       expect(await viewCount(s.store, app)).toBe(ids.length * 4);
     }
