@@ -8,6 +8,7 @@ import { type RunningServer, listen } from '../shared/http.js';
 import { type RedisClient, createRedisClient, describeTarget, isRedisUnavailable, redisTarget, waitReady } from '../shared/redis.js';
 import { ShardSet, type ShardLayout, ensureShardLayout, shardLayouts } from '../shared/shards.js';
 import { withTimeout } from '../shared/timeout.js';
+import { applyHeapGrowth } from '../shared/runtime.js';
 import { storeFromEnv } from '../shared/store/from-env.js';
 import type { ObjectStore } from '../shared/store/types.js';
 import { type ApiApp, createApiApp } from './api/app.js';
@@ -48,6 +49,7 @@ export interface RunningStack {
  * before anything listens, so a bad config never leaves a half-started process.
  */
 export async function startStack(env: Env, parts: StackParts, logger = createLogger({ level: env.LOG_LEVEL, name: parts.api && parts.encoder ? 'ingest' : parts.api ? 'api' : 'encoder' })): Promise<RunningStack> {
+  applyHeapGrowth(env.HEAP_GROWING_PERCENT);
   const config = loadSyncConfig(env);
   const tokens = loadTokens(env);
   const store = storeFromEnv(env);
@@ -95,7 +97,7 @@ export async function startStack(env: Env, parts: StackParts, logger = createLog
         env.METRICS_PORT,
         env.HOST,
       );
-      logger.info({ metrics: `${stack.metricsServer.url}/metrics`, queue: env.QUEUE_NAME, shards: layouts.length, concurrency: env.ENCODER_CONCURRENCY, store: store.describe() }, 'encoder started');
+      logger.info({ metrics: `${stack.metricsServer.url}/metrics`, queue: env.QUEUE_NAME, shards: layouts.length, concurrency: env.ENCODER_CONCURRENCY, store: store.describe(), heapGrowingPercent: env.HEAP_GROWING_PERCENT }, 'encoder started');
     }
   }
 
@@ -114,7 +116,7 @@ export async function startStack(env: Env, parts: StackParts, logger = createLog
     const server = await listen(app.app as http.RequestListener, env.PORT, env.HOST);
     stack.api = { server, app };
     logger.info(
-      { url: server.url, redis: redisName, store: store.describe(), collections: config.collections.map((c) => c.name), queue: env.QUEUE_NAME, shards: layouts.length, waitReplicas: env.REDIS_WAIT_REPLICAS, encoder: parts.encoder },
+      { url: server.url, redis: redisName, store: store.describe(), collections: config.collections.map((c) => c.name), queue: env.QUEUE_NAME, shards: layouts.length, waitReplicas: env.REDIS_WAIT_REPLICAS, encoder: parts.encoder, heapGrowingPercent: env.HEAP_GROWING_PERCENT },
       'api listening',
     );
     for (const c of config.collections) {

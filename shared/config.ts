@@ -197,6 +197,8 @@ export const ENCODER_CONCURRENCY_DEFAULT = 32;
 /** Defaults of the memory budgets (docs/operations.md, "Memory", shows how they were sized). */
 export const MAX_INFLIGHT_BYTES_DEFAULT = 128 * 1024 * 1024;
 export const ENCODER_MAX_INFLIGHT_BYTES_DEFAULT = 32 * 1024 * 1024;
+/** V8's old-space growth factor after a full GC, in percent (`HEAP_GROWING_PERCENT`): ×4. */
+export const HEAP_GROWING_PERCENT_DEFAULT = 300;
 
 const boolish = z
   .enum(['true', 'false', '1', '0', 'yes', 'no', ''])
@@ -299,6 +301,15 @@ export const EnvSchema = z
     /** Bytes of batch bodies (decoded JSON) one encoder process works on at once; a bigger batch runs alone. */
     ENCODER_MAX_INFLIGHT_BYTES: positiveInt.min(1024 * 1024).default(ENCODER_MAX_INFLIGHT_BYTES_DEFAULT),
     ENCODER_THREAD_NICE: z.coerce.number().int().min(0).max(19).default(5),
+    /**
+     * V8's old-space growth after a full garbage collection, in percent (its
+     * `--heap-growing-percent`): the next full collection starts once the old space has grown to
+     * (1 + p/100) × what survived the last one. 300 is ×4, V8's own ceiling; V8 chose ×1.7–2.1
+     * here, which under 325 pushes/s meant a full collection of the API's heap every 0.2–0.3 s, and
+     * its pauses were most of the push latency tail (docs/performance.md, "Eighth pass"). 0 leaves
+     * V8's own choice. Process-wide: it applies to the encoder thread of `npm start` too.
+     */
+    HEAP_GROWING_PERCENT: z.coerce.number().int().min(0).max(1000).default(HEAP_GROWING_PERCENT_DEFAULT),
     /** Browser origins allowed to call the sync routes: `*` or a comma list of origins; unset = CORS off. */
     CORS_ORIGINS: z
       .string()

@@ -11,7 +11,7 @@ import { createLogger } from '../../shared/logger.js';
 import { createRegistry } from '../../shared/metrics.js';
 import { type RedisTarget, createRedisClient, redisTarget, waitReady } from '../../shared/redis.js';
 import { rollupQueueName, rollupQueuePrefix } from '../../shared/rollup/queue.js';
-import { exitOnStartupError, handleShutdown } from '../../shared/runtime.js';
+import { applyHeapGrowth, exitOnStartupError, handleShutdown } from '../../shared/runtime.js';
 import { storeFromEnv } from '../../shared/store/from-env.js';
 import { recordedShardCount } from '../../shared/shards.js';
 import { withTimeout } from '../../shared/timeout.js';
@@ -65,6 +65,7 @@ try {
   }
   if (env.ROLLUP === 'off') throw new ConfigError('environment variable ROLLUP: is "off"; start:rollup has nothing to do');
   if (env.STORE === 'memory') throw new ConfigError('environment variable STORE: rollups need STORE=fs or STORE=s3 (a memory store lives in one process)');
+  applyHeapGrowth(env.HEAP_GROWING_PERCENT);
   const logger = createLogger({ level: env.LOG_LEVEL, name: 'rollup' });
   const registry = createRegistry('rollup');
   const store = storeFromEnv(env);
