@@ -305,8 +305,8 @@ export const EnvSchema = z
      * V8's old-space growth after a full garbage collection, in percent (its
      * `--heap-growing-percent`): the next full collection starts once the old space has grown to
      * (1 + p/100) × what survived the last one. 300 is ×4, V8's own ceiling; V8 chose ×1.7–2.1
-     * here, which under 325 pushes/s meant a full collection of the API's heap every 0.2–0.3 s, and
-     * its pauses were most of the push latency tail (docs/performance.md, "Eighth pass"). 0 leaves
+     * here, which under 325 pushes/s meant a full collection of the API's heap every 0.2–0.3 s: with
+     * ×4, push p99 there halved (docs/performance.md, "Eighth pass"). 0 leaves
      * V8's own choice. Process-wide: it applies to the encoder thread of `npm start` too.
      */
     HEAP_GROWING_PERCENT: z.coerce.number().int().min(0).max(1000).default(HEAP_GROWING_PERCENT_DEFAULT),
