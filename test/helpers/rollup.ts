@@ -19,7 +19,6 @@ import { waitFor } from './proc.js';
 
 export const STORAGE_PATH = 'events/{app}/{batchId}';
 
-/** Runs `sql` over the exact view (`events`) of `app` ('*' = every app). */
 /**
  * Waits (up to 30 s) until raw retention's mark for `prefix` (the largest deleted id) is past
  * `id`. A cursor equal to the mark skips nothing and rightly gets 200; 410 needs one below it.
@@ -28,6 +27,7 @@ export async function waitForRetentionPast(store: ObjectStore, prefix: string, i
   await waitFor(async () => ((await readRetentionMark(store, prefix))?.deletedThrough ?? '') > id, 30_000, `retention of ${prefix} past ${id}`);
 }
 
+/** Runs `sql` over the exact view (`events`) of `app` ('*' = every app). */
 export async function viewQuery(store: ObjectStore, app: string, sql: (from: string) => string, env?: Record<string, string | undefined>): Promise<Record<string, unknown>[]> {
   const view = await rollupViewSql({ store, collection: STORAGE_PATH, params: { app }, env });
   for (const s of view.setup) await duckQuery(s);
