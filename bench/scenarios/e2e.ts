@@ -4,9 +4,10 @@
  * here, a filesystem store) each run as their own process and take the same autocannon load:
  * 32 connections, alternated ours/reference, at 100-, 1,000-, 10- and 1-event batches (the last
  * two are what browser and mobile SDKs flush). Measured per run: accepted pushes/s, durable
- * events/s (ours: until every accepted batch is a file; the reference encodes inside the push so
- * accepted = durable), CPU per batch of each process (and of ours per thread: API event loop,
- * encoder thread, the rest). At 100-event batches also: latency at saturation and at 60% of the
+ * events/s (ours: until every accepted batch is a file, counted from the ledger's index of written
+ * ids and confirmed by a listing; the reference encodes inside the push, so accepted = durable),
+ * CPU per batch of each process (and of ours per thread: API event loop, encoder thread, the
+ * rest). At 100-event batches also: latency at saturation and at 60% of the
  * reference's saturation rate, non-2xx, bytes per event on disk, DuckDB query time.
  */
 import { linkSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
