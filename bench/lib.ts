@@ -466,7 +466,6 @@ export async function pacedLoad(o: { url: string; path: () => string; body: () =
   return { ...out, latency: { p50: at(0.5), p99: at(0.99), max: sorted[sorted.length - 1] ?? Number.NaN } };
 }
 
-/** A Redis client for the bench's own probes (no retries: a dead Redis is a bench failure). */
 /**
  * A counter of the batches the service has written under one list prefix: `ZCARD` of its index
  * of written ids (`{<namespace>}:written:<prefix>`, shared/ledger), which a batch joins after its
@@ -490,6 +489,7 @@ export function writtenIndexCounter(redis: Redis, prefix: string): () => Promise
   };
 }
 
+/** A Redis client for the bench's own probes (no retries: a dead Redis is a bench failure). */
 export function probeRedis(url: string): Redis {
   const r = new Redis(url, { maxRetriesPerRequest: 1, enableOfflineQueue: true });
   r.on('error', () => undefined);
