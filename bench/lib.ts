@@ -469,23 +469,29 @@ export async function pacedLoad(o: { url: string; path: () => string; body: () =
 /**
  * A counter of the batches the service has written under one list prefix: `ZCARD` of its index
  * of written ids (`{<namespace>}:written:<prefix>`, shared/ledger), which a batch joins after its
- * file is fsync'd and renamed into place. The key is found by `SCAN` once it exists. Costs Redis a
- * few microseconds a call, where listing the folder costs milliseconds.
+ * file is fsync'd and renamed into place. The keys are found by one whole `SCAN` once any exists
+ * (one per shard with QUEUE_SHARDS > 1; a shard whose first file comes after that scan is not
+ * counted, and the wait then ends on its slower listing instead). Costs Redis a few microseconds
+ * a call, where listing the folder costs milliseconds.
  */
 export function writtenIndexCounter(redis: Redis, prefix: string): () => Promise<number> {
-  let key: string | undefined;
+  let keys: string[] = [];
   return async () => {
-    if (key === undefined) {
+    if (keys.length === 0) {
+      const found = new Set<string>();
       let cursor = '0';
-      for (let i = 0; i < 100_000 && key === undefined; i++) {
-        const [next, keys] = await redis.scan(cursor, 'MATCH', `{*}:written:${prefix}`, 'COUNT', 1000);
-        key = keys.find((k) => k.endsWith(`}:written:${prefix}`));
+      for (let i = 0; i < 100_000; i++) {
+        const [next, batch] = await redis.scan(cursor, 'MATCH', `{*}:written:${prefix}`, 'COUNT', 1000);
+        for (const k of batch) if (k.endsWith(`}:written:${prefix}`)) found.add(k);
         cursor = next;
         if (cursor === '0') break;
       }
-      if (key === undefined) return 0;
+      keys = [...found];
+      if (keys.length === 0) return 0;
     }
-    return redis.zcard(key);
+    if (keys.length === 1) return redis.zcard(keys[0] as string);
+    const counts = await Promise.all(keys.map((k) => redis.zcard(k)));
+    return counts.reduce((a, b) => a + b, 0);
   };
 }
 

@@ -23,4 +23,16 @@ describe("the bench's durable counter reads the ledger's index of written ids", 
     await ledger.mint(`events/${app}/`);
     expect(await count()).toBe(3);
   });
+
+  it('sums the shards (QUEUE_SHARDS > 1: one index per namespace)', async () => {
+    const app = uniqueName('wc');
+    const count = writtenIndexCounter(redis, `events/${app}/`);
+    const shards = [new BatchLedger(redis, uniqueName('shard-0')), new BatchLedger(redis, uniqueName('shard-1'))];
+    for (let i = 0; i < 5; i++) {
+      const ledger = shards[i % 2] as BatchLedger;
+      const { batchId } = await ledger.mint(`events/${app}/`);
+      await ledger.markWritten(`events/${app}/`, batchId, 3600);
+    }
+    expect(await count()).toBe(5);
+  });
 });
