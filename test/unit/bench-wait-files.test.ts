@@ -63,7 +63,7 @@ describe('bench waitForFiles (a watch on the folder, not a listing every 50 ms)'
     expect(calls).toBe(4);
     expect(at).toBeGreaterThan(0);
 
-    // A counter ahead of the folder is not believed: the wait ends when the files are there.
+    // A counter ahead of the folder is not believed: the wait ends on a later listing that finds the files.
     const dir2 = tempDir();
     put(dir2, 'f0.parquet');
     const started = performance.now();
