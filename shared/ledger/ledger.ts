@@ -74,7 +74,7 @@ export function visibleUnder(bound: ListBound, id: string): boolean {
 type Arg = string | Buffer;
 interface LedgerCommands {
   ingestMint(k1: string, k2: string, k3: string, k4: string, ...argv: Arg[]): Promise<[string, number]>;
-  ingestRelease(k1: string, k2: string, k3: string, k4: string, k5: string, k6: string, ...argv: Arg[]): Promise<number>;
+  ingestRelease(k1: string, k2: string, k3: string, k4: string, k5: string, k6: string, k7: string, ...argv: Arg[]): Promise<number>;
   ingestReap(k1: string, k2: string, k3: string, a1: string, a2: string): Promise<number>;
   ingestListBound(k1: string, k2: string): Promise<[string, string, string]>;
   ingestListWritten(k1: string, k2: string, k3: string, k4: string, a1: string, a2: string): Promise<string[]>;
@@ -124,6 +124,8 @@ interface ClaimSlot {
  * - `idem:k:<shard>:<bucket>`, `idem:b:<shard>:<bucket>`: idempotency entries (keyed / body);
  *   a bucket hash expires one window plus one bucket (window / 4) after it starts.
  * - `replaying:<id>`: a replay's marker, `REPLAY_MARK_SECONDS`.
+ * - `groups`: one hash per namespace, member id → the id of the group job it rides in; an entry
+ *   leaves with its member's id from flight, so it holds at most the ids in flight.
  */
 export class BatchLedger {
   readonly namespace: string;
@@ -140,7 +142,7 @@ export class BatchLedger {
     this.shard = opts.shard ?? { index: 0, count: 1 };
     if (!('ingestMint' in redis)) {
       redis.defineCommand('ingestMint', { numberOfKeys: 4, lua: script('mint_batch-4.lua') });
-      redis.defineCommand('ingestRelease', { numberOfKeys: 6, lua: script('release_batch-6.lua') });
+      redis.defineCommand('ingestRelease', { numberOfKeys: 7, lua: script('release_batch-7.lua') });
       redis.defineCommand('ingestReap', { numberOfKeys: 3, lua: script('release_unless_replaying-3.lua') });
       redis.defineCommand('ingestListBound', { numberOfKeys: 2, lua: script('list_bound-2.lua') });
       redis.defineCommand('ingestListWritten', { numberOfKeys: 4, lua: script('list_written-4.lua') });
@@ -171,6 +173,25 @@ export class BatchLedger {
 
   replayMarkKey(batchId: string): string {
     return this.key(`replaying:${batchId}`);
+  }
+
+  groupsKey(): string {
+    return this.key('groups');
+  }
+
+  /**
+   * Records that `members` ride in the queue job `jobId` (a group job, shared/queue.ts). Called
+   * before that job is added; each entry leaves with its member's release (file written,
+   * dead-lettered, failed push, or reaped), so the hash holds at most the ids in flight.
+   */
+  async noteGroup(jobId: string, members: readonly string[]): Promise<void> {
+    if (members.length === 0) return;
+    await this.redis.hset(this.groupsKey(), ...members.flatMap((m) => [m, jobId]));
+  }
+
+  /** The id of the group job `batchId` rides in, or null when it is no group's member (its job, if any, has its own id). */
+  async groupOf(batchId: string): Promise<string | null> {
+    return this.redis.hget(this.groupsKey(), batchId);
   }
 
   /** Where a claim's entry lives. The field is 16 bytes of sha256(scope); its first 4 bytes pick the shard. */
@@ -251,6 +272,7 @@ export class BatchLedger {
       this.writtenKey(prefix),
       this.floorKey(prefix),
       this.key('clock'),
+      this.groupsKey(),
       batchId,
       prefix,
       slot ? '1' : '0',
@@ -352,6 +374,7 @@ export class BatchLedger {
       cutoff,
       String(MAX_SCAN_PREFIXES),
       String(reap?.perPrefix ?? 50),
+      this.groupsKey(),
     );
     return { orphans, dead, oldest, prefixes };
   }

@@ -8,6 +8,7 @@
   KEYS[4] written zset    {ns}:written:<prefix>  ids whose file is written (score 0: ordered by member)
   KEYS[5] floor key       {ns}:floor:<prefix>    the index holds every written id above this
   KEYS[6] clock hash      {ns}:clock
+  KEYS[7] groups hash     {ns}:groups            member id -> the id of the group job it rides in (see BatchLedger.noteGroup)
 
   ARGV[1] batch id
   ARGV[2] list prefix
@@ -28,6 +29,8 @@
   later write starts a new index whose floor is the last id minted, so nothing listable is lost.
 ]]
 local removed = redis.call('ZREM', KEYS[1], ARGV[1])
+-- Out of flight, so no longer a group member anyone needs to find.
+redis.call('HDEL', KEYS[7], ARGV[1])
 if redis.call('ZCARD', KEYS[1]) == 0 then
   redis.call('SREM', KEYS[2], ARGV[2])
 end

@@ -1,5 +1,5 @@
 --[[
-  The reaper's release of a dead-lettered (or never enqueued) id: like release_batch-6.lua
+  The reaper's release of a dead-lettered (or never enqueued) id: like release_batch-7.lua
   without the index, but a no-op while the id is being replayed.
 
   KEYS[1] pending zset    {ns}:pending:<prefix>

@@ -14,6 +14,8 @@
   ARGV[5] cutoff: a 13-digit ms; only ids minted before it are candidates
   ARGV[6] at most this many prefixes are looked at
   ARGV[7] at most this many candidate ids per prefix
+  ARGV[8] groups hash     {ns}:groups   member id -> its group job's id ('' = none): a member
+          rides in that job, so that job's hash and failed entry are the ones checked
 
   Returns { orphans released, dead released, oldest in-flight id left ('' if none), prefixes seen }.
 
@@ -26,6 +28,7 @@ local prefixes = redis.call('SMEMBERS', KEYS[1])
 local maxPrefixes = tonumber(ARGV[6])
 local perPrefix = tonumber(ARGV[7])
 local reap = ARGV[4] == '1'
+local groups = ARGV[8] or ''
 local orphans, dead, seen = 0, 0, 0
 local oldest = ''
 for i = 1, math.min(#prefixes, maxPrefixes) do
@@ -43,15 +46,20 @@ for i = 1, math.min(#prefixes, maxPrefixes) do
     local id = ids[j]
     local released = false
     if reap and id < ARGV[5] and redis.call('EXISTS', ARGV[2] .. id) == 0 then
-      if redis.call('EXISTS', ARGV[3] .. id) == 0 then
+      local job = id
+      if groups ~= '' and redis.call('EXISTS', ARGV[3] .. id) == 0 then
+        job = redis.call('HGET', groups, id) or id
+      end
+      if redis.call('EXISTS', ARGV[3] .. job) == 0 then
         redis.call('ZREM', pkey, id)
         orphans = orphans + 1
         released = true
-      elseif redis.call('ZSCORE', KEYS[2], id) then
+      elseif redis.call('ZSCORE', KEYS[2], job) then
         redis.call('ZREM', pkey, id)
         dead = dead + 1
         released = true
       end
+      if released and groups ~= '' then redis.call('HDEL', groups, id) end
     end
     if not released then
       left = id
