@@ -7,6 +7,7 @@ import { Command } from 'commander';
 import { type ReplayOutcome, listFailed, replayFailed } from '../services/api/admin.js';
 import { ConfigError, parseEnv } from '../shared/config.js';
 import { isBatchId } from '../shared/ids.js';
+import { isGroupJobId } from '../shared/queue.js';
 import { createRedisClient, redisTarget, waitReady } from '../shared/redis.js';
 import { ShardSet, shardLayouts } from '../shared/shards.js';
 
@@ -37,9 +38,9 @@ async function main(): Promise<number> {
     process.stderr.write('give batch ids, --all, or --list\n');
     return 2;
   }
-  const bad = ids.filter((id) => !isBatchId(id));
+  const bad = ids.filter((id) => !isBatchId(id) && !isGroupJobId(id));
   if (bad.length > 0) {
-    process.stderr.write(`not batch ids: ${bad.join(', ')}\n`);
+    process.stderr.write(`not batch ids (or group job ids, g-<batch id>): ${bad.join(', ')}\n`);
     return 2;
   }
   const target = redisTarget(env);
@@ -51,7 +52,7 @@ async function main(): Promise<number> {
       for (const shard of shards.shards) {
         const { total, items } = await listFailed(shard.queue, 1000);
         process.stdout.write(`${total} failed batch(es) in queue ${env.QUEUE_NAME}${shards.count > 1 ? ` shard ${shard.layout.index}` : ''}\n`);
-        for (const f of items) process.stdout.write(`${f.batchId}\t${f.key ?? '?'}\tattempts=${f.attemptsMade}\t${f.failedReason}\n`);
+        for (const f of items) process.stdout.write(`${f.batchId}\t${f.key ?? (f.members ? `group of ${f.members.length}: ${f.members.join(',')}` : '?')}\tattempts=${f.attemptsMade}\t${f.failedReason}\n`);
       }
       return 0;
     }

@@ -191,6 +191,8 @@ function readJsonFile(path: string, what: string): unknown {
   }
 }
 
+/** Batches per queue job at most under load (`QUEUE_GROUP_MAX`; 1 turns the API's group commit off). */
+export const QUEUE_GROUP_MAX_DEFAULT = 16;
 /** Job slots of an encoder (`ENCODER_CONCURRENCY`), alone or as `npm start`'s thread. */
 export const ENCODER_CONCURRENCY_DEFAULT = 32;
 
@@ -270,6 +272,8 @@ export const EnvSchema = z
     /** How long an active job's lock lives; a killed encoder's job is retried after about 1.5× this. */
     ENCODER_LOCK_SECONDS: positiveInt.min(5).max(600).default(30),
     QUEUE_HIGH_WATER: positiveInt.default(20_000),
+    /** Batches per queue job at most when pushes arrive while an add runs (group commit); 1: one job per batch. */
+    QUEUE_GROUP_MAX: positiveInt.max(64).default(QUEUE_GROUP_MAX_DEFAULT),
     REDIS_MEMORY_HIGH_WATER: z.coerce.number().gt(0).lt(1).default(0.8),
     IDEMPOTENCY_WINDOW_SECONDS: z.coerce.number().int().min(0).default(DEFAULT_IDEMPOTENCY_WINDOW_SECONDS),
     /** Pushes without an Idempotency-Key: a byte-identical body within this many seconds is a retry. Meant for retries only. */

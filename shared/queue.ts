@@ -2,6 +2,7 @@ import { promisify } from 'node:util';
 import { deflateRaw, deflateRawSync, inflateRaw, inflateRawSync, constants as zc } from 'node:zlib';
 import { type ConnectionOptions, type JobsOptions, Queue } from 'bullmq';
 import { z } from 'zod';
+import { isBatchId } from './ids.js';
 
 /**
  * The one job contract between the API (producer) and the encoder (consumer).
@@ -27,6 +28,41 @@ export const BatchJobSchema = z.object({
   bodyBytes: z.number().int().nonnegative(),
 });
 export type BatchJob = z.infer<typeof BatchJobSchema>;
+
+/**
+ * A group of batches in one queue job (the API's group commit under load, QUEUE_GROUP_MAX). Each
+ * member is a whole batch job: its own id, key and file. The job's id is `g-` + the first member's
+ * batch id (groupJobId), never a batch id, so a member that fails can be queued again as a job of
+ * its own under its own id. The ledger records every member's group (`BatchLedger.noteGroup`)
+ * before the job is added, so the reaper and a retried push find the job a member rides in.
+ * Encoders of this version read both forms.
+ */
+export const BatchGroupJobSchema = z.object({
+  v: z.literal(2),
+  batches: z.array(BatchJobSchema).min(1),
+});
+export type BatchGroupJob = z.infer<typeof BatchGroupJobSchema>;
+
+/**
+ * Request-body bytes (`bodyBytes`) per group job at most: a body larger than this is always its
+ * own job, and the encoder's byte budget takes a group's bytes at once.
+ */
+export const GROUP_MAX_BODY_BYTES = 1024 * 1024;
+
+/** The queue job id of a group whose first member is `firstBatchId`. */
+export function groupJobId(firstBatchId: string): string {
+  return `g-${firstBatchId}`;
+}
+
+/** True for a group job's id (`g-<batch id>`); the batch id part names the shard, as a batch id does. */
+export function isGroupJobId(id: string): boolean {
+  return id.startsWith('g-') && isBatchId(id.slice(2));
+}
+
+/** True for a payload that says it is a group (its members are checked by BatchGroupJobSchema). */
+export function isGroupPayload(data: unknown): boolean {
+  return typeof data === 'object' && data !== null && (data as { v?: unknown }).v === 2;
+}
 
 /**
  * Below this size a batch is stored as text: deflate + base64 only pays once the

@@ -6,7 +6,7 @@ import { HttpError } from '../../shared/errors.js';
 import { withTimeout } from '../../shared/timeout.js';
 import { batchIdMs, isBatchId } from '../../shared/ids.js';
 import type { BatchLedger } from '../../shared/ledger/ledger.js';
-import { BATCH_JOB_OPTIONS, type BatchJob, BatchJobSchema, JOB_NAME } from '../../shared/queue.js';
+import { BATCH_JOB_OPTIONS, type BatchJob, BatchGroupJobSchema, BatchJobSchema, JOB_NAME, isGroupJobId, isGroupPayload } from '../../shared/queue.js';
 import { noteReplayedBatch } from '../../shared/rollup/redis-keys.js';
 import { type RoleResolver, TokenRoles, requireRoles } from './auth.js';
 
@@ -18,6 +18,8 @@ export interface FailedBatch {
   attemptsMade: number;
   failedReason: string;
   failedAt: number | null;
+  /** A group job (QUEUE_GROUP_MAX; `batchId` is then its job id, `g-<first member>`): the batch ids riding in it. */
+  members?: string[];
 }
 
 /** What happened to one batch asked to be replayed. */
@@ -44,6 +46,18 @@ export const MAX_REPLAY_BATCH = 1000;
 
 function describeFailed(job: Job): FailedBatch {
   const data = job.data as Partial<BatchJob>;
+  if (isGroupPayload(job.data)) {
+    const batches = Array.isArray((job.data as { batches?: unknown }).batches) ? ((job.data as { batches: Partial<BatchJob>[] }).batches) : [];
+    return {
+      batchId: String(job.id),
+      key: null,
+      events: batches.reduce((n, b) => n + (typeof b.events === 'number' ? b.events : 0), 0),
+      attemptsMade: job.attemptsMade,
+      failedReason: job.failedReason ?? '',
+      failedAt: job.finishedOn ?? null,
+      members: batches.map((b) => String(b.batchId)),
+    };
+  }
   return {
     batchId: String(job.id),
     key: typeof data.key === 'string' ? data.key : null,
@@ -70,6 +84,7 @@ export async function listFailed(queue: Queue, limit = 100): Promise<{ total: nu
 export async function replayOne(queue: Queue, ledger: BatchLedger, batchId: string, opts: { reissue?: boolean } = {}): Promise<ReplayOutcome> {
   const job = await queue.getJob(batchId);
   if (!job || (await job.getState()) !== 'failed') return { batchId, outcome: 'not-failed' };
+  if (isGroupPayload(job.data)) return replayGroup(queue, ledger, job, opts);
   const parsed = BatchJobSchema.safeParse(job.data);
   if (!parsed.success) return { batchId, outcome: 'bad-job', detail: 'job payload does not match the contract; left in the failed set' };
   const data = parsed.data;
@@ -101,6 +116,24 @@ export async function replayOne(queue: Queue, ledger: BatchLedger, batchId: stri
   // The new job holds the data now; removing the old one keeps `--all` from reissuing it twice.
   await job.remove().catch(() => undefined);
   return { batchId, outcome: 'reissued', newBatchId: newId };
+}
+
+/**
+ * A dead-lettered group job goes back to waiting whole, each member back in flight first (as
+ * `replayOne` does for one batch). Reissuing under new ids is for single batches only.
+ */
+async function replayGroup(queue: Queue, ledger: BatchLedger, job: Job, opts: { reissue?: boolean }): Promise<ReplayOutcome> {
+  const batchId = String(job.id);
+  const parsed = BatchGroupJobSchema.safeParse(job.data);
+  if (!parsed.success) return { batchId, outcome: 'bad-job', detail: 'group job payload does not match the contract; left in the failed set' };
+  if (opts.reissue) return { batchId, outcome: 'bad-job', detail: 'a group job is replayed under its own ids (without reissue); left in the failed set' };
+  await ledger.noteGroup(batchId, parsed.data.batches.map((b) => b.batchId));
+  for (const b of parsed.data.batches) {
+    await ledger.markReplaying(b.prefix, b.batchId);
+    await noteReplayedBatch((await queue.backend.client) as unknown as RedisClient, ledger.namespace, b.prefix, b.batchId);
+  }
+  await job.retry('failed', { resetAttemptsMade: true, resetAttemptsStarted: true });
+  return { batchId, outcome: 'replayed' };
 }
 
 /** Replays `ids`, or every dead letter (up to MAX_REPLAY_BATCH, oldest first) when `ids` is 'all'. */
@@ -158,8 +191,8 @@ export function createAdminRouter(o: AdminRouterOptions): Router {
     admin,
     wrap(async (req, res) => {
       const id = String(req.params.batchId);
-      if (!isBatchId(id)) throw new HttpError(400, 'batchId must be a batch id like 1782933157690-0000-735223');
-      const shard = o.shards?.forBatchId(id) ?? o;
+      if (!isBatchId(id) && !isGroupJobId(id)) throw new HttpError(400, 'batchId must be a batch id like 1782933157690-0000-735223 (or a group job id, g-<batch id>)');
+      const shard = o.shards?.forBatchId(isGroupJobId(id) ? id.slice(2) : id) ?? o;
       const [r] = await replayFailed(shard.queue, shard.ledger, [id], { reissue: reissueOf(req) });
       if (r?.outcome === 'not-failed') throw new HttpError(404, `batch ${id} is not in the failed set`);
       res.json(r);

@@ -22,7 +22,7 @@ import { LoadShedder } from './shedder.js';
 export interface ApiDeps {
   env: Pick<Env, 'BASE_PATH' | 'QUEUE_HIGH_WATER' | 'REDIS_MEMORY_HIGH_WATER' | 'IDEMPOTENCY_WINDOW_SECONDS' | 'ORPHAN_GRACE_SECONDS' | 'QUEUE_NAME'> &
     Partial<EdgeEnv> &
-    Partial<Pick<Env, 'BODY_DEDUP_WINDOW_SECONDS' | 'MAX_INFLIGHT_BYTES' | 'APP_PATTERN'>>;
+    Partial<Pick<Env, 'BODY_DEDUP_WINDOW_SECONDS' | 'MAX_INFLIGHT_BYTES' | 'APP_PATTERN' | 'QUEUE_GROUP_MAX'>>;
   config: SyncConfig;
   store: ObjectStore;
   /** Producer connection (no offline queue): one Redis or a Cluster. */
@@ -69,11 +69,12 @@ export function createApiApp(deps: ApiDeps): ApiApp {
       store,
       collection: c,
       storagePath: c.storagePath,
-      queue: { queue, ledger, shards, idempotencyWindowSeconds: deps.env.IDEMPOTENCY_WINDOW_SECONDS, bodyDedupWindowSeconds: deps.env.BODY_DEDUP_WINDOW_SECONDS },
+      queue: { queue, ledger, shards, idempotencyWindowSeconds: deps.env.IDEMPOTENCY_WINDOW_SECONDS, bodyDedupWindowSeconds: deps.env.BODY_DEDUP_WINDOW_SECONDS, ...(deps.env.QUEUE_GROUP_MAX === undefined ? {} : { groupMax: deps.env.QUEUE_GROUP_MAX }) },
       observe: {
         mintSeconds: (s) => metrics.mintDuration.observe(s),
         enqueueSeconds: (s) => metrics.enqueueDuration.observe(s),
         enqueuedBytes: (n) => shedder.noteWrite(n),
+        groupSize: (n) => metrics.enqueueGroupBatches.observe(n),
       },
     }),
   );

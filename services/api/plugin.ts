@@ -8,7 +8,9 @@ import { MemoryLedger } from '../../shared/ledger/memory.js';
 import { PARQUET_MIME_TYPE, encodeBatch } from '../../shared/parquet/encode.js';
 import { withTimeout } from '../../shared/timeout.js';
 import { type StoragePathTemplate, batchKey, listPrefix, parseStoragePath } from '../../shared/paths.js';
-import { BATCH_JOB_OPTIONS, type BatchJob, JOB_NAME, packBody } from '../../shared/queue.js';
+import { BATCH_JOB_OPTIONS, type BatchGroupJob, type BatchJob, GROUP_MAX_BODY_BYTES, JOB_NAME, groupJobId, packBody } from '../../shared/queue.js';
+import { GroupCommitter, type GroupTicket } from '../../shared/group-commit.js';
+import { QUEUE_GROUP_MAX_DEFAULT } from '../../shared/config.js';
 import type { ObjectStore, StoredObject } from '../../shared/store/types.js';
 import type { Shard, ShardSet } from '../../shared/shards.js';
 
@@ -33,6 +35,12 @@ export interface QueueBinding {
   bodyDedupWindowSeconds?: number;
   /** A push whose enqueue has not finished by then answers 503 (default 3000 ms). */
   enqueueTimeoutMs?: number;
+  /**
+   * QUEUE_GROUP_MAX: pushes that are ready while an add to their queue runs go together as one
+   * group job of up to this many batches (each still its own id and file). 1: one job per push.
+   * Default 16.
+   */
+  groupMax?: number;
 }
 
 export interface EventsPluginOptions {
@@ -48,6 +56,8 @@ export interface EventsPluginOptions {
     enqueueSeconds?(s: number): void;
     /** Roughly the bytes a job just added to Redis (packed body and job fields). */
     enqueuedBytes?(bytes: number): void;
+    /** Batches in a group job just added (groups of two or more only). */
+    groupSize?(batches: number): void;
   };
 }
 
@@ -110,6 +120,9 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
   const keyWindowSeconds = queue?.idempotencyWindowSeconds ?? DEFAULT_IDEMPOTENCY_WINDOW_SECONDS;
   const bodyWindowSeconds = queue?.bodyDedupWindowSeconds ?? DEFAULT_BODY_DEDUP_WINDOW_SECONDS;
   const enqueueTimeoutMs = queue?.enqueueTimeoutMs ?? 3000;
+  const groupMax = queue?.groupMax ?? QUEUE_GROUP_MAX_DEFAULT;
+  /** One group committer per queue (shard), created on its first push. */
+  const committers = new Map<Queue, GroupCommitter<BatchJob>>();
   // Last bound read per prefix: safe to reuse while Redis is down, since a bound only
   // ever names ids that were final when it was read.
   const lastBounds = new Map<string, ListBound>();
@@ -192,11 +205,16 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
       ...(await packBody(body)),
     };
     const t1 = performance.now();
+    const ticket = enqueue(q, job);
     try {
-      await withTimeout(q.queue.add(JOB_NAME, job, { ...BATCH_JOB_OPTIONS, jobId: batchId }), enqueueTimeoutMs, 'enqueue');
+      await withTimeout(ticket.done, enqueueTimeoutMs, 'enqueue');
     } catch {
+      // Still waiting for its group: it never will be sent now, so nothing of it is in the queue.
+      const sent = !ticket.withdraw();
       // A timed-out add may still have landed: then the batch is durable and must be answered as such.
-      const state = await withTimeout(q.queue.getJobState(batchId), 1000, 'job state').catch(() => 'unknown');
+      const group = ticket.group() as readonly BatchJob[] | undefined;
+      const jobId = group && group.length > 1 ? groupJobId((group[0] as BatchJob).batchId) : batchId;
+      const state = sent ? await withTimeout(q.queue.getJobState(jobId), 1000, 'job state').catch(() => 'unknown') : 'unknown';
       if (state !== 'unknown') {
         await replicated(qb, q);
         return { hash, batchId, events, deduplicated: minted.deduplicated };
@@ -212,6 +230,41 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
     opts.observe?.enqueuedBytes?.(job.body.length + JOB_OVERHEAD_BYTES);
     await replicated(qb, q);
     return { hash, batchId, events, deduplicated: minted.deduplicated };
+  }
+
+  /**
+   * Adds the batch's job, alone or (while an add to the same queue runs) in a group job with other
+   * pushes' batches. A group's members are noted in the ledger before its job is added, so a
+   * member is never in the queue without the ledger knowing which job holds it.
+   */
+  function enqueue(q: Pick<Shard, 'queue' | 'ledger'>, job: BatchJob): GroupTicket {
+    if (groupMax <= 1) {
+      const done = q.queue.add(JOB_NAME, job, { ...BATCH_JOB_OPTIONS, jobId: job.batchId }).then(() => undefined);
+      return { done, group: () => [job], withdraw: () => false };
+    }
+    let c = committers.get(q.queue);
+    if (!c) {
+      const { queue: bq, ledger } = q;
+      c = new GroupCommitter<BatchJob>({
+        maxItems: groupMax,
+        maxBytes: GROUP_MAX_BODY_BYTES,
+        sizeOf: (j) => j.bodyBytes,
+        send: async (jobs) => {
+          const [first, ...rest] = jobs as [BatchJob, ...BatchJob[]];
+          if (rest.length === 0) {
+            await bq.add(JOB_NAME, first, { ...BATCH_JOB_OPTIONS, jobId: first.batchId });
+            return;
+          }
+          const id = groupJobId(first.batchId);
+          await ledger.noteGroup(id, jobs.map((j) => j.batchId));
+          const group: BatchGroupJob = { v: 2, batches: [...jobs] };
+          await bq.add(JOB_NAME, group, { ...BATCH_JOB_OPTIONS, jobId: id });
+          opts.observe?.groupSize?.(jobs.length);
+        },
+      });
+      committers.set(q.queue, c);
+    }
+    return c.submit(job);
   }
 
   async function fileExists(key: string): Promise<boolean> {
@@ -238,6 +291,9 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
       try {
         const state = await q.queue.getJobState(batchId);
         if (state !== 'unknown') return 'enqueued';
+        // A group's member: its job is the group's (noted in the ledger before that job is added).
+        const group = await q.ledger.groupOf(batchId);
+        if (group !== null && (await q.queue.getJobState(group)) !== 'unknown') return 'enqueued';
         if (!(await q.ledger.isPending(prefix, batchId))) return 'gone';
       } catch {
         throw unavailable('queue unavailable (Redis)');

@@ -1,9 +1,9 @@
-import { Job, UnrecoverableError, Worker } from 'bullmq';
+import { Job, Queue, UnrecoverableError, Worker } from 'bullmq';
 import type { Cluster, Redis } from 'ioredis';
 import type { Registry } from 'prom-client';
 import type { BatchLedger } from '../../shared/ledger/ledger.js';
 import { type Logger, throttledWarn } from '../../shared/logger.js';
-import type { BatchJob } from '../../shared/queue.js';
+import { BATCH_JOB_OPTIONS, type BatchGroupJob, BatchGroupJobSchema, type BatchJob, JOB_NAME, isGroupPayload } from '../../shared/queue.js';
 import type { ObjectStore } from '../../shared/store/types.js';
 import { ByteBudget } from '../../shared/byte-budget.js';
 import { StoreError } from '../../shared/errors.js';
@@ -60,6 +60,9 @@ export interface Encoder {
   close(graceMs?: number): Promise<void>;
 }
 
+/** A group's failed member, queued on its own, is first tried after this (the retry policy's first backoff). */
+const SPLIT_RETRY_DELAY_MS = 1000;
+
 /**
  * Processes one job: decode → (wait for byte budget) → unpack → encode → write → release.
  * A job that has to wait for the byte budget lets go of its payload meanwhile (up to
@@ -89,6 +92,69 @@ async function processJob(job: Job, o: EncoderOptions & { ledger: BatchLedger },
   } finally {
     budget.give(data.bodyBytes);
   }
+}
+
+/**
+ * A group job (several batches, each its own id and file): the byte budget is taken for all of
+ * them at once, then every member is encoded, written and released. A member that fails (for any
+ * reason) leaves the group as a job of its own under its own id, added before the group
+ * completes, so retries, dead letters and replay deal with one batch as they always have; its
+ * written siblings are not written again. If that add fails, the group fails and is retried whole
+ * (a member written again overwrites its own file with the same bytes).
+ */
+async function processGroup(job: Job, o: EncoderOptions & { ledger: BatchLedger }, m: EncoderMetrics, budget: ByteBudget | undefined, reload: (id: string) => Promise<unknown>, splitOff: (batch: BatchJob) => Promise<void>): Promise<{ key: string; rows: number; bytes: number }> {
+  let group = groupContract(job.data);
+  const total = group.batches.reduce((n, b) => n + b.bodyBytes, 0);
+  const ids = group.batches.map((b) => b.batchId).join(',');
+  if (budget) {
+    const tw = performance.now();
+    if (!budget.tryTake(total)) {
+      // As for one batch (processJob): hold no payload while waiting for the bytes.
+      (job.data as { batches?: unknown[] }).batches = [];
+      group = { v: 2, batches: [] };
+      await budget.take(total);
+      try {
+        group = groupContract(await reload(job.id ?? ''));
+      } catch (err) {
+        budget.give(total);
+        throw err;
+      }
+      if (group.batches.map((b) => b.batchId).join(',') !== ids) {
+        budget.give(total);
+        throw new Error(`job ${job.id ?? ''} changed while it waited for the byte budget`);
+      }
+      m.payloadReloads.inc();
+    }
+    m.budgetWaitSeconds.observe((performance.now() - tw) / 1000);
+  }
+  try {
+    if (job.processedOn && job.attemptsMade === 0) m.waitSeconds.observe(Math.max(0, job.processedOn - job.timestamp) / 1000);
+    const results = await Promise.allSettled(group.batches.map((b) => encodeAndWrite(b, o, m)));
+    let rows = 0;
+    let bytes = 0;
+    for (const [i, r] of results.entries()) {
+      const batch = group.batches[i] as BatchJob;
+      if (r.status === 'fulfilled') {
+        rows += r.value.rows;
+        bytes += r.value.bytes;
+        continue;
+      }
+      const reason = (r.reason as Error)?.message ?? String(r.reason);
+      await splitOff(batch);
+      m.batches.inc({ outcome: 'retried' });
+      o.logger.warn({ batchId: batch.batchId, key: batch.key, group: job.id, reason }, 'batch failed in its group; queued on its own');
+    }
+    return { key: '', rows, bytes };
+  } finally {
+    if (budget) budget.give(total);
+  }
+}
+
+/** A group payload as the shared contract, or an UnrecoverableError naming what does not match. */
+function groupContract(payload: unknown): BatchGroupJob {
+  const r = BatchGroupJobSchema.safeParse(payload);
+  if (!r.success) throw new UnrecoverableError(`group job payload does not match the contract: ${r.error.issues[0]?.path.join('.') ?? ''} ${r.error.issues[0]?.message ?? ''}`);
+  return r.data;
 }
 
 /** The job payload as the shared contract, or an UnrecoverableError naming what does not match. */
@@ -155,6 +221,7 @@ export function createEncoder(o: EncoderOptions): Encoder {
   // jobs being encoded at `concurrency`: a job waiting at the gate keeps its lock renewed.
   const gate = shards.length > 1 ? new ByteBudget(o.concurrency) : undefined;
   const perWorker = shards.length > 1 ? Math.max(1, Math.ceil(o.concurrency / shards.length)) : o.concurrency;
+  const splitQueues: Queue[] = [];
   const workers = shards.map((shard) => startWorker(shard));
   const worker = workers[0] as Worker;
 
@@ -165,13 +232,22 @@ export function createEncoder(o: EncoderOptions): Encoder {
       if (!again) throw new Error(`job ${id} is no longer in the queue`);
       return again.data;
     };
+    // A group's failed member becomes a job of its own (its id as job id: adding it twice is a no-op).
+    let splitQueue: Queue | undefined;
+    const splitOff = async (batch: BatchJob): Promise<void> => {
+      if (!splitQueue) {
+        splitQueue = new Queue(shard.queueName, { connection: o.connection, ...(shard.prefix ? { prefix: shard.prefix } : {}), skipVersionCheck: true });
+        splitQueues.push(splitQueue);
+      }
+      await splitQueue.add(JOB_NAME, batch, { ...BATCH_JOB_OPTIONS, jobId: batch.batchId, delay: SPLIT_RETRY_DELAY_MS });
+    };
     const w = new Worker(
       shard.queueName,
       async (job) => {
         if (gate) await gate.take(1);
         metrics.active.inc();
         try {
-          return await processJob(job, so, metrics, budget, reload);
+          return isGroupPayload(job.data) ? await processGroup(job, so, metrics, budget, reload, splitOff) : await processJob(job, so, metrics, budget, reload);
         } finally {
           metrics.active.dec();
           gate?.give(1);
@@ -220,6 +296,7 @@ export function createEncoder(o: EncoderOptions): Encoder {
         metrics.workers.set(0);
         const force = new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), graceMs).unref());
         const r = await Promise.race([Promise.all(workers.map((w) => w.close())).then(() => 'closed' as const), force]);
+        await Promise.all(splitQueues.map((q) => q.close().catch(() => undefined)));
         if (r === 'timeout') {
           o.logger.warn('active jobs did not finish in time; closing anyway (they will be retried as stalled)');
           // Bounded too: with Redis unreachable a forced close still waits for its connections.
