@@ -535,6 +535,11 @@ async function main(): Promise<number> {
     await sleep(500);
   }
   progress(ok ? 'backlog drained' : 'drain deadline passed; counting what is there');
+  // How much of the load went as group jobs (QUEUE_GROUP_MAX), since the API's last start.
+  const metricsText = await fetch(`${apiUrl}/metrics`, { signal: AbortSignal.timeout(5000) }).then((r) => r.text()).catch(() => '');
+  // Every series carries the process's default labels (`service`, …): match the name and any label given.
+  const metric = (name: string, label = ''): string => metricsText.split('\n').find((l) => (l.startsWith(`${name}{`) || l.startsWith(`${name} `)) && l.includes(label))?.split(' ').pop() ?? '?';
+  progress(`since the API's last start: ${metric('ingest_pushes_total', 'outcome="accepted"')} pushes accepted; ${metric('ingest_enqueue_group_batches_count')} group jobs carried ${metric('ingest_enqueue_group_batches_sum')} of their batches`);
 
   const report = await verify(direct);
   direct.destroy();
