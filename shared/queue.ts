@@ -34,8 +34,8 @@ export type BatchJob = z.infer<typeof BatchJobSchema>;
  * member is a whole batch job: its own id, key and file. The job's id is `g-` + the first member's
  * batch id (groupJobId), never a batch id, so a member that fails can be queued again as a job of
  * its own under its own id. The ledger records every member's group (`BatchLedger.noteGroup`)
- * before the job is added, so the reaper and a retried push find the job a member rides in.
- * Encoders of this version read both forms.
+ * in the same round trip as the job's add, so the reaper and a retried push find the job a
+ * member rides in. Encoders of this version read both forms.
  */
 export const BatchGroupJobSchema = z.object({
   v: z.literal(2),

@@ -234,8 +234,8 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
 
   /**
    * Adds the batch's job, alone or (while an add to the same queue runs) in a group job with other
-   * pushes' batches. A group's members are noted in the ledger before its job is added, so a
-   * member is never in the queue without the ledger knowing which job holds it.
+   * pushes' batches. A group's members are noted in the ledger with its add, so a member is never
+   * in the queue long without the ledger knowing which job holds it.
    */
   function enqueue(q: Pick<Shard, 'queue' | 'ledger'>, job: BatchJob): GroupTicket {
     if (groupMax <= 1) {
@@ -256,9 +256,15 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
             return;
           }
           const id = groupJobId(first.batchId);
-          await ledger.noteGroup(id, jobs.map((j) => j.batchId));
+          const members = jobs.map((j) => j.batchId);
           const group: BatchGroupJob = { v: 2, batches: [...jobs] };
-          await bq.add(JOB_NAME, group, { ...BATCH_JOB_OPTIONS, jobId: id });
+          // One round trip for both: the note and the add go out together on the producer's
+          // connection. Only the reaper (after ORPHAN_GRACE_SECONDS) and a retried push (which
+          // polls) read the note, so it need not land before the add, only with it.
+          const [noted, added] = await Promise.allSettled([ledger.noteGroup(id, members), bq.add(JOB_NAME, group, { ...BATCH_JOB_OPTIONS, jobId: id })]);
+          if (added.status === 'rejected') throw added.reason;
+          // The job is in the queue: its members must be findable before the reaper's grace ends.
+          if (noted.status === 'rejected') await ledger.noteGroup(id, members);
           opts.observe?.groupSize?.(jobs.length);
         },
       });
@@ -291,7 +297,7 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
       try {
         const state = await q.queue.getJobState(batchId);
         if (state !== 'unknown') return 'enqueued';
-        // A group's member: its job is the group's (noted in the ledger before that job is added).
+        // A group's member: its job is the group's (noted in the ledger with that job's add).
         const group = await q.ledger.groupOf(batchId);
         if (group !== null && (await q.queue.getJobState(group)) !== 'unknown') return 'enqueued';
         if (!(await q.ledger.isPending(prefix, batchId))) return 'gone';

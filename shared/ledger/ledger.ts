@@ -180,9 +180,10 @@ export class BatchLedger {
   }
 
   /**
-   * Records that `members` ride in the queue job `jobId` (a group job, shared/queue.ts). Called
-   * before that job is added; each entry leaves with its member's release (file written,
-   * dead-lettered, failed push, or reaped), so the hash holds at most the ids in flight.
+   * Records that `members` ride in the queue job `jobId` (a group job, shared/queue.ts). Sent with
+   * that job's add (again if it failed while the add landed); each entry leaves with its member's
+   * release (file written, dead-lettered, failed push, or reaped), so the hash holds at most the
+   * ids in flight.
    */
   async noteGroup(jobId: string, members: readonly string[]): Promise<void> {
     if (members.length === 0) return;
