@@ -2,7 +2,7 @@ import express, { type Express, type NextFunction, type Request, type Response }
 import type { Queue } from 'bullmq';
 import type { Registry } from 'prom-client';
 import { type Shard, ShardSet } from '../../shared/shards.js';
-import { type Env, MAX_INFLIGHT_BYTES_DEFAULT, type SyncConfig } from '../../shared/config.js';
+import { type Env, MAX_INFLIGHT_BYTES_DEFAULT, QUEUE_GROUP_MAX_DEFAULT, type SyncConfig } from '../../shared/config.js';
 import { ByteBudget } from '../../shared/byte-budget.js';
 import { HttpError, StoreError } from '../../shared/errors.js';
 import type { BatchLedger } from '../../shared/ledger/ledger.js';
@@ -69,7 +69,7 @@ export function createApiApp(deps: ApiDeps): ApiApp {
       store,
       collection: c,
       storagePath: c.storagePath,
-      queue: { queue, ledger, shards, idempotencyWindowSeconds: deps.env.IDEMPOTENCY_WINDOW_SECONDS, bodyDedupWindowSeconds: deps.env.BODY_DEDUP_WINDOW_SECONDS, ...(deps.env.QUEUE_GROUP_MAX === undefined ? {} : { groupMax: deps.env.QUEUE_GROUP_MAX }) },
+      queue: { queue, ledger, shards, idempotencyWindowSeconds: deps.env.IDEMPOTENCY_WINDOW_SECONDS, bodyDedupWindowSeconds: deps.env.BODY_DEDUP_WINDOW_SECONDS, groupMax: deps.env.QUEUE_GROUP_MAX ?? QUEUE_GROUP_MAX_DEFAULT },
       observe: {
         mintSeconds: (s) => metrics.mintDuration.observe(s),
         enqueueSeconds: (s) => metrics.enqueueDuration.observe(s),

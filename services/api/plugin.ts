@@ -10,7 +10,6 @@ import { withTimeout } from '../../shared/timeout.js';
 import { type StoragePathTemplate, batchKey, listPrefix, parseStoragePath } from '../../shared/paths.js';
 import { BATCH_JOB_OPTIONS, type BatchGroupJob, type BatchJob, GROUP_MAX_BODY_BYTES, JOB_NAME, groupJobId, packBody } from '../../shared/queue.js';
 import { GroupCommitter, type GroupTicket } from '../../shared/group-commit.js';
-import { QUEUE_GROUP_MAX_DEFAULT } from '../../shared/config.js';
 import type { ObjectStore, StoredObject } from '../../shared/store/types.js';
 import type { Shard, ShardSet } from '../../shared/shards.js';
 
@@ -36,9 +35,10 @@ export interface QueueBinding {
   /** A push whose enqueue has not finished by then answers 503 (default 3000 ms). */
   enqueueTimeoutMs?: number;
   /**
-   * QUEUE_GROUP_MAX: pushes that are ready while an add to their queue runs go together as one
-   * group job of up to this many batches (each still its own id and file). 1: one job per push.
-   * Default 16.
+   * Pushes that are ready while an add to their queue runs go together as one group job
+   * (`BatchGroupJobSchema`) of up to this many batches, each still its own id and file. Default 1:
+   * one job per push, so an encoder of your own that reads `BatchJobSchema` keeps working; the
+   * services pass `QUEUE_GROUP_MAX` (default 16), and their encoder reads both.
    */
   groupMax?: number;
 }
@@ -120,7 +120,7 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
   const keyWindowSeconds = queue?.idempotencyWindowSeconds ?? DEFAULT_IDEMPOTENCY_WINDOW_SECONDS;
   const bodyWindowSeconds = queue?.bodyDedupWindowSeconds ?? DEFAULT_BODY_DEDUP_WINDOW_SECONDS;
   const enqueueTimeoutMs = queue?.enqueueTimeoutMs ?? 3000;
-  const groupMax = queue?.groupMax ?? QUEUE_GROUP_MAX_DEFAULT;
+  const groupMax = queue?.groupMax ?? 1;
   /** One group committer per queue (shard), created on its first push. */
   const committers = new Map<Queue, GroupCommitter<BatchJob>>();
   // Last bound read per prefix: safe to reuse while Redis is down, since a bound only
