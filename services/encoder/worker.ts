@@ -274,14 +274,18 @@ export function createEncoder(o: EncoderOptions): Encoder {
     const attempts = job.opts.attempts ?? 1;
     const final = err instanceof UnrecoverableError || err.name === 'UnrecoverableError' || job.attemptsMade >= attempts;
     const data = job.data as Partial<BatchJob>;
+    // A group job (every member's own failures were queued on their own): count its batches.
+    const members = isGroupPayload(job.data) ? ((job.data as { batches?: unknown[] }).batches?.length ?? 0) : undefined;
+    const fields = members === undefined ? { batchId: job.id, key: data.key } : { group: job.id, batches: members };
     if (final) {
-      metrics.batches.inc({ outcome: 'failed' });
-      o.logger.error({ batchId: job.id, key: data.key, attempts: job.attemptsMade, reason: err.message }, 'batch dead-lettered');
-      // A dead batch must not hold newer ones back from the list forever.
+      metrics.batches.inc({ outcome: 'failed' }, members ?? 1);
+      o.logger.error({ ...fields, attempts: job.attemptsMade, reason: err.message }, members === undefined ? 'batch dead-lettered' : 'group job dead-lettered');
+      // A dead batch must not hold newer ones back from the list forever (a group's members are
+      // released by the reaper, which finds them through the group).
       if (typeof data.prefix === 'string' && job.id) shard.ledger.release(data.prefix, job.id).catch(() => undefined);
     } else {
-      metrics.batches.inc({ outcome: 'retried' });
-      o.logger.warn({ batchId: job.id, key: data.key, attempt: job.attemptsMade, reason: err.message }, 'batch will be retried');
+      metrics.batches.inc({ outcome: 'retried' }, members ?? 1);
+      o.logger.warn({ ...fields, attempt: job.attemptsMade, reason: err.message }, members === undefined ? 'batch will be retried' : 'group job will be retried');
     }
   }
   metrics.workers.set(1);
