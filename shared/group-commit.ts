@@ -15,11 +15,11 @@ export interface GroupCommitOptions<T> {
 }
 
 /** One submitted item's handle. */
-export interface GroupTicket {
+export interface GroupTicket<T> {
   /** Resolves when the item's group was sent; rejects with the send's error. */
   readonly done: Promise<void>;
   /** The items sent together with this one (itself included, first item first) once its group is formed, else undefined. */
-  group(): readonly unknown[] | undefined;
+  group(): readonly T[] | undefined;
   /**
    * Takes the item back if its group has not been formed yet (true: it will never be sent, and
    * `done` stays pending forever); false once it is being sent or was sent.
@@ -50,7 +50,7 @@ export class GroupCommitter<T> {
     return this.waiting.length;
   }
 
-  submit(item: T): GroupTicket {
+  submit(item: T): GroupTicket<T> {
     let entry!: Entry<T>;
     const done = new Promise<void>((resolve, reject) => {
       entry = { item, resolve, reject };

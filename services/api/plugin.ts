@@ -212,8 +212,8 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
       // Still waiting for its group: it never will be sent now, so nothing of it is in the queue.
       const sent = !ticket.withdraw();
       // A timed-out add may still have landed: then the batch is durable and must be answered as such.
-      const group = ticket.group() as readonly BatchJob[] | undefined;
-      const jobId = group && group.length > 1 ? groupJobId((group[0] as BatchJob).batchId) : batchId;
+      const group = ticket.group();
+      const jobId = group && group[0] && group.length > 1 ? groupJobId(group[0].batchId) : batchId;
       const state = sent ? await withTimeout(q.queue.getJobState(jobId), 1000, 'job state').catch(() => 'unknown') : 'unknown';
       if (state !== 'unknown') {
         await replicated(qb, q);
@@ -237,7 +237,7 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
    * pushes' batches. A group's members are noted in the ledger with its add, so a member is never
    * in the queue long without the ledger knowing which job holds it.
    */
-  function enqueue(q: Pick<Shard, 'queue' | 'ledger'>, job: BatchJob): GroupTicket {
+  function enqueue(q: Pick<Shard, 'queue' | 'ledger'>, job: BatchJob): GroupTicket<BatchJob> {
     if (groupMax <= 1) {
       const done = q.queue.add(JOB_NAME, job, { ...BATCH_JOB_OPTIONS, jobId: job.batchId }).then(() => undefined);
       return { done, group: () => [job], withdraw: () => false };

@@ -1,16 +1,27 @@
 import { StoreError } from '../../shared/errors.js';
 import { PARQUET_MIME_TYPE, encodeBatch } from '../../shared/parquet/encode.js';
-import { type BatchJob, BatchJobSchema, unpackBody } from '../../shared/queue.js';
+import { type BatchGroupJob, BatchGroupJobSchema, type BatchJob, BatchJobSchema, unpackBody } from '../../shared/queue.js';
+import type { z } from 'zod';
 import type { ObjectStore } from '../../shared/store/types.js';
 
 
 /** A step's outcome: bad data is a value with a reason, not a thrown surprise. */
 export type Step<T> = { ok: true; value: T } | { ok: false; reason: string };
 
+/** `data` as `schema`, or the first place it does not match. */
+function decodeAs<T>(schema: z.ZodType<T>, what: string, data: unknown): Step<T> {
+  const r = schema.safeParse(data);
+  return r.success ? { ok: true, value: r.data } : { ok: false, reason: `${what} does not match the contract: ${r.error.issues[0]?.path.join('.') ?? ''} ${r.error.issues[0]?.message ?? ''}` };
+}
+
 /** Step 1: the job payload matches the shared contract. */
 export function decodeJob(data: unknown): Step<BatchJob> {
-  const r = BatchJobSchema.safeParse(data);
-  return r.success ? { ok: true, value: r.data } : { ok: false, reason: `job payload does not match the contract: ${r.error.issues[0]?.path.join('.') ?? ''} ${r.error.issues[0]?.message ?? ''}` };
+  return decodeAs(BatchJobSchema, 'job payload', data);
+}
+
+/** Step 1 for a group job (several batches in one job; shared/queue.ts). */
+export function decodeGroupJob(data: unknown): Step<BatchGroupJob> {
+  return decodeAs(BatchGroupJobSchema, 'group job payload', data);
 }
 
 /** Step 2: the request body bytes back from the payload. */

@@ -3,12 +3,12 @@ import type { Cluster, Redis } from 'ioredis';
 import type { Registry } from 'prom-client';
 import type { BatchLedger } from '../../shared/ledger/ledger.js';
 import { type Logger, throttledWarn } from '../../shared/logger.js';
-import { BATCH_JOB_OPTIONS, type BatchGroupJob, BatchGroupJobSchema, type BatchJob, JOB_NAME, isGroupPayload } from '../../shared/queue.js';
+import { BATCH_JOB_OPTIONS, type BatchGroupJob, type BatchJob, JOB_NAME, isGroupPayload } from '../../shared/queue.js';
 import type { ObjectStore } from '../../shared/store/types.js';
 import { ByteBudget } from '../../shared/byte-budget.js';
 import { StoreError } from '../../shared/errors.js';
 import { createEncoderMetrics, type EncoderMetrics } from './metrics.js';
-import { decodeJob, encode, restoreBody, write } from './pipeline.js';
+import { decodeGroupJob, decodeJob, encode, restoreBody, write } from './pipeline.js';
 
 export interface EncoderOptions {
   queueName: string;
@@ -152,9 +152,9 @@ async function processGroup(job: Job, o: EncoderOptions & { ledger: BatchLedger 
 
 /** A group payload as the shared contract, or an UnrecoverableError naming what does not match. */
 function groupContract(payload: unknown): BatchGroupJob {
-  const r = BatchGroupJobSchema.safeParse(payload);
-  if (!r.success) throw new UnrecoverableError(`group job payload does not match the contract: ${r.error.issues[0]?.path.join('.') ?? ''} ${r.error.issues[0]?.message ?? ''}`);
-  return r.data;
+  const decoded = decodeGroupJob(payload);
+  if (!decoded.ok) throw new UnrecoverableError(decoded.reason);
+  return decoded.value;
 }
 
 /** The job payload as the shared contract, or an UnrecoverableError naming what does not match. */
