@@ -136,6 +136,22 @@ export function isRedisUnavailable(err: unknown): boolean {
   return /Stream isn't writeable|Connection is closed|Command timed out|connect ETIMEDOUT|Reached the max retries|CLUSTERDOWN|TRYAGAIN|Cluster isn't ready|Failed to refresh slots cache|None of startup nodes is available/i.test(err.message);
 }
 
+/**
+ * Whether a command that failed with `err` certainly did not run: it never left this process (no
+ * connection, and ioredis' offline queue is off) or Redis refused it before running it (out of
+ * memory, read-only replica, a cluster slot not served, busy, loading, refused auth). A timeout or
+ * a connection lost after the command was written says nothing: Redis may run it, or have run
+ * it, without the answer arriving. For a write whose effect must be undone on failure, only a
+ * `true` here makes the undo safe.
+ */
+export function commandNeverRan(err: unknown): boolean {
+  if (!(err instanceof Error)) return false;
+  const code = (err as NodeJS.ErrnoException).code;
+  if (code && ['ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN'].includes(code)) return true;
+  if (/^(Stream isn't writeable|Cluster isn't ready|None of startup nodes is available|Failed to refresh slots cache)/.test(err.message)) return true;
+  return err.name === 'ReplyError' && /^(OOM|READONLY|BUSY|LOADING|CLUSTERDOWN|TRYAGAIN|MASTERDOWN|NOREPLICAS|MISCONF|NOPERM|NOAUTH|WRONGPASS)\b/.test(err.message);
+}
+
 /** Resolves when `client` is ready, rejects after `ms`. */
 export async function waitReady(client: RedisClient, ms: number): Promise<void> {
   if (client.status === 'ready') return;

@@ -75,6 +75,7 @@ export function createApiApp(deps: ApiDeps): ApiApp {
         enqueueSeconds: (s) => metrics.enqueueDuration.observe(s),
         enqueuedBytes: (n) => shedder.noteWrite(n),
         groupSize: (n) => metrics.enqueueGroupBatches.observe(n),
+        enqueueUnknown: () => metrics.enqueueUnknown.inc(),
       },
     }),
   );

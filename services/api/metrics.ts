@@ -50,6 +50,7 @@ export function createApiMetrics(registry: Registry, opts: ApiMetricsOptions = {
     mintDuration: new Histogram({ name: `${P}mint_duration_seconds`, help: 'Time to mint a batch id in Redis', buckets: FAST_BUCKETS, registers }),
     enqueueDuration: new Histogram({ name: `${P}enqueue_duration_seconds`, help: 'Time to add a batch job to the queue', buckets: FAST_BUCKETS, registers }),
     enqueueGroupBatches: new Histogram({ name: `${P}enqueue_group_batches`, help: 'Batches per group job this process added (QUEUE_GROUP_MAX; pushes that went alone are not counted)', buckets: [2, 4, 8, 16, 32, 64], registers }),
+    enqueueUnknown: new Counter({ name: `${P}enqueue_unknown_total`, help: 'Pushes answered 503 whose add was sent but did not answer in time: it may still land, so the id stays in flight and the key claimed', registers }),
     queueJobs: new Gauge({ name: `${P}queue_jobs`, help: 'Jobs in the queue by state', labelNames: ['state'], registers, collect }),
     queueShardJobs: new Gauge({ name: `${P}queue_shard_jobs`, help: 'Jobs waiting, active or dead-lettered per queue shard (QUEUE_SHARDS): a hot shard shows here; ingest_queue_jobs is their sum', labelNames: ['shard', 'state'], registers, collect }),
     queueOldestWaiting: new Gauge({ name: `${P}queue_oldest_waiting_age_seconds`, help: 'Age of the oldest waiting job (0 when none)', registers, collect }),

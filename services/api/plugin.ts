@@ -6,6 +6,7 @@ import { batchIdMs, isBatchId, parseBatchRef } from '../../shared/ids.js';
 import { type BatchLedger, type IdempotencyClaim, type ListBound, visibleUnder } from '../../shared/ledger/ledger.js';
 import { MemoryLedger } from '../../shared/ledger/memory.js';
 import { PARQUET_MIME_TYPE, encodeBatch } from '../../shared/parquet/encode.js';
+import { commandNeverRan } from '../../shared/redis.js';
 import { withTimeout } from '../../shared/timeout.js';
 import { type StoragePathTemplate, batchKey, listPrefix, parseStoragePath } from '../../shared/paths.js';
 import { BATCH_JOB_OPTIONS, type BatchGroupJob, type BatchJob, GROUP_MAX_BODY_BYTES, JOB_NAME, groupJobId, packBody } from '../../shared/queue.js';
@@ -58,6 +59,8 @@ export interface EventsPluginOptions {
     enqueuedBytes?(bytes: number): void;
     /** Batches in a group job just added (groups of two or more only). */
     groupSize?(batches: number): void;
+    /** A push answered 503 whose add went out but did not answer in time (it may still land; its id stays in flight). */
+    enqueueUnknown?(): void;
   };
 }
 
@@ -208,7 +211,7 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
     const ticket = enqueue(q, job);
     try {
       await withTimeout(ticket.done, enqueueTimeoutMs, 'enqueue');
-    } catch {
+    } catch (err) {
       // Still waiting for its group: it never will be sent now, so nothing of it is in the queue.
       const sent = !ticket.withdraw();
       // A timed-out add may still have landed: then the batch is durable and must be answered as such.
@@ -218,6 +221,15 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
       if (state !== 'unknown') {
         await replicated(qb, q);
         return { hash, batchId, events, deduplicated: minted.deduplicated };
+      }
+      if (sent && !commandNeverRan(err)) {
+        // The add went out and nobody knows whether it ran: a stalled Redis runs it later, and the
+        // batch is then written. So the id stays in flight (the list must not pass it before its
+        // file exists) and the key stays claimed (the retry must get this batch, not a second
+        // file; confirmEnqueued finds the job, or takes the id over once it is abandoned). If no
+        // job ever appears, the reaper releases the id after ORPHAN_GRACE_SECONDS.
+        opts.observe?.enqueueUnknown?.();
+        throw unavailable('queue did not answer in time (Redis), so this batch may still be queued: send the same body (and Idempotency-Key) again to get its id');
       }
       // Not enqueued: take the id out of flight so it does not hold the list back, and forget
       // the idempotency key so the client's retry is accepted. If Redis is unreachable this fails
