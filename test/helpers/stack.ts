@@ -1,8 +1,11 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Queue } from 'bullmq';
+import { Redis } from 'ioredis';
 import { inject } from 'vitest';
 import { parseEnv } from '../../shared/config.js';
+import { BatchLedger } from '../../shared/ledger/ledger.js';
 import { createLogger } from '../../shared/logger.js';
 import { type RunningStack, type StackParts, startStack } from '../../services/stack.js';
 import { uniqueName } from './names.js';
@@ -42,4 +45,28 @@ export async function startTestStack(env: Record<string, string> = {}, parts: St
       rmSync(dataDir, { recursive: true, force: true });
     },
   });
+}
+
+/** A test's own view of a stack's queue and ordering ledger: a separate client on the test Redis. */
+export interface StackProbe {
+  redis: Redis;
+  queue: Queue;
+  ledger: BatchLedger;
+  /** Removes the queue's keys, then closes the client. */
+  close(): Promise<void>;
+}
+
+export function stackProbe(queueName: string): StackProbe {
+  const redis = new Redis(inject('redisUrl'), { maxRetriesPerRequest: null });
+  const queue = new Queue(queueName, { connection: redis });
+  return {
+    redis,
+    queue,
+    ledger: new BatchLedger(redis, queueName),
+    async close() {
+      await queue.obliterate({ force: true }).catch(() => undefined);
+      await queue.close().catch(() => undefined);
+      redis.disconnect();
+    },
+  };
 }

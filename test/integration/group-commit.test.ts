@@ -8,7 +8,7 @@ import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { type Job, Queue, UnrecoverableError, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BatchLedger } from '../../shared/ledger/ledger.js';
 import { reapOnce } from '../../shared/ledger/reaper.js';
 import { BATCH_JOB_OPTIONS, type BatchGroupJob, type BatchJob, JOB_NAME, groupJobId, packBody } from '../../shared/queue.js';
@@ -16,7 +16,7 @@ import { batchIdMs } from '../../shared/ids.js';
 import { duckQuery, sqlString } from '../helpers/duckdb.js';
 import { batchBody } from '../helpers/events.js';
 import { waitFor } from '../helpers/proc.js';
-import { ADMIN_TOKEN, type TestStack, startTestStack } from '../helpers/stack.js';
+import { ADMIN_TOKEN, type StackProbe, type TestStack, stackProbe, startTestStack } from '../helpers/stack.js';
 
 const PUSHES = 40;
 
@@ -25,17 +25,15 @@ describe('group commit of enqueues (QUEUE_GROUP_MAX)', () => {
   let redis: Redis;
   let queue: Queue;
   let ledger: BatchLedger;
+  let probe: StackProbe;
 
   beforeAll(async () => {
     stack = await startTestStack({ IDEMPOTENCY_WINDOW_SECONDS: '600', QUEUE_GROUP_MAX: '8' });
-    redis = new Redis(inject('redisUrl'), { maxRetriesPerRequest: null });
-    queue = new Queue(stack.queueName, { connection: redis });
-    ledger = new BatchLedger(redis, stack.queueName);
+    probe = stackProbe(stack.queueName);
+    ({ redis, queue, ledger } = probe);
   });
   afterAll(async () => {
-    await queue?.obliterate({ force: true }).catch(() => undefined);
-    await queue?.close().catch(() => undefined);
-    redis?.disconnect();
+    await probe?.close();
     await stack?.shutdown();
   });
 

@@ -8,35 +8,31 @@
  */
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { Queue, type Worker } from 'bullmq';
-import { Redis } from 'ioredis';
+import type { Queue, Worker } from 'bullmq';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { BatchLedger } from '../../shared/ledger/ledger.js';
+import type { BatchLedger } from '../../shared/ledger/ledger.js';
 import { batchBody } from '../helpers/events.js';
 import { waitFor } from '../helpers/proc.js';
-import { ADMIN_TOKEN, type TestStack, startTestStack } from '../helpers/stack.js';
+import { ADMIN_TOKEN, type StackProbe, type TestStack, stackProbe, startTestStack } from '../helpers/stack.js';
 import { type DelayProxy, startDelayProxy } from '../helpers/tcp-delay.js';
 
 describe('an enqueue that lands after the API answered 503', () => {
   let proxy: DelayProxy;
   let stack: TestStack;
-  let redis: Redis;
   let queue: Queue;
   let ledger: BatchLedger;
+  let probe: StackProbe;
 
   beforeAll(async () => {
     const target = new URL(inject('redisUrl'));
     proxy = await startDelayProxy({ host: target.hostname, port: Number(target.port) });
     // The reaper's grace stays at its default (60 s), far beyond this test's stall.
     stack = await startTestStack({ REDIS_URL: proxy.url, IDEMPOTENCY_WINDOW_SECONDS: '600' });
-    redis = new Redis(inject('redisUrl'), { maxRetriesPerRequest: null });
-    queue = new Queue(stack.queueName, { connection: redis });
-    ledger = new BatchLedger(redis, stack.queueName);
+    probe = stackProbe(stack.queueName);
+    ({ queue, ledger } = probe);
   });
   afterAll(async () => {
-    await queue?.obliterate({ force: true }).catch(() => undefined);
-    await queue?.close().catch(() => undefined);
-    redis?.disconnect();
+    await probe?.close();
     await stack?.shutdown();
     await proxy?.close();
   });
