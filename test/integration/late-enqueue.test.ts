@@ -54,12 +54,14 @@ describe('an enqueue that lands after the API answered 503', () => {
     await Promise.all(workers().map((w) => w.pause()));
 
     // Only BullMQ's add carries the job's `bodyBytes`: the mint goes through, the add and every
-    // later command of that connection reach Redis 4.5 s later, after the API gave up (3 s).
-    proxy.arm('"bodyBytes"', 4500);
+    // later command of that connection reach Redis 8 s later, well after the API gave up (3 s).
+    proxy.arm('"bodyBytes"', 8000);
     const first = await push(app, body, 'late-1');
     expect(first.status).toBe(503);
     expect(first.error).toMatch(/may still be queued: send the same body/);
     expect(proxy.held).toBe(1);
+    // Answered while the add was still held back: the API could not know whether it would run.
+    expect(proxy.released).toBe(0);
     // The stall ends: the add runs in Redis after all (and whatever that connection sent after it).
     await waitFor(async () => proxy.released === 1, 10_000, 'the held commands to reach Redis');
     const job = await waitFor(async () => (await queue.getJobs(['wait'])).find((j) => j.data?.prefix === prefix), 10_000, 'the late job');
