@@ -3,6 +3,7 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import net from 'node:net';
+import { Transform } from 'node:stream';
 import { resolve } from 'node:path';
 import { pollUntil } from '../shared/poll.js';
 
@@ -20,15 +21,20 @@ const SERVICE_UNAVAILABLE = [
 ].join('\r\n');
 
 /**
- * A TCP proxy on 127.0.0.1 in front of an HTTP server (the S3 server), whose mode can be
- * switched at any time. Switching to a fault drops every live connection too, so pooled
- * keep-alive sockets cannot slip requests through an outage.
+ * A TCP proxy on 127.0.0.1 in front of an HTTP server (the S3 server) or a Redis, whose mode can
+ * be switched at any time. Switching to a fault drops every live connection too, so pooled
+ * keep-alive sockets cannot slip requests through an outage. `holdNext` stalls one connection's
+ * requests instead (a server that runs a command late, after the client stopped waiting).
  */
 export class FaultProxy {
   mode: FaultMode = 'pass';
   /** Connections answered with a fault since start. */
   faults = 0;
+  /** Holds that fired (`holdNext`), and how many of them have been let go. */
+  held = 0;
+  released = 0;
   private readonly live = new Set<net.Socket>();
+  private hold: { marker: string; ms: number } | null = null;
 
   private constructor(
     private readonly server: net.Server,
@@ -50,6 +56,14 @@ export class FaultProxy {
 
   get url(): string {
     return `http://127.0.0.1:${this.port}`;
+  }
+
+  /**
+   * The next client→server chunk that contains `marker`, and everything its connection sends
+   * after it, reach the server `ms` later: in order, nothing dropped. Answers pass at once.
+   */
+  holdNext(marker: string, ms: number): void {
+    this.hold = { marker, ms };
   }
 
   setMode(mode: FaultMode): void {
@@ -77,7 +91,27 @@ export class FaultProxy {
     upstream.on('close', () => client.destroy());
     this.live.add(client);
     client.once('close', () => this.live.delete(client));
-    client.pipe(upstream).pipe(client);
+    client.pipe(this.holdPoint()).pipe(upstream).pipe(client);
+  }
+
+  /** One connection's client→server stream: passes chunks through, or delays one (and so all after it) once `holdNext` matches. */
+  private holdPoint(): Transform {
+    let tail = '';
+    return new Transform({
+      transform: (chunk: Buffer, _enc, done) => {
+        const text = tail + chunk.toString('latin1');
+        tail = text.slice(-256);
+        const hold = this.hold;
+        if (!hold || !text.includes(hold.marker)) return done(null, chunk);
+        this.hold = null;
+        this.held++;
+        // The stream hands over no further chunk until this one is done.
+        setTimeout(() => {
+          this.released++;
+          done(null, chunk);
+        }, hold.ms);
+      },
+    });
   }
 
   /** Stops listening and drops every connection. Idempotent. */

@@ -4,7 +4,7 @@
  * its id must stay in flight (the list must not pass it before its file exists) and its
  * idempotency claim must stay (the client's retry must get that batch's id, not a second file).
  * Real redis-server, BullMQ and the product's stack; the stall is a loopback proxy that holds
- * the API's commands back from the add on (test/helpers/tcp-delay.ts).
+ * the API's commands back from the add on (FaultProxy.holdNext, scripts/chaos-kit.ts).
  */
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
@@ -12,12 +12,12 @@ import type { Queue, Worker } from 'bullmq';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { BatchLedger } from '../../shared/ledger/ledger.js';
 import { batchBody } from '../helpers/events.js';
+import { FaultProxy } from '../../scripts/chaos-kit.js';
 import { waitFor } from '../helpers/proc.js';
 import { ADMIN_TOKEN, type StackProbe, type TestStack, stackProbe, startTestStack } from '../helpers/stack.js';
-import { type DelayProxy, startDelayProxy } from '../helpers/tcp-delay.js';
 
 describe('an enqueue that lands after the API answered 503', () => {
-  let proxy: DelayProxy;
+  let proxy: FaultProxy;
   let stack: TestStack;
   let queue: Queue;
   let ledger: BatchLedger;
@@ -25,9 +25,9 @@ describe('an enqueue that lands after the API answered 503', () => {
 
   beforeAll(async () => {
     const target = new URL(inject('redisUrl'));
-    proxy = await startDelayProxy({ host: target.hostname, port: Number(target.port) });
+    proxy = await FaultProxy.start(Number(target.port));
     // The reaper's grace stays at its default (60 s), far beyond this test's stall.
-    stack = await startTestStack({ REDIS_URL: proxy.url, IDEMPOTENCY_WINDOW_SECONDS: '600' });
+    stack = await startTestStack({ REDIS_URL: `redis://127.0.0.1:${proxy.port}`, IDEMPOTENCY_WINDOW_SECONDS: '600' });
     probe = stackProbe(stack.queueName);
     ({ queue, ledger } = probe);
   });
@@ -42,9 +42,9 @@ describe('an enqueue that lands after the API answered 503', () => {
     const dir = join(stack.dataDir, 'events', app);
     return existsSync(dir) ? readdirSync(dir).filter((f) => f.endsWith('.parquet')).sort() : [];
   };
-  async function push(app: string, body: string, key: string): Promise<{ status: number; batchId?: string; deduplicated?: boolean; error?: string }> {
+  async function push(app: string, body: string, key: string): Promise<{ status: number; batchId?: string; error?: string }> {
     const r = await fetch(`${stack.url}/push/events/${app}/x`, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': key }, body });
-    return { status: r.status, ...((await r.json()) as { batchId?: string; deduplicated?: boolean; error?: string }) };
+    return { status: r.status, ...((await r.json()) as { batchId?: string; error?: string }) };
   }
 
   it('keeps the id in flight and the key claimed; the retry gets that batch, and one file is written', { timeout: 60_000 }, async () => {
@@ -55,7 +55,7 @@ describe('an enqueue that lands after the API answered 503', () => {
 
     // Only BullMQ's add carries the job's `bodyBytes`: the mint goes through, the add and every
     // later command of that connection reach Redis 8 s later, well after the API gave up (3 s).
-    proxy.arm('"bodyBytes"', 8000);
+    proxy.holdNext('"bodyBytes"', 8000);
     const first = await push(app, body, 'late-1');
     expect(first.status).toBe(503);
     expect(first.error).toMatch(/may still be queued: send the same body/);
