@@ -19,7 +19,7 @@ import { finalHorizon, planPrefix } from '../../shared/rollup/plan.js';
 import { discoverPrefixes, prefixOfKey } from '../../shared/rollup/prefixes.js';
 import { ROLLUP_JOB_NAME, ROLLUP_JOB_OPTIONS, type RollupJob, RollupJobSchema, rollupJobId, rollupQueueName, rollupQueuePrefix } from '../../shared/rollup/queue.js';
 import { acquirePrefixLock, forgetReplayedBatch, replayedBatches } from '../../shared/rollup/redis-keys.js';
-import { RollupNotReadyError, dropOldPeriods, pruneRawBatches, removeStaleTempFiles, rollPeriod, storeRootUrl } from '../../shared/rollup/roll.js';
+import { RollupNotReadyError, dropOldPeriods, periodsPastRetention, pruneRawBatches, rawPeriodsDue, removeStaleTempFiles, rollPeriod, storeRootUrl } from '../../shared/rollup/roll.js';
 import { recordedShardCount, shardIndex, shardLayouts } from '../../shared/shards.js';
 import { FilesystemObjectStore } from '../../shared/store/filesystem.js';
 import { MemoryObjectStore } from '../../shared/store/memory.js';
@@ -58,8 +58,10 @@ export function discoveryIntervalMs(periodSeconds: number): number {
 const REPLAY_NOTES_PER_PASS = 100;
 /** A rollup job's BullMQ lock; a killed rollup process's job is retried after about this plus the stalled check. */
 const JOB_LOCK_MS = 10_000;
-/** How long a job that cannot run yet waits before it is tried again. */
-const NOT_READY_DELAY_MS = 2000;
+/** How long a job that cannot run yet waits before it is tried again: 1.5 to 2.5 s. */
+export function notReadyDelayMs(random: () => number = Math.random): number {
+  return 1500 + Math.floor(random() * 1000);
+}
 
 /** Planning interval: a tenth of the period, between 1 s and 30 s. */
 export function planIntervalMs(periodSeconds: number): number {
@@ -133,8 +135,10 @@ export async function startRollupService(o: RollupServiceOptions): Promise<Rollu
       return await rollJob(job);
     } catch (err) {
       if (err instanceof RollupNotReadyError && token !== undefined) {
+        metrics.jobs.inc({ outcome: 'delayed' });
         logger.debug({ jobId: job.id, reason: err.message }, 'rollup job not ready; delayed');
-        await job.moveToDelayed(Date.now() + NOT_READY_DELAY_MS, token);
+        // Jittered, so a retry does not land in step with a planner pass (every whole interval) round after round.
+        await job.moveToDelayed(Date.now() + notReadyDelayMs(), token);
         throw new DelayedError();
       }
       throw err;
@@ -236,6 +240,15 @@ export async function startRollupService(o: RollupServiceOptions): Promise<Rollu
     }
   }
 
+  /** Where retention cuts at `nowMs`: raw batch files (RAW_RETENTION_SECONDS) and whole periods (RETENTION_DAYS), each when on. */
+  function retentionCutoffs(nowMs: number): { raw?: number; graceMs: number; periods?: number } {
+    return {
+      ...(env.RAW_RETENTION_SECONDS > 0 ? { raw: nowMs - env.RAW_RETENTION_SECONDS * 1000 } : {}),
+      graceMs: Math.min(60_000, env.RAW_RETENTION_SECONDS * 1000),
+      ...(env.RETENTION_DAYS !== undefined ? { periods: nowMs - env.RETENTION_DAYS * 86_400_000 } : {}),
+    };
+  }
+
   /**
    * Retention of one prefix (raw batch files after RAW_RETENTION_SECONDS, whole periods after
    * RETENTION_DAYS), under the prefix lock; skipped this pass when a rollup job holds it.
@@ -243,6 +256,14 @@ export async function startRollupService(o: RollupServiceOptions): Promise<Rollu
   async function retainOne(prefix: string, nowMs: number): Promise<void> {
     if (env.RAW_RETENTION_SECONDS === 0 && env.RETENTION_DAYS === undefined) return;
     if (!store.deleteKeys) return;
+    // Read without the lock first: a pass with nothing due must not hold it, or the prefix's
+    // rollup job (queued by this same pass a moment earlier) finds it taken and waits a round.
+    const cutoffs = retentionCutoffs(nowMs);
+    const manifest = await readManifest(store, prefix);
+    if (!manifest) return;
+    const rawDue = cutoffs.raw !== undefined && rawPeriodsDue(manifest, cutoffs.raw, cutoffs.graceMs, nowMs).length > 0;
+    const oldDue = cutoffs.periods !== undefined && periodsPastRetention(manifest, cutoffs.periods).length > 0;
+    if (!rawDue && !oldDue) return;
     const lock = await acquirePrefixLock(cmd, ns, prefix, `retention:${randomBytes(6).toString('hex')}`);
     if (!lock) return;
     try {
@@ -255,14 +276,14 @@ export async function startRollupService(o: RollupServiceOptions): Promise<Rollu
           if (!(await lock.held())) throw new Error(`lost the rollup lock of ${prefix}`);
         },
       };
-      if (env.RETENTION_DAYS !== undefined) {
-        const dropped = await dropOldPeriods(ctx, prefix, nowMs - env.RETENTION_DAYS * 86_400_000);
+      if (cutoffs.periods !== undefined) {
+        const dropped = await dropOldPeriods(ctx, prefix, cutoffs.periods);
         if (dropped > 0) logger.info({ prefix, periods: dropped }, 'retention: old periods deleted');
       }
-      if (env.RAW_RETENTION_SECONDS > 0) {
+      if (cutoffs.raw !== undefined) {
         const r = await pruneRawBatches(ctx, prefix, {
-          cutoffMs: nowMs - env.RAW_RETENTION_SECONDS * 1000,
-          graceMs: Math.min(60_000, env.RAW_RETENTION_SECONDS * 1000),
+          cutoffMs: cutoffs.raw,
+          graceMs: cutoffs.graceMs,
           maxPeriods: 24,
           // The list route answers recent cursors from Redis' index of written ids: wait until it no longer holds the period's ids.
           stillIndexed: async (startMs, endMs) => {

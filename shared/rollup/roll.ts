@@ -287,6 +287,16 @@ export interface PruneOutcome {
   waiting: number;
 }
 
+/** Rolled periods whose batch files raw retention may delete now (see pruneRawBatches). */
+export function rawPeriodsDue(manifest: Manifest, cutoffMs: number, graceMs: number, nowMs: number): RollupPeriod[] {
+  return manifest.periods.filter((p) => p.rawDeletedThrough === '' && p.endMs <= Math.min(cutoffMs, manifest.watermarkMs) && p.rolledAt <= nowMs - graceMs);
+}
+
+/** Rolled periods that whole-period retention drops (see dropOldPeriods). */
+export function periodsPastRetention(manifest: Manifest, cutoffMs: number): RollupPeriod[] {
+  return manifest.periods.filter((p) => p.endMs <= Math.min(cutoffMs, manifest.watermarkMs));
+}
+
 /**
  * Raw retention: deletes the batch files of rolled periods that ended before `cutoffMs` (and
  * before the watermark), once the rollup has been durable for `graceMs` (so a query that read
@@ -306,7 +316,7 @@ export async function pruneRawBatches(
   const manifest = await readManifest(ctx.store, prefix);
   if (!manifest) return out;
   const now = (ctx.now ?? Date.now)();
-  const due = manifest.periods.filter((p) => p.rawDeletedThrough === '' && p.endMs <= Math.min(o.cutoffMs, manifest.watermarkMs) && p.rolledAt <= now - o.graceMs).slice(0, o.maxPeriods);
+  const due = rawPeriodsDue(manifest, o.cutoffMs, o.graceMs, now).slice(0, o.maxPeriods);
   const done = new Map<number, string>();
   for (const p of due) {
     if (await o.stillIndexed(p.startMs, p.endMs)) {
@@ -353,7 +363,7 @@ export async function dropOldPeriods(ctx: RollContext, prefix: string, cutoffMs:
   if (!ctx.store.deleteKeys) return 0;
   const manifest = await readManifest(ctx.store, prefix);
   if (!manifest) return 0;
-  const old = manifest.periods.filter((p) => p.endMs <= Math.min(cutoffMs, manifest.watermarkMs));
+  const old = periodsPastRetention(manifest, cutoffMs);
   if (old.length === 0) return 0;
   const now = (ctx.now ?? Date.now)();
   const batchKeys = new Map<number, string[]>();

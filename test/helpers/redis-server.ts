@@ -48,3 +48,41 @@ export async function startRedisServer(opts: { port?: number; dir?: string; args
     },
   };
 }
+
+/** Redis' MONITOR feed on its own socket: each line as Redis prints it (`+<time> [<db> <client>] "cmd" "arg" …`). */
+export interface RedisMonitor {
+  lines: string[];
+  stop(): void;
+}
+
+/**
+ * Starts MONITOR on a plain TCP connection to a `redis://host:port` URL and resolves once Redis
+ * has confirmed it (ioredis' own `monitor()` can misread replies that arrive with its
+ * confirmation on a busy server). Bounded: gives up after 5 s.
+ */
+export async function monitorRedis(url: string): Promise<RedisMonitor> {
+  const u = new URL(url);
+  const socket = net.connect({ host: u.hostname, port: Number(u.port || 6379) });
+  const lines: string[] = [];
+  let buffered = '';
+  await new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('MONITOR not confirmed within 5 s')), 5000);
+    socket.on('error', (err) => {
+      clearTimeout(timer);
+      reject(err);
+    });
+    socket.on('data', (chunk: Buffer) => {
+      buffered += chunk.toString('utf8');
+      const parts = buffered.split('\r\n');
+      buffered = parts.pop() ?? '';
+      for (const line of parts) {
+        if (line === '+OK') {
+          clearTimeout(timer);
+          resolve();
+        } else lines.push(line);
+      }
+    });
+    socket.write('MONITOR\r\n');
+  });
+  return { lines, stop: () => socket.destroy() };
+}

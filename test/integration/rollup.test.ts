@@ -19,6 +19,7 @@ import { replayOne } from '../../services/api/admin.js';
 import { duckQuery } from '../helpers/duckdb.js';
 import { batchBody, sampleEvent } from '../helpers/events.js';
 import { waitFor } from '../helpers/proc.js';
+import { monitorRedis } from '../helpers/redis-server.js';
 import { expectManifestMatchesStore, expectViewEqualsBatches, viewCount, viewQuery, waitForRetentionPast } from '../helpers/rollup.js';
 import { ADMIN_TOKEN, type TestStack, startTestStack } from '../helpers/stack.js';
 
@@ -96,6 +97,26 @@ describe('rollups (in process, 2 s periods)', () => {
       conn.closeSync();
       db.closeSync();
     }
+  });
+
+  it('a planning pass with no retention due takes no app\'s lock (a rollup job queued by the pass finds it free)', async () => {
+    // Redis' own log of commands: the retention step of a pass SETs `…:rollup:lock:<prefix>` with a
+    // `retention:` token; with nothing due (RAW_RETENTION_SECONDS is a week here) it must not.
+    const monitor = await monitorRedis(inject('redisUrl'));
+    try {
+      for (let i = 0; i < 3; i++) await stack.rollup!.planOnce();
+      // Let the last commands reach the monitor's socket.
+      await redis.ping();
+      await new Promise((r) => setTimeout(r, 200));
+    } finally {
+      monitor.stop();
+    }
+    const lockKey = `"{${stack.queueName}}:rollup:lock:`;
+    // The passes ran while the feed was on (each ends by reading this stack's replay notes)…
+    expect(monitor.lines.filter((l) => l.toLowerCase().includes(`"zrange" "{${stack.queueName}}:rollup:dirty"`)).length).toBeGreaterThanOrEqual(2);
+    expect((await stack.rollup!.metrics.prefixes.get()).values[0]?.value).toBeGreaterThanOrEqual(2);
+    // …and took no lock for retention.
+    expect(monitor.lines.filter((l) => /"set"/i.test(l) && l.includes(lockKey) && l.includes('"retention:'))).toEqual([]);
   });
 
   it('a dead-lettered batch replayed into a rolled period is in the view exactly once after the re-roll; the watermark never moves back', async () => {
