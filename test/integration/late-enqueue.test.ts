@@ -83,3 +83,69 @@ describe('an enqueue that lands after the API answered 503', () => {
     expect(((await listed.json()) as { items: string[] }).items).toEqual([`${id}.parquet`]);
   });
 });
+
+/**
+ * The other side of the same catch: an add that Redis refused before running it (here: the API's
+ * Redis user may read BullMQ's keys but not write them, so the add is answered NOPERM while the
+ * mint, on the ledger's keys, goes through). Nothing of the batch is queued, so its id must leave
+ * flight at once (or it holds the list back until the reaper's grace ends) and its key must be
+ * forgotten (or the client's retry waits for a batch that will never exist).
+ */
+describe('an enqueue that Redis refused', () => {
+  const user = `t-api-${Date.now().toString(36)}`;
+  let stack: TestStack;
+  let probe: StackProbe;
+
+  beforeAll(async () => {
+    probe = stackProbe(`q-acl-${Date.now().toString(36)}`);
+    await probe.redis.call('ACL', 'SETUSER', user, 'on', '>secret', '~*', '&*', '+@all');
+    const target = new URL(inject('redisUrl'));
+    stack = await startTestStack({ REDIS_URL: `redis://${user}:secret@127.0.0.1:${target.port}`, QUEUE_NAME: probe.queue.name, IDEMPOTENCY_WINDOW_SECONDS: '600' });
+  });
+  afterAll(async () => {
+    await stack?.shutdown();
+    await probe?.redis.call('ACL', 'DELUSER', user).catch(() => undefined);
+    await probe?.close();
+  });
+
+  it('releases the id at once and forgets the key; the retry after the fix is accepted and written once', { timeout: 60_000 }, async () => {
+    const app = 'refusedadd';
+    const prefix = `events/${app}/`;
+    const body = batchBody(4);
+    const push = async (): Promise<{ status: number; batchId?: string; error?: string }> => {
+      const r = await fetch(`${stack.url}/push/events/${app}/x`, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': 'refused-1' }, body });
+      return { status: r.status, ...((await r.json()) as { batchId?: string; error?: string }) };
+    };
+    const workers = [...(stack.encoder?.workers ?? [])];
+    await Promise.all(workers.map((w) => w.pause()));
+    // From now on the API's user may write the ledger's keys ({<queue>}:…) and only read BullMQ's (bull:…).
+    await probe.redis.call('ACL', 'SETUSER', user, 'resetkeys', `~{${stack.queueName}}:*`, '%R~bull:*');
+
+    const t0 = performance.now();
+    const refused = await push();
+    expect(refused.status).toBe(503);
+    expect(refused.error).toBe('queue unavailable (Redis); retry later');
+    // Answered without waiting out the enqueue timeout (3 s): Redis said no.
+    expect(performance.now() - t0).toBeLessThan(2500);
+    // The mint ran (the clock moved) and its id is already out of flight.
+    expect(await probe.ledger.lastMintedMs()).toBeGreaterThan(0);
+    expect(await probe.redis.zcard(probe.ledger.pendingKey(prefix))).toBe(0);
+    expect((await stack.api!.app.metrics.enqueueUnknown.get()).values[0]?.value ?? 0).toBe(0);
+    expect(await probe.queue.getJobCounts('wait', 'active', 'delayed', 'completed', 'failed')).toEqual({ wait: 0, active: 0, delayed: 0, completed: 0, failed: 0 });
+
+    // Redis is fixed; the client retries with the same key and is accepted at once (a key still
+    // claimed would first wait for the refused batch's job, seconds, then take its id over).
+    await probe.redis.call('ACL', 'SETUSER', user, 'resetkeys', '~*');
+    const t1 = performance.now();
+    const retry = await push();
+    expect(retry.status).toBe(200);
+    expect(performance.now() - t1).toBeLessThan(2500);
+    const id = retry.batchId as string;
+    await Promise.all(workers.map((w) => w.resume()));
+    const dir = join(stack.dataDir, 'events', app);
+    await waitFor(async () => existsSync(join(dir, `${id}.parquet`)) && !(await probe.ledger.isPending(prefix, id)), 30_000, 'the retried batch written');
+    expect(readdirSync(dir).filter((f) => f.endsWith('.parquet'))).toEqual([`${id}.parquet`]);
+    // The same key again: the same batch, not a third.
+    expect(await push()).toMatchObject({ status: 200, batchId: id });
+  });
+});
