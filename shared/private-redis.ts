@@ -14,6 +14,16 @@ export interface RedisHandle {
   stop(): Promise<void>;
 }
 
+/**
+ * How `npm start`'s private Redis keeps its data: AOF on and fsynced every second, no RDB
+ * snapshots, no eviction. Redis rewrites the AOF (a fork that writes the whole dataset out) once
+ * it has grown to `auto-aof-rewrite-min-size` and doubled since the last rewrite. Redis' default
+ * minimum, 64 MB, meant one or two rewrites every 12 s at 1,000-event saturation, each costing the
+ * backlog's size in CPU on the same cores; at 256 MB that came to about one a minute
+ * (docs/performance.md, "Thirteenth pass"), for up to 256 MB more AOF on disk.
+ */
+export const PRIVATE_REDIS_ARGS: readonly string[] = ['--appendonly', 'yes', '--appendfsync', 'everysec', '--auto-aof-rewrite-min-size', '256mb', '--save', '', '--maxmemory-policy', 'noeviction'];
+
 /** Resolves when a Redis answers PING at `url` within `ms`. */
 export async function redisAnswers(url: string, ms: number): Promise<boolean> {
   const probe = new Redis(ioredisAddress(url), { lazyConnect: true, connectTimeout: ms, maxRetriesPerRequest: 0, retryStrategy: () => null, enableOfflineQueue: false });
@@ -65,7 +75,7 @@ export async function ensureRedis(opts: { redisUrl?: string; dataDir: string; lo
     server = await spawnRedisServer({
       port,
       dir,
-      args: ['--appendonly', 'yes', '--appendfsync', 'everysec', '--save', '', '--maxmemory-policy', 'noeviction', '--logfile', 'redis.log', ...socketArgs],
+      args: [...PRIVATE_REDIS_ARGS, '--logfile', 'redis.log', ...socketArgs],
     });
   } catch {
     throw new ConfigError(`started redis-server on ${url} but it did not answer; see ${dir}/redis.log`);

@@ -14,6 +14,7 @@ import { linkSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { DuckDBInstance } from '@duckdb/node-api';
+import { PRIVATE_REDIS_ARGS } from '../../shared/private-redis.js';
 import { unixSocketUrl } from '../../shared/redis-url.js';
 import { freePort, startRedisServer } from '../../test/helpers/redis-server.js';
 import { type Child, bodyFactory, loadTest, median, pacedLoad, parquetFiles, probeRedis, processCpuSeconds, redisCpuSeconds, row, sleep, spawnService, spawnTs, splitThreadCpu, threadCpuSeconds, waitForFiles, waitHttp, writtenIndexCounter } from '../lib.js';
@@ -27,7 +28,7 @@ const CONNECTIONS = 32;
 const DURABLE_TARGET: Partial<Record<number, number>> = { 100: 1.0, 1000: 1.5, 10: 0.8 };
 
 /** The private Redis `npm start` would start: AOF on, fsync every second, no eviction. */
-export const EMBEDDED_REDIS_ARGS = ['--appendonly', 'yes', '--appendfsync', 'everysec', '--maxmemory-policy', 'noeviction'];
+export const EMBEDDED_REDIS_ARGS = [...PRIVATE_REDIS_ARGS];
 
 /**
  * Ours reaches that Redis over loopback TCP, like every earlier run of this scenario.

@@ -96,6 +96,8 @@ describe('docker-compose.yml', () => {
     const cmd = words(redis.command);
     expect(cmd[cmd.indexOf('--appendonly') + 1]).toBe('yes');
     expect(cmd[cmd.indexOf('--maxmemory-policy') + 1]).toBe('noeviction');
+    // As `npm start`'s private Redis: the AOF is rewritten (a fork) past 256 MB, not past 64 MB.
+    expect(cmd[cmd.indexOf('--auto-aof-rewrite-min-size') + 1]).toBe('256mb');
     expect(cmd).toContain('--maxmemory');
     const data = volumeTargets(redis).find((v) => v.target === '/data');
     expect(data?.source).toBeTruthy();
@@ -277,6 +279,7 @@ describe('Dockerfile and .dockerignore', () => {
       const cmd = words(svc(name).command).join(' ');
       expect(cmd).toMatch(/--cluster-enabled yes/);
       expect(cmd).toMatch(/--appendonly yes/);
+      expect(cmd).toMatch(/--auto-aof-rewrite-min-size 256mb/);
       expect(cmd).toMatch(/--maxmemory-policy noeviction/);
       expect(volumeTargets(svc(name)).find((v) => v.target === '/data')?.source).toBe(`${name}-data`);
       expect(Object.keys(compose.volumes ?? {})).toContain(`${name}-data`);

@@ -252,6 +252,7 @@ FROM read_parquet('${root}/events/shop/**/*.parquet') WHERE received_at >= now()
       clients.push(r, tcp);
       expect(await r.config('GET', 'appendonly')).toEqual(['appendonly', 'yes']);
       expect(await r.config('GET', 'maxmemory-policy')).toEqual(['maxmemory-policy', 'noeviction']);
+      expect(await r.config('GET', 'auto-aof-rewrite-min-size')).toEqual(['auto-aof-rewrite-min-size', String(256 * 1024 * 1024)]);
       expect(await tcp.ping()).toBe('PONG');
 
       // The compiled `npm start` given that socket and a password takes a push to a file.
