@@ -59,8 +59,8 @@ const REPLAY_NOTES_PER_PASS = 100;
 /** A rollup job's BullMQ lock; a killed rollup process's job is retried after about this plus the stalled check. */
 const JOB_LOCK_MS = 10_000;
 /** How long a job that cannot run yet waits before it is tried again: 1.5 to 2.5 s. */
-export function notReadyDelayMs(random: () => number = Math.random): number {
-  return 1500 + Math.floor(random() * 1000);
+function notReadyDelayMs(): number {
+  return 1500 + Math.floor(Math.random() * 1000);
 }
 
 /** Planning interval: a tenth of the period, between 1 s and 30 s. */
