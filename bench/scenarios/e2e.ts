@@ -27,9 +27,6 @@ const CONNECTIONS = 32;
 /** Durable events/s targets on the ratio at each size (issue 15). */
 const DURABLE_TARGET: Partial<Record<number, number>> = { 100: 1.0, 1000: 1.5, 10: 0.8 };
 
-/** The private Redis `npm start` would start: AOF on, fsync every second, no eviction. */
-export const EMBEDDED_REDIS_ARGS = [...PRIVATE_REDIS_ARGS];
-
 /**
  * Ours reaches that Redis over loopback TCP, like every earlier run of this scenario.
  * `BENCH_REDIS_SOCKET=1` uses its unix socket instead, as `npm start` does with the private
@@ -79,7 +76,7 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
   const rounds = smoke ? 1 : 2;
   const tmp = mkdtempSync(join(tmpdir(), 'ingest-bench-e2e-'));
   const socket = join(tmp, 'redis.sock');
-  const redisServer = await startRedisServer({ args: [...EMBEDDED_REDIS_ARGS, ...(OVER_TCP ? [] : ['--unixsocket', socket, '--unixsocketperm', '700'])] });
+  const redisServer = await startRedisServer({ args: [...PRIVATE_REDIS_ARGS, ...(OVER_TCP ? [] : ['--unixsocket', socket, '--unixsocketperm', '700'])] });
   const redis = probeRedis(redisServer.url);
   const procs: Child[] = [];
   try {

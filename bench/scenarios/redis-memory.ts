@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { freePort, startRedisServer } from '../../test/helpers/redis-server.js';
 import { bodyFactory, probeRedis, redisUsedMemory, row, sleep, spawnService, waitHttp } from '../lib.js';
 import type { BenchContext, BenchRow } from '../types.js';
-import { EMBEDDED_REDIS_ARGS } from './e2e.js';
+import { PRIVATE_REDIS_ARGS } from '../../shared/private-redis.js';
 import { Redis } from 'ioredis';
 import { BatchLedger, idempotencyBucketSeconds } from '../../shared/ledger/ledger.js';
 import { DEFAULT_BODY_DEDUP_WINDOW_SECONDS, DEFAULT_IDEMPOTENCY_WINDOW_SECONDS } from '../../shared/config.js';
@@ -102,7 +102,7 @@ export async function ledgerDensity(redisUrl: string, smoke: boolean): Promise<{
 export async function run(ctx: BenchContext): Promise<BenchRow[]> {
   const batches = ctx.smoke ? 20 : 300;
   const tmp = mkdtempSync(join(tmpdir(), 'ingest-bench-mem-'));
-  const redisServer = await startRedisServer({ args: EMBEDDED_REDIS_ARGS });
+  const redisServer = await startRedisServer({ args: PRIVATE_REDIS_ARGS });
   const redis = probeRedis(redisServer.url);
   const port = await freePort();
   const api = await spawnService('services/api/main', { PORT: String(port), HOST: '127.0.0.1', REDIS_URL: redisServer.url, DATA_DIR: tmp, QUEUE_NAME: 'bench-mem', LOG_LEVEL: 'warn' });

@@ -14,12 +14,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Queue } from 'bullmq';
 import { Cluster, Redis } from 'ioredis';
+import { PRIVATE_REDIS_ARGS } from '../../shared/private-redis.js';
 import { ShardSet, shardLayouts } from '../../shared/shards.js';
 import { startRedisCluster } from '../../test/helpers/redis-cluster.js';
 import { freePort, startRedisServer } from '../../test/helpers/redis-server.js';
 import { type Child, median, probeRedis, processCpuSeconds, redisCpuSeconds, row, spawnService, waitForFiles, waitHttp } from '../lib.js';
 import type { BenchContext, BenchRow } from '../types.js';
-import { EMBEDDED_REDIS_ARGS } from './e2e.js';
 import { pushBatches } from './redis-memory.js';
 
 const EVENTS_PER_BATCH = 100;
@@ -29,7 +29,7 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
   // Enough batches that JIT warm-up of freshly started encoders does not dominate the drain time.
   const batches = ctx.smoke ? 20 : 2500;
   const tmp = mkdtempSync(join(tmpdir(), 'ingest-bench-scale-'));
-  const redisServer = await startRedisServer({ args: EMBEDDED_REDIS_ARGS });
+  const redisServer = await startRedisServer({ args: PRIVATE_REDIS_ARGS });
   const redis = probeRedis(redisServer.url);
   const queueConn = new Redis(redisServer.url, { maxRetriesPerRequest: null });
   queueConn.on('error', () => undefined);
@@ -104,7 +104,7 @@ async function runCluster(ctx: BenchContext, batches: number): Promise<BenchRow[
   const total = perApp * CLUSTER_APPS;
   const tmp = mkdtempSync(join(tmpdir(), 'ingest-bench-cluster-'));
   ctx.progress('scaling: starting a 3-master Redis Cluster');
-  const cluster = await startRedisCluster({ masters: 3, replicas: 0, args: EMBEDDED_REDIS_ARGS });
+  const cluster = await startRedisCluster({ masters: 3, replicas: 0, args: PRIVATE_REDIS_ARGS });
   const masters = (await cluster.masterPorts()).map((p) => probeRedis(`redis://127.0.0.1:${p}`));
   const conn = new Cluster(cluster.all.map((n) => ({ host: '127.0.0.1', port: n.port })), { redisOptions: { maxRetriesPerRequest: null } });
   conn.on('error', () => undefined);

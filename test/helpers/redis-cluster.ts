@@ -53,7 +53,7 @@ export async function clusterView(port: number): Promise<{ port: number; id: str
  * create`), and waits until every slot is served. A short `cluster-node-timeout` keeps failover
  * tests short. Throws (after stopping what it started) when the cluster does not form.
  */
-export async function startRedisCluster(opts: { masters?: number; replicas?: number; nodeTimeoutMs?: number; args?: string[] } = {}): Promise<RedisCluster> {
+export async function startRedisCluster(opts: { masters?: number; replicas?: number; nodeTimeoutMs?: number; args?: readonly string[] } = {}): Promise<RedisCluster> {
   const masters = opts.masters ?? 3;
   const replicas = opts.replicas ?? 1;
   const root = mkdtempSync(join(tmpdir(), 'ingest-cluster-'));
