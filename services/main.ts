@@ -1,17 +1,26 @@
 import { Worker } from 'node:worker_threads';
+import { AggregatorRegistry, type MetricObjectWithValues, type MetricValue } from 'prom-client';
 import { parseEnv } from '../shared/config.js';
 import { createLogger } from '../shared/logger.js';
 import { ensureRedis } from '../shared/private-redis.js';
 import { exitOnStartupError, handleShutdown } from '../shared/runtime.js';
 import { startStack } from './stack.js';
+import type { EncoderThreadData } from './encoder/thread.js';
 
-type FromThread = { type: 'ready' } | { type: 'metrics'; text: string } | { type: 'closed' };
+type ThreadMetrics = MetricObjectWithValues<MetricValue<string>>[];
+type FromThread = { type: 'ready' } | { type: 'metrics'; metrics: ThreadMetrics } | { type: 'closed' };
 
-/** Starts the encoder in a worker thread and resolves once it takes jobs. */
-async function startEncoderThread(env: ReturnType<typeof parseEnv>): Promise<{ metrics(): Promise<string>; close(): Promise<void> }> {
+interface EncoderThread {
+  metrics(): Promise<ThreadMetrics | null>;
+  close(): Promise<void>;
+}
+
+/** Starts encoder thread `index` of `threads` (see services/encoder/thread.ts) and resolves once it takes jobs. */
+async function startEncoderThread(env: ReturnType<typeof parseEnv>, index: number, threads: number): Promise<EncoderThread> {
   // From dist/ the thread is plain JavaScript; under tsx (development) it needs tsx's loader again.
   const entry = import.meta.url.endsWith('.ts') ? './encoder/thread-entry.mjs' : './encoder/thread.js';
-  const worker = new Worker(new URL(entry, import.meta.url), { workerData: env });
+  const workerData: EncoderThreadData = { env, index, threads };
+  const worker = new Worker(new URL(entry, import.meta.url), { workerData });
   const waiters: ((m: FromThread) => void)[] = [];
   let exited = false;
   worker.on('message', (m: FromThread) => {
@@ -47,10 +56,10 @@ async function startEncoderThread(env: ReturnType<typeof parseEnv>): Promise<{ m
   let closing: Promise<void> | undefined;
   return {
     async metrics() {
-      if (exited) return '';
+      if (exited) return null;
       worker.postMessage({ type: 'metrics' });
       const m = await next('metrics', 2000);
-      return m && m.type === 'metrics' ? m.text : '';
+      return m && m.type === 'metrics' ? m.metrics : null;
     },
     close() {
       closing ??= (async () => {
@@ -68,6 +77,17 @@ async function startEncoderThread(env: ReturnType<typeof parseEnv>): Promise<{ m
 }
 
 /**
+ * The encoder threads' metrics as one set: counters and histograms summed, and gauges summed too
+ * (slots, active jobs, bytes held and workers taking jobs are totals of the process). A thread that
+ * does not answer within 2 s is left out of this scrape.
+ */
+async function threadMetrics(threads: readonly EncoderThread[]): Promise<string> {
+  const parts = (await Promise.all(threads.map((t) => t.metrics()))).filter((m): m is ThreadMetrics => m !== null && m.length > 0);
+  if (parts.length === 0) return '';
+  return AggregatorRegistry.aggregate(parts).metrics();
+}
+
+/**
  * `npm start`: API and encoder in one process (the encoder on a worker thread), with a private
  * Redis when none is configured.
  */
@@ -82,18 +102,19 @@ try {
     const stack = await startStack(env, { api: true, encoder: true, rollup: true }, logger);
     handleShutdown(logger, [() => stack.close(), () => redis.stop()]);
   } else {
-    let thread: Awaited<ReturnType<typeof startEncoderThread>> | undefined;
-    const stack = await startStack(env, { api: true, encoder: false, rollup: true, serviceLabel: 'ingest', extraMetrics: async () => (thread ? thread.metrics() : '') }, logger);
-    try {
-      thread = await startEncoderThread(env);
-    } catch (err) {
+    const threads: EncoderThread[] = [];
+    const stack = await startStack(env, { api: true, encoder: false, rollup: true, serviceLabel: 'ingest', extraMetrics: () => threadMetrics(threads) }, logger);
+    const starts = await Promise.allSettled(Array.from({ length: env.ENCODER_THREADS }, (_, i) => startEncoderThread(env, i, env.ENCODER_THREADS)));
+    for (const s of starts) if (s.status === 'fulfilled') threads.push(s.value);
+    const failed = starts.find((s) => s.status === 'rejected');
+    if (failed) {
+      await Promise.all(threads.map((t) => t.close()));
       await stack.close();
       await redis.stop();
-      throw err;
+      throw failed.reason;
     }
-    const started = thread;
-    // Stop taking pushes first, then let the encoder finish, then stop a private Redis.
-    handleShutdown(logger, [() => stack.close(), () => started.close(), () => redis.stop()]);
+    // Stop taking pushes first, then let the encoders finish, then stop a private Redis.
+    handleShutdown(logger, [() => stack.close(), () => Promise.all(threads.map((t) => t.close())), () => redis.stop()]);
   }
 } catch (err) {
   exitOnStartupError(err);

@@ -12,7 +12,7 @@ import { applyHeapGrowth } from '../shared/runtime.js';
 import { storeFromEnv } from '../shared/store/from-env.js';
 import type { ObjectStore } from '../shared/store/types.js';
 import { type ApiApp, createApiApp } from './api/app.js';
-import { type Encoder, createEncoder } from './encoder/worker.js';
+import { type BurstOptions, type Encoder, createEncoder } from './encoder/worker.js';
 import { type RollupService, startRollupService } from './rollup/service.js';
 
 export interface StackParts {
@@ -26,6 +26,8 @@ export interface StackParts {
   serviceLabel?: string;
   /** More metrics text appended to the API's /metrics (the encoder thread's, in `npm start`). */
   extraMetrics?: () => Promise<string>;
+  /** Make the encoder a burst encoder (`npm start`'s extra encoder threads; see EncoderOptions.burst). */
+  encoderBurst?: BurstOptions;
   /** Run the rollup planner and worker too (unless ROLLUP=off); `npm start` does. */
   rollup?: boolean;
 }
@@ -84,6 +86,7 @@ export async function startStack(env: Env, parts: StackParts, logger = createLog
       lockDurationMs: env.ENCODER_LOCK_SECONDS * 1000,
       listIndexSeconds: env.LIST_INDEX_SECONDS,
       maxInflightBytes: env.ENCODER_MAX_INFLIGHT_BYTES,
+      ...(parts.encoderBurst ? { burst: parts.encoderBurst } : {}),
     });
     if (!parts.api && (parts.encoderMetricsServer ?? true)) {
       stack.metricsServer = await listen(

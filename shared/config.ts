@@ -199,6 +199,8 @@ export const ENCODER_CONCURRENCY_DEFAULT = 32;
 /** Defaults of the memory budgets (docs/operations.md, "Memory", shows how they were sized). */
 export const MAX_INFLIGHT_BYTES_DEFAULT = 128 * 1024 * 1024;
 export const ENCODER_MAX_INFLIGHT_BYTES_DEFAULT = 32 * 1024 * 1024;
+/** `npm start`'s encoder threads (ENCODER_THREADS); more than one adds burst threads (see the env schema). */
+export const ENCODER_THREADS_DEFAULT = 1;
 /** V8's old-space growth factor after a full GC, in percent (`HEAP_GROWING_PERCENT`): ×4. */
 export const HEAP_GROWING_PERCENT_DEFAULT = 300;
 
@@ -305,6 +307,15 @@ export const EnvSchema = z
     /** Bytes of batch bodies (decoded JSON) one encoder process works on at once; a bigger batch runs alone. */
     ENCODER_MAX_INFLIGHT_BYTES: positiveInt.min(1024 * 1024).default(ENCODER_MAX_INFLIGHT_BYTES_DEFAULT),
     ENCODER_THREAD_NICE: z.coerce.number().int().min(0).max(19).default(5),
+    /**
+     * Encoder threads of `npm start`. The first always takes jobs; each further one only while
+     * the queue holds a backlog (services/encoder/worker.ts, `burst`), so a burst's backlog is
+     * encoded on more cores and at a steady rate the API keeps them. The threads share
+     * ENCODER_MAX_INFLIGHT_BYTES evenly; each has ENCODER_CONCURRENCY slots. Default 1: on two
+     * cores a second thread shortened the drain after a burst but cost 5-10% more CPU per batch
+     * (docs/performance.md, "Fifteenth pass").
+     */
+    ENCODER_THREADS: positiveInt.max(8).default(ENCODER_THREADS_DEFAULT),
     /**
      * V8's old-space growth after a full garbage collection, in percent (its
      * `--heap-growing-percent`): the next full collection starts once the old space has grown to

@@ -40,6 +40,22 @@ export interface EncoderOptions {
    * the whole budget runs alone. Default: no byte bound.
    */
   maxInflightBytes?: number;
+  /**
+   * A burst encoder (`npm start`'s extra encoder threads, ENCODER_THREADS): it takes jobs only
+   * while the queue has a backlog. It starts idle; once `backlog` jobs or more wait (over all its
+   * shards, counted every `pollMs`) it takes jobs like any encoder, and once none wait it finishes
+   * what it holds and goes idle again. At a steady rate the queue stays near empty and the extra
+   * thread leaves the cores to the API; during and after a burst it encodes on the other core.
+   */
+  burst?: BurstOptions;
+}
+
+/** See EncoderOptions.burst. */
+export interface BurstOptions {
+  /** Jobs waiting (over all shards) at which the encoder starts taking jobs. */
+  backlog: number;
+  /** How often the waiting jobs are counted. */
+  pollMs: number;
 }
 
 /** One shard an encoder consumes. */
@@ -56,6 +72,8 @@ export interface Encoder {
   /** One worker per shard. */
   workers: readonly Worker[];
   metrics: EncoderMetrics;
+  /** A burst encoder's state (see EncoderOptions.burst): whether it takes jobs now, and how often it started. */
+  burst?: { readonly taking: boolean; readonly starts: number };
   /** Waits for active jobs (up to `graceMs`), then closes; unfinished jobs go back to the queue. Idempotent. */
   close(graceMs?: number): Promise<void>;
 }
@@ -261,7 +279,8 @@ export function createEncoder(o: EncoderOptions): Encoder {
         // A killed worker's job comes back as stalled; it must be retried, not failed.
         maxStalledCount: 20,
         stalledInterval: Math.min(15_000, Math.max(1000, Math.floor((o.lockDurationMs ?? 30_000) / 2))),
-        autorun: true,
+        // A burst encoder starts idle (see `burstControl`).
+        autorun: !o.burst,
       },
     );
     w.on('failed', (job, err) => onFailed(shard, job, err));
@@ -288,15 +307,68 @@ export function createEncoder(o: EncoderOptions): Encoder {
       o.logger.warn({ ...fields, attempt: job.attemptsMade, reason: err.message }, members === undefined ? 'batch will be retried' : 'group job will be retried');
     }
   }
-  metrics.workers.set(1);
+  metrics.workers.set(o.burst ? 0 : 1);
+  const burst = o.burst ? burstControl(o.burst) : undefined;
+
+  /**
+   * Starts the workers while `backlog` jobs or more wait, and pauses them (letting their held jobs
+   * finish) once none wait. Gauges: `workers` is 1 and `concurrency` counts this encoder's slots
+   * only while it takes jobs, so `sum` over a process stays what is working now.
+   */
+  function burstControl(b: BurstOptions): { state: { taking: boolean; starts: number }; stop(): Promise<void> } {
+    const state = { taking: false, starts: 0 };
+    metrics.concurrency.set(0);
+    const counters = shards.map((shard) => new Queue(shard.queueName, { connection: o.connection, ...(shard.prefix ? { prefix: shard.prefix } : {}), skipVersionCheck: true }));
+    let stopped = false;
+    let timer: NodeJS.Timeout | undefined;
+    let pass: Promise<void> = Promise.resolve();
+    const once = async (): Promise<void> => {
+      const waiting = (await Promise.all(counters.map((q) => q.getJobCounts('waiting', 'prioritized')))).reduce((n, c) => n + (c.waiting ?? 0) + (c.prioritized ?? 0), 0);
+      if (stopped) return;
+      if (!state.taking && waiting >= b.backlog) {
+        state.taking = true;
+        state.starts++;
+        metrics.workers.set(1);
+        metrics.concurrency.set(o.concurrency);
+        o.logger.info({ waiting }, 'burst encoder taking jobs');
+        await Promise.all(workers.map((w) => w.resume()));
+      } else if (state.taking && waiting === 0) {
+        await Promise.all(workers.map((w) => w.pause()));
+        state.taking = false;
+        metrics.workers.set(0);
+        metrics.concurrency.set(0);
+        o.logger.info('burst encoder idle (queue drained)');
+      }
+    };
+    const tick = (): void => {
+      pass = once()
+        .catch((err: unknown) => workerError({ err: (err as Error).message }))
+        .finally(() => {
+          if (!stopped) timer = setTimeout(tick, b.pollMs);
+        });
+    };
+    timer = setTimeout(tick, b.pollMs);
+    return {
+      state,
+      async stop() {
+        stopped = true;
+        clearTimeout(timer);
+        // Bounded: with Redis away a count or a pause can wait for the connection indefinitely.
+        await Promise.race([pass, new Promise((r) => setTimeout(r, 2000).unref())]);
+        await Promise.all(counters.map((q) => q.close().catch(() => undefined)));
+      },
+    };
+  }
 
   let closing: Promise<void> | undefined;
   return {
     worker,
     workers,
     metrics,
+    ...(burst ? { burst: burst.state } : {}),
     close(graceMs = 15_000) {
       closing ??= (async () => {
+        await burst?.stop();
         metrics.workers.set(0);
         const force = new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), graceMs).unref());
         const r = await Promise.race([Promise.all(workers.map((w) => w.close())).then(() => 'closed' as const), force]);

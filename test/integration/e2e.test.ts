@@ -161,6 +161,43 @@ FROM read_parquet('${root}/events/shop/**/*.parquet') WHERE received_at >= now()
     expect(logs).not.toContain(SENTINEL);
   });
 
+  it('`npm start` with ENCODER_THREADS=2: the second thread takes jobs only while a backlog waits; /metrics sums both threads; every batch listed in order', async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), 'ingest-e2e-threads-'));
+    dirs.push(dataDir);
+    const port = await freePort();
+    const url = `http://127.0.0.1:${port}`;
+    // Two slots per thread, one batch per job: a burst of pushes leaves more than two jobs waiting.
+    const proc = startService(entry['services/main.js']!, { PORT: String(port), HOST: '127.0.0.1', DATA_DIR: dataDir, REDIS_URL: inject('redisUrl'), QUEUE_NAME: uniqueName('e2e-threads'), ADMIN_TOKEN: TOKEN, ENCODER_THREADS: '2', ENCODER_CONCURRENCY: '2', QUEUE_GROUP_MAX: '1' });
+    procs.push(proc);
+    await waitForHttp(`${url}/readyz`, 30_000, proc);
+    const gauge = async (name: string): Promise<number | undefined> => {
+      const m = new RegExp(`^${name}\\{service="ingest"\\} (\\d+)$`, 'm').exec(await (await fetch(`${url}/metrics`)).text());
+      return m ? Number(m[1]) : undefined;
+    };
+    // Both threads answer: each holds half of ENCODER_MAX_INFLIGHT_BYTES, and the halves add up.
+    expect(await waitFor(async () => ((await gauge('ingest_encoder_inflight_bytes_limit')) === 32 * 1024 * 1024 ? true : undefined), 20_000, 'both threads in /metrics')).toBe(true);
+    expect(await gauge('ingest_encoder_workers')).toBe(1);
+    expect(await gauge('ingest_encoder_concurrency')).toBe(2);
+
+    const n = 120;
+    const answers = await Promise.all(Array.from({ length: n }, (_, i) => push(url, 'burst', batchBody(200, (j) => ({ ...sampleEvent(j), distinct_id: `t-${i}` })))));
+    expect(answers.map((a) => a.status)).toEqual(answers.map(() => 200));
+    const ids = answers.map((a) => a.json.batchId as string).sort();
+    await waitFor(async () => ((await list(url, 'burst', '?limit=1000')).items.length === n ? true : undefined), 60_000, 'every batch listed');
+    expect((await list(url, 'burst', '?limit=1000')).items).toEqual(ids.map((id) => `${id}.parquet`));
+    await waitFor(async () => ((await gauge('ingest_encoder_workers')) === 1 ? true : undefined), 20_000, 'the second thread idle again');
+    const written = /^ingest_encoder_batches_total\{outcome="written",service="ingest"\} (\d+)$/m.exec(await (await fetch(`${url}/metrics`)).text());
+    expect(Number(written?.[1])).toBe(n);
+    const rows = await duckQuery(`SELECT count(*)::INTEGER AS n, count(DISTINCT distinct_id)::INTEGER AS d FROM read_parquet('${dataDir}/events/burst/*.parquet')`);
+    expect(rows).toEqual([{ n: n * 200, d: n }]);
+
+    expect(await proc.stop('SIGTERM')).toBe(0);
+    const logs = proc.output();
+    expect(logs).toMatch(/"thread":1,"burst":true/);
+    expect(logs).toMatch(/burst encoder taking jobs/);
+    expect(logs).toMatch(/burst encoder idle \(queue drained\)/);
+  });
+
   it('STORE=s3 with the API and the encoder as separate processes (dist/services/api/main.js, dist/services/encoder/main.js)', async () => {
     const s3 = await startS3Server();
     const [apiPort, metricsPort] = [await freePort(), await freePort()];
