@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
-import { inject } from 'vitest';
+import { afterAll, beforeAll, inject } from 'vitest';
 import { parseEnv } from '../../shared/config.js';
 import { BatchLedger } from '../../shared/ledger/ledger.js';
 import { createLogger } from '../../shared/logger.js';
@@ -45,6 +45,29 @@ export async function startTestStack(env: Record<string, string> = {}, parts: St
       rmSync(dataDir, { recursive: true, force: true });
     },
   });
+}
+
+/**
+ * For a test file whose encoders are its own: the API alone (no encoder, no rollup) on a fresh
+ * queue, and a BullMQ-ready connection to the test Redis, both opened before the file's tests and
+ * closed after them. Read them through the getters once the tests run.
+ */
+export function useApiOnlyStack(): { stack(): TestStack; conn(): Redis } {
+  let stack: TestStack | undefined;
+  let conn: Redis | undefined;
+  beforeAll(async () => {
+    stack = await startTestStack({ ROLLUP: 'off' }, { api: true, encoder: false });
+    conn = new Redis(inject('redisUrl'), { maxRetriesPerRequest: null });
+  });
+  afterAll(async () => {
+    conn?.disconnect();
+    await stack?.shutdown();
+  });
+  const need = <T>(v: T | undefined): T => {
+    if (v === undefined) throw new Error('useApiOnlyStack: read only inside the tests, after beforeAll');
+    return v;
+  };
+  return { stack: () => need(stack), conn: () => need(conn) };
 }
 
 /** A test's own view of a stack's queue and ordering ledger: a separate client on the test Redis. */

@@ -3,8 +3,7 @@
  * their payload while they wait and read it from Redis again once admitted. Real Redis, BullMQ,
  * filesystem store; the files are read back by DuckDB.
  */
-import { Redis } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createEncoder } from '../../services/encoder/worker.js';
 import { BatchLedger } from '../../shared/ledger/ledger.js';
 import { createLogger } from '../../shared/logger.js';
@@ -13,21 +12,14 @@ import { FilesystemObjectStore } from '../../shared/store/filesystem.js';
 import { duckQuery } from '../helpers/duckdb.js';
 import { batchBody, sampleEvent } from '../helpers/events.js';
 import { waitFor } from '../helpers/proc.js';
-import { type TestStack, startTestStack } from '../helpers/stack.js';
+import { useApiOnlyStack } from '../helpers/stack.js';
 
 describe('encoder byte budget with more slots than it admits', () => {
-  let stack: TestStack;
-  let conn: Redis;
-  beforeAll(async () => {
-    stack = await startTestStack({ ROLLUP: 'off' }, { api: true, encoder: false });
-    conn = new Redis(inject('redisUrl'), { maxRetriesPerRequest: null });
-  });
-  afterAll(async () => {
-    conn.disconnect();
-    await stack.shutdown();
-  });
+  const setup = useApiOnlyStack();
 
   it('waiting jobs read their payload again once admitted; every batch is written whole', async () => {
+    const stack = setup.stack();
+    const conn = setup.conn();
     // Six batches of different sizes, each ~0.4-0.5 MB of JSON; the budget admits one at a time.
     const sizes = [800, 810, 820, 830, 840, 850];
     const ids: string[] = [];

@@ -3,8 +3,7 @@
  * threshold of jobs wait, taking jobs once that many wait, idle again once the queue is drained.
  * Real Redis, BullMQ and filesystem store; the files are read back by DuckDB.
  */
-import { Redis } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { type Encoder, createEncoder } from '../../services/encoder/worker.js';
 import { BatchLedger } from '../../shared/ledger/ledger.js';
 import { createLogger } from '../../shared/logger.js';
@@ -13,27 +12,17 @@ import { FilesystemObjectStore } from '../../shared/store/filesystem.js';
 import { duckQuery } from '../helpers/duckdb.js';
 import { batchBody, sampleEvent } from '../helpers/events.js';
 import { waitFor } from '../helpers/proc.js';
-import { type TestStack, startTestStack } from '../helpers/stack.js';
+import { useApiOnlyStack } from '../helpers/stack.js';
 
 const BACKLOG = 5;
 
 describe('burst encoder', () => {
-  let stack: TestStack;
-  let conn: Redis;
-  beforeAll(async () => {
-    // No encoder in the stack: the test's encoders are the only consumers.
-    stack = await startTestStack({ ROLLUP: 'off' }, { api: true, encoder: false });
-    conn = new Redis(inject('redisUrl'), { maxRetriesPerRequest: null });
-  });
-  afterAll(async () => {
-    conn.disconnect();
-    await stack.shutdown();
-  });
+  const setup = useApiOnlyStack();
 
   const push = async (n: number, tag: string): Promise<string[]> => {
     const ids: string[] = [];
     for (let i = 0; i < n; i++) {
-      const r = await fetch(`${stack.url}/push/events/burst/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(20, (j) => ({ ...sampleEvent(j), distinct_id: `${tag}-${i}` })) });
+      const r = await fetch(`${setup.stack().url}/push/events/burst/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(20, (j) => ({ ...sampleEvent(j), distinct_id: `${tag}-${i}` })) });
       expect(r.status).toBe(200);
       ids.push(((await r.json()) as { batchId: string }).batchId);
     }
@@ -44,6 +33,8 @@ describe('burst encoder', () => {
   const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
   it('takes jobs only while the backlog reaches its threshold, and goes idle once drained', async () => {
+    const stack = setup.stack();
+    const conn = setup.conn();
     const store = new FilesystemObjectStore({ root: stack.dataDir });
     const opts = {
       queueName: stack.queueName,
