@@ -22,10 +22,17 @@ export const BatchJobSchema = z.object({
   /** Epoch ms = the id's instant; every row's received_at. */
   receivedAt: z.number().int(),
   events: z.number().int().nonnegative(),
-  /** `identity`: body is the UTF-8 JSON text; `deflate-raw`: body is base64 of the raw-deflated text. */
-  encoding: z.enum(['identity', 'deflate-raw']),
+  /**
+   * `identity`: body is the UTF-8 JSON text; `deflate-raw`: body is base64 of the raw-deflated
+   * text; `parquet`: body is base64 of the batch's Parquet file, which the API encoded
+   * (API_ENCODE_MAX_BYTES), so the encoder only writes it.
+   */
+  encoding: z.enum(['identity', 'deflate-raw', 'parquet']),
   body: z.string(),
+  /** Bytes of the unpacked payload: the JSON body as accepted, or the Parquet file. */
   bodyBytes: z.number().int().nonnegative(),
+  /** With `parquet`: the JSON body's bytes as accepted (for the encoder's input-bytes metrics). */
+  jsonBytes: z.number().int().nonnegative().optional(),
 });
 export type BatchJob = z.infer<typeof BatchJobSchema>;
 
@@ -107,20 +114,45 @@ export async function packBody(body: Buffer): Promise<Pick<BatchJob, 'encoding' 
 }
 
 /**
- * Restores the request body bytes from a job payload. The bytes must come to the size the API
- * recorded (`bodyBytes`, the body's length as accepted); anything else is a damaged payload and
- * throws, so it is never encoded as if it were the batch.
+ * The API encodes a body to Parquet itself only from this size (up to API_ENCODE_MAX_BYTES): the
+ * size from which the JSON payload's deflate and inflate run on libuv's pool (INLINE_ZLIB_MAX_BYTES
+ * below), where they cost the most. Measured in `npm start` (docs/performance.md, "Sixteenth
+ * pass"): 1,000-event bodies (600 KB) took 37% less CPU per batch encoded by the API; 100-event
+ * bodies (60 KB) took the same CPU, and the encode in the push's path raised their p50 and p99 at
+ * a steady rate. Small bodies would also cost Redis more: a file's fixed part (about 3 KB of
+ * footer and page headers) is 0.6× of a 10-event body's JSON, where Redis' budget is 0.3×.
+ */
+export const API_ENCODE_MIN_BYTES = 128 * 1024;
+
+/** The payload of a batch whose Parquet file the API encoded: the file's bytes, and the JSON body's size. */
+export function packParquet(file: Uint8Array, jsonBytes: number): Pick<BatchJob, 'encoding' | 'body' | 'bodyBytes' | 'jsonBytes'> {
+  return { encoding: 'parquet', body: Buffer.from(file.buffer, file.byteOffset, file.byteLength).toString('base64'), bodyBytes: file.byteLength, jsonBytes };
+}
+
+/** Parquet's magic number, at both ends of every file. */
+const PARQUET_MAGIC = Buffer.from('PAR1');
+
+/**
+ * Restores the request body bytes from a job payload (for `parquet`, the file to write). The bytes
+ * must come to the size the API recorded (`bodyBytes`), and a file must be framed by Parquet's
+ * magic number; anything else is a damaged payload and throws, so it is never encoded or written
+ * as if it were the batch.
  */
 export async function unpackBody(job: Pick<BatchJob, 'encoding' | 'body' | 'bodyBytes'>): Promise<Buffer> {
   let body: Buffer;
   if (job.encoding === 'identity') body = Buffer.from(job.body, 'utf8');
-  else {
+  else if (job.encoding === 'parquet') {
+    body = Buffer.from(job.body, 'base64');
+  } else {
     // The advertised size bounds inflation, so a corrupt payload cannot balloon memory.
     const options = { maxOutputLength: Math.max(job.bodyBytes, 1), chunkSize: outputChunk(job.bodyBytes + INFLATE_CHUNK_MARGIN) };
     const packed = Buffer.from(job.body, 'base64');
     body = job.bodyBytes <= INLINE_ZLIB_MAX_BYTES ? inflateRawSync(packed, options) : await inflateRawAsync(packed, options);
   }
   if (body.length !== job.bodyBytes) throw new Error(`the payload holds ${body.length} bytes, the job says ${job.bodyBytes}`);
+  if (job.encoding === 'parquet' && !(body.length >= 12 && body.subarray(0, 4).equals(PARQUET_MAGIC) && body.subarray(-4).equals(PARQUET_MAGIC))) {
+    throw new Error(`the payload of ${body.length} bytes is not a Parquet file (no PAR1 at both ends)`);
+  }
   return body;
 }
 

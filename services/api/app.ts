@@ -2,7 +2,7 @@ import express, { type Express, type NextFunction, type Request, type Response }
 import type { Queue } from 'bullmq';
 import type { Registry } from 'prom-client';
 import { type Shard, ShardSet } from '../../shared/shards.js';
-import { type Env, MAX_INFLIGHT_BYTES_DEFAULT, QUEUE_GROUP_MAX_DEFAULT, type SyncConfig } from '../../shared/config.js';
+import { API_ENCODE_MAX_BYTES_DEFAULT, type Env, MAX_INFLIGHT_BYTES_DEFAULT, QUEUE_GROUP_MAX_DEFAULT, type SyncConfig } from '../../shared/config.js';
 import { ByteBudget } from '../../shared/byte-budget.js';
 import { HttpError, StoreError } from '../../shared/errors.js';
 import type { BatchLedger } from '../../shared/ledger/ledger.js';
@@ -22,7 +22,7 @@ import { LoadShedder } from './shedder.js';
 export interface ApiDeps {
   env: Pick<Env, 'BASE_PATH' | 'QUEUE_HIGH_WATER' | 'REDIS_MEMORY_HIGH_WATER' | 'IDEMPOTENCY_WINDOW_SECONDS' | 'ORPHAN_GRACE_SECONDS' | 'QUEUE_NAME'> &
     Partial<EdgeEnv> &
-    Partial<Pick<Env, 'BODY_DEDUP_WINDOW_SECONDS' | 'MAX_INFLIGHT_BYTES' | 'APP_PATTERN' | 'QUEUE_GROUP_MAX'>>;
+    Partial<Pick<Env, 'BODY_DEDUP_WINDOW_SECONDS' | 'MAX_INFLIGHT_BYTES' | 'APP_PATTERN' | 'QUEUE_GROUP_MAX' | 'API_ENCODE_MAX_BYTES'>>;
   config: SyncConfig;
   store: ObjectStore;
   /** Producer connection (no offline queue): one Redis or a Cluster. */
@@ -69,13 +69,16 @@ export function createApiApp(deps: ApiDeps): ApiApp {
       store,
       collection: c,
       storagePath: c.storagePath,
-      queue: { queue, ledger, shards, idempotencyWindowSeconds: deps.env.IDEMPOTENCY_WINDOW_SECONDS, bodyDedupWindowSeconds: deps.env.BODY_DEDUP_WINDOW_SECONDS, groupMax: deps.env.QUEUE_GROUP_MAX ?? QUEUE_GROUP_MAX_DEFAULT },
+      queue: { queue, ledger, shards, idempotencyWindowSeconds: deps.env.IDEMPOTENCY_WINDOW_SECONDS, bodyDedupWindowSeconds: deps.env.BODY_DEDUP_WINDOW_SECONDS, groupMax: deps.env.QUEUE_GROUP_MAX ?? QUEUE_GROUP_MAX_DEFAULT,
+        encodeMaxBytes: deps.env.API_ENCODE_MAX_BYTES ?? API_ENCODE_MAX_BYTES_DEFAULT,
+      },
       observe: {
         mintSeconds: (s) => metrics.mintDuration.observe(s),
         enqueueSeconds: (s) => metrics.enqueueDuration.observe(s),
         enqueuedBytes: (n) => shedder.noteWrite(n),
         groupSize: (n) => metrics.enqueueGroupBatches.observe(n),
         enqueueUnknown: () => metrics.enqueueUnknown.inc(),
+        encodeSeconds: (s) => metrics.encodeDuration.observe(s),
       },
     }),
   );

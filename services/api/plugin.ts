@@ -5,11 +5,11 @@ import { HttpError, StoreError } from '../../shared/errors.js';
 import { batchIdMs, isBatchId, parseBatchRef } from '../../shared/ids.js';
 import { type BatchLedger, type IdempotencyClaim, type ListBound, visibleUnder } from '../../shared/ledger/ledger.js';
 import { MemoryLedger } from '../../shared/ledger/memory.js';
-import { PARQUET_MIME_TYPE, encodeBatch } from '../../shared/parquet/encode.js';
+import { PARQUET_MIME_TYPE, type PreparedBatch, encodeBatch } from '../../shared/parquet/encode.js';
 import { commandNeverRan } from '../../shared/redis.js';
 import { withTimeout } from '../../shared/timeout.js';
 import { type StoragePathTemplate, batchKey, listPrefix, parseStoragePath } from '../../shared/paths.js';
-import { BATCH_JOB_OPTIONS, type BatchGroupJob, type BatchJob, GROUP_MAX_BODY_BYTES, JOB_NAME, groupJobId, packBody } from '../../shared/queue.js';
+import { API_ENCODE_MIN_BYTES, BATCH_JOB_OPTIONS, type BatchGroupJob, type BatchJob, GROUP_MAX_BODY_BYTES, JOB_NAME, groupJobId, packBody, packParquet } from '../../shared/queue.js';
 import { GroupCommitter, type GroupTicket } from '../../shared/group-commit.js';
 import type { ObjectStore, StoredObject } from '../../shared/store/types.js';
 import type { Shard, ShardSet } from '../../shared/shards.js';
@@ -42,6 +42,13 @@ export interface QueueBinding {
    * services pass `QUEUE_GROUP_MAX` (default 16), and their encoder reads both.
    */
   groupMax?: number;
+  /**
+   * Bodies from API_ENCODE_MIN_BYTES (32 KiB) up to this many bytes are encoded to their Parquet
+   * file here, once the batch id is minted, and the job carries the file: the body is scanned
+   * once (the check is that scan), and the encoder only writes. 0 (the default): the encoder
+   * encodes every batch. The services pass `API_ENCODE_MAX_BYTES` (default 1 MiB).
+   */
+  encodeMaxBytes?: number;
 }
 
 export interface EventsPluginOptions {
@@ -61,6 +68,8 @@ export interface EventsPluginOptions {
     groupSize?(batches: number): void;
     /** A push answered 503 whose add went out but did not answer in time (it may still land; its id stays in flight). */
     enqueueUnknown?(): void;
+    /** Time to turn a prepared body into its Parquet file (encodeMaxBytes). */
+    encodeSeconds?(s: number): void;
   };
 }
 
@@ -83,8 +92,17 @@ export interface EventsServerPlugin {
   readonly template: StoragePathTemplate;
   readonly store: ObjectStore;
   readonly mode: 'queue' | 'inline';
-  /** `opts.hash`: sha256 hex of the body as sent, when `body` is its decoded form (Content-Encoding); default sha256(body). */
-  push(params: Readonly<Record<string, string>>, body: Buffer, validated: { text: string; events: number }, opts?: { idempotencyKey?: string; hash?: string }): Promise<PushResult>;
+  /**
+   * Whether a (decoded) body of this size is to be prepared with `prepareBatch` instead of
+   * checked with `checkEnvelope`: the plugin then encodes its Parquet file itself.
+   */
+  encodesBody(bytes: number): boolean;
+  /**
+   * `opts.hash`: sha256 hex of the body as sent, when `body` is its decoded form (Content-Encoding);
+   * default sha256(body). `validated.prepared`: the body scanned by `prepareBatch` (for a size
+   * `encodesBody` accepts); without it a queued batch carries its JSON.
+   */
+  push(params: Readonly<Record<string, string>>, body: Buffer, validated: { text: string; events: number; prepared?: PreparedBatch }, opts?: { idempotencyKey?: string; hash?: string }): Promise<PushResult>;
   list(params: Readonly<Record<string, string>>, after: string | undefined, limit: number): Promise<ListResult>;
   pull(params: Readonly<Record<string, string>>, ref: string): Promise<(StoredObject & { batchId: string }) | null>;
 }
@@ -124,6 +142,7 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
   const bodyWindowSeconds = queue?.bodyDedupWindowSeconds ?? DEFAULT_BODY_DEDUP_WINDOW_SECONDS;
   const enqueueTimeoutMs = queue?.enqueueTimeoutMs ?? 3000;
   const groupMax = queue?.groupMax ?? 1;
+  const encodeMaxBytes = queue?.encodeMaxBytes ?? 0;
   /** One group committer per queue (shard), created on its first push. */
   const committers = new Map<Queue, GroupCommitter<BatchJob>>();
   // Last bound read per prefix: safe to reuse while Redis is down, since a bound only
@@ -149,7 +168,27 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
     }
   }
 
-  async function pushQueued(qb: QueueBinding, params: Readonly<Record<string, string>>, body: Buffer, events: number, hash: string, idemKey?: string, remint = true): Promise<PushResult> {
+  /**
+   * The job payload of a batch: its Parquet file when the body was prepared (the encoder then
+   * only writes it), else the JSON, deflated. A prepared body whose encode fails here (it passed
+   * the same scan the encoder runs, so that is a bug, not bad data) goes as JSON, and the encoder
+   * encodes it or dead-letters it with the reason.
+   */
+  async function payloadOf(body: Buffer, prepared: PreparedBatch | undefined, receivedAt: number): Promise<Pick<BatchJob, 'encoding' | 'body' | 'bodyBytes' | 'jsonBytes'>> {
+    if (prepared) {
+      const t0 = performance.now();
+      try {
+        return packParquet(prepared.toParquet(receivedAt), body.length);
+      } catch {
+        // Falls through to the JSON payload.
+      } finally {
+        opts.observe?.encodeSeconds?.((performance.now() - t0) / 1000);
+      }
+    }
+    return packBody(body);
+  }
+
+  async function pushQueued(qb: QueueBinding, params: Readonly<Record<string, string>>, body: Buffer, prepared: PreparedBatch | undefined, events: number, hash: string, idemKey?: string, remint = true): Promise<PushResult> {
     const prefix = listPrefix(template, params);
     const q = route(qb, prefix);
     // The keyed claim's scope holds the key, not the body: the same key with another body is a
@@ -190,7 +229,7 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
         if (await fileExists(batchKey(template, params, batchId))) return { hash, batchId, events, deduplicated: true };
         await q.ledger.release(prefix, batchId, claim).catch(() => undefined);
         if (!remint) throw unavailable('an earlier push with this idempotency key was lost before it was queued');
-        return pushQueued(qb, params, body, events, hash, idemKey, false);
+        return pushQueued(qb, params, body, prepared, events, hash, idemKey, false);
       }
       // 'abandoned': the first push minted this id and died before enqueueing; the id still holds
       // its place in the ordering ledger, so enqueueing this retry's body under it keeps the
@@ -205,7 +244,7 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
       batchId,
       receivedAt: batchIdMs(batchId),
       events,
-      ...(await packBody(body)),
+      ...(await payloadOf(body, prepared, batchIdMs(batchId))),
     };
     const t1 = performance.now();
     const ticket = enqueue(q, job);
@@ -345,10 +384,12 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
     store,
     mode: queue ? 'queue' : 'inline',
 
+    encodesBody: (bytes) => encodeMaxBytes > 0 && bytes >= API_ENCODE_MIN_BYTES && bytes <= encodeMaxBytes,
+
     async push(params, body, validated, pushOpts = {}) {
       const hash = pushOpts.hash ?? sha256Hex(body);
       if (validated.events === 0) return { hash, batchId: null, events: 0, deduplicated: false };
-      if (queue) return pushQueued(queue, params, body, validated.events, hash, pushOpts.idempotencyKey);
+      if (queue) return pushQueued(queue, params, body, validated.prepared, validated.events, hash, pushOpts.idempotencyKey);
       return pushInline(inlineLedger as MemoryLedger, params, validated.text, validated.events, hash);
     },
 

@@ -3,7 +3,8 @@ import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import express, { type ErrorRequestHandler, type NextFunction, type Request, type Response, type Router } from 'express';
 import { type SyncConfigInput, parseSyncConfig } from '../../shared/config.js';
-import { checkEnvelope } from '../../shared/envelope.js';
+import { type EnvelopeCheck, checkEnvelope } from '../../shared/envelope.js';
+import { type PreparedBatch, prepareBatch } from '../../shared/parquet/encode.js';
 import { HttpError, StoreError } from '../../shared/errors.js';
 import { isBatchId, parseBatchRef } from '../../shared/ids.js';
 import { batchKey, checkParamValue, listPrefix, routePattern } from '../../shared/paths.js';
@@ -22,6 +23,15 @@ import type { RejectReason, ShedReason } from './metrics.js';
 import type { ByteBudget } from '../../shared/byte-budget.js';
 import { contentRange, decideRange, ifRangeAllows, unsatisfiedRange } from './range.js';
 import { type EventsServerPlugin, PARQUET_MIME_TYPE, type PushResult } from './plugin.js';
+
+/** A push body's check: {@link checkEnvelope}'s, or (for a body the plugin encodes) the scan that prepared it. */
+type BodyCheck = EnvelopeCheck | { ok: true; text?: string; events: number; prepared?: PreparedBatch };
+
+/** {@link prepareBatch} as a check: the same errors, in the same words, as checkEnvelope's. */
+function prepared(bytes: Uint8Array): BodyCheck {
+  const r = prepareBatch(bytes);
+  return r.ok ? { ok: true, events: r.batch.rows, prepared: r.batch } : { ok: false, error: r.reason };
+}
 
 /** Hooks the service wires to its metrics; the router itself holds no metric objects. */
 export interface RouterObserver {
@@ -291,11 +301,12 @@ export function createSyncRouter(opts: SyncRouterOptions): Router {
           }
           // The queue packs the bytes; only an inline encoder needs the body as text, so a queued
           // push never decodes it (that string would double every in-flight body, then be dropped).
-          const check = checkEnvelope(body.bytes, { text: plugin.mode === 'inline' });
+          // A body the plugin encodes itself is checked by the scan that also takes its columns.
+          const check: BodyCheck = plugin.encodesBody(body.bytes.length) ? prepared(body.bytes) : checkEnvelope(body.bytes, { text: plugin.mode === 'inline' });
           if (!check.ok) throw reject(observer, check.error.startsWith('malformed JSON') || check.error.includes('UTF-8') ? 'bad_json' : 'bad_envelope', 400, check.error);
           delete params[t.batchParam];
           if (limiter && appEvents) await limiter.admitEvents(collection.name, t.prefixParams.map((n) => params[n]).join('/'), appEvents, check.events, res);
-          const validated = { text: check.text ?? '', events: check.events };
+          const validated = { text: check.text ?? '', events: check.events, prepared: 'prepared' in check ? check.prepared : undefined };
           let result: PushResult;
           try {
             result = await plugin.push(params, body.bytes, validated, { idempotencyKey: idemHeader, hash: body.hash });

@@ -33,8 +33,13 @@ export async function restoreBody(job: BatchJob): Promise<Step<Buffer>> {
   }
 }
 
-/** Step 3: scan (the API's own validator, shared/envelope.ts) → column bytes as sent → Arrow → Parquet. */
+/**
+ * Step 3: scan (the API's own validator, shared/envelope.ts) → column bytes as sent → Arrow →
+ * Parquet. A `parquet` payload is the file the API encoded from the body it validated: it is
+ * written as it is.
+ */
 export function encode(job: BatchJob, body: Buffer): Step<{ bytes: Uint8Array; rows: number }> {
+  if (job.encoding === 'parquet') return { ok: true, value: { bytes: body, rows: job.events } };
   const r = encodeBatch(body, job.receivedAt);
   return r.ok ? { ok: true, value: { bytes: r.bytes, rows: r.rows } } : { ok: false, reason: r.reason };
 }

@@ -19,6 +19,7 @@ import {
   type WriterProperties,
 } from 'parquet-wasm';
 import {
+  EXPECTED_ENVELOPE,
   VALUE_NULL,
   VALUE_STRING,
   scanEnvelope,
@@ -458,6 +459,47 @@ export function encodeBatch(body: string | Uint8Array, receivedAtMs: number): En
   return { ok: true, bytes: ipcToParquet(columnsToIpcStream(parsed.columns, receivedAtMs)), rows: parsed.columns.rows };
 }
 
+/**
+ * A push body scanned once, held as its Arrow IPC stream until its batch id (and so its
+ * `received_at`) is known. The API prepares a body this way in place of its plain check when it
+ * encodes the file itself (API_ENCODE_MAX_BYTES): the scan validates exactly as the check does,
+ * and its columns are not scanned again.
+ */
+export interface PreparedBatch {
+  readonly rows: number;
+  /** Arrow IPC bytes held (about the body's size less its keys and quoting). */
+  readonly ipcBytes: number;
+  /** The Parquet file, every row's `received_at` set to `receivedAtMs`: the same bytes {@link encodeBatch} gives for the body. */
+  toParquet(receivedAtMs: number): Uint8Array;
+}
+
+export type PrepareResult = { ok: true; batch: PreparedBatch } | { ok: false; reason: string };
+
+/**
+ * Validates a push body ({@link scanEnvelope}, the API's own check) and copies its columns into an
+ * Arrow IPC stream in the same pass: the result owns its bytes, so other scans may run before it
+ * is turned into Parquet.
+ */
+export function prepareBatch(body: Uint8Array): PrepareResult {
+  if (body.length === 0) return { ok: false, reason: `empty body: expected ${EXPECTED_ENVELOPE}` };
+  const parsed = scanColumns(body, true);
+  if (!parsed.ok) return parsed;
+  const rows = parsed.columns.rows;
+  const { bytes, stampAt } = writeIpcStream(parsed.columns, 0);
+  return {
+    ok: true,
+    batch: {
+      rows,
+      ipcBytes: bytes.byteLength,
+      toParquet(receivedAtMs) {
+        if (!Number.isSafeInteger(receivedAtMs)) throw new RangeError(`receivedAtMs must be an integer epoch-ms, got ${receivedAtMs}`);
+        stampRows(new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength), stampAt, rows, receivedAtMs);
+        return ipcToParquet(bytes);
+      },
+    },
+  };
+}
+
 /*
  * The Arrow IPC stream of one events batch, written straight from the column buffers.
  *
@@ -540,6 +582,11 @@ const pad8 = (n: number): number => (n + 7) & ~7;
  * @param receivedAtMs - Epoch milliseconds stamped on every row's `received_at`.
  */
 export function columnsToIpcStream(columns: EventColumns, receivedAtMs: number): Uint8Array {
+  return writeIpcStream(columns, receivedAtMs).bytes;
+}
+
+/** {@link columnsToIpcStream}, plus where the `received_at` values start (8 bytes per row). */
+function writeIpcStream(columns: EventColumns, receivedAtMs: number): { bytes: Uint8Array; stampAt: number } {
   if (!Number.isSafeInteger(receivedAtMs)) throw new RangeError(`receivedAtMs must be an integer epoch-ms, got ${receivedAtMs}`);
   const rows = columns.rows;
   const utf8: Utf8Column[] = EVENT_COLUMNS.map((name) => columns[name]);
@@ -593,14 +640,20 @@ export function columnsToIpcStream(columns: EventColumns, receivedAtMs: number):
     putOffsets(col.offsets);
     putBytes(col.data.subarray(0, col.offsets[rows]));
   }
-  const stamp = BigInt(receivedAtMs);
-  for (let r = 0; r < rows; r++) view.setBigInt64(at + r * 8, stamp, true);
+  const stampAt = at;
+  stampRows(view, stampAt, rows, receivedAtMs);
   at += rows * 8;
   if (extraValidity) putBytes(extraValidity);
   putOffsets(extra.offsets);
   putBytes(extra.data.subarray(0, extra.offsets[rows]));
 
   view.setUint32(out.byteLength - 8, CONTINUATION, true);
-  return out;
+  return { bytes: out, stampAt };
+}
+
+/** Writes `receivedAtMs` as every row's `received_at` (int64 little-endian from `at`). */
+function stampRows(view: DataView, at: number, rows: number, receivedAtMs: number): void {
+  const stamp = BigInt(receivedAtMs);
+  for (let r = 0; r < rows; r++) view.setBigInt64(at + r * 8, stamp, true);
 }
 

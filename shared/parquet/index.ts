@@ -8,6 +8,7 @@ export {
   columnsToIpcStream,
   eventsToArrow,
   parseBatchColumns,
+  prepareBatch,
 } from './encode.js';
 export type {
   EncodeResult,
@@ -15,5 +16,7 @@ export type {
   EventColumns,
   ParquetWriteOptions,
   ParseResult,
+  PreparedBatch,
+  PrepareResult,
   Utf8Column,
 } from './encode.js';

@@ -52,11 +52,11 @@ export async function startTestStack(env: Record<string, string> = {}, parts: St
  * queue, and a BullMQ-ready connection to the test Redis, both opened before the file's tests and
  * closed after them. Read them through the getters once the tests run.
  */
-export function useApiOnlyStack(): { stack(): TestStack; conn(): Redis } {
+export function useApiOnlyStack(env: Record<string, string> = {}): { stack(): TestStack; conn(): Redis } {
   let stack: TestStack | undefined;
   let conn: Redis | undefined;
   beforeAll(async () => {
-    stack = await startTestStack({ ROLLUP: 'off' }, { api: true, encoder: false });
+    stack = await startTestStack({ ROLLUP: 'off', ...env }, { api: true, encoder: false });
     conn = new Redis(inject('redisUrl'), { maxRetriesPerRequest: null });
   });
   afterAll(async () => {

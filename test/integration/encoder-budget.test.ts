@@ -15,7 +15,9 @@ import { waitFor } from '../helpers/proc.js';
 import { useApiOnlyStack } from '../helpers/stack.js';
 
 describe('encoder byte budget with more slots than it admits', () => {
-  const setup = useApiOnlyStack();
+  // The API queues these bodies as JSON (API_ENCODE_MAX_BYTES=0), so the budget counts what the
+  // encoder inflates and encodes; a file the API encoded is counted the same way, by its size.
+  const setup = useApiOnlyStack({ API_ENCODE_MAX_BYTES: '0' });
 
   it('waiting jobs read their payload again once admitted; every batch is written whole', async () => {
     const stack = setup.stack();

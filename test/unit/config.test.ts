@@ -61,6 +61,13 @@ describe('environment', () => {
     expect(() => parseEnv({ ENCODER_CONCURRENCY: '0' })).toThrow(/ENCODER_CONCURRENCY/);
   });
 
+  it('takes API_ENCODE_MAX_BYTES from 0 (the encoders encode every batch) to 16 MiB, 1 MiB by default', () => {
+    expect(parseEnv({}).API_ENCODE_MAX_BYTES).toBe(1024 * 1024);
+    expect(parseEnv({ API_ENCODE_MAX_BYTES: '0' }).API_ENCODE_MAX_BYTES).toBe(0);
+    expect(parseEnv({ API_ENCODE_MAX_BYTES: String(16 * 1024 * 1024) }).API_ENCODE_MAX_BYTES).toBe(16 * 1024 * 1024);
+    for (const bad of ['-1', String(16 * 1024 * 1024 + 1), '1.5', 'lots']) expect(() => parseEnv({ API_ENCODE_MAX_BYTES: bad })).toThrow(/API_ENCODE_MAX_BYTES/);
+  });
+
   it('takes REDIS_URL as redis://, rediss:// or unix:///<socket path>, and names what is wrong with any other', () => {
     expect(parseEnv({ REDIS_URL: 'redis://:pw@10.0.0.5:6380/2' }).REDIS_URL).toBe('redis://:pw@10.0.0.5:6380/2');
     expect(parseEnv({ REDIS_URL: 'rediss://cache.internal:6380' }).REDIS_URL).toBe('rediss://cache.internal:6380');

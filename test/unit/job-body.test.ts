@@ -1,7 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { decodeJob, restoreBody } from '../../services/encoder/pipeline.js';
-import { type BatchJob, outputChunk, packBody, unpackBody } from '../../shared/queue.js';
+import { decodeJob, encode, restoreBody } from '../../services/encoder/pipeline.js';
+import { encodeBatch } from '../../shared/parquet/encode.js';
+import { type BatchJob, outputChunk, packBody, packParquet, unpackBody } from '../../shared/queue.js';
 
 /** A JSON-ish body of about `bytes` bytes that deflate can squeeze (repeated keys, random ids). */
 function bodyOf(bytes: number): Buffer {
@@ -15,7 +16,7 @@ function bodyOf(bytes: number): Buffer {
   return Buffer.from(`{"data":{"events":[${parts.join('').slice(0, -1)}]},"baseHash":null}`);
 }
 
-const job = (packed: Pick<BatchJob, 'encoding' | 'body' | 'bodyBytes'>): BatchJob => ({ v: 1, collection: 'events', key: 'events/a/1.parquet', prefix: 'events/a/', params: { app: 'a' }, batchId: '1', receivedAt: 1, events: 1, ...packed });
+const job = (packed: Pick<BatchJob, 'encoding' | 'body' | 'bodyBytes' | 'jsonBytes'>): BatchJob => ({ v: 1, collection: 'events', key: 'events/a/1.parquet', prefix: 'events/a/', params: { app: 'a' }, batchId: '1', receivedAt: 1, events: 1, ...packed });
 
 describe('job payload packing', () => {
   // Below 1 KiB as text; up to 128 KiB deflated inline; above that on the libuv pool.
@@ -53,6 +54,33 @@ describe('job payload packing', () => {
     expect(packed.encoding).toBe('identity');
     expect(await restoreBody(job({ ...packed, bodyBytes: packed.bodyBytes - 1 }))).toMatchObject({ ok: false, reason: expect.stringMatching(/holds \d+ bytes, the job says/) });
     expect(await restoreBody(job(packed))).toMatchObject({ ok: true });
+  });
+
+  it('a Parquet file the API encoded comes back as it is, and the encoder writes it without encoding', async () => {
+    const body = bodyOf(200_000);
+    const encoded = encodeBatch(body, 1);
+    if (!encoded.ok) throw new Error(encoded.reason);
+    const packed = packParquet(encoded.bytes, body.length);
+    expect(packed).toMatchObject({ encoding: 'parquet', bodyBytes: encoded.bytes.byteLength, jsonBytes: body.length });
+    const decoded = decodeJob({ ...job(packed), events: 7 });
+    if (!decoded.ok) throw new Error(decoded.reason);
+    expect(decoded.value.jsonBytes).toBe(body.length);
+    const restored = await restoreBody(decoded.value);
+    if (!restored.ok) throw new Error(restored.reason);
+    expect(restored.value.equals(Buffer.from(encoded.bytes))).toBe(true);
+    // Rows as the API counted them; the bytes are the file.
+    expect(encode(decoded.value, restored.value)).toEqual({ ok: true, value: { bytes: restored.value, rows: 7 } });
+  });
+
+  it('a Parquet payload of the wrong size, or that is not a Parquet file, is a bad batch', async () => {
+    const encoded = encodeBatch(bodyOf(5_000), 1);
+    if (!encoded.ok) throw new Error(encoded.reason);
+    const packed = packParquet(encoded.bytes, 5_000);
+    expect(await restoreBody(job({ ...packed, bodyBytes: packed.bodyBytes + 1 }))).toMatchObject({ ok: false, reason: expect.stringMatching(/holds \d+ bytes, the job says/) });
+    const cut = Buffer.from(encoded.bytes).subarray(0, encoded.bytes.byteLength - 1);
+    expect(await restoreBody(job({ ...packed, body: cut.toString('base64'), bodyBytes: cut.length }))).toMatchObject({ ok: false, reason: expect.stringMatching(/not a Parquet file/) });
+    const json = Buffer.from('{"data":{"events":[]},"baseHash":null}');
+    expect(await restoreBody(job({ encoding: 'parquet', body: json.toString('base64'), bodyBytes: json.length }))).toMatchObject({ ok: false, reason: expect.stringMatching(/not a Parquet file/) });
   });
 
   it("sizes zlib's output buffer to the output, within zlib's default and 16 MiB", () => {

@@ -10,8 +10,10 @@ import {
   encodeBatch,
   eventsToArrow,
   parseBatchColumns,
+  prepareBatch,
   type EventColumns,
 } from '../../shared/parquet/index.js';
+import { checkEnvelope } from '../../shared/envelope.js';
 import { Table as WasmTable } from 'parquet-wasm';
 import { duckQuery, sqlString } from '../helpers/duckdb.js';
 
@@ -237,6 +239,66 @@ describe('columnsToIpcStream', () => {
 
   it('rejects a receivedAt that is not an integer', () => {
     expect(() => columnsToIpcStream(columnsOf([]), 1.5)).toThrow(RangeError);
+  });
+});
+
+describe('prepareBatch (the API scans a body once and encodes its file itself)', () => {
+  const bytesOf = (events: unknown[]): Buffer => Buffer.from(envelope(events));
+
+  it.each([
+    ['no events', []],
+    ['one event', [{ event: 'a', distinct_id: 'd' }]],
+    ['300 realistic events, some with extra', Array.from({ length: 300 }, (_, i) => realisticEvent(i))],
+    ['non-ASCII and long values', ['🎉', '中文', 'a'.repeat(5000), ''].map((event, i) => ({ event, properties: { i }, ...(i % 2 ? { x: event } : {}) }))],
+  ])('gives the very bytes encodeBatch gives, for %s', (_, events) => {
+    const body = bytesOf(events);
+    const prepared = prepareBatch(body);
+    if (!prepared.ok) throw new Error(prepared.reason);
+    expect(prepared.batch.rows).toBe(events.length);
+    expect(prepared.batch.ipcBytes).toBeGreaterThan(0);
+    const encoded = encodeBatch(body, RECEIVED_AT);
+    if (!encoded.ok) throw new Error(encoded.reason);
+    expect(Buffer.from(prepared.batch.toParquet(RECEIVED_AT)).equals(Buffer.from(encoded.bytes))).toBe(true);
+  });
+
+  it('owns its bytes: scans of other bodies between the prepare and the encode change nothing', () => {
+    const first = bytesOf(Array.from({ length: 40 }, (_, i) => realisticEvent(i)));
+    const prepared = prepareBatch(first);
+    if (!prepared.ok) throw new Error(prepared.reason);
+    // Other pushes scan into the same staging buffers while this one waits for its id.
+    for (let k = 0; k < 3; k++) expect(prepareBatch(bytesOf([{ event: `other-${k}`, campaign: 'x'.repeat(3000) }])).ok).toBe(true);
+    expect(encodeBatch(bytesOf([{ event: 'and another' }]), RECEIVED_AT).ok).toBe(true);
+    const encoded = encodeBatch(first, RECEIVED_AT + 1);
+    if (!encoded.ok) throw new Error(encoded.reason);
+    expect(Buffer.from(prepared.batch.toParquet(RECEIVED_AT + 1)).equals(Buffer.from(encoded.bytes))).toBe(true);
+  });
+
+  it('stamps the instant it is given each time (a push that mints again gets its new id\'s instant)', async () => {
+    const prepared = prepareBatch(bytesOf([{ event: 'a' }, { event: 'b' }]));
+    if (!prepared.ok) throw new Error(prepared.reason);
+    const dir = await mkdtemp(join(tmpdir(), 'prepare-stamp-'));
+    try {
+      for (const [i, at] of [RECEIVED_AT, RECEIVED_AT + 86_400_000].entries()) {
+        const path = join(dir, `${i}.parquet`);
+        await writeFile(path, prepared.batch.toParquet(at));
+        const rows = await duckQuery(`SELECT DISTINCT epoch_ms(received_at)::BIGINT AS at FROM read_parquet(${sqlString(path)})`);
+        expect(rows).toEqual([{ at: String(at) }]);
+      }
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+    expect(() => prepared.batch.toParquet(1.5)).toThrow(RangeError);
+  });
+
+  it.each([
+    ['an empty body', Buffer.alloc(0)],
+    ['malformed JSON', Buffer.from('{"data":{"events":[')],
+    ['a wrong envelope', Buffer.from('{"data":{"events":[1]},"baseHash":null}')],
+    ['bytes that are not UTF-8', Buffer.from([0x7b, 0xc3, 0x7d])],
+  ])('refuses %s with the words of the API\'s check', (_, body) => {
+    const check = checkEnvelope(body);
+    expect(check.ok).toBe(false);
+    expect(prepareBatch(body)).toEqual({ ok: false, reason: check.ok ? '' : check.error });
   });
 });
 
