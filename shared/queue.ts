@@ -125,8 +125,8 @@ export async function packBody(body: Buffer): Promise<Pick<BatchJob, 'encoding' 
 export const API_ENCODE_MIN_BYTES = 128 * 1024;
 
 /** The payload of a batch whose Parquet file the API encoded: the file's bytes, and the JSON body's size. */
-export function packParquet(file: Uint8Array, jsonBytes: number): Pick<BatchJob, 'encoding' | 'body' | 'bodyBytes' | 'jsonBytes'> {
-  return { encoding: 'parquet', body: Buffer.from(file.buffer, file.byteOffset, file.byteLength).toString('base64'), bodyBytes: file.byteLength, jsonBytes };
+export function packParquet(file: Uint8Array, jsonBytes: number | undefined): Pick<BatchJob, 'encoding' | 'body' | 'bodyBytes' | 'jsonBytes'> {
+  return { encoding: 'parquet', body: Buffer.from(file.buffer, file.byteOffset, file.byteLength).toString('base64'), bodyBytes: file.byteLength, ...(jsonBytes === undefined ? {} : { jsonBytes }) };
 }
 
 /** Parquet's magic number, at both ends of every file. */

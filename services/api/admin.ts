@@ -6,7 +6,8 @@ import { HttpError } from '../../shared/errors.js';
 import { withTimeout } from '../../shared/timeout.js';
 import { batchIdMs, isBatchId } from '../../shared/ids.js';
 import type { BatchLedger } from '../../shared/ledger/ledger.js';
-import { BATCH_JOB_OPTIONS, type BatchJob, BatchGroupJobSchema, BatchJobSchema, JOB_NAME, isGroupJobId, isGroupPayload } from '../../shared/queue.js';
+import { BATCH_JOB_OPTIONS, type BatchJob, BatchGroupJobSchema, BatchJobSchema, JOB_NAME, isGroupJobId, isGroupPayload, packParquet, unpackBody } from '../../shared/queue.js';
+import { restampParquet } from '../../shared/parquet/encode.js';
 import { noteReplayedBatch } from '../../shared/rollup/redis-keys.js';
 import { type RoleResolver, TokenRoles, requireRoles } from './auth.js';
 
@@ -107,6 +108,17 @@ export async function replayOne(queue: Queue, ledger: BatchLedger, batchId: stri
     return { batchId, outcome: 'bad-job', detail: 'job key does not end with its batch id; left in the failed set' };
   }
   const next: BatchJob = { ...data, batchId: newId, key, receivedAt: batchIdMs(newId) };
+  if (data.encoding === 'parquet') {
+    // A file the API encoded carries the old id's instant in every row; the new id's goes in
+    // instead (rollups and the analyst view place rows by received_at = the id's instant).
+    try {
+      const file = restampParquet(await unpackBody(data), next.receivedAt);
+      Object.assign(next, packParquet(file, data.jsonBytes));
+    } catch (err) {
+      await ledger.release(data.prefix, newId);
+      return { batchId, outcome: 'bad-job', detail: `job payload cannot be unpacked (${(err as Error).message}); left in the failed set` };
+    }
+  }
   try {
     await queue.add(JOB_NAME, next, { ...BATCH_JOB_OPTIONS, jobId: newId });
   } catch (err) {

@@ -15,6 +15,7 @@ import {
   EnabledStatistics,
   Table as WasmTable,
   WriterPropertiesBuilder,
+  readParquet,
   writeParquet,
   type WriterProperties,
 } from 'parquet-wasm';
@@ -498,6 +499,20 @@ export function prepareBatch(body: Uint8Array): PrepareResult {
       },
     },
   };
+}
+
+/**
+ * An events file with every row's `received_at` set to `receivedAtMs`, the rest as it was: for a
+ * batch whose file the API encoded (a `parquet` job payload) and that an operator queues again
+ * under a new id (`replay --reissue`), whose instant every row must carry. Rare, so it goes the
+ * long way: parquet-wasm reads the file, apache-arrow swaps the column, the file is written again
+ * with the same writer settings.
+ */
+export function restampParquet(file: Uint8Array, receivedAtMs: number): Uint8Array {
+  if (!Number.isSafeInteger(receivedAtMs)) throw new RangeError(`receivedAtMs must be an integer epoch-ms, got ${receivedAtMs}`);
+  const table = arrow.tableFromIPC(readParquet(file).intoIPCStream());
+  const stamps = arrow.makeVector(arrow.makeData({ type: RECEIVED_AT_TYPE, length: table.numRows, nullCount: 0, data: new BigInt64Array(table.numRows).fill(BigInt(receivedAtMs)) }));
+  return arrowToParquet(table.setChild('received_at', stamps));
 }
 
 /*

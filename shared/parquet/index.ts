@@ -9,6 +9,7 @@ export {
   eventsToArrow,
   parseBatchColumns,
   prepareBatch,
+  restampParquet,
 } from './encode.js';
 export type {
   EncodeResult,

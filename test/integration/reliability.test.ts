@@ -14,8 +14,9 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it, onTestFinished } from 'vitest';
 import { type Service, FaultProxy, sleep, spawnService, waitHttpOk } from '../../scripts/chaos-kit.js';
 import { SERVER_LIMITS, listen } from '../../shared/http.js';
-import { BATCH_ID_RE } from '../../shared/ids.js';
+import { BATCH_ID_RE, batchIdMs } from '../../shared/ids.js';
 import { BatchLedger } from '../../shared/ledger/ledger.js';
+import type { BatchJob } from '../../shared/queue.js';
 import { S3ObjectStore } from '../../shared/store/s3.js';
 import { duckQuery, sqlString } from '../helpers/duckdb.js';
 import { batchBody, sampleEvent } from '../helpers/events.js';
@@ -501,12 +502,12 @@ describe('dead letters and replay', () => {
   });
 
   /** Pushes to `app` while a plain file blocks its folder: the write fails for good (ENOTDIR/EEXIST, not retriable). */
-  async function deadLetter(app: string): Promise<string> {
+  async function deadLetter(app: string, body = batchBody(5)): Promise<string> {
     const blocker = join(stack.dataDir, 'events', app);
     rmSync(blocker, { recursive: true, force: true });
     mkdirSync(join(stack.dataDir, 'events'), { recursive: true });
     writeFileSync(blocker, 'not a folder');
-    const r = await push(stack.api!.server.port, app, batchBody(5));
+    const r = await push(stack.api!.server.port, app, body);
     expect(r.status).toBe(200);
     const id = JSON.parse(r.body).batchId as string;
     await waitFor(async () => (await queue.getJobState(id)) === 'failed', 30_000, 'job dead-lettered');
@@ -559,6 +560,20 @@ describe('dead letters and replay', () => {
     expect(run.code, run.out).toBe(0);
     expect(run.out).toMatch(/1 of 1 batch\(es\) back in the queue/);
     await waitFor(async () => existsSync(join(stack.dataDir, `events/dl3/${a}.parquet`)), 30_000, 'replayed batch written');
+  });
+
+  it("reissues a dead letter whose file the API encoded (API_ENCODE_MAX_BYTES) with the new id's instant in every row", async () => {
+    const events = 300;
+    const id = await deadLetter('dl4', batchBody(events));
+    expect(((await queue.getJob(id))?.data as BatchJob).encoding).toBe('parquet');
+    const r = await fetch(`${stack.url}/admin/replay/${id}?reissue=1`, { method: 'POST', headers: auth });
+    const body = (await r.json()) as { outcome: string; newBatchId: string };
+    expect(body.outcome).toBe('reissued');
+    const file = join(stack.dataDir, `events/dl4/${body.newBatchId}.parquet`);
+    await waitFor(async () => existsSync(file), 30_000, 'reissued batch written');
+    const rows = await duckQuery(`SELECT count(*)::INTEGER AS n, min(epoch_ms(received_at))::BIGINT AS lo, max(epoch_ms(received_at))::BIGINT AS hi FROM read_parquet('${file}')`);
+    const at = String(batchIdMs(body.newBatchId));
+    expect(rows).toEqual([{ n: events, lo: at, hi: at }]);
   });
 });
 

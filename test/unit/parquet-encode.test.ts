@@ -11,6 +11,7 @@ import {
   eventsToArrow,
   parseBatchColumns,
   prepareBatch,
+  restampParquet,
   type EventColumns,
 } from '../../shared/parquet/index.js';
 import { checkEnvelope } from '../../shared/envelope.js';
@@ -288,6 +289,16 @@ describe('prepareBatch (the API scans a body once and encodes its file itself)',
       await rm(dir, { recursive: true, force: true });
     }
     expect(() => prepared.batch.toParquet(1.5)).toThrow(RangeError);
+  });
+
+  it("restampParquet gives the file encodeBatch gives at the new instant (a reissued batch's rows carry its new id's instant)", () => {
+    for (const events of [[{ event: 'a' }], Array.from({ length: 300 }, (_, i) => realisticEvent(i))]) {
+      const body = bytesOf(events);
+      const [before, after] = [encodeBatch(body, RECEIVED_AT), encodeBatch(body, RECEIVED_AT + 5_000)];
+      if (!before.ok || !after.ok) throw new Error('encode failed');
+      expect(Buffer.from(restampParquet(before.bytes, RECEIVED_AT + 5_000)).equals(Buffer.from(after.bytes))).toBe(true);
+    }
+    expect(() => restampParquet(new Uint8Array(8), RECEIVED_AT)).toThrow();
   });
 
   it.each([
