@@ -18,6 +18,7 @@ import { createEventsServerPlugin } from './plugin.js';
 import { createAdminRouter } from './admin.js';
 import { createSyncRouter, jsonErrorHandler } from './router.js';
 import { LoadShedder } from './shedder.js';
+import { ParquetEncodeThread } from '../../shared/parquet/encode-thread-pool.js';
 
 export interface ApiDeps {
   env: Pick<Env, 'BASE_PATH' | 'QUEUE_HIGH_WATER' | 'REDIS_MEMORY_HIGH_WATER' | 'IDEMPOTENCY_WINDOW_SECONDS' | 'ORPHAN_GRACE_SECONDS' | 'QUEUE_NAME'> &
@@ -64,6 +65,13 @@ export function createApiApp(deps: ApiDeps): ApiApp {
     maxMemoryRatio: deps.env.REDIS_MEMORY_HIGH_WATER,
     onSample: (s) => metrics.redisUsedMemoryRatio.set(s.memoryRatio),
   });
+  const encodeFailedWarn = throttledWarn(logger, 'Parquet encode in the API failed; the batch was queued as JSON for an encoder');
+  // Started on the first push the API encodes itself (API_ENCODE_MAX_BYTES), and again if it died.
+  let parquetThread: ParquetEncodeThread | undefined;
+  const encodeThread = (): ParquetEncodeThread => {
+    if (!parquetThread || parquetThread.gone) parquetThread = new ParquetEncodeThread();
+    return parquetThread;
+  };
   const plugins = config.collections.map((c) =>
     createEventsServerPlugin({
       store,
@@ -71,6 +79,7 @@ export function createApiApp(deps: ApiDeps): ApiApp {
       storagePath: c.storagePath,
       queue: { queue, ledger, shards, idempotencyWindowSeconds: deps.env.IDEMPOTENCY_WINDOW_SECONDS, bodyDedupWindowSeconds: deps.env.BODY_DEDUP_WINDOW_SECONDS, groupMax: deps.env.QUEUE_GROUP_MAX ?? QUEUE_GROUP_MAX_DEFAULT,
         encodeMaxBytes: deps.env.API_ENCODE_MAX_BYTES ?? API_ENCODE_MAX_BYTES_DEFAULT,
+        encodeThread,
       },
       observe: {
         mintSeconds: (s) => metrics.mintDuration.observe(s),
@@ -79,6 +88,10 @@ export function createApiApp(deps: ApiDeps): ApiApp {
         groupSize: (n) => metrics.enqueueGroupBatches.observe(n),
         enqueueUnknown: () => metrics.enqueueUnknown.inc(),
         encodeSeconds: (s) => metrics.encodeDuration.observe(s),
+        encodeFailed: (err) => {
+          metrics.encodeFailures.inc();
+          encodeFailedWarn({ err: err.message });
+        },
       },
     }),
   );
@@ -283,6 +296,8 @@ export function createApiApp(deps: ApiDeps): ApiApp {
     },
     stop() {
       shedder.stop();
+      void parquetThread?.close().catch(() => undefined);
+      parquetThread = undefined;
       clearInterval(timer);
       timer = undefined;
     },

@@ -50,6 +50,7 @@ export function createApiMetrics(registry: Registry, opts: ApiMetricsOptions = {
     mintDuration: new Histogram({ name: `${P}mint_duration_seconds`, help: 'Time to mint a batch id in Redis', buckets: FAST_BUCKETS, registers }),
     enqueueDuration: new Histogram({ name: `${P}enqueue_duration_seconds`, help: 'Time to add a batch job to the queue', buckets: FAST_BUCKETS, registers }),
     encodeDuration: new Histogram({ name: `${P}push_encode_duration_seconds`, help: 'Time the API spent turning a push body into its Parquet file (bodies from 32 KiB up to API_ENCODE_MAX_BYTES; the encoder only writes those)', buckets: FAST_BUCKETS, registers }),
+    encodeFailures: new Counter({ name: `${P}push_encode_failures_total`, help: 'Pushes whose Parquet encode in the API failed (its thread died or was closed): the batch was queued as JSON and an encoder encodes it', registers }),
     enqueueGroupBatches: new Histogram({ name: `${P}enqueue_group_batches`, help: 'Batches per group job this process added (QUEUE_GROUP_MAX; pushes that went alone are not counted)', buckets: [2, 4, 8, 16, 32, 64], registers }),
     enqueueUnknown: new Counter({ name: `${P}enqueue_unknown_total`, help: 'Pushes answered 503 whose add was sent but did not answer in time: it may still land, so the id stays in flight and the key claimed', registers }),
     queueJobs: new Gauge({ name: `${P}queue_jobs`, help: 'Jobs in the queue by state', labelNames: ['state'], registers, collect }),

@@ -6,6 +6,7 @@ import { batchIdMs, isBatchId, parseBatchRef } from '../../shared/ids.js';
 import { type BatchLedger, type IdempotencyClaim, type ListBound, visibleUnder } from '../../shared/ledger/ledger.js';
 import { MemoryLedger } from '../../shared/ledger/memory.js';
 import { PARQUET_MIME_TYPE, type PreparedBatch, encodeBatch } from '../../shared/parquet/encode.js';
+import type { ParquetEncodeThread } from '../../shared/parquet/encode-thread-pool.js';
 import { commandNeverRan } from '../../shared/redis.js';
 import { withTimeout } from '../../shared/timeout.js';
 import { type StoragePathTemplate, batchKey, listPrefix, parseStoragePath } from '../../shared/paths.js';
@@ -49,6 +50,11 @@ export interface QueueBinding {
    * encodes every batch. The services pass `API_ENCODE_MAX_BYTES` (default 1 MiB).
    */
   encodeMaxBytes?: number;
+  /**
+   * Where those files are encoded: a worker thread (the services pass one, started on the first
+   * such push), so parquet-wasm does not hold the event loop. Without it, on the event loop.
+   */
+  encodeThread?: () => ParquetEncodeThread;
 }
 
 export interface EventsPluginOptions {
@@ -70,6 +76,8 @@ export interface EventsPluginOptions {
     enqueueUnknown?(): void;
     /** Time to turn a prepared body into its Parquet file (encodeMaxBytes). */
     encodeSeconds?(s: number): void;
+    /** A prepared body whose encode failed here: its batch goes as JSON, for an encoder to encode. */
+    encodeFailed?(err: Error): void;
   };
 }
 
@@ -178,9 +186,11 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
     if (prepared) {
       const t0 = performance.now();
       try {
-        return packParquet(prepared.toParquet(receivedAt), body.length);
-      } catch {
+        const thread = queue?.encodeThread?.();
+        return packParquet(thread ? await thread.encode(prepared.stamp(receivedAt)) : prepared.toParquet(receivedAt), body.length);
+      } catch (err) {
         // Falls through to the JSON payload.
+        opts.observe?.encodeFailed?.(err as Error);
       } finally {
         opts.observe?.encodeSeconds?.((performance.now() - t0) / 1000);
       }

@@ -429,8 +429,8 @@ export function arrowToParquet(table: arrow.Table, opts: ParquetWriteOptions = {
   return ipcToParquet(arrow.tableToIPC(table, 'stream'), opts);
 }
 
-/** {@link arrowToParquet} from the table's Arrow IPC stream. */
-function ipcToParquet(ipc: Uint8Array, opts: ParquetWriteOptions = {}): Uint8Array {
+/** {@link arrowToParquet} from the table's Arrow IPC stream (as {@link PreparedBatch.stamp} gives it). */
+export function ipcToParquet(ipc: Uint8Array, opts: ParquetWriteOptions = {}): Uint8Array {
   const props = buildWriterProperties(opts);
   let wasmTable: WasmTable;
   try {
@@ -470,6 +470,8 @@ export interface PreparedBatch {
   readonly rows: number;
   /** Arrow IPC bytes held (about the body's size less its keys and quoting). */
   readonly ipcBytes: number;
+  /** The Arrow IPC stream with every row's `received_at` set to `receivedAtMs` (the held bytes, stamped in place). */
+  stamp(receivedAtMs: number): Uint8Array;
   /** The Parquet file, every row's `received_at` set to `receivedAtMs`: the same bytes {@link encodeBatch} gives for the body. */
   toParquet(receivedAtMs: number): Uint8Array;
 }
@@ -492,10 +494,13 @@ export function prepareBatch(body: Uint8Array): PrepareResult {
     batch: {
       rows,
       ipcBytes: bytes.byteLength,
-      toParquet(receivedAtMs) {
+      stamp(receivedAtMs) {
         if (!Number.isSafeInteger(receivedAtMs)) throw new RangeError(`receivedAtMs must be an integer epoch-ms, got ${receivedAtMs}`);
         stampRows(new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength), stampAt, rows, receivedAtMs);
-        return ipcToParquet(bytes);
+        return bytes;
+      },
+      toParquet(receivedAtMs) {
+        return ipcToParquet(this.stamp(receivedAtMs));
       },
     },
   };

@@ -14,7 +14,9 @@ import { batchIdMs } from '../../shared/ids.js';
 import { BatchLedger } from '../../shared/ledger/ledger.js';
 import { createLogger } from '../../shared/logger.js';
 import { createRegistry } from '../../shared/metrics.js';
-import { encodeBatch } from '../../shared/parquet/encode.js';
+import { encodeBatch, prepareBatch } from '../../shared/parquet/encode.js';
+import { ParquetEncodeThread } from '../../shared/parquet/encode-thread-pool.js';
+import { createEventsServerPlugin } from '../../services/api/plugin.js';
 import { type BatchJob, unpackBody } from '../../shared/queue.js';
 import { FilesystemObjectStore } from '../../shared/store/filesystem.js';
 import { duckQuery } from '../helpers/duckdb.js';
@@ -112,6 +114,35 @@ describe('API_ENCODE_MAX_BYTES: the API queues a large body as its Parquet file'
     const large = encodeBatch(Buffer.from(cases[1]!.json), batchIdMs(ids[1] as string));
     if (!large.ok) throw new Error(large.reason);
     expect(readFileSync(join(dir, `${ids[1] as string}.parquet`)).equals(Buffer.from(large.bytes))).toBe(true);
+  });
+
+  it('queues the batch as JSON, and counts it, when the encode thread is gone', async () => {
+    const stack = setup.stack();
+    const conn = setup.conn();
+    const queue = new Queue(stack.queueName, { connection: conn });
+    const closed = new ParquetEncodeThread();
+    await closed.close();
+    const failures: string[] = [];
+    try {
+      const plugin = createEventsServerPlugin({
+        store: new FilesystemObjectStore({ root: stack.dataDir }),
+        collection: 'events',
+        storagePath: 'events/{app}/{batchId}',
+        queue: { queue, ledger: new BatchLedger(conn, stack.queueName), encodeMaxBytes: MAX, encodeThread: () => closed },
+        observe: { encodeFailed: (err) => failures.push(err.message) },
+      });
+      const body = Buffer.from(bodyOf(300, 'fallback'));
+      expect(plugin.encodesBody(body.length)).toBe(true);
+      const prepared = prepareBatch(body);
+      if (!prepared.ok) throw new Error(prepared.reason);
+      const r = await plugin.push({ app: 'apienc-fallback' }, body, { text: '', events: 300, prepared: prepared.batch });
+      const data = (await queue.getJob(r.batchId as string))?.data as BatchJob;
+      expect(data.encoding).toBe('deflate-raw');
+      expect((await unpackBody(data)).equals(body)).toBe(true);
+      expect(failures).toEqual([expect.stringMatching(/closed/)]);
+    } finally {
+      await queue.close();
+    }
   });
 
   it('answers a bad body of that size 400 in the words of the plain check, and queues nothing', async () => {

@@ -1,0 +1,28 @@
+/**
+ * The thread of a {@link ParquetEncodeThread} (./encode-thread-pool.ts): turns stamped Arrow IPC
+ * streams into Parquet files, one message at a time, so the API's event loop does not run
+ * parquet-wasm itself.
+ */
+import { parentPort } from 'node:worker_threads';
+import { ipcToParquet } from './encode.js';
+
+export interface EncodeRequest {
+  id: number;
+  ipc: Uint8Array;
+}
+export type EncodeReply = { id: number; ok: true; file: Uint8Array } | { id: number; ok: false; error: string };
+
+const port = parentPort;
+if (!port) throw new Error('encode-thread.ts runs as a worker thread only');
+port.on('message', (m: EncodeRequest) => {
+  let reply: EncodeReply;
+  try {
+    reply = { id: m.id, ok: true, file: ipcToParquet(m.ipc) };
+  } catch (err) {
+    port.postMessage({ id: m.id, ok: false, error: (err as Error).message } satisfies EncodeReply);
+    return;
+  }
+  // The file's buffer moves to the API's thread without a copy.
+  port.postMessage(reply, reply.ok ? [reply.file.buffer as ArrayBuffer] : []);
+});
+port.postMessage({ ready: true });

@@ -1,0 +1,44 @@
+/**
+ * The API's Parquet encode thread (shared/parquet/encode-thread-pool.ts): a real worker thread
+ * running parquet-wasm gives the bytes the event loop would; once it is gone, encodes fail at once
+ * (and the push falls back to the JSON payload: test/integration/api-encode.test.ts).
+ */
+import { afterAll, describe, expect, it } from 'vitest';
+import { prepareBatch } from '../../shared/parquet/encode.js';
+import { ParquetEncodeThread } from '../../shared/parquet/encode-thread-pool.js';
+import { batchBody } from '../helpers/events.js';
+
+describe('ParquetEncodeThread', () => {
+  const thread = new ParquetEncodeThread();
+  afterAll(() => thread.close());
+
+  it('encodes stamped batches, many at once, to the bytes the event loop would', async () => {
+    const prepared = [1, 300, 1000, 5].map((n) => {
+      const p = prepareBatch(Buffer.from(batchBody(n)));
+      if (!p.ok) throw new Error(p.reason);
+      return p.batch;
+    });
+    const at = 1_782_933_157_690;
+    const files = await Promise.all(prepared.map((p, i) => thread.encode(p.stamp(at + i))));
+    expect(thread.inFlight).toBe(0);
+    for (const [i, p] of prepared.entries()) expect(Buffer.from(files[i] as Uint8Array).equals(Buffer.from(p.toParquet(at + i)))).toBe(true);
+  });
+
+  it('rejects a stream that is not Arrow IPC with parquet-wasm\'s reason, and goes on', async () => {
+    await expect(thread.encode(new Uint8Array([1, 2, 3, 4, 5, 6, 7, 8]))).rejects.toThrow(/./);
+    const p = prepareBatch(Buffer.from(batchBody(2)));
+    if (!p.ok) throw new Error(p.reason);
+    expect((await thread.encode(p.batch.stamp(1))).byteLength).toBeGreaterThan(0);
+    expect(thread.gone).toBe(false);
+  });
+
+  it('once closed, every encode fails at once', async () => {
+    const other = new ParquetEncodeThread();
+    const p = prepareBatch(Buffer.from(batchBody(3)));
+    if (!p.ok) throw new Error(p.reason);
+    expect((await other.encode(p.batch.stamp(1))).byteLength).toBeGreaterThan(0);
+    await other.close();
+    expect(other.gone).toBe(true);
+    await expect(other.encode(p.batch.stamp(1))).rejects.toThrow(/closed/);
+  });
+});
