@@ -129,7 +129,10 @@ async function pushLogical(id: string, n: number, padBytes = 0): Promise<Logical
 let stopClients = false;
 async function clientLoop(c: number): Promise<void> {
   for (let seq = 0; !stopClients && seq < 100_000; seq++) {
-    await pushLogical(`c${c}-${seq}`, 1 + Math.floor(Math.random() * 150));
+    // Every 20th push is ~157 KB (300 events with padded properties): the API encodes those to
+    // Parquet itself and queues the file (API_ENCODE_MAX_BYTES), so both payloads meet the faults.
+    if (seq % 20 === 10) await pushLogical(`c${c}-${seq}`, 300, 400);
+    else await pushLogical(`c${c}-${seq}`, 1 + Math.floor(Math.random() * 150));
     await sleep(PROFILE.pauseMs + Math.floor(Math.random() * 60));
   }
 }
