@@ -196,7 +196,8 @@ export const QUEUE_GROUP_MAX_DEFAULT = 16;
 /**
  * Push bodies of at least API_ENCODE_MIN_BYTES and at most this (`API_ENCODE_MAX_BYTES`) are
  * turned into their Parquet file by the API, which queues the file instead of the deflated JSON
- * (docs/performance.md, "Sixteenth pass"). Bounded so one push holds the event loop for a few ms.
+ * (docs/performance.md, "Sixteenth pass"). Bounded so one push's scan holds the event loop for a
+ * few ms at most, and its encode the API's encode thread for a few more.
  */
 export const API_ENCODE_MAX_BYTES_DEFAULT = 1024 * 1024;
 /** Job slots of an encoder (`ENCODER_CONCURRENCY`), alone or as `npm start`'s thread. */
@@ -282,7 +283,7 @@ export const EnvSchema = z
     QUEUE_HIGH_WATER: positiveInt.default(20_000),
     /** Batches per queue job at most when pushes arrive while an add runs (group commit); 1: one job per batch. */
     QUEUE_GROUP_MAX: positiveInt.max(64).default(QUEUE_GROUP_MAX_DEFAULT),
-    /** Largest push body the API encodes to Parquet itself (from 32 KiB); 0: the encoders encode every batch. */
+    /** Largest push body the API encodes to Parquet itself (from 128 KiB); 0: the encoders encode every batch. */
     API_ENCODE_MAX_BYTES: z.coerce.number().int().min(0).max(16 * 1024 * 1024).default(API_ENCODE_MAX_BYTES_DEFAULT),
     REDIS_MEMORY_HIGH_WATER: z.coerce.number().gt(0).lt(1).default(0.8),
     IDEMPOTENCY_WINDOW_SECONDS: z.coerce.number().int().min(0).default(DEFAULT_IDEMPOTENCY_WINDOW_SECONDS),

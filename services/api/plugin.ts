@@ -44,7 +44,7 @@ export interface QueueBinding {
    */
   groupMax?: number;
   /**
-   * Bodies from API_ENCODE_MIN_BYTES (32 KiB) up to this many bytes are encoded to their Parquet
+   * Bodies from API_ENCODE_MIN_BYTES (128 KiB) up to this many bytes are encoded to their Parquet
    * file here, once the batch id is minted, and the job carries the file: the body is scanned
    * once (the check is that scan), and the encoder only writes. 0 (the default): the encoder
    * encodes every batch. The services pass `API_ENCODE_MAX_BYTES` (default 1 MiB).
@@ -187,7 +187,8 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
       const t0 = performance.now();
       try {
         const thread = queue?.encodeThread?.();
-        return packParquet(thread ? await thread.encode(prepared.stamp(receivedAt)) : prepared.toParquet(receivedAt), body.length);
+        // A thread that does not answer in time (stuck, or far behind) costs the push its shortcut, not its answer.
+        return packParquet(thread ? await withTimeout(thread.encode(prepared.stamp(receivedAt)), enqueueTimeoutMs, 'Parquet encode') : prepared.toParquet(receivedAt), body.length);
       } catch (err) {
         // Falls through to the JSON payload.
         opts.observe?.encodeFailed?.(err as Error);
