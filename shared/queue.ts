@@ -117,7 +117,7 @@ export async function packBody(body: Buffer): Promise<Pick<BatchJob, 'encoding' 
  * The API encodes a body to Parquet itself only from this size (up to API_ENCODE_MAX_BYTES): the
  * size from which the JSON payload's deflate and inflate run on libuv's pool (INLINE_ZLIB_MAX_BYTES
  * below), where they cost the most. Measured in `npm start` (docs/performance.md, "Sixteenth
- * pass"): 1,000-event bodies (600 KB) took 37% less CPU per batch encoded by the API; 100-event
+ * pass"): 1,000-event bodies (600 KB) took 30–37% less CPU per batch encoded by the API; 100-event
  * bodies (60 KB) took the same CPU, and the encode in the push's path raised their p50 and p99 at
  * a steady rate. Small bodies would also cost Redis more: a file's fixed part (about 3 KB of
  * footer and page headers) is 0.6× of a 10-event body's JSON, where Redis' budget is 0.3×.
