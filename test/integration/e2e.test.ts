@@ -113,6 +113,11 @@ describe('end to end over real ports, as a user runs it', () => {
     // /metrics leaves the thread's part out when the thread takes over 2 s to answer (a loaded machine).
     const slots = await waitFor(async () => /^ingest_encoder_concurrency\{service="ingest"\} (\d+)$/m.exec(await (await fetch(`${url}/metrics`)).text())?.[1], 20_000, "the encoder thread's metrics");
     expect(slots).toBe('32');
+    // The 1,000-event body (over 128 KiB) was encoded by the API on its encode thread, from the
+    // compiled build (dist/shared/parquet/encode-thread.js), not sent as JSON after a failure.
+    const metricsText = await (await fetch(`${url}/metrics`)).text();
+    expect(/^ingest_push_encode_duration_seconds_count\{service="ingest"\} (\d+)$/m.exec(metricsText)?.[1]).toBe('1');
+    expect(/^ingest_push_encode_failures_total\{service="ingest"\} (\d+)$/m.exec(metricsText)?.[1]).toBe('0');
     expect((await fetch(`${url}/list/events/shop`)).status).toBe(401);
     expect((await fetch(`${url}/pull/events/shop/${ids[0]}`)).status).toBe(401);
 
