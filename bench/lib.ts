@@ -158,22 +158,29 @@ export function threadCpuSeconds(pid: number): Map<number, ThreadCpu> {
   return out;
 }
 
+/** CPU seconds of a service: `pid` and the Node child processes it had when `pids` was taken. */
+export function serviceCpuSeconds(pids: readonly number[]): number {
+  return pids.reduce((sum, p) => sum + (processCpuSeconds(p) || 0), 0);
+}
+
+/** Every thread's CPU of `pids` (see threadCpuSeconds), by process. */
+export function serviceThreadCpu(pids: readonly number[]): Map<number, Map<number, ThreadCpu>> {
+  return new Map(pids.map((p) => [p, threadCpuSeconds(p)]));
+}
+
 /**
- * CPU seconds per role of `npm start`'s threads between two samples: `main` is the thread whose
- * id is the pid (the API's event loop), `encoder` the threads running at a positive niceness
- * (the encoder worker thread lowers its own priority, `ENCODER_THREAD_NICE`), `other` the rest
- * of the process total: libuv's pool (fs calls, zlib, sha256 of both sides), V8's GC and compiler
- * threads, and threads that came and went between the samples.
+ * CPU seconds per role of `npm start` between two samples (`pids[0]` the API's process, the rest
+ * its encoder processes): `main` is the API's event loop (the thread whose id is the API's pid),
+ * `encoder` the encoder processes' event loops (each the thread whose id is its pid), `other` the
+ * rest of the total: both processes' libuv pools (fs calls, zlib, sha256), V8's GC and compiler
+ * threads, the API's encode thread, and threads that came and went between the samples.
  */
-export function splitThreadCpu(pid: number, before: Map<number, ThreadCpu>, after: Map<number, ThreadCpu>, processCpu: number): { main: number; encoder: number; other: number } {
-  let main = 0;
-  let encoder = 0;
-  for (const [tid, a] of after) {
-    const d = a.cpu - (before.get(tid)?.cpu ?? 0);
-    if (tid === pid) main += d;
-    else if (a.nice > 0) encoder += d;
-  }
-  return { main, encoder, other: Math.max(0, processCpu - main - encoder) };
+export function splitServiceCpu(pids: readonly number[], before: Map<number, Map<number, ThreadCpu>>, after: Map<number, Map<number, ThreadCpu>>, total: number): { main: number; encoder: number; other: number } {
+  const loop = (p: number): number => (after.get(p)?.get(p)?.cpu ?? 0) - (before.get(p)?.get(p)?.cpu ?? 0);
+  const [api, ...encoders] = pids;
+  const main = api === undefined ? 0 : loop(api);
+  const encoder = encoders.reduce((sum, p) => sum + loop(p), 0);
+  return { main, encoder, other: Math.max(0, total - main - encoder) };
 }
 
 /** Redis server CPU seconds (user + sys, main thread and helpers) from INFO cpu. */

@@ -1,36 +1,41 @@
-import { Worker } from 'node:worker_threads';
+import { type ChildProcess, fork } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import { AggregatorRegistry, type MetricObjectWithValues, type MetricValue } from 'prom-client';
 import { parseEnv } from '../shared/config.js';
 import { createLogger } from '../shared/logger.js';
 import { ensureRedis } from '../shared/private-redis.js';
 import { exitOnStartupError, handleShutdown } from '../shared/runtime.js';
 import { startStack } from './stack.js';
-import type { EncoderThreadData } from './encoder/thread.js';
+import type { EncoderChildData } from './encoder/child.js';
 
-type ThreadMetrics = MetricObjectWithValues<MetricValue<string>>[];
-type FromThread = { type: 'ready' } | { type: 'metrics'; metrics: ThreadMetrics } | { type: 'closed' };
+type ChildMetrics = MetricObjectWithValues<MetricValue<string>>[];
+type FromChild = { type: 'ready' } | { type: 'metrics'; metrics: ChildMetrics } | { type: 'closed' };
 
-interface EncoderThread {
-  metrics(): Promise<ThreadMetrics | null>;
+interface EncoderProcess {
+  metrics(): Promise<ChildMetrics | null>;
   close(): Promise<void>;
 }
 
-/** Starts encoder thread `index` of `threads` (see services/encoder/thread.ts) and resolves once it takes jobs. */
-async function startEncoderThread(env: ReturnType<typeof parseEnv>, index: number, threads: number): Promise<EncoderThread> {
-  // From dist/ the thread is plain JavaScript; under tsx (development) it needs tsx's loader again.
-  const entry = import.meta.url.endsWith('.ts') ? './encoder/thread-entry.mjs' : './encoder/thread.js';
-  const workerData: EncoderThreadData = { env, index, threads };
-  const worker = new Worker(new URL(entry, import.meta.url), { workerData });
-  const waiters: ((m: FromThread) => void)[] = [];
+/** Set once `npm start` begins its own stop: an encoder that ends after that is part of it, not a failure. */
+let stopping = false;
+
+/**
+ * Starts encoder process `index` of `count` (services/encoder/child.ts) and resolves once it takes
+ * jobs. It inherits this process's Node flags (under tsx, tsx's loader) except the inspector's.
+ */
+async function startEncoderProcess(env: ReturnType<typeof parseEnv>, index: number, count: number): Promise<EncoderProcess> {
+  const entry = fileURLToPath(new URL(import.meta.url.endsWith('.ts') ? './encoder/child.ts' : './encoder/child.js', import.meta.url));
+  const child: ChildProcess = fork(entry, [], { serialization: 'advanced', execArgv: process.execArgv.filter((a) => !a.startsWith('--inspect')) });
+  const waiters: ((m: FromChild) => void)[] = [];
   let exited = false;
-  worker.on('message', (m: FromThread) => {
+  child.on('message', (m: FromChild) => {
     for (const w of waiters.splice(0)) w(m);
   });
-  const exit = new Promise<number>((resolve) => worker.once('exit', (code) => ((exited = true), resolve(code))));
-  const next = (type: FromThread['type'], ms: number): Promise<FromThread | null> =>
+  const exit = new Promise<number | string | null>((resolve) => child.once('exit', (code, signal) => ((exited = true), resolve(code ?? signal))));
+  const next = (type: FromChild['type'], ms: number): Promise<FromChild | null> =>
     new Promise((resolve) => {
       const t = setTimeout(() => resolve(null), ms);
-      const wait = (m: FromThread): void => {
+      const wait = (m: FromChild): void => {
         if (m.type === type) {
           clearTimeout(t);
           resolve(m);
@@ -42,34 +47,38 @@ async function startEncoderThread(env: ReturnType<typeof parseEnv>, index: numbe
         resolve(null);
       });
     });
-  worker.on('error', (err) => {
-    process.stderr.write(`encoder thread failed: ${err.stack ?? err.message}\n`);
+  child.on('error', (err) => {
+    process.stderr.write(`encoder process ${index}: ${err.message}\n`);
   });
-  if (!(await next('ready', 30_000))) throw new Error('the encoder thread did not start');
+  const data: EncoderChildData = { env, index, count };
+  child.send({ type: 'start', data });
+  if (!(await next('ready', 30_000))) {
+    child.kill('SIGKILL');
+    throw new Error(`encoder process ${index} did not start`);
+  }
+  let closing: Promise<void> | undefined;
   // A crashed encoder must not leave an API that accepts batches nobody encodes.
   void exit.then((code) => {
-    if (!closing) {
-      process.stderr.write(`encoder thread exited (${code}); stopping\n`);
+    if (!closing && !stopping) {
+      process.stderr.write(`encoder process ${index} exited (${String(code)}); stopping\n`);
       process.kill(process.pid, 'SIGTERM');
     }
   });
-  let closing: Promise<void> | undefined;
   return {
     async metrics() {
-      if (exited) return null;
-      worker.postMessage({ type: 'metrics' });
+      if (exited || !child.connected) return null;
+      child.send({ type: 'metrics' });
       const m = await next('metrics', 2000);
       return m && m.type === 'metrics' ? m.metrics : null;
     },
     close() {
       closing ??= (async () => {
         if (exited) return;
-        worker.postMessage({ type: 'close' });
+        if (child.connected) child.send({ type: 'close' });
         await next('closed', 20_000);
-        // Once it says closed, the thread's work is done and its logs flushed; what may keep it
-        // alive is a reconnect timer to an unreachable Redis, so do not wait long for it to end.
-        await Promise.race([exit, new Promise((r) => setTimeout(r, 200))]);
-        if (!exited) await worker.terminate();
+        // Once it says closed it exits; one that does not is stopped.
+        await Promise.race([exit, new Promise((r) => setTimeout(r, 2000))]);
+        if (!exited) child.kill('SIGKILL');
       })();
       return closing;
     },
@@ -77,18 +86,19 @@ async function startEncoderThread(env: ReturnType<typeof parseEnv>, index: numbe
 }
 
 /**
- * The encoder threads' metrics as one set: counters and histograms summed, and gauges summed too
- * (slots, active jobs, bytes held and workers taking jobs are totals of the process). A thread that
- * does not answer within 2 s is left out of this scrape.
+ * The encoder processes' metrics as one set: counters and histograms summed, and gauges summed too
+ * (slots, active jobs, bytes held and workers taking jobs are totals of the service; their
+ * `ingest_encoder_process_*` CPU and memory too). One that does not answer within 2 s is left out
+ * of this scrape.
  */
-async function threadMetrics(threads: readonly EncoderThread[]): Promise<string> {
-  const parts = (await Promise.all(threads.map((t) => t.metrics()))).filter((m): m is ThreadMetrics => m !== null && m.length > 0);
+async function encoderMetrics(encoders: readonly EncoderProcess[]): Promise<string> {
+  const parts = (await Promise.all(encoders.map((t) => t.metrics()))).filter((m): m is ChildMetrics => m !== null && m.length > 0);
   if (parts.length === 0) return '';
   return AggregatorRegistry.aggregate(parts).metrics();
 }
 
 /**
- * `npm start`: API and encoder in one process (the encoder on a worker thread), with a private
+ * `npm start`: the API, with its encoder as a child process at a lower CPU priority, and a private
  * Redis when none is configured.
  */
 try {
@@ -102,19 +112,27 @@ try {
     const stack = await startStack(env, { api: true, encoder: true, rollup: true }, logger);
     handleShutdown(logger, [() => stack.close(), () => redis.stop()]);
   } else {
-    const threads: EncoderThread[] = [];
-    const stack = await startStack(env, { api: true, encoder: false, rollup: true, serviceLabel: 'ingest', extraMetrics: () => threadMetrics(threads) }, logger);
-    const starts = await Promise.allSettled(Array.from({ length: env.ENCODER_THREADS }, (_, i) => startEncoderThread(env, i, env.ENCODER_THREADS)));
-    for (const s of starts) if (s.status === 'fulfilled') threads.push(s.value);
+    const encoders: EncoderProcess[] = [];
+    const stack = await startStack(env, { api: true, encoder: false, rollup: true, serviceLabel: 'ingest', extraMetrics: () => encoderMetrics(encoders) }, logger);
+    const starts = await Promise.allSettled(Array.from({ length: env.ENCODER_PROCESSES }, (_, i) => startEncoderProcess(env, i, env.ENCODER_PROCESSES)));
+    for (const s of starts) if (s.status === 'fulfilled') encoders.push(s.value);
     const failed = starts.find((s) => s.status === 'rejected');
     if (failed) {
-      await Promise.all(threads.map((t) => t.close()));
+      stopping = true;
+      await Promise.all(encoders.map((t) => t.close()));
       await stack.close();
       await redis.stop();
       throw failed.reason;
     }
     // Stop taking pushes first, then let the encoders finish, then stop a private Redis.
-    handleShutdown(logger, [() => stack.close(), () => Promise.all(threads.map((t) => t.close())), () => redis.stop()]);
+    handleShutdown(logger, [
+      () => {
+        stopping = true;
+        return stack.close();
+      },
+      () => Promise.all(encoders.map((t) => t.close())),
+      () => redis.stop(),
+    ]);
   }
 } catch (err) {
   exitOnStartupError(err);

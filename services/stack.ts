@@ -20,13 +20,17 @@ export interface StackParts {
   encoder: boolean;
   /** Serve the encoder's own /metrics on METRICS_PORT when there is no API (default true). */
   encoderMetricsServer?: boolean;
-  /** Node process metrics in this stack's registry (default true; off in a worker thread, whose process the main thread already reports). */
-  defaultMetrics?: boolean;
+  /**
+   * Node process metrics in this stack's registry (default true). `{ prefix }` names them apart:
+   * `npm start`'s encoder processes report theirs as `ingest_encoder_process_cpu_seconds_total`
+   * and so on, beside the API process's own in the same /metrics.
+   */
+  defaultMetrics?: boolean | { prefix: string };
   /** `service` label of every metric (default: api, encoder or ingest). */
   serviceLabel?: string;
-  /** More metrics text appended to the API's /metrics (the encoder thread's, in `npm start`). */
+  /** More metrics text appended to the API's /metrics (the encoder processes', in `npm start`). */
   extraMetrics?: () => Promise<string>;
-  /** Make the encoder a burst encoder (`npm start`'s extra encoder threads; see EncoderOptions.burst). */
+  /** Make the encoder a burst encoder (`npm start`'s extra encoder processes; see EncoderOptions.burst). */
   encoderBurst?: BurstOptions;
   /** Run the rollup planner and worker too (unless ROLLUP=off); `npm start` does. */
   rollup?: boolean;

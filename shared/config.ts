@@ -206,8 +206,19 @@ export const ENCODER_CONCURRENCY_DEFAULT = 32;
 /** Defaults of the memory budgets (docs/operations.md, "Memory", shows how they were sized). */
 export const MAX_INFLIGHT_BYTES_DEFAULT = 128 * 1024 * 1024;
 export const ENCODER_MAX_INFLIGHT_BYTES_DEFAULT = 32 * 1024 * 1024;
-/** `npm start`'s encoder threads (ENCODER_THREADS); more than one adds burst threads (see the env schema). */
-export const ENCODER_THREADS_DEFAULT = 1;
+/** `npm start`'s encoder processes (ENCODER_PROCESSES); more than one adds burst encoders (see the env schema). */
+export const ENCODER_PROCESSES_DEFAULT = 1;
+/**
+ * CPU niceness of `npm start`'s encoder processes (ENCODER_NICE): every thread of the process,
+ * its file calls and garbage collection included, so pushes get the cores first. Measured at a
+ * steady 300 pushes/s on two cores (docs/performance.md, "Eighteenth pass").
+ */
+export const ENCODER_NICE_DEFAULT = 10;
+/** Earlier names of two `npm start` settings, still read (the encoder was a thread before it was a process). */
+const RENAMED_ENV: readonly (readonly [old: string, now: string])[] = [
+  ['ENCODER_THREADS', 'ENCODER_PROCESSES'],
+  ['ENCODER_THREAD_NICE', 'ENCODER_NICE'],
+];
 /** V8's old-space growth factor after a full GC, in percent (`HEAP_GROWING_PERCENT`): ×4. */
 export const HEAP_GROWING_PERCENT_DEFAULT = 300;
 
@@ -315,23 +326,23 @@ export const EnvSchema = z
     MAX_INFLIGHT_BYTES: positiveInt.min(1024 * 1024).default(MAX_INFLIGHT_BYTES_DEFAULT),
     /** Bytes of batch bodies (decoded JSON) one encoder process works on at once; a bigger batch runs alone. */
     ENCODER_MAX_INFLIGHT_BYTES: positiveInt.min(1024 * 1024).default(ENCODER_MAX_INFLIGHT_BYTES_DEFAULT),
-    ENCODER_THREAD_NICE: z.coerce.number().int().min(0).max(19).default(5),
+    ENCODER_NICE: z.coerce.number().int().min(0).max(19).default(ENCODER_NICE_DEFAULT),
     /**
-     * Encoder threads of `npm start`. The first always takes jobs; each further one only while
-     * the queue holds a backlog (services/encoder/worker.ts, `burst`), so a burst's backlog is
-     * encoded on more cores and at a steady rate the API keeps them. The threads share
-     * ENCODER_MAX_INFLIGHT_BYTES evenly; each has ENCODER_CONCURRENCY slots. Default 1: on two
-     * cores a second thread shortened the drain after a burst but cost 5-10% more CPU per batch
-     * (docs/performance.md, "Fifteenth pass").
+     * Encoder processes of `npm start` (child processes of the API's). The first always takes
+     * jobs; each further one only while the queue holds a backlog (services/encoder/worker.ts,
+     * `burst`), so a burst's backlog is encoded on more cores and at a steady rate the API keeps
+     * them. They share ENCODER_MAX_INFLIGHT_BYTES evenly; each has ENCODER_CONCURRENCY slots.
+     * Default 1: on two cores a second one shortened the drain after a burst but cost 5-10% more
+     * CPU per batch (docs/performance.md, "Fifteenth pass").
      */
-    ENCODER_THREADS: positiveInt.max(8).default(ENCODER_THREADS_DEFAULT),
+    ENCODER_PROCESSES: positiveInt.max(8).default(ENCODER_PROCESSES_DEFAULT),
     /**
      * V8's old-space growth after a full garbage collection, in percent (its
      * `--heap-growing-percent`): the next full collection starts once the old space has grown to
      * (1 + p/100) × what survived the last one. 300 is ×4, V8's own ceiling; V8 chose ×1.7–2.1
      * here, which under 325 pushes/s meant a full collection of the API's heap every 0.2–0.3 s: with
      * ×4, push p99 there halved (docs/performance.md, "Eighth pass"). 0 leaves
-     * V8's own choice. Process-wide: it applies to the encoder thread of `npm start` too.
+     * V8's own choice. Each `npm start` encoder process applies it too.
      */
     HEAP_GROWING_PERCENT: z.coerce.number().int().min(0).max(1000).default(HEAP_GROWING_PERCENT_DEFAULT),
     /** Browser origins allowed to call the sync routes: `*` or a comma list of origins; unset = CORS off. */
@@ -386,6 +397,13 @@ export type Env = z.infer<typeof EnvSchema>;
 export function parseEnv(env: NodeJS.ProcessEnv = process.env): Env {
   const cleaned: Record<string, string> = {};
   for (const [k, v] of Object.entries(env)) if (v !== undefined && v !== '') cleaned[k] = v;
+  for (const [old, now] of RENAMED_ENV) {
+    const was = cleaned[old];
+    if (was === undefined) continue;
+    delete cleaned[old];
+    if (cleaned[now] !== undefined && cleaned[now] !== was) throw new ConfigError(`environment variable ${old} (the earlier name of ${now}) is ${was} but ${now} is ${cleaned[now]}; set only ${now}`);
+    cleaned[now] = was;
+  }
   const r = EnvSchema.safeParse(cleaned);
   if (!r.success) throw new ConfigError(formatIssues('environment variable ', r.error));
   return r.data;

@@ -41,7 +41,7 @@ export interface EncoderOptions {
    */
   maxInflightBytes?: number;
   /**
-   * A burst encoder (`npm start`'s extra encoder threads, ENCODER_THREADS): it takes jobs only
+   * A burst encoder (`npm start`'s extra encoder processes, ENCODER_PROCESSES): it takes jobs only
    * while the queue has a backlog. It starts idle; once `backlog` jobs or more wait (over all its
    * shards, counted every `pollMs`) it takes jobs like any encoder, and once none wait it finishes
    * what it holds and goes idle again. At a steady rate the queue stays near empty and the extra

@@ -63,3 +63,29 @@ export async function distEntry(entry: `${string}.js`): Promise<`${string}.js`> 
 export function commandLine(pid: number): string[] {
   return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter((s) => s.length > 0);
 }
+
+/**
+ * The Node child processes of `pid` (`npm start`'s encoder processes; a private redis-server is
+ * not one), from the parent field of every /proc/<pid>/stat. Empty elsewhere.
+ */
+export function childNodePids(pid: number): number[] {
+  const out: number[] = [];
+  let entries: string[];
+  try {
+    entries = readdirSync('/proc');
+  } catch {
+    return out;
+  }
+  for (const name of entries) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const stat = readFileSync(`/proc/${name}/stat`, 'utf8');
+      const comm = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      if (ppid === pid && comm === 'node') out.push(Number(name));
+    } catch {
+      /* the process ended while we read */
+    }
+  }
+  return out;
+}

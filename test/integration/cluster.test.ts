@@ -178,7 +178,7 @@ describe('Redis Cluster: 3 masters + 3 replicas, QUEUE_SHARDS=6, 2 API and 2 enc
     console.info(`cluster: ${BATCHES} batches over ${APPS} apps and ${SHARDS} shards, ${polls} polls`);
   }, 120_000);
 
-  it('npm start (API + encoder thread) runs on the cluster too, starting no private Redis', async () => {
+  it('npm start (API + encoder process) runs on the cluster too, starting no private Redis', async () => {
     const c = cluster as RedisCluster;
     const dir = mkdtempSync(join(tmpdir(), 'ingest-cluster-start-'));
     const port = await freePort();

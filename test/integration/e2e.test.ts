@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { existsSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
@@ -11,7 +11,7 @@ import { ioredisAddress } from '../../shared/redis-url.js';
 import { duckQuery } from '../helpers/duckdb.js';
 import { batchBody, sampleEvent } from '../helpers/events.js';
 import { uniqueName } from '../helpers/names.js';
-import { commandLine, distEntry } from '../helpers/dist.js';
+import { childNodePids, commandLine, distEntry } from '../helpers/dist.js';
 import { type ServiceProcess, startService, waitFor, waitForHttp } from '../helpers/proc.js';
 import { freePort } from '../helpers/redis-server.js';
 import { rgwEnv, rgwStoreFor, startRgw } from '../helpers/rgw.js';
@@ -109,9 +109,9 @@ describe('end to end over real ports, as a user runs it', () => {
       return l.items.length === 3 ? l : null;
     }, 30_000, 'three batches listed');
     expect(listed).toEqual({ items: ids.map((id) => `${id}.parquet`), hasMore: false });
-    // The default slot count reaches the encoder thread (ENCODER_CONCURRENCY_DEFAULT).
-    // /metrics leaves the thread's part out when the thread takes over 2 s to answer (a loaded machine).
-    const slots = await waitFor(async () => /^ingest_encoder_concurrency\{service="ingest"\} (\d+)$/m.exec(await (await fetch(`${url}/metrics`)).text())?.[1], 20_000, "the encoder thread's metrics");
+    // The default slot count reaches the encoder process (ENCODER_CONCURRENCY_DEFAULT).
+    // /metrics leaves the encoder's part out when it takes over 2 s to answer (a loaded machine).
+    const slots = await waitFor(async () => /^ingest_encoder_concurrency\{service="ingest"\} (\d+)$/m.exec(await (await fetch(`${url}/metrics`)).text())?.[1], 20_000, "the encoder process's metrics");
     expect(slots).toBe('32');
     // The 1,000-event body (over 128 KiB) was encoded by the API on its encode thread, from the
     // compiled build (dist/shared/parquet/encode-thread.js), not sent as JSON after a failure.
@@ -166,21 +166,70 @@ FROM read_parquet('${root}/events/shop/**/*.parquet') WHERE received_at >= now()
     expect(logs).not.toContain(SENTINEL);
   });
 
-  it('`npm start` with ENCODER_THREADS=2: the second thread takes jobs only while a backlog waits; /metrics sums both threads; every batch listed in order', async () => {
+  it('`npm start` runs its encoder as a child process at ENCODER_NICE (every thread of it, none of the API\'s); its CPU is in /metrics; it stops with the API, even one killed with SIGKILL, and the API stops without it', async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), 'ingest-e2e-child-'));
+    dirs.push(dataDir);
+    const niceOf = (pid: number, tid: number): number => {
+      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+      return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16]);
+    };
+    const threadNices = (pid: number): number[] => readdirSync(`/proc/${pid}/task`).map((tid) => niceOf(pid, Number(tid)));
+    const gone = (pid: number): boolean => !existsSync(`/proc/${pid}`) || /^State:\s+Z/m.test(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    const start = async (env: Record<string, string>): Promise<{ proc: ServiceProcess; url: string; encoder: number }> => {
+      const port = await freePort();
+      const proc = startService(entry['services/main.js']!, { PORT: String(port), HOST: '127.0.0.1', DATA_DIR: dataDir, REDIS_URL: inject('redisUrl'), QUEUE_NAME: uniqueName('e2e-child'), ADMIN_TOKEN: TOKEN, ...env });
+      procs.push(proc);
+      const url = `http://127.0.0.1:${port}`;
+      await waitForHttp(`${url}/readyz`, 30_000, proc);
+      await waitFor(async () => proc.output().includes('encoder process started'), 30_000, 'the encoder process');
+      const kids = childNodePids(proc.pid);
+      expect(kids).toHaveLength(1);
+      return { proc, url, encoder: kids[0] as number };
+    };
+
+    // Default niceness 10 on every thread of the encoder (its file calls and GC too); the API's stay at 0.
+    const a = await start({});
+    expect(commandLine(a.encoder).join(' ')).toMatch(/dist\/services\/encoder\/child\.js$/);
+    const encoderNices = threadNices(a.encoder);
+    expect(encoderNices.length).toBeGreaterThan(3);
+    expect(new Set(encoderNices)).toEqual(new Set([10]));
+    expect(new Set(threadNices(a.proc.pid))).toEqual(new Set([0]));
+    const r = await push(a.url, 'child', batchBody(50));
+    expect(r.status).toBe(200);
+    const file = join(dataDir, 'events', 'child', `${r.json.batchId as string}.parquet`);
+    await waitFor(async () => existsSync(file), 20_000, 'the batch file');
+    const metrics = await (await fetch(`${a.url}/metrics`)).text();
+    expect(Number(/^ingest_encoder_process_cpu_seconds_total\{service="ingest"\} ([\d.e+-]+)$/m.exec(metrics)?.[1])).toBeGreaterThan(0);
+    expect(metrics).toMatch(/^process_cpu_seconds_total\{service="ingest"\} /m);
+
+    // The API's process killed outright: the encoder sees its IPC channel close and stops too.
+    a.proc.child.kill('SIGKILL');
+    await waitFor(async () => gone(a.encoder), 20_000, 'the encoder process to end after its parent was killed');
+
+    // The earlier names of the two settings still work; the encoder ending on its own stops the API.
+    const b = await start({ ENCODER_THREAD_NICE: '3' });
+    expect(new Set(threadNices(b.encoder))).toEqual(new Set([3]));
+    process.kill(b.encoder, 'SIGTERM');
+    expect(await b.proc.exited()).toBe(0);
+    expect(b.proc.output()).toMatch(/encoder process 0 exited \(0\); stopping/);
+  });
+
+  it('`npm start` with ENCODER_PROCESSES=2: the second encoder takes jobs only while a backlog waits; /metrics sums both; every batch listed in order', async () => {
     const dataDir = mkdtempSync(join(tmpdir(), 'ingest-e2e-threads-'));
     dirs.push(dataDir);
     const port = await freePort();
     const url = `http://127.0.0.1:${port}`;
-    // Two slots per thread, one batch per job: a burst of pushes leaves more than two jobs waiting.
-    const proc = startService(entry['services/main.js']!, { PORT: String(port), HOST: '127.0.0.1', DATA_DIR: dataDir, REDIS_URL: inject('redisUrl'), QUEUE_NAME: uniqueName('e2e-threads'), ADMIN_TOKEN: TOKEN, ENCODER_THREADS: '2', ENCODER_CONCURRENCY: '2', QUEUE_GROUP_MAX: '1' });
+    // Two slots per encoder, one batch per job: a burst of pushes leaves more than two jobs waiting.
+    const proc = startService(entry['services/main.js']!, { PORT: String(port), HOST: '127.0.0.1', DATA_DIR: dataDir, REDIS_URL: inject('redisUrl'), QUEUE_NAME: uniqueName('e2e-threads'), ADMIN_TOKEN: TOKEN, ENCODER_PROCESSES: '2', ENCODER_CONCURRENCY: '2', QUEUE_GROUP_MAX: '1' });
     procs.push(proc);
     await waitForHttp(`${url}/readyz`, 30_000, proc);
     const gauge = async (name: string): Promise<number | undefined> => {
       const m = new RegExp(`^${name}\\{service="ingest"\\} (\\d+)$`, 'm').exec(await (await fetch(`${url}/metrics`)).text());
       return m ? Number(m[1]) : undefined;
     };
-    // Both threads answer: each holds half of ENCODER_MAX_INFLIGHT_BYTES, and the halves add up.
-    expect(await waitFor(async () => ((await gauge('ingest_encoder_inflight_bytes_limit')) === 32 * 1024 * 1024 ? true : undefined), 20_000, 'both threads in /metrics')).toBe(true);
+    // Both encoders answer: each holds half of ENCODER_MAX_INFLIGHT_BYTES, and the halves add up.
+    expect(await waitFor(async () => ((await gauge('ingest_encoder_inflight_bytes_limit')) === 32 * 1024 * 1024 ? true : undefined), 20_000, 'both encoders in /metrics')).toBe(true);
+    expect(childNodePids(proc.pid)).toHaveLength(2);
     expect(await gauge('ingest_encoder_workers')).toBe(1);
     expect(await gauge('ingest_encoder_concurrency')).toBe(2);
 
@@ -190,7 +239,7 @@ FROM read_parquet('${root}/events/shop/**/*.parquet') WHERE received_at >= now()
     const ids = answers.map((a) => a.json.batchId as string).sort();
     await waitFor(async () => ((await list(url, 'burst', '?limit=1000')).items.length === n ? true : undefined), 60_000, 'every batch listed');
     expect((await list(url, 'burst', '?limit=1000')).items).toEqual(ids.map((id) => `${id}.parquet`));
-    await waitFor(async () => ((await gauge('ingest_encoder_workers')) === 1 ? true : undefined), 20_000, 'the second thread idle again');
+    await waitFor(async () => ((await gauge('ingest_encoder_workers')) === 1 ? true : undefined), 20_000, 'the second encoder idle again');
     const written = /^ingest_encoder_batches_total\{outcome="written",service="ingest"\} (\d+)$/m.exec(await (await fetch(`${url}/metrics`)).text());
     expect(Number(written?.[1])).toBe(n);
     const rows = await duckQuery(`SELECT count(*)::INTEGER AS n, count(DISTINCT distinct_id)::INTEGER AS d FROM read_parquet('${dataDir}/events/burst/*.parquet')`);
@@ -198,7 +247,7 @@ FROM read_parquet('${root}/events/shop/**/*.parquet') WHERE received_at >= now()
 
     expect(await proc.stop('SIGTERM')).toBe(0);
     const logs = proc.output();
-    expect(logs).toMatch(/"thread":1,"burst":true/);
+    expect(logs).toMatch(/"encoder":1,"burst":true/);
     expect(logs).toMatch(/burst encoder taking jobs/);
     expect(logs).toMatch(/burst encoder idle \(queue drained\)/);
   });

@@ -95,8 +95,8 @@ describe('Redis unreachable (a real redis-server killed under each entry point)'
     services.push(svc);
     const probe = entry === 'services/encoder/main.ts' ? `http://127.0.0.1:${metricsPort}/healthz` : `http://127.0.0.1:${port}/readyz`;
     await waitHttpOk(probe, 90_000, svc);
-    // `npm start` answers before its encoder thread is up; signals are handled once it is.
-    for (let i = 0; i < 400 && entry === 'services/main.ts' && !svc.output().includes('encoder thread started'); i++) await sleep(100);
+    // `npm start` answers before its encoder process is up; signals are handled once it is.
+    for (let i = 0; i < 400 && entry === 'services/main.ts' && !svc.output().includes('encoder process started'); i++) await sleep(100);
     return { svc, redis, port, metricsPort, dataDir };
   }
 
@@ -189,7 +189,7 @@ describe('Redis unreachable (a real redis-server killed under each entry point)'
     expect(stopped.ms).toBeLessThan(SHUTDOWN_BOUND_MS);
   });
 
-  it('npm start (API + encoder thread): Ctrl-C (SIGINT) ends within 3 s', { timeout: 180_000 }, async () => {
+  it('npm start (API + encoder process): Ctrl-C (SIGINT) ends within 3 s', { timeout: 180_000 }, async () => {
     const { svc, redis, port } = await setup('services/main.ts');
     await killRedis(redis);
     await sleep(1500);

@@ -54,6 +54,16 @@ describe('environment', () => {
     expect(env.REDIS_URL).toBeUndefined();
   });
 
+  it('npm start\'s encoder processes: ENCODER_PROCESSES (1-8, default 1) and ENCODER_NICE (0-19, default 10); their earlier names ENCODER_THREADS and ENCODER_THREAD_NICE still read', () => {
+    expect(parseEnv({})).toMatchObject({ ENCODER_PROCESSES: 1, ENCODER_NICE: 10 });
+    expect(parseEnv({ ENCODER_PROCESSES: '3', ENCODER_NICE: '19' })).toMatchObject({ ENCODER_PROCESSES: 3, ENCODER_NICE: 19 });
+    expect(parseEnv({ ENCODER_THREADS: '2', ENCODER_THREAD_NICE: '5' })).toMatchObject({ ENCODER_PROCESSES: 2, ENCODER_NICE: 5 });
+    expect(parseEnv({ ENCODER_THREADS: '2', ENCODER_PROCESSES: '2' }).ENCODER_PROCESSES).toBe(2);
+    expect(() => parseEnv({ ENCODER_THREADS: '2', ENCODER_PROCESSES: '3' })).toThrow(/ENCODER_THREADS \(the earlier name of ENCODER_PROCESSES\) is 2 but ENCODER_PROCESSES is 3/);
+    expect(() => parseEnv({ ENCODER_THREADS: '9' })).toThrow(/ENCODER_PROCESSES/);
+    expect(() => parseEnv({ ENCODER_NICE: '20' })).toThrow(/ENCODER_NICE/);
+  });
+
   it('takes ENCODER_CONCURRENCY from 1 to 64', () => {
     expect(parseEnv({ ENCODER_CONCURRENCY: '3' }).ENCODER_CONCURRENCY).toBe(3);
     expect(parseEnv({ ENCODER_CONCURRENCY: '64' }).ENCODER_CONCURRENCY).toBe(64);

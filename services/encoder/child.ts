@@ -1,0 +1,131 @@
+import { readdirSync } from 'node:fs';
+import { setPriority } from 'node:os';
+import type { Env } from '../../shared/config.js';
+import { flushLogger } from '../../shared/logger.js';
+import { type RunningStack, startStack } from '../stack.js';
+
+/**
+ * The encoder as a child process of `npm start` (services/main.ts forks it): encoding (CPU-bound:
+ * JSON → Arrow → Parquet) and its file writes run beside the API's event loop, at a lower CPU
+ * priority (ENCODER_NICE) for every thread of the process, so pushes are answered first and the
+ * queue absorbs the difference.
+ *
+ * With ENCODER_PROCESSES above 1, encoder 0 always takes jobs and the others are burst encoders
+ * (they take jobs only while the queue has a backlog: EncoderOptions.burst); they split
+ * ENCODER_MAX_INFLIGHT_BYTES evenly.
+ *
+ * Messages from the parent (IPC, advanced serialization): `{ type: 'start', data }` first →
+ * `{ type: 'ready' }` once it takes jobs; `{ type: 'metrics' }` → `{ type: 'metrics', metrics }`
+ * (prom-client's JSON form, which the parent sums over its encoders); `{ type: 'close' }` →
+ * finishes or returns active jobs, then `{ type: 'closed' }` and exits.
+ *
+ * It stops by itself (the same way) on SIGTERM or when the parent is gone (its IPC channel
+ * closes). SIGINT is left to the parent: Ctrl-C reaches the whole process group, and the parent
+ * stops taking pushes before it closes its encoders.
+ */
+type Inbound = { type: 'start'; data: EncoderChildData } | { type: 'metrics' } | { type: 'close' };
+
+/** What the parent hands each encoder process. */
+export interface EncoderChildData {
+  env: Env;
+  /** 0 for the encoder that always takes jobs. */
+  index: number;
+  count: number;
+}
+
+/** How often a burst encoder counts the jobs waiting in the queue. */
+const BURST_POLL_MS = 250;
+
+if (!process.send) throw new Error('services/encoder/child.ts runs as a child process of services/main (fork), with an IPC channel');
+
+/** Sends to the parent while the channel is open (a parent that is gone gets nothing). */
+function tell(msg: unknown): void {
+  if (process.connected) process.send?.(msg);
+}
+
+/**
+ * Lowers the CPU priority of every thread of this process. On Linux `setpriority` on a thread id
+ * names one thread, so each existing thread (V8's helpers, libuv's pool if started) is set, and
+ * threads made later inherit it from the main thread. Elsewhere the call covers the process.
+ * Returns the niceness set, or 0 where it could not be set.
+ */
+function niceThisProcess(nice: number): number {
+  if (nice <= 0) return 0;
+  try {
+    setPriority(0, nice);
+    let tids: string[] = [];
+    try {
+      tids = readdirSync('/proc/self/task');
+    } catch {
+      return nice;
+    }
+    for (const tid of tids) {
+      try {
+        setPriority(Number(tid), nice);
+      } catch {
+        // A thread that ended meanwhile.
+      }
+    }
+    return nice;
+  } catch {
+    return 0;
+  }
+}
+
+let stack: RunningStack | undefined;
+let closing: Promise<void> | undefined;
+
+/** A stop that takes longer than this (a store or Redis that hangs) ends the process anyway. */
+const CLOSE_BOUND_MS = 30_000;
+
+/** Closes the encoder (active jobs finish or go back to the queue), tells the parent, and exits. */
+function closeAndExit(): Promise<void> {
+  closing ??= (async () => {
+    setTimeout(() => {
+      process.stderr.write(`encoder process: stop took over ${CLOSE_BOUND_MS} ms; exiting\n`);
+      process.exit(1);
+    }, CLOSE_BOUND_MS).unref();
+    try {
+      if (stack) {
+        await stack.close();
+        await flushLogger(stack.logger);
+      }
+    } finally {
+      tell({ type: 'closed' });
+      // What may still hold the event loop is a reconnect timer to an unreachable Redis.
+      process.exit(0);
+    }
+  })();
+  return closing;
+}
+
+async function start(data: EncoderChildData): Promise<void> {
+  const env: Env = { ...data.env, ENCODER_MAX_INFLIGHT_BYTES: Math.max(1, Math.floor(data.env.ENCODER_MAX_INFLIGHT_BYTES / data.count)) };
+  const nice = niceThisProcess(env.ENCODER_NICE);
+  // The first encoder's slots fetch up to ENCODER_CONCURRENCY jobs; a burst encoder joins when as many again wait.
+  const burst = data.index > 0 ? { backlog: env.ENCODER_CONCURRENCY, pollMs: BURST_POLL_MS } : undefined;
+  stack = await startStack(env, { api: false, encoder: true, encoderMetricsServer: false, defaultMetrics: { prefix: 'ingest_encoder_' }, serviceLabel: 'ingest', ...(burst ? { encoderBurst: burst } : {}) });
+  stack.logger.info({ encoder: data.index, burst: burst !== undefined, queue: env.QUEUE_NAME, concurrency: env.ENCODER_CONCURRENCY, maxInflightBytes: env.ENCODER_MAX_INFLIGHT_BYTES, store: stack.store.describe(), nice }, 'encoder process started');
+  if (closing) return;
+  tell({ type: 'ready' });
+}
+
+process.on('SIGINT', () => undefined);
+process.on('SIGTERM', () => void closeAndExit());
+process.on('disconnect', () => void closeAndExit());
+process.on('message', (msg: Inbound) => {
+  if (msg.type === 'start') {
+    start(msg.data).catch((err: unknown) => {
+      process.stderr.write(`encoder process failed to start: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+      process.exit(1);
+    });
+  } else if (msg.type === 'metrics') {
+    if (!stack) return tell({ type: 'metrics', metrics: [] });
+    stack.registry.getMetricsAsJSON().then(
+      (metrics) => tell({ type: 'metrics', metrics }),
+      () => tell({ type: 'metrics', metrics: [] }),
+    );
+  } else if (msg.type === 'close') {
+    void closeAndExit();
+  }
+});
