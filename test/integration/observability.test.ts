@@ -12,9 +12,9 @@ import { freePort } from '../helpers/redis-server.js';
 import { spawnService } from '../../scripts/chaos-kit.js';
 
 /**
- * The product (API and encoder as separate processes, as deployed) scraped by a real
- * Prometheus every second. Every query of every Grafana dashboard and every alert rule is
- * evaluated by that Prometheus against what the services really export.
+ * The product (API and encoder as separate processes, as deployed, and an `npm start` beside
+ * them) scraped by a real Prometheus every second. Every query of every Grafana dashboard and
+ * every alert rule is evaluated by that Prometheus against what the services really export.
  */
 const ROOT = resolve(import.meta.dirname, '../..');
 const DASHBOARD_DIR = join(ROOT, 'grafana/dashboards');
@@ -68,9 +68,9 @@ function substitute(expr: string): string {
     .replace(/\$\{(\w+)(?::\w+)?\}|\[\[(\w+)\]\]|\$(\w+)/g, '.*');
 }
 
-/** The same query with its first metric name misspelled. */
+/** The same query with every metric name misspelled (both sides of an `or` too). */
 function misspell(expr: string): string {
-  const out = expr.replace(/\b((?:ingest|process|nodejs)_[a-z0-9_]+)/, '$1_tpyo');
+  const out = expr.replace(/\b((?:ingest|process|nodejs)_[a-z0-9_]+)/g, '$1_tpyo');
   if (out === expr) throw new Error(`no metric name found in ${expr}`);
   return out;
 }
@@ -86,6 +86,8 @@ describe('observability: a real Prometheus scrapes the API and the encoder', () 
   let dataDir = '';
   let api: ServiceProcess;
   let encoder: ServiceProcess;
+  /** Where `npm start` (the API with its encoder child process) is scraped, as job "ingest". */
+  let ingestTarget = '';
 
   async function query(q: string): Promise<PromAnswer> {
     const r = await fetch(`${promUrl}/api/v1/query?${new URLSearchParams({ query: q })}`);
@@ -113,7 +115,8 @@ describe('observability: a real Prometheus scrapes the API and the encoder', () 
         collections: [{ name: 'events', storagePath: 'events/{app}/{batchId}', readRoles: ['admin'], writeRoles: ['public'], encryption: 'none', allowedMimeTypes: ['application/json'], maxBodyBytes: MAX_BODY, listable: true }],
       }),
     );
-    const [apiPort, metricsPort, promPort, rollupPort] = [await freePort(), await freePort(), await freePort(), await freePort()];
+    const [apiPort, metricsPort, promPort, rollupPort, ingestPort] = [await freePort(), await freePort(), await freePort(), await freePort(), await freePort()];
+    ingestTarget = `127.0.0.1:${ingestPort}`;
     apiUrl = `http://127.0.0.1:${apiPort}`;
     metricsUrl = `http://127.0.0.1:${metricsPort}`;
     promUrl = `http://127.0.0.1:${promPort}`;
@@ -134,6 +137,7 @@ describe('observability: a real Prometheus scrapes the API and the encoder', () 
           { job_name: 'api', static_configs: [{ targets: [`127.0.0.1:${apiPort}`] }] },
           { job_name: 'encoder', static_configs: [{ targets: [`127.0.0.1:${metricsPort}`] }] },
           { job_name: 'rollup', static_configs: [{ targets: [`127.0.0.1:${rollupPort}`] }] },
+          { job_name: 'ingest', static_configs: [{ targets: [ingestTarget] }] },
         ],
       }),
     );
@@ -149,8 +153,12 @@ describe('observability: a real Prometheus scrapes the API and the encoder', () 
     const rollup = spawnService('services/rollup/main.ts', { ...common, LOG_LEVEL: 'info', METRICS_PORT: String(rollupPort) });
     procs.push(rollup);
     await waitForHttp(`http://127.0.0.1:${rollupPort}/healthz`, 60_000, rollup);
+    // `npm start` on its own queue and folder: the dashboard's panels for its encoder processes.
+    const ingest = startService('services/main.ts', { ...common, QUEUE_NAME: uniqueName('obs-ingest'), DATA_DIR: join(dir, 'ingest-data'), PORT: String(ingestPort), LOG_LEVEL: 'warn', ROLLUP: 'off' });
+    procs.push(ingest);
+    await waitForHttp(`http://${ingestTarget}/readyz`, 60_000, ingest);
     await waitFor(async () => (await fetch(`${promUrl}/-/ready`)).ok, 30_000, `prometheus ready\n${promOut}`);
-    await waitFor(async () => (await scalar('sum(up{job=~"api|encoder|rollup"})')) === 3, 30_000, 'every target up in prometheus');
+    await waitFor(async () => (await scalar('sum(up{job=~"api|encoder|rollup|ingest"})')) === 4, 30_000, 'every target up in prometheus');
     // Four processes start here; on a loaded machine that takes longer than the default hook timeout.
   }, 150_000);
 
@@ -188,16 +196,19 @@ describe('observability: a real Prometheus scrapes the API and the encoder', () 
     expect((await fetch(`${apiUrl}/list/events/obs`, { headers: { Authorization: `Bearer ${TOKEN}` } })).status).toBe(200);
 
     // Each target is scraped on its own tick: wait for each expected value rather than read once.
+    // The traffic goes to the separate API and encoder (jobs "api" and "encoder").
     const expected: [string, number][] = [
-      ['sum(ingest_encoder_batches_total{outcome="written"})', accepted.length],
-      ['sum(ingest_pushes_total{outcome="accepted"})', accepted.length],
-      ['sum(ingest_pushes_total{outcome="deduplicated"})', 1],
-      ['sum(ingest_pushes_total{outcome="empty"})', 1],
-      ['sum(ingest_pushes_total{outcome="rejected"})', 4],
-      ['sum(ingest_push_rejections_total{reason=~"content_type|bad_json|bad_envelope|too_large"})', 4],
-      ['sum(ingest_encoder_workers)', 1],
+      ['sum(ingest_encoder_batches_total{job="encoder", outcome="written"})', accepted.length],
+      ['sum(ingest_pushes_total{job="api", outcome="accepted"})', accepted.length],
+      ['sum(ingest_pushes_total{job="api", outcome="deduplicated"})', 1],
+      ['sum(ingest_pushes_total{job="api", outcome="empty"})', 1],
+      ['sum(ingest_pushes_total{job="api", outcome="rejected"})', 4],
+      ['sum(ingest_push_rejections_total{job="api", reason=~"content_type|bad_json|bad_envelope|too_large"})', 4],
+      ['sum(ingest_encoder_workers{job="encoder"})', 1],
       // Refreshed at scrape time: the API sees the encoder's BullMQ worker without waiting for its upkeep.
-      ['max(ingest_queue_workers)', 1],
+      ['max(ingest_queue_workers{job="api"})', 1],
+      // npm start's encoder process answers its parent's scrape.
+      ['sum(ingest_encoder_workers{job="ingest"})', 1],
     ];
     for (const [q, want] of expected) await waitFor(async () => (await scalar(q)) === want, 30_000, `${q} == ${want} in prometheus`);
     // A few more scrapes so every rate() window holds samples from after the traffic.
@@ -213,6 +224,14 @@ describe('observability: a real Prometheus scrapes the API and the encoder', () 
       else if ((a.data?.result.length ?? 0) === 0) empty.push(`${where}: no series: ${expr}`);
     }
     expect(empty).toEqual([]);
+    // The queries for `npm start`'s encoder processes (their own metric names, or the right side
+    // of an `or`) find its target, not only the separate encoder.
+    const ingestOnes = exprs.filter(({ expr }) => /ingest_encoder_(process|nodejs)_/.test(expr));
+    expect(ingestOnes.length).toBeGreaterThanOrEqual(5);
+    for (const { where, expr } of ingestOnes) {
+      const instances = ((await query(substitute(expr))).data?.result ?? []).map((r) => r.metric.instance);
+      expect({ where, instances }).toEqual({ where, instances: expect.arrayContaining([ingestTarget]) });
+    }
 
     // Template variables' queries name real metrics too.
     for (const file of readdirSync(DASHBOARD_DIR).filter((f) => f.endsWith('.json'))) {
