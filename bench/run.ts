@@ -43,13 +43,13 @@ function parseArgs(argv: string[]): { smoke: boolean; only: string | undefined }
   return { smoke, only };
 }
 
-function makeProgress(): { progress(message: string): void; done(): void } {
+function makeProgress(): { progress(message: string, opts?: { keep?: boolean }): void; done(): void } {
   const tty = process.stderr.isTTY === true;
   const start = Date.now();
   let last = '';
   let lastPrinted = 0;
   return {
-    progress(message) {
+    progress(message, opts = {}) {
       const line = `[bench ${((Date.now() - start) / 1000).toFixed(0).padStart(4)} s] ${message}`;
       if (line === last) return;
       last = line;
@@ -57,7 +57,7 @@ function makeProgress(): { progress(message: string): void; done(): void } {
       else {
         // In a log (CI, a pipe) a counter ticking every 50 ms would flood it: one line per second.
         const now = Date.now();
-        if (now - lastPrinted < 1000) return;
+        if (now - lastPrinted < 1000 && !opts.keep) return;
         lastPrinted = now;
         process.stderr.write(`${line}\n`);
       }

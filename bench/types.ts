@@ -16,8 +16,11 @@ export interface BenchRow {
 export interface BenchContext {
   /** Shortened run for `npm test`: proves the harness works, asserts no speeds. */
   smoke: boolean;
-  /** Progress line (written to stderr, overwritten in place on a TTY). */
-  progress(message: string): void;
+  /**
+   * Progress line (written to stderr, overwritten in place on a TTY). In a log, at most one a
+   * second, unless `keep` (a result worth keeping, not a counter).
+   */
+  progress(message: string, opts?: { keep?: boolean }): void;
 }
 
 /** A scenario module's shape: bench/scenarios/<name>.ts exports `run`. */

@@ -171,7 +171,7 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
         ctx.progress(`e2e: fixed ${offered} pushes/s round ${r + 1}/${rounds}, ${side.name} (${rateSec} s)`);
         const run = await oneRun(side, 'fixed', EVENTS_PER_BATCH, rateSec, offered);
         fixed[side.name].push(run);
-        ctx.progress(`e2e: fixed ${offered} pushes/s round ${r + 1}/${rounds}, ${side.name}: p50 ${run.p50.toFixed(2)} ms, p99 ${run.p99.toFixed(1)} ms`);
+        ctx.progress(`e2e: fixed ${offered} pushes/s round ${r + 1}/${rounds}, ${side.name}: p50 ${run.p50.toFixed(2)} ms, p99 ${run.p99.toFixed(1)} ms`, { keep: true });
         await sleep(smoke ? 100 : 1000);
       }
     }
