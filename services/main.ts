@@ -113,7 +113,9 @@ try {
     handleShutdown(logger, [() => stack.close(), () => redis.stop()]);
   } else {
     const encoders: EncoderProcess[] = [];
-    const stack = await startStack(env, { api: true, encoder: false, rollup: true, serviceLabel: 'ingest', extraMetrics: () => encoderMetrics(encoders) }, logger);
+    // Rollups (the planner's store listings, DuckDB's compaction) run in the first encoder
+    // process, at its lower priority, not beside the pushes.
+    const stack = await startStack(env, { api: true, encoder: false, rollup: false, serviceLabel: 'ingest', extraMetrics: () => encoderMetrics(encoders) }, logger);
     const starts = await Promise.allSettled(Array.from({ length: env.ENCODER_PROCESSES }, (_, i) => startEncoderProcess(env, i, env.ENCODER_PROCESSES)));
     for (const s of starts) if (s.status === 'fulfilled') encoders.push(s.value);
     const failed = starts.find((s) => s.status === 'rejected');

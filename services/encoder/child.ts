@@ -8,7 +8,8 @@ import { type RunningStack, startStack } from '../stack.js';
  * The encoder as a child process of `npm start` (services/main.ts forks it): encoding (CPU-bound:
  * JSON → Arrow → Parquet) and its file writes run beside the API's event loop, at a lower CPU
  * priority (ENCODER_NICE) for every thread of the process, so pushes are answered first and the
- * queue absorbs the difference.
+ * queue absorbs the difference. The first encoder process also runs the rollup service (its
+ * planner lists store folders, its worker runs DuckDB), at the same priority.
  *
  * With ENCODER_PROCESSES above 1, encoder 0 always takes jobs and the others are burst encoders
  * (they take jobs only while the queue has a backlog: EncoderOptions.burst); they split
@@ -104,7 +105,8 @@ async function start(data: EncoderChildData): Promise<void> {
   const nice = niceThisProcess(env.ENCODER_NICE);
   // The first encoder's slots fetch up to ENCODER_CONCURRENCY jobs; a burst encoder joins when as many again wait.
   const burst = data.index > 0 ? { backlog: env.ENCODER_CONCURRENCY, pollMs: BURST_POLL_MS } : undefined;
-  stack = await startStack(env, { api: false, encoder: true, encoderMetricsServer: false, defaultMetrics: { prefix: 'ingest_encoder_' }, serviceLabel: 'ingest', ...(burst ? { encoderBurst: burst } : {}) });
+  // The first encoder also runs `npm start`'s rollups (unless ROLLUP=off), at this process's priority.
+  stack = await startStack(env, { api: false, encoder: true, rollup: data.index === 0, encoderMetricsServer: false, defaultMetrics: { prefix: 'ingest_encoder_' }, serviceLabel: 'ingest', ...(burst ? { encoderBurst: burst } : {}) });
   stack.logger.info({ encoder: data.index, burst: burst !== undefined, queue: env.QUEUE_NAME, concurrency: env.ENCODER_CONCURRENCY, maxInflightBytes: env.ENCODER_MAX_INFLIGHT_BYTES, store: stack.store.describe(), nice }, 'encoder process started');
   if (closing) return;
   tell({ type: 'ready' });

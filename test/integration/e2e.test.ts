@@ -166,7 +166,7 @@ FROM read_parquet('${root}/events/shop/**/*.parquet') WHERE received_at >= now()
     expect(logs).not.toContain(SENTINEL);
   });
 
-  it('`npm start` runs its encoder as a child process at ENCODER_NICE (every thread of it, none of the API\'s); its CPU is in /metrics; it stops with the API, even one killed with SIGKILL, and the API stops without it', async () => {
+  it('`npm start` runs its encoder (and its rollups) as a child process at ENCODER_NICE (every thread of it, none of the API\'s); its CPU is in /metrics; it stops with the API, even one killed with SIGKILL, and the API stops without it', async () => {
     const dataDir = mkdtempSync(join(tmpdir(), 'ingest-e2e-child-'));
     dirs.push(dataDir);
     const niceOf = (pid: number, tid: number): number => {
@@ -194,6 +194,10 @@ FROM read_parquet('${root}/events/shop/**/*.parquet') WHERE received_at >= now()
     expect(encoderNices.length).toBeGreaterThan(3);
     expect(new Set(encoderNices)).toEqual(new Set([10]));
     expect(new Set(threadNices(a.proc.pid))).toEqual(new Set([0]));
+    // The rollup service (store listings, DuckDB) runs in the encoder process, not the API's.
+    await waitFor(async () => a.proc.output().includes('rollup service started'), 20_000, 'the rollup service');
+    const rollupLine = a.proc.output().split('\n').find((l) => l.includes('"msg":"rollup service started"')) ?? '';
+    expect((JSON.parse(rollupLine) as { pid: number }).pid).toBe(a.encoder);
     const r = await push(a.url, 'child', batchBody(50));
     expect(r.status).toBe(200);
     const file = join(dataDir, 'events', 'child', `${r.json.batchId as string}.parquet`);
