@@ -11,6 +11,7 @@ import { ioredisAddress } from '../../shared/redis-url.js';
 import { duckQuery } from '../helpers/duckdb.js';
 import { batchBody, sampleEvent } from '../helpers/events.js';
 import { uniqueName } from '../helpers/names.js';
+import { threadCpuSeconds } from '../../bench/lib.js';
 import { childNodePids, commandLine, distEntry } from '../helpers/dist.js';
 import { type ServiceProcess, startService, waitFor, waitForHttp } from '../helpers/proc.js';
 import { freePort } from '../helpers/redis-server.js';
@@ -169,11 +170,7 @@ FROM read_parquet('${root}/events/shop/**/*.parquet') WHERE received_at >= now()
   it('`npm start` runs its encoder (and its rollups) as a child process at ENCODER_NICE (every thread of it, none of the API\'s); its CPU is in /metrics; it stops with the API, even one killed with SIGKILL, and the API stops without it', async () => {
     const dataDir = mkdtempSync(join(tmpdir(), 'ingest-e2e-child-'));
     dirs.push(dataDir);
-    const niceOf = (pid: number, tid: number): number => {
-      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
-      return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16]);
-    };
-    const threadNices = (pid: number): number[] => readdirSync(`/proc/${pid}/task`).map((tid) => niceOf(pid, Number(tid)));
+    const threadNices = (pid: number): number[] => [...threadCpuSeconds(pid).values()].map((t) => t.nice);
     const gone = (pid: number): boolean => !existsSync(`/proc/${pid}`) || /^State:\s+Z/m.test(readFileSync(`/proc/${pid}/status`, 'utf8'));
     const start = async (env: Record<string, string>): Promise<{ proc: ServiceProcess; url: string; encoder: number }> => {
       const port = await freePort();
