@@ -3,9 +3,9 @@ import { fileURLToPath } from 'node:url';
 import { AggregatorRegistry, type MetricObjectWithValues, type MetricValue } from 'prom-client';
 import { parseEnv } from '../shared/config.js';
 import { createLogger } from '../shared/logger.js';
-import { ensureRedis } from '../shared/private-redis.js';
+import { type RedisHandle, ensureRedis } from '../shared/private-redis.js';
 import { exitOnStartupError, handleShutdown } from '../shared/runtime.js';
-import { startStack } from './stack.js';
+import { type RunningStack, startStack } from './stack.js';
 import type { EncoderChildData } from './encoder/child.js';
 
 type ChildMetrics = MetricObjectWithValues<MetricValue<string>>[];
@@ -20,10 +20,12 @@ interface EncoderProcess {
 let stopping = false;
 
 /**
- * Starts encoder process `index` of `count` (services/encoder/child.ts) and resolves once it takes
- * jobs. It inherits this process's Node flags (under tsx, tsx's loader) except the inspector's.
+ * Starts encoder process `index` of `count` (services/encoder/child.ts); `ready` resolves once it
+ * takes jobs. Its `close` works from the start on: one asked to close while it starts finishes
+ * starting, then closes. It inherits this process's Node flags (under tsx, tsx's loader) except
+ * the inspector's.
  */
-async function startEncoderProcess(env: ReturnType<typeof parseEnv>, index: number, count: number): Promise<EncoderProcess> {
+function startEncoderProcess(env: ReturnType<typeof parseEnv>, index: number, count: number): { encoder: EncoderProcess; ready: Promise<void> } {
   const entry = fileURLToPath(new URL(import.meta.url.endsWith('.ts') ? './encoder/child.ts' : './encoder/child.js', import.meta.url));
   const child: ChildProcess = fork(entry, [], { serialization: 'advanced', execArgv: process.execArgv.filter((a) => !a.startsWith('--inspect')) });
   const waiters: ((m: FromChild) => void)[] = [];
@@ -52,11 +54,14 @@ async function startEncoderProcess(env: ReturnType<typeof parseEnv>, index: numb
   });
   const data: EncoderChildData = { env, index, count };
   child.send({ type: 'start', data });
-  if (!(await next('ready', 30_000))) {
+  let closing: Promise<void> | undefined;
+  const ready = (async () => {
+    if (await next('ready', 30_000)) return;
+    // Asked to close while it started: it does not say ready, and that is not a failure.
+    if (closing) return;
     child.kill('SIGKILL');
     throw new Error(`encoder process ${index} did not start`);
-  }
-  let closing: Promise<void> | undefined;
+  })();
   // A crashed encoder must not leave an API that accepts batches nobody encodes.
   void exit.then((code) => {
     if (!closing && !stopping) {
@@ -64,7 +69,7 @@ async function startEncoderProcess(env: ReturnType<typeof parseEnv>, index: numb
       process.kill(process.pid, 'SIGTERM');
     }
   });
-  return {
+  const encoder: EncoderProcess = {
     async metrics() {
       if (exited || !child.connected) return null;
       child.send({ type: 'metrics' });
@@ -83,6 +88,7 @@ async function startEncoderProcess(env: ReturnType<typeof parseEnv>, index: numb
       return closing;
     },
   };
+  return { encoder, ready };
 }
 
 /**
@@ -100,42 +106,61 @@ async function encoderMetrics(encoders: readonly EncoderProcess[]): Promise<stri
 /**
  * `npm start`: the API, with its encoder as a child process at a lower CPU priority, and a private
  * Redis when none is configured.
+ *
+ * The stop on SIGTERM/SIGINT is armed before anything starts: a signal while it starts (a private
+ * Redis coming up, the API listening while its encoders still start) stops what has started, in
+ * the same order as later, instead of ending the process and leaving a Redis or a half-started
+ * encoder behind.
  */
-try {
+async function main(): Promise<void> {
   const parsed = parseEnv();
   const logger = createLogger({ level: parsed.LOG_LEVEL, name: 'ingest' });
-  // A Redis Cluster is always the operator's own; one Redis may be started privately.
-  const redis = parsed.REDIS_CLUSTER_NODES ? { url: undefined, stop: async () => undefined } : await ensureRedis({ redisUrl: parsed.REDIS_URL, dataDir: parsed.DATA_DIR, logger });
-  const env = { ...parsed, REDIS_URL: redis.url };
-  if (env.STORE === 'memory') {
-    // A memory store lives in one thread: keep the encoder beside the API.
-    const stack = await startStack(env, { api: true, encoder: true, rollup: true }, logger);
-    handleShutdown(logger, [() => stack.close(), () => redis.stop()]);
-  } else {
-    const encoders: EncoderProcess[] = [];
-    // Rollups (the planner's store listings, DuckDB's compaction) run in the first encoder
-    // process, at its lower priority, not beside the pushes.
-    const stack = await startStack(env, { api: true, encoder: false, rollup: false, serviceLabel: 'ingest', extraMetrics: () => encoderMetrics(encoders) }, logger);
-    const starts = await Promise.allSettled(Array.from({ length: env.ENCODER_PROCESSES }, (_, i) => startEncoderProcess(env, i, env.ENCODER_PROCESSES)));
-    for (const s of starts) if (s.status === 'fulfilled') encoders.push(s.value);
-    const failed = starts.find((s) => s.status === 'rejected');
-    if (failed) {
+  // What has begun starting, for the stop to wait for and close.
+  const begun: { redis?: Promise<Pick<RedisHandle, 'stop'> & { url: string | undefined }>; stack?: Promise<RunningStack> } = {};
+  const encoders: EncoderProcess[] = [];
+  const started = <T>(p: Promise<T> | undefined): Promise<T | undefined> => (p ? p.catch(() => undefined) : Promise.resolve(undefined));
+  // Stop taking pushes first, then let the encoders finish, then stop a private Redis.
+  handleShutdown(logger, [
+    async () => {
       stopping = true;
-      await Promise.all(encoders.map((t) => t.close()));
-      await stack.close();
-      await redis.stop();
-      throw failed.reason;
-    }
-    // Stop taking pushes first, then let the encoders finish, then stop a private Redis.
-    handleShutdown(logger, [
-      () => {
-        stopping = true;
-        return stack.close();
-      },
-      () => Promise.all(encoders.map((t) => t.close())),
-      () => redis.stop(),
-    ]);
+      await (await started(begun.stack))?.close();
+    },
+    () => Promise.all(encoders.map((t) => t.close())),
+    async () => (await started(begun.redis))?.stop(),
+  ]);
+
+  // A Redis Cluster is always the operator's own; one Redis may be started privately.
+  begun.redis = parsed.REDIS_CLUSTER_NODES ? Promise.resolve({ url: undefined, stop: async () => undefined }) : ensureRedis({ redisUrl: parsed.REDIS_URL, dataDir: parsed.DATA_DIR, logger });
+  const redis = await begun.redis;
+  if (stopping) return;
+  const env = { ...parsed, REDIS_URL: redis.url };
+  // A memory store lives in one thread: keep the encoder beside the API. Otherwise rollups (the
+  // planner's store listings, DuckDB's compaction) run in the first encoder process, at its lower
+  // priority, not beside the pushes.
+  const inProcess = env.STORE === 'memory';
+  begun.stack = startStack(env, inProcess ? { api: true, encoder: true, rollup: true } : { api: true, encoder: false, rollup: false, serviceLabel: 'ingest', extraMetrics: () => encoderMetrics(encoders) }, logger);
+  let stack: RunningStack;
+  try {
+    stack = await begun.stack;
+  } catch (err) {
+    await redis.stop().catch(() => undefined);
+    throw err;
   }
+  if (stopping || inProcess) return;
+  const starts = Array.from({ length: env.ENCODER_PROCESSES }, (_, i) => startEncoderProcess(env, i, env.ENCODER_PROCESSES));
+  encoders.push(...starts.map((s) => s.encoder));
+  const failed = (await Promise.allSettled(starts.map((s) => s.ready))).find((s) => s.status === 'rejected');
+  if (failed && !stopping) {
+    stopping = true;
+    await Promise.all(encoders.map((t) => t.close()));
+    await stack.close();
+    await redis.stop();
+    throw failed.reason;
+  }
+}
+
+try {
+  await main();
 } catch (err) {
   exitOnStartupError(err);
 }

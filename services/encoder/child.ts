@@ -74,6 +74,8 @@ function niceThisProcess(nice: number): number {
 }
 
 let stack: RunningStack | undefined;
+/** The start in progress (or done): a stop asked for meanwhile waits for it, then closes what it started. */
+let starting: Promise<void> | undefined;
 let closing: Promise<void> | undefined;
 
 /** A stop that takes longer than this (a store or Redis that hangs) ends the process anyway. */
@@ -87,6 +89,7 @@ function closeAndExit(): Promise<void> {
       process.exit(1);
     }, CLOSE_BOUND_MS).unref();
     try {
+      await starting?.catch(() => undefined);
       if (stack) {
         await stack.close();
         await flushLogger(stack.logger);
@@ -117,7 +120,10 @@ process.on('SIGTERM', () => void closeAndExit());
 process.on('disconnect', () => void closeAndExit());
 process.on('message', (msg: Inbound) => {
   if (msg.type === 'start') {
-    start(msg.data).catch((err: unknown) => {
+    starting = start(msg.data);
+    starting.catch((err: unknown) => {
+      // A start that fails during a stop is part of that stop.
+      if (closing) return;
       process.stderr.write(`encoder process failed to start: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
       process.exit(1);
     });

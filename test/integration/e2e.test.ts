@@ -215,6 +215,24 @@ FROM read_parquet('${root}/events/shop/**/*.parquet') WHERE received_at >= now()
     expect(b.proc.output()).toMatch(/encoder process 0 exited \(0\); stopping/);
   });
 
+  it('`npm start` stopped while its encoder process still starts (the API already answers): exits 0 through its own stop, and the encoder process ends too', async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), 'ingest-e2e-early-'));
+    dirs.push(dataDir);
+    const port = await freePort();
+    const url = `http://127.0.0.1:${port}`;
+    const proc = startService(entry['services/main.js']!, { PORT: String(port), HOST: '127.0.0.1', DATA_DIR: dataDir, REDIS_URL: inject('redisUrl'), QUEUE_NAME: uniqueName('e2e-early'), ADMIN_TOKEN: TOKEN });
+    procs.push(proc);
+    await waitForHttp(`${url}/readyz`, 30_000, proc);
+    const [encoder] = await waitFor(async () => (childNodePids(proc.pid).length === 1 ? childNodePids(proc.pid) : null), 10_000, 'the encoder process forked');
+    // The window this test is about: the API answers, its encoder is not ready yet (it starts
+    // its stack and the rollup service first, about a second here).
+    expect(proc.output()).not.toContain('encoder process started');
+    expect(await proc.stop('SIGTERM')).toBe(0);
+    expect(proc.output()).toContain('shut down cleanly');
+    expect(proc.output()).not.toMatch(/encoder process 0 exited|did not start/);
+    await waitFor(async () => !existsSync(`/proc/${encoder as number}`) || /^State:\s+Z/m.test(readFileSync(`/proc/${encoder as number}/status`, 'utf8')), 20_000, 'the encoder process to end');
+  });
+
   it('`npm start` with ENCODER_PROCESSES=2: the second encoder takes jobs only while a backlog waits; /metrics sums both; every batch listed in order', async () => {
     const dataDir = mkdtempSync(join(tmpdir(), 'ingest-e2e-threads-'));
     dirs.push(dataDir);
