@@ -55,16 +55,21 @@ function startEncoderProcess(env: ReturnType<typeof parseEnv>, index: number, co
   const data: EncoderChildData = { env, index, count };
   child.send({ type: 'start', data });
   let closing: Promise<void> | undefined;
+  let isReady = false;
   const ready = (async () => {
-    if (await next('ready', 30_000)) return;
+    if (await next('ready', 30_000)) {
+      isReady = true;
+      return;
+    }
     // Asked to close while it started: it does not say ready, and that is not a failure.
     if (closing) return;
     child.kill('SIGKILL');
     throw new Error(`encoder process ${index} did not start`);
   })();
-  // A crashed encoder must not leave an API that accepts batches nobody encodes.
+  // A crashed encoder must not leave an API that accepts batches nobody encodes. One that ends
+  // before it is ready is a failed start, which `ready` reports (start-up then fails with exit 1).
   void exit.then((code) => {
-    if (!closing && !stopping) {
+    if (isReady && !closing && !stopping) {
       process.stderr.write(`encoder process ${index} exited (${String(code)}); stopping\n`);
       process.kill(process.pid, 'SIGTERM');
     }

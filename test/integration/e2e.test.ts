@@ -233,6 +233,20 @@ FROM read_parquet('${root}/events/shop/**/*.parquet') WHERE received_at >= now()
     await waitFor(async () => !existsSync(`/proc/${encoder as number}`) || /^State:\s+Z/m.test(readFileSync(`/proc/${encoder as number}/status`, 'utf8')), 20_000, 'the encoder process to end');
   });
 
+  it('`npm start` whose encoder process dies before it is ready fails its start: exit 1 naming the encoder, not a clean stop', async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), 'ingest-e2e-nostart-'));
+    dirs.push(dataDir);
+    const port = await freePort();
+    const proc = startService(entry['services/main.js']!, { PORT: String(port), HOST: '127.0.0.1', DATA_DIR: dataDir, REDIS_URL: inject('redisUrl'), QUEUE_NAME: uniqueName('e2e-nostart'), ADMIN_TOKEN: TOKEN });
+    procs.push(proc);
+    const [encoder] = await waitFor(async () => (childNodePids(proc.pid).length === 1 ? childNodePids(proc.pid) : null), 30_000, 'the encoder process forked');
+    expect(proc.output()).not.toContain('encoder process started');
+    process.kill(encoder as number, 'SIGKILL');
+    expect(await proc.exited()).toBe(1);
+    expect(proc.output()).toContain('encoder process 0 did not start');
+    expect(proc.output()).not.toContain('shut down cleanly');
+  });
+
   it('`npm start` with ENCODER_PROCESSES=2: the second encoder takes jobs only while a backlog waits; /metrics sums both; every batch listed in order', async () => {
     const dataDir = mkdtempSync(join(tmpdir(), 'ingest-e2e-threads-'));
     dirs.push(dataDir);
