@@ -190,6 +190,11 @@ export async function redisCpuSeconds(redis: Redis): Promise<number> {
   return f('used_cpu_user') + f('used_cpu_sys');
 }
 
+/** Redis `total_forks` (INFO stats): each AOF rewrite (or RDB save) forks the server once. */
+export async function redisForks(redis: Redis): Promise<number> {
+  return Number(/^total_forks:(\d+)/m.exec(await redis.info('stats'))?.[1] ?? Number.NaN);
+}
+
 /** Redis `used_memory` in bytes. */
 export async function redisUsedMemory(redis: Redis): Promise<number> {
   const info = await redis.info('memory');
