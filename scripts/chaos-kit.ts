@@ -150,8 +150,8 @@ const OUTPUT_DRAIN_MS = 2000;
  * one process, so SIGKILL kills the service itself. (The `tsx` CLI runs the code in a child
  * process; killing the CLI with SIGKILL would leave that child running and still holding its port.)
  */
-export function spawnService(entry: string, env: Record<string, string>, opts: { keepChars?: number } = {}): Service {
-  const child = spawn(process.execPath, entry.endsWith('.ts') ? ['--import', 'tsx', entry] : [entry], { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+export function spawnService(entry: string, env: Record<string, string>, opts: { keepChars?: number; nodeFlags?: readonly string[] } = {}): Service {
+  const child = spawn(process.execPath, [...(opts.nodeFlags ?? []), ...(entry.endsWith('.ts') ? ['--import', 'tsx', entry] : [entry])], { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   const keepChars = opts.keepChars ?? OUTPUT_KEEP_CHARS;
   let out = '';
   const keep = (d: Buffer): void => {

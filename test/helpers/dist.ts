@@ -59,6 +59,22 @@ export async function distEntry(entry: `${string}.js`): Promise<`${string}.js`> 
   return join(OUT, entry) as `${string}.js`;
 }
 
+/**
+ * The node flags a package.json script gives a compiled entry point: `npm start` is
+ * `node --min-semi-space-size=16 dist/services/main.js`, so
+ * `startFlags('<any build>/services/main.js')` is `['--min-semi-space-size=16']`. Tests and the
+ * bench run a build with these flags, so they run the process `npm start` runs. `[]` for an entry
+ * no script runs.
+ */
+export function startFlags(compiledEntry: string): string[] {
+  const { scripts } = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> };
+  for (const command of Object.values(scripts)) {
+    const m = /^node((?: --[\w-]+(?:=\S+)?)*) dist\/(\S+\.js)$/.exec(command);
+    if (m && compiledEntry.endsWith(`/${m[2] as string}`)) return (m[1] as string).split(' ').filter((a) => a.length > 0);
+  }
+  return [];
+}
+
 /** The command line of a running process, as the kernel has it (`/proc/<pid>/cmdline`). */
 export function commandLine(pid: number): string[] {
   return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter((s) => s.length > 0);

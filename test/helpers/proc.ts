@@ -1,5 +1,6 @@
 import { type Service, spawnService, waitHttpOk } from '../../scripts/chaos-kit.js';
 import { pollUntil } from '../../shared/poll.js';
+import { startFlags } from './dist.js';
 
 export type ServiceProcess = Service;
 
@@ -11,7 +12,8 @@ export type DistEntry = `${string}.js`;
  * its output (tests scan the logs).
  */
 export function startService(entry: 'services/main.ts' | 'services/api/main.ts' | 'services/encoder/main.ts' | DistEntry, env: Record<string, string>): ServiceProcess {
-  return spawnService(entry, { LOG_LEVEL: 'info', ...env }, { keepChars: Number.POSITIVE_INFINITY });
+  // A compiled entry runs with the node flags its package.json script gives it (npm start's).
+  return spawnService(entry, { LOG_LEVEL: 'info', ...env }, { keepChars: Number.POSITIVE_INFINITY, nodeFlags: entry.endsWith('.js') ? startFlags(entry) : [] });
 }
 
 /** Polls `url` until it answers 200 (bounded by `ms`), failing at once if `proc` exits. */

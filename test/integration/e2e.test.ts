@@ -12,7 +12,7 @@ import { duckQuery } from '../helpers/duckdb.js';
 import { batchBody, sampleEvent } from '../helpers/events.js';
 import { uniqueName } from '../helpers/names.js';
 import { threadCpuSeconds } from '../../bench/lib.js';
-import { childNodePids, commandLine, distEntry } from '../helpers/dist.js';
+import { childNodePids, commandLine, distEntry, startFlags } from '../helpers/dist.js';
 import { type ServiceProcess, startService, waitFor, waitForHttp } from '../helpers/proc.js';
 import { freePort } from '../helpers/redis-server.js';
 import { rgwEnv, rgwStoreFor, startRgw } from '../helpers/rgw.js';
@@ -187,6 +187,11 @@ FROM read_parquet('${root}/events/shop/**/*.parquet') WHERE received_at >= now()
     // Default niceness 10 on every thread of the encoder (its file calls and GC too); the API's stay at 0.
     const a = await start({});
     expect(commandLine(a.encoder).join(' ')).toMatch(/dist\/services\/encoder\/child\.js$/);
+    // npm start's node flag (package.json) keeps V8's young generation at its full size through
+    // idle spells, in the API's process and (inherited) in the encoder's.
+    expect(startFlags(entry['services/main.js']!)).toEqual(['--min-semi-space-size=16']);
+    expect(commandLine(a.proc.pid)).toContain('--min-semi-space-size=16');
+    expect(commandLine(a.encoder)).toContain('--min-semi-space-size=16');
     const encoderNices = threadNices(a.encoder);
     expect(encoderNices.length).toBeGreaterThan(3);
     expect(new Set(encoderNices)).toEqual(new Set([10]));
