@@ -39,8 +39,26 @@ export interface Deployment {
   startRollup(): Promise<Service>;
 }
 
+/**
+ * Starts a service on a free port and waits for `path` there. Another test file's process can take
+ * the port between freePort() and the service's listen; then it starts again on another port
+ * (at most three tries).
+ */
+async function onFreePort(start: (port: number) => Service, path: string): Promise<{ svc: Service; port: number }> {
+  for (let attempt = 1; ; attempt++) {
+    const port = await freePort();
+    const svc = start(port);
+    procs.push(svc);
+    try {
+      await waitHttpOk(`http://127.0.0.1:${port}${path}`, 60_000, svc);
+      return { svc, port };
+    } catch (err) {
+      if (attempt >= 3 || !svc.output().includes('EADDRINUSE')) throw err;
+    }
+  }
+}
+
 export async function deploy(storeEnv: Record<string, string>, store: ObjectStore, periodSeconds: number, delaySeconds: number, extra: Record<string, string> = {}): Promise<Deployment> {
-  const [apiPort, encoderMetrics] = [await freePort(), await freePort()];
   const common = {
     HOST: '127.0.0.1',
     REDIS_URL: inject('redisUrl'),
@@ -52,22 +70,15 @@ export async function deploy(storeEnv: Record<string, string>, store: ObjectStor
     ...storeEnv,
     ...extra,
   };
-  const api = spawnService('services/api/main.ts', { ...common, PORT: String(apiPort) });
-  const encoder = spawnService('services/encoder/main.ts', { ...common, METRICS_PORT: String(encoderMetrics) });
-  procs.push(api, encoder);
+  const { port: apiPort } = await onFreePort((port) => spawnService('services/api/main.ts', { ...common, PORT: String(port) }), '/readyz');
+  await onFreePort((port) => spawnService('services/encoder/main.ts', { ...common, METRICS_PORT: String(port) }), '/metrics');
   const url = `http://127.0.0.1:${apiPort}`;
-  await waitHttpOk(`${url}/readyz`, 60_000, api);
-  await waitHttpOk(`http://127.0.0.1:${encoderMetrics}/metrics`, 60_000, encoder);
   return {
     common,
     store,
     url,
     async startRollup() {
-      const port = await freePort();
-      const rollup = spawnService('services/rollup/main.ts', { ...common, METRICS_PORT: String(port) });
-      procs.push(rollup);
-      await waitHttpOk(`http://127.0.0.1:${port}/metrics`, 60_000, rollup);
-      return rollup;
+      return (await onFreePort((port) => spawnService('services/rollup/main.ts', { ...common, METRICS_PORT: String(port) }), '/metrics')).svc;
     },
   };
 }
