@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # One image for both services: `api` (default command) and `encoder`
-# (command: node dist/services/encoder/main.js). Both run compiled JavaScript on plain node:
+# (command: node --min-semi-space-size=16 dist/services/encoder/main.js). Both run compiled JavaScript on plain node:
 # no TypeScript, tsx or esbuild in the image.
 ARG NODE_VERSION=20
 
@@ -59,4 +59,4 @@ COPY --chown=node:node bin bin
 RUN mkdir -p /app/data && chown node:node /app/data
 USER node
 EXPOSE 8787 9464
-CMD ["node", "dist/services/api/main.js"]
+CMD ["node", "--min-semi-space-size=16", "dist/services/api/main.js"]

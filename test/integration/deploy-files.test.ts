@@ -3,6 +3,7 @@ import { join, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
 import { parseEnv } from '../../shared/config.js';
+import { startFlags } from '../helpers/dist.js';
 
 /**
  * Docker cannot run on the dev and CI machines, so the deployment files are checked by
@@ -141,8 +142,11 @@ describe('docker-compose.yml', () => {
     }
     expect(env(svc('api')).QUEUE_NAME).toBe(env(svc('encoder')).QUEUE_NAME);
     expect(env(svc('api')).S3_BUCKET).toBe(env(svc('encoder')).S3_BUCKET);
-    expect(words(svc('api').command)).toEqual(['node', 'dist/services/api/main.js']);
-    expect(words(svc('encoder').command)).toEqual(['node', 'dist/services/encoder/main.js']);
+    // The same node flags as the package.json scripts that run these entries (npm run start:api, start:encoder).
+    expect(startFlags('dist/services/api/main.js')).toEqual(['--min-semi-space-size=16']);
+    expect(startFlags('dist/services/encoder/main.js')).toEqual(['--min-semi-space-size=16']);
+    expect(words(svc('api').command)).toEqual(['node', ...startFlags('dist/services/api/main.js'), 'dist/services/api/main.js']);
+    expect(words(svc('encoder').command)).toEqual(['node', ...startFlags('dist/services/encoder/main.js'), 'dist/services/encoder/main.js']);
     expect(words(svc('api').healthcheck?.test).join(' ')).toContain(':8787/readyz');
     expect(words(svc('encoder').healthcheck?.test).join(' ')).toContain(`:${env(svc('encoder')).METRICS_PORT}/healthz`);
   });
@@ -247,7 +251,7 @@ describe('Dockerfile and .dockerignore', () => {
     expect(users.length).toBeGreaterThan(0);
     expect(users[users.length - 1]).not.toMatch(/^USER\s+(root|0)(:|$)/i);
     const cmd = lines.filter((l) => /^CMD\s/.test(l)).pop() ?? '';
-    expect(JSON.parse(cmd.replace(/^CMD\s+/, ''))).toEqual(['node', 'dist/services/api/main.js']);
+    expect(JSON.parse(cmd.replace(/^CMD\s+/, ''))).toEqual(['node', ...startFlags('dist/services/api/main.js'), 'dist/services/api/main.js']);
     const buildStage = froms.map((f) => /\bAS\s+(\S+)/i.exec(f)?.[1]).find((name) => {
       const at = lines.indexOf(froms.find((f) => f.endsWith(` ${name ?? ''}`)) as string);
       const next = lines.findIndex((l, i) => i > at && /^FROM\s/i.test(l));
