@@ -6,6 +6,7 @@ import { StoreError } from '../errors.js';
 import { randomHex } from '../ids.js';
 import { DirSyncGroup, errnoCode, type FileVersion, fsyncDir, unlinkQuietly, writeFileDurably } from './durable.js';
 import { compareKeys, prefixCanMatchKeys, resolveListLimit, validateKey } from './keys.js';
+import { checkOptionNames } from './options.js';
 import type { Readable } from 'node:stream';
 import type { ByteRange, ListOptions, ObjectMeta, ObjectStore, PutOptions, StoredObject } from './types.js';
 
@@ -76,10 +77,23 @@ const NON_RETRIABLE_CODES = new Set([
 ]);
 
 
-export interface FilesystemObjectStoreOptions {
-  /** Folder holding the objects; resolved to an absolute path, created on first write. */
-  root: string;
-}
+/**
+ * Where the store keeps its objects: `root`, or `baseDir` as the Starfish reference server's
+ * `FilesystemObjectStore` calls it (one of the two; both only when they name the same folder).
+ */
+export type FilesystemObjectStoreOptions =
+  | {
+      /** Folder holding the objects; resolved to an absolute path, created on first write. */
+      root: string;
+      baseDir?: string;
+    }
+  | {
+      /** The reference server's name for `root`. */
+      baseDir: string;
+      root?: string;
+    };
+
+const FILESYSTEM_OPTIONS = ['root', 'baseDir'] as const;
 
 type EntryKind = 'file' | 'dir';
 
@@ -111,11 +125,17 @@ export class FilesystemObjectStore implements ObjectStore {
   private readonly knownDirs = new Set<string>();
 
   constructor(opts: FilesystemObjectStoreOptions) {
-    if (typeof opts.root !== 'string' || opts.root.length === 0) {
+    checkOptionNames('FilesystemObjectStore', opts, FILESYSTEM_OPTIONS);
+    const { root, baseDir } = opts as { root?: unknown; baseDir?: unknown };
+    const dir = root ?? baseDir;
+    if (typeof dir !== 'string' || dir.length === 0) {
       // An empty root would silently resolve to the working directory.
-      throw new StoreError('filesystem store needs a non-empty root', { retriable: false });
+      throw new StoreError('filesystem store needs a non-empty root (or baseDir)', { retriable: false });
     }
-    this.root = path.resolve(opts.root);
+    if (root !== undefined && baseDir !== undefined && (typeof baseDir !== 'string' || path.resolve(baseDir) !== path.resolve(dir))) {
+      throw new StoreError('filesystem store got both root and baseDir naming different folders; give one of them', { retriable: false });
+    }
+    this.root = path.resolve(dir);
   }
 
   /**

@@ -11,6 +11,7 @@ import {
   type S3ClientConfig,
 } from '@aws-sdk/client-s3';
 import { StoreError } from '../errors.js';
+import { checkOptionNames } from './options.js';
 import { isValidKey, prefixCanMatchKeys, resolveListLimit, validateKey } from './keys.js';
 import type { ByteRange, ListOptions, ObjectMeta, ObjectStore, PutOptions, StoredObject } from './types.js';
 
@@ -85,9 +86,32 @@ export interface S3ObjectStoreOptions {
   /** Path-style URLs (`endpoint/bucket/key`), needed by MinIO and most local servers. */
   forcePathStyle?: boolean;
   /** Omit to use the SDK's default credential chain. */
-  credentials?: { accessKeyId: string; secretAccessKey: string };
+  credentials?: { accessKeyId: string; secretAccessKey: string; sessionToken?: string };
+  /**
+   * The Starfish reference server's flat credentials (its `S3ObjectStore({ bucket, endpoint,
+   * region, accessKeyId, secretAccessKey, forcePathStyle })`): both or neither, and not beside
+   * `credentials`. With them, `forcePathStyle` defaults to true, as in the reference.
+   */
+  accessKeyId?: string;
+  secretAccessKey?: string;
   /** A ready client; when given, endpoint/region/credentials only describe it and are not applied. */
   client?: S3Client;
+}
+
+const S3_OPTIONS = ['bucket', 'prefix', 'endpoint', 'region', 'forcePathStyle', 'credentials', 'accessKeyId', 'secretAccessKey', 'client'] as const;
+
+/** The credentials to hand the SDK: `credentials`, the flat pair, or undefined (the SDK's chain). */
+function resolveCredentials(opts: S3ObjectStoreOptions): S3ObjectStoreOptions['credentials'] {
+  const flat = opts.accessKeyId !== undefined || opts.secretAccessKey !== undefined;
+  if (!flat) return opts.credentials;
+  if (opts.credentials !== undefined) {
+    throw new StoreError('S3 store got both credentials and accessKeyId/secretAccessKey; give one of them', { retriable: false });
+  }
+  if (typeof opts.accessKeyId !== 'string' || opts.accessKeyId === '' || typeof opts.secretAccessKey !== 'string' || opts.secretAccessKey === '') {
+    const missing = typeof opts.accessKeyId !== 'string' || opts.accessKeyId === '' ? 'accessKeyId' : 'secretAccessKey';
+    throw new StoreError(`S3 store got ${missing === 'accessKeyId' ? 'secretAccessKey' : 'accessKeyId'} without a non-empty ${missing}`, { retriable: false });
+  }
+  return { accessKeyId: opts.accessKeyId, secretAccessKey: opts.secretAccessKey };
 }
 
 /**
@@ -109,14 +133,16 @@ export class S3ObjectStore implements ObjectStore {
   private readonly legacyHashes = new Map<string, string>();
 
   constructor(opts: S3ObjectStoreOptions) {
+    checkOptionNames('S3ObjectStore', opts, S3_OPTIONS);
     if (typeof opts.bucket !== 'string' || opts.bucket.length === 0) {
       throw new StoreError('S3 store needs a bucket', { retriable: false });
     }
+    const credentials = resolveCredentials(opts);
     this.bucket = opts.bucket;
     this.prefix = normalizePrefix(opts.prefix);
     this.endpoint = opts.endpoint;
     this.region = opts.region ?? 'us-east-1';
-    this.forcePathStyle = opts.forcePathStyle ?? false;
+    this.forcePathStyle = opts.forcePathStyle ?? opts.accessKeyId !== undefined;
     this.ownsClient = opts.client === undefined;
     this.client =
       opts.client ??
@@ -124,7 +150,7 @@ export class S3ObjectStore implements ObjectStore {
         region: this.region,
         endpoint: opts.endpoint,
         forcePathStyle: this.forcePathStyle,
-        credentials: opts.credentials,
+        credentials,
         maxAttempts: MAX_ATTEMPTS,
         ...S3_COMPATIBLE_CLIENT_SETTINGS,
         requestHandler: {
