@@ -2,7 +2,9 @@
 # One image for both services: `api` (default command) and `encoder`
 # (command: node --min-semi-space-size=16 dist/services/encoder/main.js). Both run compiled JavaScript on plain node:
 # no TypeScript, tsx or esbuild in the image.
-ARG NODE_VERSION=20
+# Node 24 LTS by default; 20 is tested too (package.json `engines`, .ci/run):
+# `docker build --build-arg NODE_VERSION=20 .`
+ARG NODE_VERSION=24
 
 # Stage 1: compile. All dependencies (TypeScript is a dev dependency), then `npm run build` → dist/.
 FROM node:${NODE_VERSION}-bookworm-slim AS build

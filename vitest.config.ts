@@ -1,6 +1,43 @@
 import { fileURLToPath } from 'node:url';
 import { defineConfig } from 'vitest/config';
 
+/**
+ * Test tiers (README, "Tests"). A test's tier is chosen here, not by moving its file:
+ * - unit: test/unit without the files below that start processes or open sockets. No services,
+ *   no global setup; test/helpers/unit-guard.ts refuses child processes and sockets.
+ * - integration: test/integration against a private redis-server (test/global-setup.ts), s3rver,
+ *   DuckDB and the product's processes run from sources.
+ * - system: what needs more than that (listed by name below).
+ */
+export const UNIT_NOT_UNIT = [
+  // Counts V8's full collections in child processes (execFile), 8 s of the tier's time.
+  'test/unit/heap-growth.test.ts',
+  // Runs the CLI's sync against an HTTP server on a loopback socket.
+  'test/unit/sync-retention.test.ts',
+];
+
+export const SYSTEM = [
+  // The compiled dist/ (plus Ceph RGW), the packed package.
+  'test/integration/e2e.test.ts',
+  'test/integration/package.test.ts',
+  // Ceph RADOS Gateway.
+  'test/integration/rgw.test.ts',
+  'test/integration/store-conformance.test.ts',
+  // Redis Cluster.
+  'test/integration/cluster.test.ts',
+  'test/integration/cluster-failover.test.ts',
+  // Chromium.
+  'test/integration/browser.test.ts',
+  // Prometheus and promtool.
+  'test/integration/observability.test.ts',
+  // Short forms of npm run chaos, soak, bench and rollup-acceptance.
+  'test/integration/chaos.test.ts',
+  'test/integration/soak.test.ts',
+  'test/integration/bench-smoke.test.ts',
+  'test/integration/rollup-acceptance.test.ts',
+  'test/integration/rollup-acceptance-faults.test.ts',
+];
+
 export default defineConfig({
   // The package's own name resolves to the sources in tests (package.json's exports point at dist/).
   resolve: {
@@ -10,12 +47,38 @@ export default defineConfig({
     ],
   },
   test: {
-    include: ['test/**/*.test.ts'],
-    globalSetup: ['test/global-setup.ts'],
     testTimeout: 60_000,
     hookTimeout: 60_000,
     // Integration files start processes and servers; two cores do not gain from more workers.
     maxWorkers: 2,
     pool: 'forks',
+    projects: [
+      {
+        extends: true,
+        test: {
+          name: 'unit',
+          include: ['test/unit/**/*.test.ts'],
+          exclude: UNIT_NOT_UNIT,
+          setupFiles: ['test/helpers/unit-guard.ts'],
+        },
+      },
+      {
+        extends: true,
+        test: {
+          name: 'integration',
+          include: ['test/integration/**/*.test.ts', ...UNIT_NOT_UNIT],
+          exclude: SYSTEM,
+          globalSetup: ['test/global-setup.ts'],
+        },
+      },
+      {
+        extends: true,
+        test: {
+          name: 'system',
+          include: SYSTEM,
+          globalSetup: ['test/global-setup.ts'],
+        },
+      },
+    ],
   },
 });

