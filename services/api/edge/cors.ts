@@ -17,7 +17,7 @@ export interface CorsOptions {
 
 export const DEFAULT_CORS_METHODS = ['GET', 'HEAD', 'POST', 'OPTIONS'];
 /** What a browser SDK sends: JSON or compressed bodies, retries with a key, tokens, conditional pulls. */
-export const DEFAULT_CORS_HEADERS = ['Content-Type', 'Content-Encoding', 'Idempotency-Key', 'Authorization', 'If-None-Match', 'Range', 'If-Range'];
+export const DEFAULT_CORS_HEADERS = ['Content-Type', 'Content-Encoding', 'Idempotency-Key', 'Authorization', 'If-None-Match', 'Range', 'If-Range', 'X-Starfish-Sig', 'X-Starfish-Ts', 'X-Starfish-Nonce'];
 /** What a browser script may read back: the pull's ETag, and the limiter's answers. */
 export const DEFAULT_EXPOSE_HEADERS = ['ETag', 'Content-Range', 'Retry-After', 'RateLimit-Limit', 'RateLimit-Remaining', 'RateLimit-Reset', 'RateLimit-Policy', RAW_DELETED_HEADER];
 
