@@ -17,6 +17,7 @@ interface ScenarioEntry {
 
 const SCENARIOS: ScenarioEntry[] = [
   { name: 'encoder', module: './scenarios/encoder.js' },
+  { name: 'scanner', module: './scenarios/scanner.js' },
   { name: 'e2e', module: './scenarios/e2e.js' },
   { name: 'redis-memory', module: './scenarios/redis-memory.js' },
   { name: 'scaling', module: './scenarios/scaling.js' },

@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { type CollectionConfig, type Env, loadSyncConfig } from '../shared/config.js';
 import { ANY_PARAM, duckdbReadParquetSql, duckdbSelectWithPathColumns, sqlStringLiteral } from '../shared/duckdb.js';
-import { parseStoragePath } from '../shared/paths.js';
+import { checkParamValue, parseStoragePath } from '../shared/paths.js';
 import { type ViewCopyProgress, type ViewCopyResult, defaultViewCopyDir, refreshViewCopy } from '../shared/rollup/view-copy.js';
 import { rollupViewSql } from '../shared/rollup/view.js';
 import { storeFromEnv } from '../shared/store/from-env.js';
@@ -113,12 +113,45 @@ function storeTarget(source: Extract<QuerySource, { kind: 'store' }>): { collect
   if (source.app !== undefined && !template.prefixParams.includes('app')) {
     throw new CliError(`collection "${collection.name}" (storagePath ${collection.storagePath}) has no {app} param`, EXIT.usage);
   }
+  // The rule the server applies to the app in a push path (shared/paths.ts), so the CLI refuses what no push could have stored.
+  const badApp = source.app === undefined || source.app === ANY_PARAM ? null : checkParamValue(source.app);
+  if (badApp) throw new CliError(`--app ${JSON.stringify(source.app)}: an app name ${badApp}`, EXIT.usage);
   // `--app` picks the app; every other prefix param (and the app when not given) matches everything.
   const params = Object.fromEntries(template.prefixParams.map((p) => [p, p === 'app' && source.app !== undefined ? source.app : ANY_PARAM]));
   return { collection, params };
 }
 
 type DuckConnection = Awaited<ReturnType<Awaited<ReturnType<typeof import('@duckdb/node-api').DuckDBInstance.create>>['connect']>>;
+
+/**
+ * When the view over `source` cannot be defined because the store holds nothing under what it
+ * reads (DuckDB then says "No files found" with its SQL), the plain reason: no events for that
+ * app (or at all) in the store, named as `where` (default: the store itself; the S3 bucket when
+ * the view reads a local copy of it). Null when there are objects there (DuckDB's own error
+ * stands) or the store cannot be listed.
+ */
+async function noEventsReason(source: Extract<QuerySource, { kind: 'store' }>, where?: string): Promise<string | null> {
+  const { collection, params } = storeTarget(source);
+  const template = parseStoragePath(collection.storagePath);
+  // The fixed part of the prefix: literals and chosen params up to the first wildcard.
+  const fixed: string[] = [];
+  for (const seg of template.segments.slice(0, -1)) {
+    const value = seg.kind === 'literal' ? seg.value : params[seg.name];
+    if (value === undefined || value === ANY_PARAM) break;
+    fixed.push(value);
+  }
+  const store = storeFromEnv(source.env);
+  try {
+    if ((await store.listKeys(fixed.length ? `${fixed.join('/')}/` : '', { limit: 1 })).length > 0) return null;
+    const what = source.app === undefined || source.app === ANY_PARAM ? `no events in collection "${collection.name}"` : `no events for app ${JSON.stringify(source.app)}`;
+    return `${what} in ${where ?? store.describe()}`;
+  } catch {
+    // Cannot tell: DuckDB's error is shown as it is.
+    return null;
+  } finally {
+    if (store instanceof S3ObjectStore) store.destroy();
+  }
+}
 
 /**
  * Loads DuckDB's httpfs extension (installing it first if needed, which downloads it from
@@ -270,6 +303,8 @@ export async function runQuery(sql: string, source: QuerySource, opts: RunQueryO
       try {
         await connection.run(statement);
       } catch (err) {
+        const empty = statement.startsWith('CREATE VIEW') && effective.kind === 'store' ? await noEventsReason(effective, s3?.describe()) : null;
+        if (empty) throw new CliError(empty);
         // The statement itself is not printed: a CREATE SECRET holds credentials.
         const what = statement.startsWith('CREATE VIEW') ? 'defining the events view' : `setup statement ${i + 1} (${statement.split(' ').slice(0, 2).join(' ')})`;
         throw new CliError(`DuckDB failed ${what}: ${messageOf(err)}`);

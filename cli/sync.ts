@@ -95,6 +95,11 @@ function checkOptions(opts: SyncOptions): URL {
     throw new CliError(`--url ${JSON.stringify(opts.url)} is not a URL`, EXIT.usage);
   }
   if (base.protocol !== 'http:' && base.protocol !== 'https:') throw new CliError('--url must be http:// or https://', EXIT.usage);
+  // The routes are appended to the URL's path: a query or fragment would end up before them (a 404 on "/").
+  if (/[?#]/.test(base.href)) {
+    const what = base.href.includes('?') ? 'a query (?…)' : 'a fragment (#…)';
+    throw new CliError(`--url has ${what}: give only the server's base URL: scheme, host, port, and BASE_PATH if any (e.g. ${base.origin}${base.pathname.replace(/\/+$/, '')})`, EXIT.usage);
+  }
   const bad = checkParamValue(opts.app);
   if (bad) throw new CliError(`--app ${bad}`, EXIT.usage);
   for (const seg of opts.collectionPath.split('/')) {

@@ -7,6 +7,7 @@ import { type RedisHandle, ensureRedis } from '../shared/private-redis.js';
 import { exitOnStartupError, handleShutdown } from '../shared/runtime.js';
 import { type RunningStack, startStack } from './stack.js';
 import type { EncoderChildData } from './encoder/child.js';
+import { encoderProcessEnv } from './encoder/process-env.js';
 
 type ChildMetrics = MetricObjectWithValues<MetricValue<string>>[];
 type FromChild = { type: 'ready' } | { type: 'metrics'; metrics: ChildMetrics } | { type: 'closed' };
@@ -27,7 +28,8 @@ let stopping = false;
  */
 function startEncoderProcess(env: ReturnType<typeof parseEnv>, index: number, count: number): { encoder: EncoderProcess; ready: Promise<void> } {
   const entry = fileURLToPath(new URL(import.meta.url.endsWith('.ts') ? './encoder/child.ts' : './encoder/child.js', import.meta.url));
-  const child: ChildProcess = fork(entry, [], { serialization: 'advanced', execArgv: process.execArgv.filter((a) => !a.startsWith('--inspect')) });
+  // Its environment fixes glibc's mmap threshold, so a big batch's buffers are given back (services/encoder/process-env.ts).
+  const child: ChildProcess = fork(entry, [], { serialization: 'advanced', execArgv: process.execArgv.filter((a) => !a.startsWith('--inspect')), env: encoderProcessEnv(process.env) });
   const waiters: ((m: FromChild) => void)[] = [];
   let exited = false;
   child.on('message', (m: FromChild) => {

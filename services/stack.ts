@@ -120,7 +120,7 @@ export async function startStack(env: Env, parts: StackParts, logger = createLog
     if (!first) throw new Error('no queue shard');
     const app = createApiApp({ env, config, store, redis: producer, queue: first.queue, ledger: first.ledger, shards, tokens, registry, logger, extraMetrics: parts.extraMetrics });
     app.start();
-    const server = await listen(app.app as http.RequestListener, env.PORT, env.HOST);
+    const server = await listen(app.app as http.RequestListener, env.PORT, env.HOST, { checkContinue: (req) => app.checkContinue(req) });
     stack.api = { server, app };
     logger.info(
       { url: server.url, redis: redisName, store: store.describe(), collections: config.collections.map((c) => c.name), queue: env.QUEUE_NAME, shards: layouts.length, waitReplicas: env.REDIS_WAIT_REPLICAS, encoder: parts.encoder, heapGrowingPercent: env.HEAP_GROWING_PERCENT },

@@ -61,6 +61,15 @@ export type RateLimitRule = z.infer<typeof RateLimitRuleSchema>;
 export type CollectionRateLimit = z.infer<typeof CollectionRateLimitSchema>;
 export type GlobalRateLimit = z.infer<typeof GlobalRateLimitSchema>;
 
+/**
+ * Default events per push at most (`maxEventsPerBatch`). Every event is a row whose cost does not
+ * shrink with its size (about 200 bytes in an encoder: shared/byte-budget.ts, ENCODER_ROW_BYTES),
+ * so an 8 MB body of 2.66 M empty events would cost an encoder over 500 MB. At this cap a batch
+ * of `maxBodyBytes` (8 MB) costs at most 100,000 × 200 + 8,000,000 = 28 MB: one such batch fits
+ * the encoder's default budget (ENCODER_MAX_INFLIGHT_BYTES, 32 MiB). SDKs flush 1-1,000 events.
+ */
+export const MAX_EVENTS_PER_BATCH_DEFAULT = 100_000;
+
 const CollectionSchema = z
   .object({
     name: z.string().regex(/^[A-Za-z0-9._~-]{1,128}$/, 'must be 1-128 characters of [A-Za-z0-9._~-]'),
@@ -70,6 +79,8 @@ const CollectionSchema = z
     encryption: z.string().default('none'),
     allowedMimeTypes: z.array(z.string()).min(1).default(['application/json']),
     maxBodyBytes: z.number().int().positive().max(256 * 1024 * 1024).default(8_000_000),
+    /** Events per push at most; a body with more gets 413 naming this (see MAX_EVENTS_PER_BATCH_DEFAULT). */
+    maxEventsPerBatch: z.number().int().positive().max(10_000_000).default(MAX_EVENTS_PER_BATCH_DEFAULT),
     listable: z.boolean().default(false),
     rateLimit: CollectionRateLimitSchema.nullish(),
   })
@@ -222,6 +233,9 @@ const RENAMED_ENV: readonly (readonly [old: string, now: string])[] = [
 /** V8's old-space growth factor after a full GC, in percent (`HEAP_GROWING_PERCENT`): ×4. */
 export const HEAP_GROWING_PERCENT_DEFAULT = 300;
 
+/** A Starfish user id: `sha256(root Ed25519 public key)[0:16]` in lowercase hex. */
+const CAP_USER_ID_RE = /^[0-9a-f]{32}$/;
+
 const boolish = z
   .enum(['true', 'false', '1', '0', 'yes', 'no', ''])
   .transform((v) => v === 'true' || v === '1' || v === 'yes');
@@ -319,12 +333,13 @@ export const EnvSchema = z
       })
       .optional(),
     /**
-     * Bytes of push bodies the API holds at once; past it pushes get 503 + Retry-After. Sized so
+     * Memory of pushes the API holds at once (body bytes, then a cost per event once counted:
+     * shared/byte-budget.ts); past it pushes get 503 + Retry-After. Sized so
      * `npm start` (API + encoder in one process) stays under 1 GB of RSS: see docs/operations.md
      * ("Memory") for the measured RSS per in-flight byte.
      */
     MAX_INFLIGHT_BYTES: positiveInt.min(1024 * 1024).default(MAX_INFLIGHT_BYTES_DEFAULT),
-    /** Bytes of batch bodies (decoded JSON) one encoder process works on at once; a bigger batch runs alone. */
+    /** Memory of the batches one encoder process works on at once (decoded JSON bytes plus ENCODER_ROW_BYTES per event: shared/byte-budget.ts); a costlier batch runs alone. */
     ENCODER_MAX_INFLIGHT_BYTES: positiveInt.min(1024 * 1024).default(ENCODER_MAX_INFLIGHT_BYTES_DEFAULT),
     ENCODER_NICE: z.coerce.number().int().min(0).max(19).default(ENCODER_NICE_DEFAULT),
     /**
@@ -366,6 +381,18 @@ export const EnvSchema = z
     JWT_AUDIENCE: z.string().min(1).optional(),
     /** Claim holding the roles (array or space-separated string); dots walk into objects, e.g. realm_access.roles. */
     JWT_ROLES_CLAIM: z.string().min(1).default('roles'),
+    /** `on` accepts JWTs without `exp` (they never expire); by default such a token gets 401. */
+    JWT_ALLOW_NO_EXP: z.enum(['on', 'off']).default('off'),
+    /** `on`: Starfish v3 cap-cert auth (`Authorization: Cap …`) beside Bearer tokens and JWTs (services/api/edge/cap-auth.ts). */
+    CAP_AUTH: z.enum(['on', 'off']).default('off'),
+    /** Starfish user ids (32 lowercase hex, the root identity's `userId`) whose caps get `admin` (with CAP_AUTH=on). */
+    CAP_ADMINS: z
+      .string()
+      .transform((v) => v.split(',').map((id) => id.trim()).filter(Boolean))
+      .pipe(z.array(z.string().regex(CAP_USER_ID_RE, 'must be a comma list of Starfish user ids (32 lowercase hex characters each)')).min(1))
+      .optional(),
+    /** A JSON file of signed Starfish revocation lists (one list or an array): the caps they name get 401. */
+    CAP_REVOCATIONS_FILE: z.string().min(1).optional(),
     METRICS_PORT: port.default(9464),
     // Rollups (shared/rollup, services/rollup): closed periods of each list prefix compacted into a few sorted files.
     ROLLUP: z.enum(['on', 'off']).default('on'),
@@ -388,6 +415,8 @@ export const EnvSchema = z
     if ((e.JWT_ISSUER || e.JWT_AUDIENCE) && !e.JWT_JWKS_URL && !e.JWT_PUBLIC_KEY) {
       ctx.addIssue({ code: 'custom', path: ['JWT_ISSUER'], message: 'JWT_ISSUER/JWT_AUDIENCE need JWT_JWKS_URL or JWT_PUBLIC_KEY' });
     }
+    if (e.JWT_ALLOW_NO_EXP === 'on' && !e.JWT_JWKS_URL && !e.JWT_PUBLIC_KEY) ctx.addIssue({ code: 'custom', path: ['JWT_ALLOW_NO_EXP'], message: 'needs JWT_JWKS_URL or JWT_PUBLIC_KEY' });
+    if ((e.CAP_ADMINS || e.CAP_REVOCATIONS_FILE) && e.CAP_AUTH !== 'on') ctx.addIssue({ code: 'custom', path: [e.CAP_ADMINS ? 'CAP_ADMINS' : 'CAP_REVOCATIONS_FILE'], message: 'needs CAP_AUTH=on' });
     if (e.CORS_ORIGINS && e.CORS_ORIGINS.includes('*') && e.CORS_ORIGINS.length > 1) ctx.addIssue({ code: 'custom', path: ['CORS_ORIGINS'], message: 'is either * or a list of origins, not both' });
   });
 
@@ -417,18 +446,58 @@ export function loadSyncConfig(env: Pick<Env, 'CONFIG_FILE'>): SyncConfig {
 
 const TokensFileSchema = z.union([
   z.record(z.string().min(16), z.array(z.string().min(1)).min(1)),
-  z.array(z.object({ token: z.string().min(16), roles: z.array(z.string().min(1)).min(1) })),
+  z.array(
+    z.union([
+      z.object({ token: z.string().min(16), roles: z.array(z.string().min(1)).min(1) }).strict(),
+      // A Starfish identity's caps get these roles (CAP_AUTH=on), as CAP_ADMINS gives `admin`.
+      z.object({ capUserId: z.string().regex(CAP_USER_ID_RE, 'must be a Starfish user id (32 lowercase hex characters)'), roles: z.array(z.string().min(1)).min(1) }).strict(),
+    ]),
+  ),
 ]);
+
+function readTokensFile(path: string): z.infer<typeof TokensFileSchema> {
+  const r = TokensFileSchema.safeParse(readJsonFile(path, 'TOKENS_FILE'));
+  if (!r.success) throw new ConfigError(formatIssues(`TOKENS_FILE ${path}: `, r.error));
+  return r.data;
+}
 
 /** Token → roles: ADMIN_TOKEN gives `admin`; TOKENS_FILE (`{"<token>": ["role"]}` or `[{token, roles}]`) adds more. */
 export function loadTokens(env: Pick<Env, 'ADMIN_TOKEN' | 'TOKENS_FILE'>): Map<string, string[]> {
   const tokens = new Map<string, string[]>();
   if (env.ADMIN_TOKEN) tokens.set(env.ADMIN_TOKEN, ['admin']);
   if (env.TOKENS_FILE) {
-    const r = TokensFileSchema.safeParse(readJsonFile(env.TOKENS_FILE, 'TOKENS_FILE'));
-    if (!r.success) throw new ConfigError(formatIssues(`TOKENS_FILE ${env.TOKENS_FILE}: `, r.error));
-    const entries = Array.isArray(r.data) ? r.data.map((e) => [e.token, e.roles] as const) : Object.entries(r.data);
+    const data = readTokensFile(env.TOKENS_FILE);
+    const entries = Array.isArray(data) ? data.flatMap((e) => ('token' in e ? [[e.token, e.roles] as const] : [])) : Object.entries(data);
     for (const [token, roles] of entries) tokens.set(token, [...new Set([...(tokens.get(token) ?? []), ...roles])]);
   }
   return tokens;
+}
+
+/**
+ * Starfish user id → roles for cap-cert auth: CAP_ADMINS gives `admin`; TOKENS_FILE's
+ * `[{ "capUserId": "<id>", "roles": [...] }]` entries add more. Empty unless CAP_AUTH=on.
+ */
+export function loadCapRoles(env: Pick<Env, 'CAP_AUTH' | 'CAP_ADMINS' | 'TOKENS_FILE'>): Map<string, string[]> {
+  const out = new Map<string, string[]>();
+  if (env.CAP_AUTH !== 'on') return out;
+  const add = (id: string, roles: readonly string[]): void => void out.set(id, [...new Set([...(out.get(id) ?? []), ...roles])]);
+  for (const id of env.CAP_ADMINS ?? []) add(id, ['admin']);
+  if (env.TOKENS_FILE) {
+    const data = readTokensFile(env.TOKENS_FILE);
+    if (Array.isArray(data)) for (const e of data) if ('capUserId' in e) add(e.capUserId, e.roles);
+  }
+  return out;
+}
+
+/** The signed revocation lists of CAP_REVOCATIONS_FILE (one list or an array), checked by the cap resolver. */
+export function loadCapRevocations(env: Pick<Env, 'CAP_REVOCATIONS_FILE'>): unknown[] {
+  if (!env.CAP_REVOCATIONS_FILE) return [];
+  const data = readJsonFile(env.CAP_REVOCATIONS_FILE, 'CAP_REVOCATIONS_FILE');
+  const lists = Array.isArray(data) ? data : [data];
+  lists.forEach((l, i) => {
+    if (typeof l !== 'object' || l === null || typeof (l as { iss?: unknown }).iss !== 'string' || !Array.isArray((l as { revoked?: unknown }).revoked)) {
+      throw new ConfigError(`CAP_REVOCATIONS_FILE ${env.CAP_REVOCATIONS_FILE}: list ${i} is not a signed revocation list ({ v, iss, issUserId, generation, revoked, sig })`);
+    }
+  });
+  return lists;
 }

@@ -17,6 +17,7 @@
  * Uint8Array (measured: 23 vs 5 ns per character on the bench machine).
  */
 import { isUtf8 } from 'node:buffer';
+import { randomBytes } from 'node:crypto';
 
 /**
  * Deepest nesting of objects/arrays allowed inside an event. The event object itself is level 1,
@@ -61,11 +62,18 @@ export interface EventSink {
   endEvent(): void;
 }
 
-/** Outcome of {@link scanEnvelope}: the number of events, or an error naming the problem. */
-export type EnvelopeScan = { ok: true; events: number } | { ok: false; error: string };
+/**
+ * Outcome of {@link scanEnvelope}: the number of events, or an error naming the problem.
+ * `everyEventHasMessageId`: every event has a top-level `message_id` member whose value is a
+ * non-empty JSON string (true for an empty `events` array). The key counts however it is spelled
+ * (`"message\u005fid"` is the same key, stored in the same column); a nested `message_id`, a
+ * number or `""` does not count. A push without an Idempotency-Key is deduplicated by its body
+ * only when this is true (docs/reliability.md, "Retries").
+ */
+export type EnvelopeScan = { ok: true; events: number; everyEventHasMessageId: boolean } | { ok: false; error: string };
 
 /** Outcome of {@link checkEnvelope}: also the decoded text when asked, for whoever encodes it next. */
-export type EnvelopeCheck = { ok: true; text?: string; events: number } | { ok: false; error: string };
+export type EnvelopeCheck = { ok: true; text?: string; events: number; everyEventHasMessageId: boolean } | { ok: false; error: string };
 
 class ScanError extends Error {}
 
@@ -76,36 +84,82 @@ function quoteKey(key: string): string {
   return JSON.stringify(key.length > MAX_QUOTED_KEY ? `${key.slice(0, MAX_QUOTED_KEY)}…` : key);
 }
 
-/** Keys per event compared pairwise before a Set takes over (real events have about ten). */
-const LINEAR_KEYS = 32;
 const textDecoder = new TextDecoder();
 
 const TRUE = [116, 114, 117, 101];
 const FALSE = [102, 97, 108, 115, 101];
 const NULL = [110, 117, 108, 108];
 
+/** The key whose presence in every event makes a keyless body a candidate for body dedup. */
+const MESSAGE_ID = [109, 101, 115, 115, 97, 103, 101, 95, 105, 100];
+
+/*
+ * Duplicate keys are found by hashing each key's canonical bytes (see {@link unescapeInto}) into a
+ * per-event open-addressing table: one pass over each key, whatever its spelling, so the check is
+ * linear in the body for any number of keys per event. The hash is FNV-1a with a per-process
+ * random seed and a finalising mix (every bit of the slot depends on every byte), so a client
+ * cannot choose keys that collide. Should one probe all the same run past MAX_PROBES, the event's
+ * keys go into a Set of strings instead (V8's own seeded hashing), so no input is quadratic.
+ */
+const MAX_PROBES = 32;
+const KEY_HASH_SEED = randomBytes(4).readInt32LE(0);
+let keyHashMask = -1;
+
+/** Test hook: ANDs every key hash with `mask` (0 makes all keys collide; -1 restores). */
+export function setKeyHashMaskForTests(mask: number): void {
+  keyHashMask = mask | 0;
+}
+
+function mixHash(h: number): number {
+  h ^= h >>> 16;
+  h = Math.imul(h, 0x85ebca6b);
+  h ^= h >>> 13;
+  h = Math.imul(h, 0xc2b2ae35);
+  h ^= h >>> 16;
+  return h & keyHashMask;
+}
+
 /**
  * A recursive-descent scanner over one body. Recursion is bounded: a container deeper than
- * MAX_JSON_DEPTH is refused before it is entered.
+ * MAX_JSON_DEPTH is refused before it is entered, and values inside an event are scanned by one
+ * loop with an explicit stack ({@link Scanner.container}).
  */
 class Scanner {
   pos: number;
-  /** Set by skipWs when it skipped anything: the value just scanned holds whitespace. */
+  /** Set by value(): the value just scanned holds whitespace outside its strings. */
   sawWs = false;
-  /** Set by string(): the string just scanned holds a backslash escape. */
+  /** Set by string() and value(): the string just scanned holds a backslash escape. */
   escaped = false;
   /** Where depth errors point: an event index, or -1 for a value outside data.events. */
   eventIndex = -1;
+  /** Set by events(): every event has a non-empty string `message_id`. */
+  everyEventHasMessageId = true;
   /** Top-level keys seen, for the error about a missing "data" (at most 5 are named). */
   readonly topKeys: string[] = [];
-  /**
-   * Key ranges of the current event: start, end, escaped (0/1), three numbers per key, the first
-   * `keyCount` of them. Fixed size and reused: truncating a JS array frees its storage, and every
-   * event would allocate it again.
-   */
-  private readonly eventKeys = new Float64Array(LINEAR_KEYS * 3);
+  /** Closing bytes of the containers open in container(). */
+  private readonly stack = new Uint8Array(MAX_JSON_DEPTH + 1);
+
+  /** Set by key(): the key read last is `message_id` (however it was spelled). */
+  private keyIsMessageId = false;
+  /** Canonical bytes of the current event's escaped keys. */
+  private arena = new Uint8Array(256);
+  private arenaEnd = 0;
+  /** The current event's keys, `keyCount` of them: where their canonical bytes are (>= 0: in the body; < 0: at ~at in the arena) and their length. */
+  private kAt = new Int32Array(16);
+  private kLen = new Int32Array(16);
   private keyCount = 0;
-  /** The current event's keys once it has more than LINEAR_KEYS of them. */
+  /**
+   * Open-addressing table of the current event's keys, at most a quarter full: a slot is taken
+   * when its `slotGen` is `gen`, which moves on with each event (so nothing is cleared), and then
+   * holds a key's hash and index.
+   */
+  private slotGen = new Int32Array(64);
+  private slotHash = new Int32Array(64);
+  private slotKey = new Int32Array(64);
+  private gen = 1;
+  /** Keys the arrays above take before they grow: kAt's length, and a quarter of the table's. */
+  private keyRoom = 16;
+  /** The current event's keys as latin1 strings of their canonical bytes, once a probe ran too long. */
   private keySet: Set<string> | undefined;
 
   constructor(
@@ -126,17 +180,7 @@ class Scanner {
   }
 
   skipWs(): void {
-    const b = this.buf;
-    let p = this.pos;
-    for (;;) {
-      const c = b[p];
-      if (c === 32 || c === 10 || c === 13 || c === 9) p++;
-      else break;
-    }
-    if (p !== this.pos) {
-      this.sawWs = true;
-      this.pos = p;
-    }
+    this.pos = skipWsFrom(this.buf, this.pos);
   }
 
   expect(code: number, what: string): void {
@@ -175,16 +219,32 @@ class Scanner {
     this.fail(message(got));
   }
 
-  /** A string starting at pos (an opening quote); leaves pos after the closing quote. */
-  string(): void {
+  /** A string starting at p (an opening quote); returns the offset after its closing quote and sets `escaped`. */
+  str(p: number): number {
     const b = this.buf;
-    let p = this.pos + 1;
-    let escaped = false;
+    p++;
+    for (;;) {
+      const c = b[p];
+      if (c === 34) break;
+      if (c === 92) return this.escapedStr(p);
+      // Control characters must be escaped; undefined means the body ended inside the string.
+      if (!(c >= 32)) {
+        this.pos = p;
+        this.syntax('a closing quote (control characters must be escaped inside strings)');
+      }
+      p++;
+    }
+    this.escaped = false;
+    return p + 1;
+  }
+
+  /** The rest of a string from its first backslash at p. */
+  escapedStr(p: number): number {
+    const b = this.buf;
     for (;;) {
       const c = b[p];
       if (c === 34) break;
       if (c === 92) {
-        escaped = true;
         const e = b[p + 1];
         // " \ / b f n r t
         if (e === 34 || e === 92 || e === 47 || e === 98 || e === 102 || e === 110 || e === 114 || e === 116) {
@@ -197,15 +257,19 @@ class Scanner {
         }
         continue;
       }
-      // Control characters must be escaped; undefined means the body ended inside the string.
       if (!(c >= 32)) {
         this.pos = p;
         this.syntax('a closing quote (control characters must be escaped inside strings)');
       }
       p++;
     }
-    this.pos = p + 1;
-    this.escaped = escaped;
+    this.escaped = true;
+    return p + 1;
+  }
+
+  /** A string starting at pos; leaves pos after the closing quote. */
+  string(): void {
+    this.pos = this.str(this.pos);
   }
 
   /** A key of the envelope or of `data`, decoded (a handful per body). */
@@ -216,9 +280,9 @@ class Scanner {
     return this.decode(start, this.pos);
   }
 
-  number(): void {
+  /** A number starting at p; returns the offset after it. */
+  num(p: number): number {
     const b = this.buf;
-    let p = this.pos;
     if (b[p] === 45) p++;
     let c = b[p];
     if (c === 48) p++;
@@ -229,15 +293,16 @@ class Scanner {
       this.pos = p;
       this.syntax('a digit');
     }
-    if (b[p] === 46) {
+    c = b[p];
+    if (c === 46) {
       p++;
       if (!isDigit(b[p])) {
         this.pos = p;
         this.syntax('a digit after the decimal point');
       }
       while (isDigit(b[p])) p++;
+      c = b[p];
     }
-    c = b[p];
     if (c === 101 || c === 69) {
       p++;
       c = b[p];
@@ -248,48 +313,160 @@ class Scanner {
       }
       while (isDigit(b[p])) p++;
     }
-    this.pos = p;
+    return p;
   }
 
-  literal(word: readonly number[], kind: ValueKind): ValueKind {
+  /** The literal `word` at p (its first byte already matched); returns the offset after it. */
+  lit(p: number, word: readonly number[]): number {
     const b = this.buf;
-    const p = this.pos;
     for (let i = 1; i < word.length; i++) {
       if (b[p + i] !== word[i]) {
         this.pos = p + i;
         this.syntax('a JSON value (true, false or null)');
       }
     }
-    this.pos = p + word.length;
-    return kind;
+    return p + word.length;
   }
 
-  /** Any JSON value at pos; `depth` is the level a container here would have. */
+  /**
+   * Any JSON value at pos; `depth` is the level a container here would have. Leaves pos after it
+   * and sets `escaped` (a string holding an escape) and `sawWs` (whitespace outside strings).
+   */
   value(depth: number): ValueKind {
-    const c = this.buf[this.pos];
+    const p = this.pos;
+    const c = this.buf[p];
+    this.sawWs = false;
     switch (c) {
       case 34:
-        this.string();
+        this.pos = this.str(p);
         return VALUE_STRING;
       case 123:
-        this.object(depth);
+        this.escaped = false;
+        this.pos = this.container(p, depth);
         return VALUE_OBJECT;
       case 91:
-        this.array(depth);
+        this.escaped = false;
+        this.pos = this.container(p, depth);
         return VALUE_ARRAY;
       case 116:
-        return this.literal(TRUE, VALUE_BOOLEAN);
+        this.escaped = false;
+        this.pos = this.lit(p, TRUE);
+        return VALUE_BOOLEAN;
       case 102:
-        return this.literal(FALSE, VALUE_BOOLEAN);
+        this.escaped = false;
+        this.pos = this.lit(p, FALSE);
+        return VALUE_BOOLEAN;
       case 110:
-        return this.literal(NULL, VALUE_NULL);
+        this.escaped = false;
+        this.pos = this.lit(p, NULL);
+        return VALUE_NULL;
       default:
         if (c === 45 || (c >= 48 && c <= 57)) {
-          this.number();
+          this.escaped = false;
+          this.pos = this.num(p);
           return VALUE_NUMBER;
         }
+        this.pos = p;
         return this.syntax('a JSON value');
     }
+  }
+
+  /**
+   * The object or array at p, and everything inside it, in one loop: the containers still open are
+   * a stack of their closing bytes, so nesting costs no call frames and no state but one byte per
+   * level. Returns the offset after it; sets `sawWs` when it skipped whitespace.
+   */
+  container(p: number, depth: number): number {
+    const b = this.buf;
+    const stack = this.stack;
+    let sp = 0;
+    let c: number;
+    for (;;) {
+      // A value starts at p.
+      c = b[p];
+      if (c === 123 || c === 91) {
+        if (depth + sp > MAX_JSON_DEPTH) this.tooDeep();
+        const close = c + 2; // '{' + 2 is '}', '[' + 2 is ']'
+        c = b[++p];
+        if (c === 32 || c === 10 || c === 13 || c === 9) {
+          this.sawWs = true;
+          p = skipWsFrom(b, p);
+          c = b[p];
+        }
+        if (c === close) {
+          p++;
+        } else {
+          stack[sp++] = close;
+          if (close === 125) p = this.memberKey(p);
+          continue;
+        }
+      } else if (c === 34) {
+        p = this.str(p);
+      } else if (c === 45 || (c >= 48 && c <= 57)) {
+        p = this.num(p);
+      } else if (c === 116) {
+        p = this.lit(p, TRUE);
+      } else if (c === 102) {
+        p = this.lit(p, FALSE);
+      } else if (c === 110) {
+        p = this.lit(p, NULL);
+      } else {
+        this.pos = p;
+        this.syntax('a JSON value');
+      }
+      // After a value: close what ends here, then on to the next element or member.
+      for (;;) {
+        if (sp === 0) return p;
+        c = b[p];
+        if (c === 32 || c === 10 || c === 13 || c === 9) {
+          this.sawWs = true;
+          p = skipWsFrom(b, p);
+          c = b[p];
+        }
+        const close = stack[sp - 1];
+        if (c === 44) {
+          c = b[++p];
+          if (c === 32 || c === 10 || c === 13 || c === 9) {
+            this.sawWs = true;
+            p = skipWsFrom(b, p);
+          }
+          if (close === 125) p = this.memberKey(p);
+          break;
+        }
+        if (c !== close) {
+          this.pos = p;
+          this.syntax(close === 125 ? "',' or '}'" : "',' or ']'");
+        }
+        p++;
+        sp--;
+      }
+    }
+  }
+
+  /** A member's key and colon at p (inside container()); returns where its value starts. */
+  memberKey(p: number): number {
+    const b = this.buf;
+    if (b[p] !== 34) {
+      this.pos = p;
+      this.syntax('a string key');
+    }
+    p = this.str(p);
+    let c = b[p];
+    if (c === 32 || c === 10 || c === 13 || c === 9) {
+      this.sawWs = true;
+      p = skipWsFrom(b, p);
+      c = b[p];
+    }
+    if (c !== 58) {
+      this.pos = p;
+      this.syntax("':'");
+    }
+    c = b[++p];
+    if (c === 32 || c === 10 || c === 13 || c === 9) {
+      this.sawWs = true;
+      p = skipWsFrom(b, p);
+    }
+    return p;
   }
 
   tooDeep(): never {
@@ -311,75 +488,172 @@ class Scanner {
     return false;
   }
 
-  object(depth: number): void {
-    if (depth > MAX_JSON_DEPTH) this.tooDeep();
-    this.pos++;
-    this.skipWs();
-    if (this.buf[this.pos] === 125) {
-      this.pos++;
-      return;
+  /**
+   * A top-level key of an event at `start` (an opening quote), checked unique: returns the offset
+   * after it and sets `escaped`, and keyAt/keyLen to its canonical bytes. A key without escapes
+   * is hashed in the same pass that finds its end; an escaped one is decoded into the arena first.
+   */
+  key(index: number, start: number): number {
+    const b = this.buf;
+    let p = start + 1;
+    let h = KEY_HASH_SEED;
+    for (;;) {
+      const c = b[p];
+      if (c === 34) break;
+      if (c === 92 || !(c >= 32)) return this.escapedKey(index, start);
+      h = Math.imul(h ^ c, 0x01000193);
+      p++;
     }
-    do {
-      if (this.buf[this.pos] !== 34) this.syntax('a string key');
-      this.string();
-      this.skipWs();
-      this.expect(58, "':'");
-      this.skipWs();
-      this.value(depth + 1);
-    } while (!this.next(125, "',' or '}'"));
+    this.escaped = false;
+    this.checkUnique(index, start, p + 1, mixHash(h), start + 1, p - start - 1);
+    return p + 1;
   }
 
-  array(depth: number): void {
-    if (depth > MAX_JSON_DEPTH) this.tooDeep();
-    this.pos++;
-    this.skipWs();
-    if (this.buf[this.pos] === 93) {
-      this.pos++;
-      return;
+  escapedKey(index: number, start: number): number {
+    // Validates the escapes (or throws the string's error) before they are decoded.
+    const end = this.str(start) - 1;
+    const at = this.arenaEnd;
+    // Canonical bytes are never longer than the escaped text.
+    if (at + (end - start) > this.arena.length) {
+      const grown = new Uint8Array(Math.max(2 * this.arena.length, at + (end - start)));
+      grown.set(this.arena.subarray(0, at));
+      this.arena = grown;
     }
-    do this.value(depth + 1);
-    while (!this.next(93, "',' or ']'"));
+    const arena = this.arena;
+    const len = unescapeInto(this.buf, start + 1, end, arena, at);
+    let h = KEY_HASH_SEED;
+    for (let i = at; i < at + len; i++) h = Math.imul(h ^ arena[i], 0x01000193);
+    this.arenaEnd = at + len;
+    this.checkUnique(index, start, end + 1, mixHash(h), ~at, len);
+    return end + 1;
+  }
+
+  /** Whether the canonical bytes at `a` and `b` (as keyAt) are the same `len` bytes. */
+  sameBytes(a: number, b: number, len: number): boolean {
+    const x = a >= 0 ? this.buf : this.arena;
+    const y = b >= 0 ? this.buf : this.arena;
+    const i = a >= 0 ? a : ~a;
+    const j = b >= 0 ? b : ~b;
+    for (let k = 0; k < len; k++) if (x[i + k] !== y[j + k]) return false;
+    return true;
+  }
+
+  /** Whether the 10 canonical bytes at `at` spell `message_id`. */
+  isMessageId(at: number): boolean {
+    const x = at >= 0 ? this.buf : this.arena;
+    const i = at >= 0 ? at : ~at;
+    for (let k = 0; k < MESSAGE_ID.length; k++) if (x[i + k] !== MESSAGE_ID[k]) return false;
+    return true;
   }
 
   /**
-   * Refuses a key the current event already has: storing both is impossible, dropping one
-   * silent. Events have a handful of keys, compared byte by byte; past LINEAR_KEYS an event's
-   * keys go into a Set, so a hostile event with a million keys costs linear time, not quadratic.
+   * Refuses a key the current event already has (`body[keyStart, keyEnd)`, whose canonical bytes
+   * are `len` at `at` with this hash): storing both is impossible, dropping one silent. Two
+   * spellings of one key (`"a"` and `"\u0061"`) have the same canonical bytes, so they are the
+   * same key, as for JSON.parse. Records the key for the rest of the event, and whether it is
+   * `message_id` (keyIsMessageId).
    */
-  checkUnique(index: number, start: number, end: number, escaped: boolean): void {
-    const keys = this.eventKeys;
-    const n = this.keyCount * 3;
-    let seen = this.keySet;
-    if (seen === undefined && n === keys.length) {
-      seen = this.keySet = new Set<string>();
-      for (let k = 0; k < n; k += 3) seen.add(this.decode(keys[k], keys[k + 1]));
-    }
-    if (seen !== undefined) {
-      const key = this.decode(start, end);
-      if (seen.has(key)) this.duplicate(index, key);
-      seen.add(key);
+  checkUnique(index: number, keyStart: number, keyEnd: number, hash: number, at: number, len: number): void {
+    this.keyIsMessageId = len === MESSAGE_ID.length && this.isMessageId(at);
+    if (this.keySet !== undefined) {
+      this.checkInSet(index, keyStart, keyEnd, at, len);
       return;
     }
-    const b = this.buf;
-    const len = end - start;
-    for (let k = 0; k < n; k += 3) {
-      const s = keys[k];
-      const e = keys[k + 1];
-      let same: boolean;
-      if (escaped || keys[k + 2] === 1) {
-        same = this.decode(s, e) === this.decode(start, end);
-      } else {
-        if (e - s !== len) continue;
-        let i = 1;
-        while (i < len && b[s + i] === b[start + i]) i++;
-        same = i === len;
+    const n = this.keyCount;
+    if (n === this.keyRoom) this.makeRoom();
+    const slotGen = this.slotGen;
+    const slotHash = this.slotHash;
+    const gen = this.gen;
+    const mask = slotGen.length - 1;
+    let s = hash & mask;
+    let probes = 0;
+    while (slotGen[s] === gen) {
+      if (slotHash[s] === hash) this.refuseSame(index, keyStart, keyEnd, this.slotKey[s], at, len);
+      if (++probes > MAX_PROBES) {
+        this.toKeySet();
+        this.checkInSet(index, keyStart, keyEnd, at, len);
+        return;
       }
-      if (same) this.duplicate(index, this.decode(start, end));
+      s = (s + 1) & mask;
     }
-    keys[n] = start;
-    keys[n + 1] = end;
-    keys[n + 2] = escaped ? 1 : 0;
-    this.keyCount++;
+    slotGen[s] = gen;
+    slotHash[s] = hash;
+    this.slotKey[s] = n;
+    this.kAt[n] = at;
+    this.kLen[n] = len;
+    this.keyCount = n + 1;
+  }
+
+  /** A key whose hash equals that of key k: a duplicate if its bytes are the same too. */
+  refuseSame(index: number, keyStart: number, keyEnd: number, k: number, at: number, len: number): void {
+    if (this.kLen[k] === len && this.sameBytes(this.kAt[k], at, len)) this.duplicate(index, this.decode(keyStart, keyEnd));
+  }
+
+  /** From now on (to the end of the event), keys go into a Set: a probe ran past MAX_PROBES. */
+  toKeySet(): void {
+    this.keySet = new Set<string>();
+    for (let k = 0; k < this.keyCount; k++) this.keySet.add(this.canonicalString(this.kAt[k], this.kLen[k]));
+  }
+
+  checkInSet(index: number, keyStart: number, keyEnd: number, at: number, len: number): void {
+    const keys = this.keySet as Set<string>;
+    const key = this.canonicalString(at, len);
+    if (keys.has(key)) this.duplicate(index, this.decode(keyStart, keyEnd));
+    keys.add(key);
+  }
+
+  /** Empties the key table for the next event (its slots are freed by moving `gen` on). */
+  clearKeys(): void {
+    this.gen++;
+    this.keyCount = 0;
+    this.arenaEnd = 0;
+    this.keySet = undefined;
+  }
+
+  /** Doubles the table: the current event's keys are the slots of this `gen`. */
+  growSlots(): void {
+    const size = 2 * this.slotGen.length;
+    const slotGen = new Int32Array(size);
+    const slotHash = new Int32Array(size);
+    const slotKey = new Int32Array(size);
+    const mask = size - 1;
+    const gen = this.gen;
+    for (let t = 0; t < this.slotGen.length; t++) {
+      if (this.slotGen[t] !== gen) continue;
+      const hash = this.slotHash[t];
+      let s = hash & mask;
+      while (slotGen[s] === gen) s = (s + 1) & mask;
+      slotGen[s] = gen;
+      slotHash[s] = hash;
+      slotKey[s] = this.slotKey[t];
+    }
+    this.slotGen = slotGen;
+    this.slotHash = slotHash;
+    this.slotKey = slotKey;
+  }
+
+  /** Grows the key arrays or the table (or both), whichever is full. */
+  makeRoom(): void {
+    if (this.keyCount === this.kAt.length) this.growKeys();
+    if (4 * (this.keyCount + 1) > this.slotGen.length) this.growSlots();
+    this.keyRoom = Math.min(this.kAt.length, this.slotGen.length >> 2);
+  }
+
+  growKeys(): void {
+    const grow = (a: Int32Array<ArrayBuffer>): Int32Array<ArrayBuffer> => {
+      const next = new Int32Array(2 * a.length);
+      next.set(a);
+      return next;
+    };
+    this.kAt = grow(this.kAt);
+    this.kLen = grow(this.kLen);
+  }
+
+  /** Canonical bytes as a latin1 string (one char per byte, so equal strings are equal bytes). */
+  canonicalString(at: number, len: number): string {
+    const src = at >= 0 ? this.buf : this.arena;
+    const i = at >= 0 ? at : ~at;
+    return Buffer.from(src.buffer, src.byteOffset + i, len).toString('latin1');
   }
 
   duplicate(index: number, key: string): never {
@@ -392,52 +666,116 @@ class Scanner {
     return text.includes('\\') ? (JSON.parse(text) as string) : text.slice(1, -1);
   }
 
-  /** One event object at pos (level 1), its top-level members handed to the sink. */
-  event(index: number): void {
+  /**
+   * One event object at pos (level 1), its top-level members handed to the sink. Returns whether
+   * it has a `message_id` holding a non-empty string. Separators are read inline: an event of
+   * `{}` costs a few comparisons, so millions of tiny events cost no more per byte than real ones.
+   */
+  event(index: number): boolean {
     const sink = this.sink;
-    this.keyCount = 0;
-    this.keySet = undefined;
+    const b = this.buf;
+    if (this.keyCount !== 0 || this.keySet !== undefined) this.clearKeys();
     this.eventIndex = index;
     sink?.beginEvent(index);
-    this.pos++;
-    this.skipWs();
-    if (this.buf[this.pos] === 125) {
-      this.pos++;
-      sink?.endEvent();
-      return;
+    let p = this.pos + 1;
+    let c = b[p];
+    if (c === 32 || c === 10 || c === 13 || c === 9) c = b[(p = skipWsFrom(b, p))];
+    let messageId = false;
+    if (c !== 125) {
+      for (;;) {
+        if (c !== 34) {
+          this.pos = p;
+          this.syntax('a string key');
+        }
+        const keyEnd = this.key(index, p);
+        const keyEscaped = this.escaped;
+        const isMessageId = this.keyIsMessageId;
+        const keyStart = p;
+        p = keyEnd;
+        c = b[p];
+        if (c === 32 || c === 10 || c === 13 || c === 9) c = b[(p = skipWsFrom(b, p))];
+        if (c !== 58) {
+          this.pos = p;
+          this.syntax("':'");
+        }
+        c = b[++p];
+        if (c === 32 || c === 10 || c === 13 || c === 9) c = b[(p = skipWsFrom(b, p))];
+        // Strings and numbers, most values, without value()'s dispatch.
+        let kind: ValueKind;
+        let valueEnd: number;
+        if (c === 34) {
+          kind = VALUE_STRING;
+          valueEnd = this.str(p);
+          this.sawWs = false;
+        } else if (c >= 48 && c <= 57) {
+          kind = VALUE_NUMBER;
+          valueEnd = this.num(p);
+          this.sawWs = false;
+          this.escaped = false;
+        } else {
+          this.pos = p;
+          kind = this.value(2);
+          valueEnd = this.pos;
+        }
+        // A non-empty string: more than its two quotes (an escape never decodes to nothing).
+        if (isMessageId && kind === VALUE_STRING && valueEnd - p > 2) messageId = true;
+        sink?.member(keyStart, keyEnd, keyEscaped, p, valueEnd, kind, this.escaped, this.sawWs);
+        p = valueEnd;
+        c = b[p];
+        if (c === 32 || c === 10 || c === 13 || c === 9) c = b[(p = skipWsFrom(b, p))];
+        if (c === 125) break;
+        if (c !== 44) {
+          this.pos = p;
+          this.syntax("',' or '}' after a member of an event");
+        }
+        c = b[++p];
+        if (c === 32 || c === 10 || c === 13 || c === 9) c = b[(p = skipWsFrom(b, p))];
+      }
     }
-    do {
-      if (this.buf[this.pos] !== 34) this.syntax('a string key');
-      const keyStart = this.pos;
-      this.string();
-      const keyEnd = this.pos;
-      const keyEscaped = this.escaped;
-      this.checkUnique(index, keyStart, keyEnd, keyEscaped);
-      this.skipWs();
-      this.expect(58, "':'");
-      this.skipWs();
-      const valueStart = this.pos;
-      this.sawWs = false;
-      const kind = this.value(2);
-      sink?.member(keyStart, keyEnd, keyEscaped, valueStart, this.pos, kind, this.escaped, this.sawWs);
-    } while (!this.next(125, "',' or '}' after a member of an event"));
+    this.pos = p + 1;
     sink?.endEvent();
+    return messageId;
   }
 
   /** The `data.events` array at pos; returns its length. */
   events(): number {
-    this.pos++;
-    this.skipWs();
-    if (this.buf[this.pos] === 93) {
-      this.pos++;
+    const b = this.buf;
+    let p = skipWsFrom(b, this.pos + 1);
+    if (b[p] === 93) {
+      this.pos = p + 1;
       return 0;
     }
+    const sink = this.sink;
     let i = 0;
-    do {
-      if (this.buf[this.pos] !== 123) this.wrongType((got) => `data.events[${i}] must be a JSON object, got ${got}`);
-      this.event(i++);
-      this.eventIndex = -1;
-    } while (!this.next(93, "',' or ']' after an event"));
+    let all = true;
+    for (;;) {
+      if (b[p] === 123 && b[p + 1] === 125) {
+        // `{}`: no member, no key table; millions of them cost a few comparisons each.
+        sink?.beginEvent(i);
+        sink?.endEvent();
+        all = false;
+        p += 2;
+      } else {
+        this.pos = p;
+        if (b[p] !== 123) this.wrongType((got) => `data.events[${i}] must be a JSON object, got ${got}`);
+        if (!this.event(i)) all = false;
+        p = this.pos;
+      }
+      i++;
+      let c = b[p];
+      if (c === 32 || c === 10 || c === 13 || c === 9) c = b[(p = skipWsFrom(b, p))];
+      if (c === 93) break;
+      if (c !== 44) {
+        this.eventIndex = -1;
+        this.pos = p;
+        this.syntax("',' or ']' after an event");
+      }
+      c = b[++p];
+      if (c === 32 || c === 10 || c === 13 || c === 9) p = skipWsFrom(b, p);
+    }
+    this.eventIndex = -1;
+    this.pos = p + 1;
+    this.everyEventHasMessageId = all;
     return i;
   }
 
@@ -522,6 +860,76 @@ function isHex(c: number): boolean {
   return (c >= 48 && c <= 57) || (c >= 97 && c <= 102) || (c >= 65 && c <= 70);
 }
 
+/** Past the whitespace from p. */
+function skipWsFrom(b: Uint8Array, p: number): number {
+  for (;;) {
+    const c = b[p];
+    if (c === 32 || c === 10 || c === 13 || c === 9) p++;
+    else return p;
+  }
+}
+
+/** The value of the hex digit c (already checked to be one). */
+function hexValue(c: number): number {
+  return c <= 57 ? c - 48 : (c | 32) - 87;
+}
+
+function hex4(b: Uint8Array, p: number): number {
+  return (hexValue(b[p]) << 12) | (hexValue(b[p + 1]) << 8) | (hexValue(b[p + 2]) << 4) | hexValue(b[p + 3]);
+}
+
+/**
+ * Decodes the inside of a valid JSON string, `src[start, end)` (quotes excluded), into `out` from
+ * `at`; returns the number of bytes written, never more than `end - start`. The bytes are the
+ * string's canonical form: UTF-8, with a `\uD83D\uDE00` pair as the one 4-byte character it
+ * stands for, and a lone surrogate as its 3-byte WTF-8 sequence (which valid UTF-8 never holds, so
+ * it can equal no other text). Two spellings of one string give the same bytes, and two strings
+ * JSON.parse tells apart give different bytes: keys compare by these bytes, allocation-free.
+ */
+export function unescapeInto(src: Uint8Array, start: number, end: number, out: Uint8Array, at: number): number {
+  let o = at;
+  let i = start;
+  while (i < end) {
+    const c = src[i];
+    if (c !== 92) {
+      out[o++] = c;
+      i++;
+      continue;
+    }
+    const e = src[i + 1];
+    if (e !== 117) {
+      // \" \\ \/ stand for themselves.
+      out[o++] = e === 98 ? 8 : e === 102 ? 12 : e === 110 ? 10 : e === 114 ? 13 : e === 116 ? 9 : e;
+      i += 2;
+      continue;
+    }
+    let cp = hex4(src, i + 2);
+    i += 6;
+    if (cp >= 0xd800 && cp <= 0xdbff && src[i] === 92 && src[i + 1] === 117) {
+      const low = hex4(src, i + 2);
+      if (low >= 0xdc00 && low <= 0xdfff) {
+        cp = 0x10000 + ((cp - 0xd800) << 10) + (low - 0xdc00);
+        i += 6;
+      }
+    }
+    if (cp < 0x80) out[o++] = cp;
+    else if (cp < 0x800) {
+      out[o++] = 0xc0 | (cp >> 6);
+      out[o++] = 0x80 | (cp & 0x3f);
+    } else if (cp < 0x10000) {
+      out[o++] = 0xe0 | (cp >> 12);
+      out[o++] = 0x80 | ((cp >> 6) & 0x3f);
+      out[o++] = 0x80 | (cp & 0x3f);
+    } else {
+      out[o++] = 0xf0 | (cp >> 18);
+      out[o++] = 0x80 | ((cp >> 12) & 0x3f);
+      out[o++] = 0x80 | ((cp >> 6) & 0x3f);
+      out[o++] = 0x80 | (cp & 0x3f);
+    }
+  }
+  return o - at;
+}
+
 /** Offset of the first byte after a leading UTF-8 BOM (which `TextDecoder` also drops). */
 function bodyStart(body: Uint8Array): number {
   return body.length >= 3 && body[0] === 0xef && body[1] === 0xbb && body[2] === 0xbf ? 3 : 0;
@@ -540,7 +948,8 @@ export function scanEnvelope(body: Uint8Array, sink?: EventSink, utf8Checked = f
   if (!utf8Checked && !isUtf8(body)) return { ok: false, error: 'body is not valid UTF-8' };
   const scanner = new Scanner(body, sink, bodyStart(body));
   try {
-    return { ok: true, events: scanner.envelope() };
+    const events = scanner.envelope();
+    return { ok: true, events, everyEventHasMessageId: scanner.everyEventHasMessageId };
   } catch (err) {
     if (err instanceof ScanError) return { ok: false, error: err.message };
     throw err;
@@ -564,5 +973,5 @@ export function checkEnvelope(body: Uint8Array, opts: { text?: boolean } = {}): 
     return { ok: false, error: 'body is not valid UTF-8' };
   }
   const scan = scanEnvelope(body, undefined, true);
-  return scan.ok ? { ok: true, text, events: scan.events } : scan;
+  return scan.ok ? { ok: true, text, events: scan.events, everyEventHasMessageId: scan.everyEventHasMessageId } : scan;
 }

@@ -3,6 +3,7 @@ import type { Job, Queue } from 'bullmq';
 import type { RedisClient } from '../../shared/redis.js';
 import type { ShardSet } from '../../shared/shards.js';
 import { HttpError } from '../../shared/errors.js';
+import { parseIntegerParam } from '../../shared/http.js';
 import { withTimeout } from '../../shared/timeout.js';
 import { batchIdMs, isBatchId } from '../../shared/ids.js';
 import type { BatchLedger } from '../../shared/ledger/ledger.js';
@@ -10,6 +11,8 @@ import { BATCH_JOB_OPTIONS, type BatchJob, BatchGroupJobSchema, BatchJobSchema, 
 import { restampParquet } from '../../shared/parquet/encode.js';
 import { noteReplayedBatch } from '../../shared/rollup/redis-keys.js';
 import { type RoleResolver, TokenRoles, requireRoles } from './auth.js';
+import { noImplicitConditional } from './edge/conditional.js';
+import { methodNotAllowed } from './edge/methods.js';
 
 /** One dead-lettered batch, as the failed listing shows it (never its events). */
 export interface FailedBatch {
@@ -175,6 +178,8 @@ export interface AdminRouterOptions {
 export function createAdminRouter(o: AdminRouterOptions): Router {
   const tokens = o.tokens instanceof TokenRoles ? o.tokens : new TokenRoles(o.tokens);
   const router = express.Router({ caseSensitive: true });
+  // Only pull answers conditional requests; an admin listing is never an empty 304.
+  router.use('/admin', noImplicitConditional);
   const admin = requireRoles(['admin'], o.roleResolver ?? tokens);
   // Every admin call is Redis work: bounded in time, and a Redis that is down or hung answers
   // 503 + Retry-After like a push does, never 500.
@@ -189,9 +194,7 @@ export function createAdminRouter(o: AdminRouterOptions): Router {
     '/admin/failed',
     admin,
     wrap(async (req, res) => {
-      const raw = req.query.limit;
-      const limit = raw === undefined ? 100 : Number(raw);
-      if (!Number.isInteger(limit) || limit < 1 || limit > MAX_REPLAY_BATCH) throw new HttpError(400, `limit must be an integer from 1 to ${MAX_REPLAY_BATCH}`);
+      const limit = parseIntegerParam(req.query.limit, { name: 'limit', min: 1, max: MAX_REPLAY_BATCH, fallback: 100 });
       if (!o.shards || o.shards.count === 1) return void res.json(await listFailed(o.queue, limit));
       const parts = await Promise.all(o.shards.shards.map((s) => listFailed(s.queue, limit)));
       const items = parts.flatMap((p) => p.items).sort((a, b) => (a.failedAt ?? 0) - (b.failedAt ?? 0) || (a.batchId < b.batchId ? -1 : 1));
@@ -219,5 +222,7 @@ export function createAdminRouter(o: AdminRouterOptions): Router {
       res.json({ replayed: results.filter((r) => r.outcome === 'replayed' || r.outcome === 'reissued').length, results });
     }),
   );
+  router.all('/admin/failed', methodNotAllowed(['GET', 'HEAD']));
+  router.all(['/admin/replay', '/admin/replay/:batchId'], methodNotAllowed(['POST']));
   return router;
 }

@@ -1,24 +1,29 @@
 import express, { type Express, type NextFunction, type Request, type Response } from 'express';
+import type { IncomingMessage } from 'node:http';
 import type { Queue } from 'bullmq';
 import type { Registry } from 'prom-client';
 import { type Shard, ShardSet } from '../../shared/shards.js';
 import { API_ENCODE_MAX_BYTES_DEFAULT, type Env, MAX_INFLIGHT_BYTES_DEFAULT, QUEUE_GROUP_MAX_DEFAULT, type SyncConfig } from '../../shared/config.js';
-import { ByteBudget } from '../../shared/byte-budget.js';
+import { ByteBudget, DRAIN_COLLECT_MIN_PEAK, DrainCollector } from '../../shared/byte-budget.js';
 import { HttpError, StoreError } from '../../shared/errors.js';
 import type { BatchLedger } from '../../shared/ledger/ledger.js';
 import { reapOnce } from '../../shared/ledger/reaper.js';
 import { type Logger, throttledWarn } from '../../shared/logger.js';
 import { type RedisClient, isRedisUnavailable, redisAddress } from '../../shared/redis.js';
 import { withTimeout } from '../../shared/timeout.js';
+import type { ContinueRefusal } from '../../shared/http.js';
 import type { ObjectStore } from '../../shared/store/types.js';
 import { TokenRoles } from './auth.js';
 import { edgeFromEnv, type EdgeEnv } from './edge/from-env.js';
+import { noImplicitConditional } from './edge/conditional.js';
+import { pushLengthCheck } from './edge/expect-continue.js';
+import { methodNotAllowed } from './edge/methods.js';
 import { QUEUE_STATES, SHARD_QUEUE_STATES, type UpkeepStep, createApiMetrics, type ApiMetrics } from './metrics.js';
 import { createEventsServerPlugin } from './plugin.js';
 import { createAdminRouter } from './admin.js';
 import { createSyncRouter, jsonErrorHandler } from './router.js';
 import { LoadShedder } from './shedder.js';
-import { ParquetEncodeThread } from '../../shared/parquet/encode-thread-pool.js';
+import { ParquetEncodeThread, RETIRE_ABOVE_WASM_BYTES } from '../../shared/parquet/encode-thread-pool.js';
 
 export interface ApiDeps {
   env: Pick<Env, 'BASE_PATH' | 'QUEUE_HIGH_WATER' | 'REDIS_MEMORY_HIGH_WATER' | 'IDEMPOTENCY_WINDOW_SECONDS' | 'ORPHAN_GRACE_SECONDS' | 'QUEUE_NAME'> &
@@ -46,6 +51,8 @@ export interface ApiApp {
   shedder: LoadShedder;
   /** One pass of the background upkeep: gauges and orphan reaping. */
   upkeep(): Promise<void>;
+  /** For the server's `checkContinue` (shared/http.ts): a push declaring a body over its limit is refused before `100 Continue`. */
+  checkContinue(req: IncomingMessage): ContinueRefusal | null;
   /** Starts the background loops (shedder sampling, upkeep every few seconds). */
   start(): void;
   /** Stops the loops. Idempotent. */
@@ -69,7 +76,8 @@ export function createApiApp(deps: ApiDeps): ApiApp {
   // Started on the first push the API encodes itself (API_ENCODE_MAX_BYTES), and again if it died.
   let parquetThread: ParquetEncodeThread | undefined;
   const encodeThread = (): ParquetEncodeThread => {
-    if (!parquetThread || parquetThread.gone) parquetThread = new ParquetEncodeThread();
+    // Retired once idle with its wasm memory grown past ordinary batches, so idle RSS comes back.
+    if (!parquetThread || parquetThread.gone) parquetThread = new ParquetEncodeThread({ retireAboveWasmBytes: RETIRE_ABOVE_WASM_BYTES });
     return parquetThread;
   };
   const plugins = config.collections.map((c) =>
@@ -96,8 +104,10 @@ export function createApiApp(deps: ApiDeps): ApiApp {
     }),
   );
   const tokens = new TokenRoles(deps.tokens);
-  const edge = edgeFromEnv(deps.env, { tokens, redis, registry, logger });
+  const edge = edgeFromEnv(deps.env, { tokens, redis, registry, logger, collections: config.collections });
   const inflightLimit = deps.env.MAX_INFLIGHT_BYTES ?? MAX_INFLIGHT_BYTES_DEFAULT;
+  // Once a burst of large pushes has drained, its dead bodies are collected (shared/byte-budget.ts).
+  const drained = new DrainCollector({ minPeak: DRAIN_COLLECT_MIN_PEAK });
   metrics.inflightBytesLimit.set(inflightLimit);
   const router = createSyncRouter({
     store,
@@ -105,10 +115,15 @@ export function createApiApp(deps: ApiDeps): ApiApp {
     plugins,
     auth: tokens,
     log: logger,
+    // The Starfish collection manifest (fetchServerConfig): names and push limits only, open to all.
+    configEndpoint: { auth: 'public' },
     ...edge.routerOptions,
     shedReason: () => shedder.shedReason(),
     ...(deps.env.APP_PATTERN ? { appPattern: deps.env.APP_PATTERN } : {}),
-    inflightBudget: new ByteBudget(inflightLimit, (used) => metrics.inflightBytes.set(used)),
+    inflightBudget: new ByteBudget(inflightLimit, (used) => {
+      metrics.inflightBytes.set(used);
+      drained.note(used);
+    }),
     observer: {
       ...edge.observer,
       rejected: (reason) => {
@@ -134,6 +149,8 @@ export function createApiApp(deps: ApiDeps): ApiApp {
   app.disable('x-powered-by');
   app.set('etag', false);
   app.set('query parser', 'simple');
+  // No empty 304 from Express for `If-None-Match: *` on /healthz, /readyz, /admin/*: only pull answers conditionals.
+  app.use(noImplicitConditional);
 
   app.use(function accessLog(req: Request, res: Response, next: NextFunction) {
     const start = performance.now();
@@ -149,6 +166,10 @@ export function createApiApp(deps: ApiDeps): ApiApp {
   });
 
   app.get('/healthz', (_req, res) => {
+    res.json({ ok: true });
+  });
+  // The Starfish reference's name for it, also under BASE_PATH where a client's baseUrl points.
+  app.get(deps.env.BASE_PATH ? ['/health', `${deps.env.BASE_PATH}/health`] : '/health', (_req, res) => {
     res.json({ ok: true });
   });
 
@@ -178,6 +199,8 @@ export function createApiApp(deps: ApiDeps): ApiApp {
     res.setHeader('Content-Type', registry.contentType);
     res.send(extra ? `${own}\n${extra}` : own);
   });
+  app.all(['/healthz', '/readyz', '/metrics'], methodNotAllowed(['GET', 'HEAD']));
+  app.all(deps.env.BASE_PATH ? ['/health', `${deps.env.BASE_PATH}/health`] : '/health', methodNotAllowed(['GET', 'HEAD']));
 
   app.use(deps.env.BASE_PATH || '/', router);
   app.use(deps.env.BASE_PATH || '/', edge.adminAudit, createAdminRouter({ queue, ledger, redis, shards, tokens, roleResolver: edge.routerOptions.roleResolver }));
@@ -274,6 +297,16 @@ export function createApiApp(deps: ApiDeps): ApiApp {
     await upkeepStep('gauges', () => withTimeout(readQueueGauges(), 5000, 'queue gauges'));
   }
 
+  const overLength = pushLengthCheck(config.collections, deps.env.BASE_PATH);
+  function checkContinue(req: IncomingMessage): ContinueRefusal | null {
+    const refusal = overLength(req);
+    if (refusal) {
+      metrics.pushes.inc({ outcome: 'rejected' });
+      metrics.rejections.inc({ reason: 'too_large' });
+    }
+    return refusal;
+  }
+
   let timer: NodeJS.Timeout | undefined;
   let busy = false;
   return {
@@ -281,6 +314,7 @@ export function createApiApp(deps: ApiDeps): ApiApp {
     metrics,
     shedder,
     upkeep,
+    checkContinue,
     start() {
       shedder.start();
       if (timer) return;
@@ -296,6 +330,7 @@ export function createApiApp(deps: ApiDeps): ApiApp {
     },
     stop() {
       shedder.stop();
+      drained.stop();
       void parquetThread?.close().catch(() => undefined);
       parquetThread = undefined;
       clearInterval(timer);

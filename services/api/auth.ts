@@ -26,12 +26,33 @@ export function authOf(res: Response): AuthResult | null {
   return (res.locals.auth as AuthResult | undefined) ?? null;
 }
 
-/** The bearer token of `req`, or null when there is no `Authorization: Bearer` header. */
+/** What the `Authorization` header holds: nothing, one bearer token, or something else (with why it is not a bearer token). */
+export type Credentials = { kind: 'none' } | { kind: 'bearer'; token: string } | { kind: 'other'; reason: string };
+
+/** An RFC 9110 auth-scheme token; anything else is not named back to the client. */
+const SCHEME_RE = /^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,32}$/;
+
+/**
+ * Reads the `Authorization` header. The reason of `other` names the scheme at most, never the
+ * credentials: `Basic …` is "Authorization scheme Basic is not supported; use Bearer",
+ * `Bearer a b` and a bare `Bearer` are malformed bearer tokens.
+ */
+export function credentialsOf(req: Request): Credentials {
+  const header = req.headers.authorization?.trim();
+  if (!header) return { kind: 'none' };
+  const [scheme = '', ...rest] = header.split(/[ \t]+/);
+  if (scheme.toLowerCase() === 'bearer') {
+    if (rest.length === 1 && rest[0]) return { kind: 'bearer', token: rest[0] };
+    return { kind: 'other', reason: rest.length === 0 ? 'malformed bearer token: no token after "Bearer"' : `malformed bearer token: one token expected after "Bearer", got ${rest.length} parts` };
+  }
+  if (!SCHEME_RE.test(scheme)) return { kind: 'other', reason: 'malformed Authorization header: expected "Bearer <token>"' };
+  return { kind: 'other', reason: `Authorization scheme ${scheme} is not supported; use Bearer` };
+}
+
+/** The bearer token of `req`, or null when there is no well-formed `Authorization: Bearer <token>` header. */
 export function bearerToken(req: Request): string | null {
-  const header = req.headers.authorization;
-  if (!header) return null;
-  const m = /^Bearer\s+(\S+)\s*$/i.exec(header);
-  return m?.[1] ?? null;
+  const c = credentialsOf(req);
+  return c.kind === 'bearer' ? c.token : null;
 }
 
 /** Resolves bearer tokens to roles without leaking, through timing, which token prefix matched. */
@@ -103,16 +124,28 @@ export function firstOf(...resolvers: RoleResolver[]): RoleResolver {
   };
 }
 
+/** Why a request was refused by {@link authenticate}, kept for {@link authorize}. */
+interface AuthRefusal {
+  error: unknown;
+  /** 401 or 403 for a refusal by auth; absent for another failure (a key server down: 503). */
+  status?: 401 | 403;
+}
+
+const REFUSAL = 'authRefusal';
+
 /**
- * Middleware factory: a role list with "public" lets everyone through (a presented credential
- * is still resolved, when valid, so its identity feeds rate limits and the audit log);
- * otherwise the resolver must find a caller with one of `roles` (401 without valid
- * credentials, 403 with credentials lacking the role). The caller is kept for {@link authOf}.
+ * Middleware factory, the first half of {@link requireRoles}: resolves the caller and keeps it
+ * for {@link authOf}, or keeps the refusal without answering it, so that middleware between
+ * the two halves (the rate limiter) sees every request, refused ones included. A role list with
+ * "public" lets everyone through (a presented credential is still resolved, when valid, so its
+ * identity feeds rate limits and the audit log); otherwise the resolver must find a caller with
+ * one of `roles` (401 without valid credentials, with the exact reason; 403 with credentials
+ * lacking the role).
  */
-export function requireRoles(roles: readonly string[], auth: TokenRoles | RoleResolver, onDenied?: (status: 401 | 403) => void): RequestHandler {
+export function authenticate(roles: readonly string[], auth: TokenRoles | RoleResolver): RequestHandler {
   const open = roles.includes('public');
   const resolve = typeof auth === 'function' ? auth : tokenRoleResolver(auth);
-  return function requireRolesMiddleware(req: Request, res: Response, next: NextFunction): void {
+  return function authenticateMiddleware(req: Request, res: Response, next: NextFunction): void {
     if (open) {
       if (!req.headers.authorization) return next();
       resolve(req)
@@ -124,26 +157,47 @@ export function requireRoles(roles: readonly string[], auth: TokenRoles | RoleRe
         .finally(() => next());
       return;
     }
+    const refuse = (r: AuthRefusal): void => {
+      res.locals[REFUSAL] = r;
+      next();
+    };
     resolve(req).then(
       (who) => {
         if (!who) {
-          onDenied?.(401);
-          return next(new HttpError(401, bearerToken(req) ? 'bearer token not recognised' : 'missing bearer token', { 'WWW-Authenticate': 'Bearer' }));
+          const c = credentialsOf(req);
+          const reason = c.kind === 'none' ? 'missing bearer token' : c.kind === 'bearer' ? 'bearer token not recognised' : c.reason;
+          return refuse({ status: 401, error: new HttpError(401, reason, { 'WWW-Authenticate': c.kind === 'other' ? 'Bearer error="invalid_request"' : 'Bearer' }) });
         }
         res.locals.auth = who;
-        if (!who.roles.some((r) => roles.includes(r))) {
-          onDenied?.(403);
-          return next(new HttpError(403, `token lacks a required role (${roles.join(', ')})`));
-        }
+        if (!who.roles.some((r) => roles.includes(r))) return refuse({ status: 403, error: new HttpError(403, `token lacks a required role (${roles.join(', ')})`) });
         next();
       },
       (err: unknown) => {
-        if (err instanceof AuthError) {
-          onDenied?.(401);
-          return next(new HttpError(401, `invalid token: ${err.message}`, { 'WWW-Authenticate': `Bearer error="invalid_token"` }));
-        }
-        next(err);
+        if (err instanceof AuthError) return refuse({ status: 401, error: new HttpError(401, `invalid token: ${err.message}`, { 'WWW-Authenticate': `Bearer error="invalid_token"` }) });
+        refuse({ error: err });
       },
     );
+  };
+}
+
+/** Middleware factory, the second half of {@link requireRoles}: answers the refusal {@link authenticate} kept, if any. */
+export function authorize(onDenied?: (status: 401 | 403) => void): RequestHandler {
+  return function authorizeMiddleware(_req: Request, res: Response, next: NextFunction): void {
+    const refusal = res.locals[REFUSAL] as AuthRefusal | undefined;
+    if (!refusal) return next();
+    if (refusal.status) onDenied?.(refusal.status);
+    next(refusal.error);
+  };
+}
+
+/**
+ * Middleware factory: {@link authenticate} then {@link authorize}, for routes with nothing to
+ * run between them. The caller is kept for {@link authOf}.
+ */
+export function requireRoles(roles: readonly string[], auth: TokenRoles | RoleResolver, onDenied?: (status: 401 | 403) => void): RequestHandler {
+  const first = authenticate(roles, auth);
+  const second = authorize(onDenied);
+  return function requireRolesMiddleware(req: Request, res: Response, next: NextFunction): void {
+    first(req, res, (err?: unknown) => (err ? next(err) : second(req, res, next)));
   };
 }

@@ -1,6 +1,5 @@
 import { createHash } from 'node:crypto';
-import type { Transform } from 'node:stream';
-import { constants as zc, createBrotliDecompress, createGunzip, createInflate } from 'node:zlib';
+import { type BrotliDecompress, type Gunzip, type Inflate, constants as zc, createBrotliDecompress, createGunzip, createInflate } from 'node:zlib';
 import type { Request } from 'express';
 import type { ByteBudget } from '../../shared/byte-budget.js';
 import { HttpError } from '../../shared/errors.js';
@@ -68,6 +67,11 @@ export interface RequestBody {
   bytes: Buffer;
   /** sha256 hex of the bytes as sent (before decoding). */
   hash: string;
+  /**
+   * sha256 hex of the decoded body (equal to `hash` without a coding): what idempotency compares,
+   * so the same JSON compressed another way is the same body.
+   */
+  decodedHash: string;
   /** Bytes as sent. */
   sentBytes: number;
 }
@@ -77,7 +81,7 @@ const BUDGET_RETRY_AFTER_SECONDS = '1';
 /** Output slices of the decoders: fewer round trips to the zlib thread than the 16 KB default. */
 const DECODE_CHUNK_BYTES = 64 * 1024;
 
-function decoderFor(coding: Exclude<ContentCoding, 'identity'>): Transform {
+function decoderFor(coding: Exclude<ContentCoding, 'identity'>): Gunzip | Inflate | BrotliDecompress {
   if (coding === 'gzip') return createGunzip({ chunkSize: DECODE_CHUNK_BYTES });
   if (coding === 'deflate') return createInflate({ chunkSize: DECODE_CHUNK_BYTES });
   return createBrotliDecompress({ chunkSize: DECODE_CHUNK_BYTES, params: { [zc.BROTLI_DECODER_PARAM_LARGE_WINDOW]: 0 } });
@@ -87,7 +91,9 @@ function decoderFor(coding: Exclude<ContentCoding, 'identity'>): Transform {
  * Reads a push body: refused from Content-Length before reading and while streaming when there is
  * none, so an oversized body never sits in memory; a coded body (gzip, deflate, br) is decoded as
  * it streams and refused as soon as its decoded size passes `maxBytes`, without inflating the rest.
- * The hash is of the bytes as sent, computed as they stream.
+ * The hash is of the bytes as sent, computed as they stream; `decodedHash` of the decoded bytes.
+ * A coded body is exactly one stream: data after its end (a second stream, padding, garbage) is
+ * refused with 400, so a 200 never stands for bytes that were not stored.
  */
 export async function readBody(req: Request, opts: ReadBodyOptions): Promise<RequestBody> {
   const { maxBytes, budget } = opts;
@@ -116,7 +122,9 @@ export async function readBody(req: Request, opts: ReadBodyOptions): Promise<Req
   if (declared !== undefined && Number.isSafeInteger(declared) && !cover(declared)) return overBudget();
 
   return new Promise<RequestBody>((resolve, reject) => {
+    const decoder = coding === 'identity' ? undefined : decoderFor(coding);
     const hash = createHash('sha256');
+    const decodedHash = decoder === undefined ? undefined : createHash('sha256');
     // A declared plain body is read straight into one buffer of its size: no chunk list to
     // concatenate, so the body is held once, not twice, at the end of the read.
     const preallocated = coding === 'identity' && declared !== undefined && Number.isSafeInteger(declared) ? Buffer.allocUnsafe(declared) : undefined;
@@ -124,7 +132,9 @@ export async function readBody(req: Request, opts: ReadBodyOptions): Promise<Req
     let sent = 0;
     let decoded = 0;
     let done = false;
-    const decoder = coding === 'identity' ? undefined : decoderFor(coding);
+    /** The last 4 bytes as sent: a gzip stream ends with its decoded size (ISIZE, RFC 1952). */
+    let tail = Buffer.alloc(0);
+    let received = false;
 
     const detach = (): void => {
       done = true;
@@ -161,7 +171,8 @@ export async function readBody(req: Request, opts: ReadBodyOptions): Promise<Req
     const succeed = (bytes: Buffer): void => {
       if (done) return;
       detach();
-      resolve({ bytes, hash: hash.digest('hex'), sentBytes: sent });
+      const sentHash = hash.digest('hex');
+      resolve({ bytes, hash: sentHash, decodedHash: decodedHash ? decodedHash.digest('hex') : sentHash, sentBytes: sent });
     };
     const budgetSpent = (): void =>
       refuse('over_budget', 503, 'overloaded: request bodies in flight are at this process\' memory budget (MAX_INFLIGHT_BYTES); retry later', { 'Retry-After': BUDGET_RETRY_AFTER_SECONDS });
@@ -172,6 +183,7 @@ export async function readBody(req: Request, opts: ReadBodyOptions): Promise<Req
       if (sent > maxBytes) return refuse('too_large', 413, `body is over this collection's limit of ${maxBytes} bytes`);
       hash.update(chunk);
       if (decoder) {
+        tail = Buffer.from(Buffer.concat([tail, chunk.subarray(-4)]).subarray(-4));
         // Raw chunks only pass through the decoder; what this request holds is the decoded output.
         if (!decoder.write(chunk)) {
           req.pause();
@@ -187,6 +199,7 @@ export async function readBody(req: Request, opts: ReadBodyOptions): Promise<Req
       if (!done) req.resume();
     };
     const onEnd = (): void => {
+      received = true;
       if (decoder) decoder.end();
       else succeed(preallocated && sent === preallocated.length ? preallocated : Buffer.concat(chunks, sent));
     };
@@ -195,9 +208,25 @@ export async function readBody(req: Request, opts: ReadBodyOptions): Promise<Req
       decoded += out.length;
       if (decoded > maxBytes) return refuse('too_large', 413, `body decoded from Content-Encoding ${coding} is over this collection's limit of ${maxBytes} bytes`);
       if (!cover(decoded)) return budgetSpent();
+      decodedHash?.update(out);
       chunks.push(out);
     };
-    const onDecodedEnd = (): void => succeed(Buffer.concat(chunks, decoded));
+    const onDecodedEnd = (): void => {
+      if (trailing()) return refuse('bad_encoding', 400, `body has data after the end of its ${coding} stream (Content-Encoding ${coding}): send exactly one stream, with nothing after it`);
+      succeed(Buffer.concat(chunks, decoded));
+    };
+    /**
+     * True when the body holds more than its one stream. A deflate or br decoder stops at the end
+     * of its stream (ending early while the body still arrives) and consumes nothing after it, so
+     * its input count falls short. Node's gunzip skips zero padding (caught the same way) but
+     * decodes a second gzip member as if it were the same stream: the last member's trailer then
+     * gives its own size, not the whole output's. (A leading member that decodes to nothing is
+     * not seen; it adds no data.)
+     */
+    const trailing = (): boolean => {
+      if (!received || !decoder || decoder.bytesWritten !== sent) return true;
+      return coding === 'gzip' && (tail.length < 4 || tail.readUInt32LE(0) !== decoded % 2 ** 32);
+    };
     const onDecodeError = (err: Error & { code?: string }): void =>
       refuse('bad_encoding', 400, `body is not valid ${coding} data (Content-Encoding ${coding}): ${err.code ?? 'decode error'}`);
     const onError = (err: Error): void => fail(new BodyError('unreadable', 400, `request body could not be read: ${err.message}`));

@@ -41,7 +41,7 @@ export function createApiMetrics(registry: Registry, opts: ApiMetricsOptions = {
   const m = {
     pushes: new Counter({ name: `${P}pushes_total`, help: 'Push requests by outcome (accepted, empty, deduplicated, rejected, shed, unavailable)', labelNames: ['outcome'], registers }),
     shed: new Counter({ name: `${P}push_shed_total`, help: 'Pushes answered 503 + Retry-After under load, by reason (high_water: queue or Redis memory; inflight_bytes: MAX_INFLIGHT_BYTES)', labelNames: ['reason'], registers }),
-    inflightBytes: new Gauge({ name: `${P}push_inflight_bytes`, help: 'Bytes of push bodies this process holds now (counted against MAX_INFLIGHT_BYTES)', registers }),
+    inflightBytes: new Gauge({ name: `${P}push_inflight_bytes`, help: 'Memory of the pushes this process holds now: body bytes, plus a per-event row cost once counted (against MAX_INFLIGHT_BYTES)', registers }),
     inflightBytesLimit: new Gauge({ name: `${P}push_inflight_bytes_limit`, help: 'MAX_INFLIGHT_BYTES of this process', registers }),
     rejections: new Counter({ name: `${P}push_rejections_total`, help: 'Refused pushes by reason', labelNames: ['reason'], registers }),
     eventsAccepted: new Counter({ name: `${P}events_accepted_total`, help: 'Events in accepted batches', registers }),
@@ -71,3 +71,17 @@ export function createApiMetrics(registry: Registry, opts: ApiMetricsOptions = {
   return m;
 }
 export type ApiMetrics = ReturnType<typeof createApiMetrics>;
+
+/** Outcomes of a cap-cert check (CAP_AUTH=on); mirrors CAP_OUTCOMES in edge/cap-auth.ts, which cannot be imported here without loading it. */
+const CAP_AUTH_OUTCOMES = ['ok', 'too_large', 'malformed', 'bad_headers', 'skew', 'invalid_cap', 'expired', 'kind', 'method', 'bad_signature', 'revoked', 'replay', 'store_unavailable'] as const;
+
+/** Metrics of cap-cert auth: outcomes by reason and verification time. Never an identity or a cert in a label. */
+export function createCapAuthMetrics(registry: Registry) {
+  const registers = [registry];
+  const m = {
+    outcomes: new Counter({ name: `${P}cap_auth_total`, help: 'Requests with an Authorization: Cap credential, by outcome (ok, or why it was refused: replay, expired, bad_signature, ...)', labelNames: ['outcome'], registers }),
+    verify: new Histogram({ name: `${P}cap_auth_duration_seconds`, help: 'Time to check one cap-signed request: cert and request signatures (Ed25519) and the nonce claim (one Redis round trip)', buckets: FAST_BUCKETS, registers }),
+  };
+  for (const o of CAP_AUTH_OUTCOMES) m.outcomes.inc({ outcome: o }, 0);
+  return m;
+}

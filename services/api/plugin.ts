@@ -107,10 +107,21 @@ export interface EventsServerPlugin {
   encodesBody(bytes: number): boolean;
   /**
    * `opts.hash`: sha256 hex of the body as sent, when `body` is its decoded form (Content-Encoding);
-   * default sha256(body). `validated.prepared`: the body scanned by `prepareBatch` (for a size
+   * default sha256(body). It is the answer's `hash`; idempotency compares `opts.decodedHash`
+   * (sha256 of `body`, computed here when not given), so the same JSON coded another way is the
+   * same body. `validated.prepared`: the body scanned by `prepareBatch` (for a size
    * `encodesBody` accepts); without it a queued batch carries its JSON.
+   * `validated.everyEventHasMessageId` (the scan's): a push without a key is deduplicated by its
+   * body only when true (absent: false), since two devices may send the same body.
    */
-  push(params: Readonly<Record<string, string>>, body: Buffer, validated: { text: string; events: number; prepared?: PreparedBatch }, opts?: { idempotencyKey?: string; hash?: string }): Promise<PushResult>;
+  push(params: Readonly<Record<string, string>>, body: Buffer, validated: { text: string; events: number; prepared?: PreparedBatch; everyEventHasMessageId?: boolean }, opts?: { idempotencyKey?: string; hash?: string; decodedHash?: string }): Promise<PushResult>;
+  /**
+   * True when `idempotencyKey` is already claimed for this prefix within its window, so `push`
+   * with it stores nothing new: it gets the first answer (same decoded body) or 422 (another
+   * body). Read-only; the router asks before charging the per-app events budget. Always false
+   * without a queue or with the window off. Redis unreachable: 503.
+   */
+  idempotencyClaimed(params: Readonly<Record<string, string>>, idempotencyKey: string, decodedHash: string): Promise<boolean>;
   list(params: Readonly<Record<string, string>>, after: string | undefined, limit: number): Promise<ListResult>;
   pull(params: Readonly<Record<string, string>>, ref: string): Promise<(StoredObject & { batchId: string }) | null>;
 }
@@ -188,7 +199,8 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
       try {
         const thread = queue?.encodeThread?.();
         // A thread that does not answer in time (stuck, or far behind) costs the push its shortcut, not its answer.
-        return packParquet(thread ? await withTimeout(thread.encode(prepared.stamp(receivedAt)), enqueueTimeoutMs, 'Parquet encode') : prepared.toParquet(receivedAt), body.length);
+        // The stamped stream moves to the thread (no copy): a failure falls back to the JSON, not to it.
+        return packParquet(thread ? await withTimeout(thread.encode(prepared.stamp(receivedAt), { transfer: true }), enqueueTimeoutMs, 'Parquet encode') : prepared.toParquet(receivedAt), body.length);
       } catch (err) {
         // Falls through to the JSON payload.
         opts.observe?.encodeFailed?.(err as Error);
@@ -199,17 +211,34 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
     return packBody(body);
   }
 
-  async function pushQueued(qb: QueueBinding, params: Readonly<Record<string, string>>, body: Buffer, prepared: PreparedBatch | undefined, events: number, hash: string, idemKey?: string, remint = true): Promise<PushResult> {
+  /** The claim of a push with an Idempotency-Key. */
+  function keyClaim(prefix: string, idemKey: string, decodedHash: string): IdempotencyClaim {
+    return { family: 'key', scope: `${collection}\n${prefix}\n${idemKey}`, bodyHash: decodedHash, windowSeconds: keyWindowSeconds };
+  }
+
+  async function pushQueued(
+    qb: QueueBinding,
+    params: Readonly<Record<string, string>>,
+    body: Buffer,
+    prepared: PreparedBatch | undefined,
+    events: number,
+    hash: string,
+    decodedHash: string,
+    idemKey?: string,
+    remint = true,
+    bodyDedup = false,
+  ): Promise<PushResult> {
     const prefix = listPrefix(template, params);
     const q = route(qb, prefix);
     // The keyed claim's scope holds the key, not the body: the same key with another body is a
     // conflict (Stripe's rule), never a silent merge. Without a key only a byte-identical body
-    // within the short retry window counts as a retry.
+    // within the short retry window counts as a retry, and only when every event carries a
+    // message_id (`bodyDedup`): two devices sending the same heartbeat are two batches, not one.
     const claim: IdempotencyClaim | undefined =
       idemKey !== undefined
-        ? { family: 'key', scope: `${collection}\n${prefix}\n${idemKey}`, bodyHash: hash, windowSeconds: keyWindowSeconds }
-        : bodyWindowSeconds > 0
-          ? { family: 'body', scope: `${collection}\n${prefix}\n${hash}`, bodyHash: hash, windowSeconds: bodyWindowSeconds }
+        ? keyClaim(prefix, idemKey, decodedHash)
+        : bodyWindowSeconds > 0 && bodyDedup
+          ? { family: 'body', scope: `${collection}\n${prefix}\n${decodedHash}`, bodyHash: decodedHash, windowSeconds: bodyWindowSeconds }
           : undefined;
     const t0 = performance.now();
     let minted;
@@ -240,7 +269,7 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
         if (await fileExists(batchKey(template, params, batchId))) return { hash, batchId, events, deduplicated: true };
         await q.ledger.release(prefix, batchId, claim).catch(() => undefined);
         if (!remint) throw unavailable('an earlier push with this idempotency key was lost before it was queued');
-        return pushQueued(qb, params, body, prepared, events, hash, idemKey, false);
+        return pushQueued(qb, params, body, prepared, events, hash, decodedHash, idemKey, false, bodyDedup);
       }
       // 'abandoned': the first push minted this id and died before enqueueing; the id still holds
       // its place in the ordering ledger, so enqueueing this retry's body under it keeps the
@@ -400,8 +429,21 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
     async push(params, body, validated, pushOpts = {}) {
       const hash = pushOpts.hash ?? sha256Hex(body);
       if (validated.events === 0) return { hash, batchId: null, events: 0, deduplicated: false };
-      if (queue) return pushQueued(queue, params, body, validated.prepared, validated.events, hash, pushOpts.idempotencyKey);
+      if (queue) {
+        const decodedHash = pushOpts.decodedHash ?? (pushOpts.hash === undefined ? hash : sha256Hex(body));
+        return pushQueued(queue, params, body, validated.prepared, validated.events, hash, decodedHash, pushOpts.idempotencyKey, true, validated.everyEventHasMessageId === true);
+      }
       return pushInline(inlineLedger as MemoryLedger, params, validated.text, validated.events, hash);
+    },
+
+    async idempotencyClaimed(params, idempotencyKey, decodedHash) {
+      if (!queue || keyWindowSeconds <= 0) return false;
+      const prefix = listPrefix(template, params);
+      try {
+        return (await withTimeout(route(queue, prefix).ledger.lookup(keyClaim(prefix, idempotencyKey, decodedHash)), enqueueTimeoutMs, 'idempotency lookup')) !== null;
+      } catch {
+        throw unavailable('queue unavailable (Redis)');
+      }
     },
 
     async list(params, after, limit) {

@@ -6,31 +6,36 @@ import { type SyncConfigInput, parseSyncConfig } from '../../shared/config.js';
 import { type EnvelopeCheck, checkEnvelope } from '../../shared/envelope.js';
 import { type PreparedBatch, prepareBatch } from '../../shared/parquet/encode.js';
 import { HttpError, StoreError } from '../../shared/errors.js';
+import { parseIntegerParam } from '../../shared/http.js';
 import { isBatchId, parseBatchRef } from '../../shared/ids.js';
 import { batchKey, checkParamValue, listPrefix, routePattern } from '../../shared/paths.js';
 import { RAW_DELETED_HEADER, checkListCursor } from '../../shared/rollup/retention.js';
 import type { ByteRange, ObjectStore } from '../../shared/store/types.js';
 import type { Cluster, Redis } from 'ioredis';
-import { type RoleResolver, TokenRoles, requireRoles, tokenRoleResolver } from './auth.js';
+import { type RoleResolver, TokenRoles, authenticate, authorize, tokenRoleResolver } from './auth.js';
 import { type AuditLogger, audit } from './edge/audit.js';
+import { type CapAuthOptions, MemoryNonceStore, type NonceStore, RedisNonceStore, capOrElse, createCapRoleResolver } from './edge/cap-auth.js';
+import { type ConfigEndpointOptions, configHandler } from './config-route.js';
 import { type CounterStore, MemoryCounterStore, RedisCounterStore } from './edge/counters.js';
 import { type CorsOptions, cors } from './edge/cors.js';
 import { type BucketMode, type RateAction, RateLimiter, resolveCounters } from './edge/rate-limit.js';
 import { type SecurityHeadersOptions, securityHeaders } from './edge/security-headers.js';
 import { requestTimeout } from './edge/timeout.js';
+import { noImplicitConditional } from './edge/conditional.js';
+import { methodNotAllowed } from './edge/methods.js';
 import { BodyError, type RequestBody, contentTypeAllowed, discardRest, parseContentEncoding, readBody } from './body.js';
 import type { RejectReason, ShedReason } from './metrics.js';
-import type { ByteBudget } from '../../shared/byte-budget.js';
+import { API_ENCODED_ROW_BYTES, API_QUEUED_ROW_BYTES, type ByteBudget, batchCost } from '../../shared/byte-budget.js';
 import { contentRange, decideRange, ifRangeAllows, unsatisfiedRange } from './range.js';
 import { type EventsServerPlugin, PARQUET_MIME_TYPE, type PushResult } from './plugin.js';
 
 /** A push body's check: {@link checkEnvelope}'s, or (for a body the plugin encodes) the scan that prepared it. */
-type BodyCheck = EnvelopeCheck | { ok: true; text?: string; events: number; prepared?: PreparedBatch };
+type BodyCheck = EnvelopeCheck | { ok: true; text?: string; events: number; everyEventHasMessageId: boolean; prepared?: PreparedBatch };
 
 /** {@link prepareBatch} as a check: the same errors, in the same words, as checkEnvelope's. */
 function prepared(bytes: Uint8Array): BodyCheck {
   const r = prepareBatch(bytes);
-  return r.ok ? { ok: true, events: r.batch.rows, prepared: r.batch } : { ok: false, error: r.reason };
+  return r.ok ? { ok: true, events: r.batch.rows, everyEventHasMessageId: r.everyEventHasMessageId, prepared: r.batch } : { ok: false, error: r.reason };
 }
 
 /** Hooks the service wires to its metrics; the router itself holds no metric objects. */
@@ -60,6 +65,15 @@ export interface SyncRouterOptions {
   auth?: TokenRoles | ReadonlyMap<string, readonly string[]>;
   /** The auth hook: request → `{ identity, roles }`. Default: the bearer-token table of `auth`. */
   roleResolver?: RoleResolver;
+  /**
+   * Starfish v3 cap-cert auth (`Authorization: Cap …`), chained before `roleResolver`: a Cap
+   * credential goes to it, a Bearer one to the others. `nonceStore`: a Redis client (replays
+   * refused across instances, keys `<nonceKeyPrefix>:…`) or a NonceStore; default this process only.
+   * The Starfish protocol package is loaded (edge/cap-auth.ts) only with this option. Default off.
+   */
+  capAuth?: Omit<CapAuthOptions, 'nonceStore' | 'collections'> & { nonceStore?: NonceStore | Redis | Cluster; nonceKeyPrefix?: string };
+  /** `GET /config`, the Starfish collection manifest (`fetchServerConfig`). Default off, as in the reference; `npm start` serves it public. */
+  configEndpoint?: ConfigEndpointOptions;
   /** CORS for browser SDKs: `true` (any origin) or options. Default off. */
   cors?: boolean | CorsOptions;
   /** `X-Content-Type-Options: nosniff`, `Cache-Control: no-store` on errors and list, no `X-Powered-By`. Default on. */
@@ -83,9 +97,10 @@ export interface SyncRouterOptions {
   /** Load shedding: a reason to refuse pushes right now (503 + Retry-After), or null. */
   shedReason?: () => string | null;
   /**
-   * Bytes of push bodies this process may hold at once (MAX_INFLIGHT_BYTES); a push that would
-   * pass it gets 503 + Retry-After, before its body is read when it declares a Content-Length.
-   * Without it, only maxBodyBytes bounds each body.
+   * Memory of pushes this process may hold at once (MAX_INFLIGHT_BYTES): each body's bytes as
+   * they are read, then, once its events are counted, their rows' cost (shared/byte-budget.ts). A
+   * push that would pass it gets 503 + Retry-After, before its body is read when it declares a
+   * Content-Length. Without it, only maxBodyBytes and maxEventsPerBatch bound each push.
    */
   inflightBudget?: ByteBudget;
   /** Where the error mapping logs store failures and unexpected errors (a pino logger fits). */
@@ -188,11 +203,7 @@ function paramsOf(req: Request, names: readonly string[], observer?: RouterObser
 }
 
 function parseLimit(raw: unknown): number {
-  if (raw === undefined) return 100;
-  if (typeof raw !== 'string' || !/^\d{1,4}$/.test(raw)) throw new HttpError(400, 'limit must be an integer from 1 to 1000');
-  const n = Number(raw);
-  if (n < 1 || n > 1000) throw new HttpError(400, 'limit must be an integer from 1 to 1000');
-  return n;
+  return parseIntegerParam(raw, { name: 'limit', min: 1, max: 1000, fallback: 100 });
 }
 
 function parseAfter(raw: unknown): string | undefined {
@@ -203,6 +214,15 @@ function parseAfter(raw: unknown): string | undefined {
   return bare;
 }
 
+/** `others`, behind the cap-cert resolver when `opts.capAuth` is set. */
+function withCapAuth(opts: SyncRouterOptions, collections: readonly { name: string; storagePath: string }[], others: RoleResolver): RoleResolver {
+  const o = opts.capAuth;
+  if (!o) return others;
+  const given = o.nonceStore;
+  const nonceStore = given === undefined ? new MemoryNonceStore() : 'claim' in given ? given : new RedisNonceStore(given, o.nonceKeyPrefix ?? 'ingest-cap:n');
+  return capOrElse(createCapRoleResolver({ ...o, nonceStore, collections }), others);
+}
+
 /**
  * The sync router: for every configured collection, `POST /push/<storagePath>`,
  * `GET /pull/<storagePath>` and (when listable) `GET /list/<storagePath minus its last segment>`.
@@ -210,7 +230,7 @@ function parseAfter(raw: unknown): string | undefined {
 export function createSyncRouter(opts: SyncRouterOptions): Router {
   const config = parseSyncConfig(opts.config);
   const tokens = opts.auth instanceof TokenRoles ? opts.auth : new TokenRoles(opts.auth ?? new Map());
-  const resolver = opts.roleResolver ?? tokenRoleResolver(tokens);
+  const resolver = withCapAuth(opts, config.collections, opts.roleResolver ?? tokenRoleResolver(tokens));
   const { observer } = opts;
   const router = express.Router({ caseSensitive: true, strict: false });
   const denied = (status: 401 | 403): void => {
@@ -219,8 +239,16 @@ export function createSyncRouter(opts: SyncRouterOptions): Router {
   };
   const deniedRead = (status: 401 | 403): void => observer?.authDenied?.(status);
 
+  if (opts.configEndpoint) {
+    if (opts.cors) router.use('/config', cors(opts.cors));
+    router.get('/config', configHandler(config, opts.configEndpoint, resolver));
+    router.all('/config', methodNotAllowed(['GET', 'HEAD']));
+  }
+
   // Edge middleware, only on the sync routes (a host app's own routes are left alone).
   const syncPaths = ['/push', '/pull', '/list'];
+  // Conditional requests are answered by pull alone, never by Express (edge/conditional.ts).
+  router.use(syncPaths, noImplicitConditional);
   if (opts.cors) router.use(syncPaths, cors(opts.cors));
   const secure = opts.securityHeaders ?? true;
   if (secure) router.use(syncPaths, securityHeaders(secure));
@@ -243,6 +271,8 @@ export function createSyncRouter(opts: SyncRouterOptions): Router {
       })
     : null;
   const passThrough = (_req: Request, _res: Response, next: NextFunction): void => next();
+  /** Each route path and the methods it serves: any other method gets 405 + Allow. */
+  const served: [string, string[]][] = [];
   const auditing = (action: 'push' | 'list' | 'pull', collection: string) =>
     opts.auditLogger && (action !== 'push' || opts.auditPush) ? audit(action, collection, opts.auditLogger) : passThrough;
 
@@ -259,12 +289,15 @@ export function createSyncRouter(opts: SyncRouterOptions): Router {
     const rules = counters.get(collection.name) ?? { push: [], pull: [], list: [] };
     const limit = (action: RateAction) => (limiter && rules[action].length > 0 ? limiter.middleware(collection.name, rules[action]) : passThrough);
     const appEvents = collection.rateLimit?.appEvents;
+    served.push([`/push/${full}`, ['POST']], [`/pull/${full}`, ['GET', 'HEAD']]);
+    if (collection.listable) served.push([`/list/${prefixRoute}`, ['GET', 'HEAD']]);
 
     router.post(
       `/push/${full}`,
       auditing('push', collection.name),
-      requireRoles(collection.writeRoles, resolver, denied),
+      authenticate(collection.writeRoles, resolver),
       limit('push'),
+      authorize(denied),
       async (req, res) => {
         const shed = opts.shedReason?.();
         if (shed) {
@@ -304,12 +337,28 @@ export function createSyncRouter(opts: SyncRouterOptions): Router {
           // A body the plugin encodes itself is checked by the scan that also takes its columns.
           const check: BodyCheck = plugin.encodesBody(body.bytes.length) ? prepared(body.bytes) : checkEnvelope(body.bytes, { text: plugin.mode === 'inline' });
           if (!check.ok) throw reject(observer, check.error.startsWith('malformed JSON') || check.error.includes('UTF-8') ? 'bad_json' : 'bad_envelope', 400, check.error);
+          if (check.events > collection.maxEventsPerBatch) {
+            throw reject(observer, 'too_large', 413, `data.events has ${check.events} events; this collection's maxEventsPerBatch is ${collection.maxEventsPerBatch}`);
+          }
+          // Rows cost memory of their own, whatever their JSON length (shared/byte-budget.ts): charged once counted.
+          if (opts.inflightBudget) {
+            const rowsCost = batchCost(check.events, 0, 'prepared' in check && check.prepared ? API_ENCODED_ROW_BYTES : API_QUEUED_ROW_BYTES);
+            if (!opts.inflightBudget.tryTake(rowsCost, held.bytes)) {
+              observer?.shed?.('inflight_bytes');
+              throw new HttpError(503, `overloaded: the ${check.events} events of this push do not fit this process' memory budget for pushes in flight (MAX_INFLIGHT_BYTES); retry later`, { 'Retry-After': '1' });
+            }
+            held.bytes += rowsCost;
+          }
           delete params[t.batchParam];
-          if (limiter && appEvents) await limiter.admitEvents(collection.name, t.prefixParams.map((n) => params[n]).join('/'), appEvents, check.events, res);
-          const validated = { text: check.text ?? '', events: check.events, prepared: 'prepared' in check ? check.prepared : undefined };
+          // A keyed retry stores nothing new (the first answer, or 422): answered before the app's
+          // budget is charged, and charging nothing.
+          if (limiter && appEvents && !(idemHeader !== undefined && (await plugin.idempotencyClaimed(params, idemHeader, body.decodedHash)))) {
+            await limiter.admitEvents(collection.name, t.prefixParams.map((n) => params[n]).join('/'), appEvents, check.events, res);
+          }
+          const validated = { text: check.text ?? '', events: check.events, everyEventHasMessageId: check.everyEventHasMessageId, prepared: 'prepared' in check ? check.prepared : undefined };
           let result: PushResult;
           try {
-            result = await plugin.push(params, body.bytes, validated, { idempotencyKey: idemHeader, hash: body.hash });
+            result = await plugin.push(params, body.bytes, validated, { idempotencyKey: idemHeader, hash: body.hash, decodedHash: body.decodedHash });
           } catch (err) {
             if (err instanceof HttpError && err.status === 503) observer?.unavailable?.();
             if (err instanceof HttpError && err.status === 422) observer?.rejected?.('idempotency_conflict');
@@ -328,8 +377,9 @@ export function createSyncRouter(opts: SyncRouterOptions): Router {
         `/list/${prefixRoute}`,
         auditing('list', collection.name),
         noStore,
-        requireRoles(collection.readRoles, resolver, deniedRead),
+        authenticate(collection.readRoles, resolver),
         limit('list'),
+        authorize(deniedRead),
         async (req, res) => {
           const params = paramsOf(req, t.prefixParams);
           const limit = parseLimit(req.query.limit);
@@ -346,8 +396,9 @@ export function createSyncRouter(opts: SyncRouterOptions): Router {
     router.get(
       `/pull/${full}`,
       auditing('pull', collection.name),
-      requireRoles(collection.readRoles, resolver, deniedRead),
+      authenticate(collection.readRoles, resolver),
       limit('pull'),
+      authorize(deniedRead),
       async (req, res) => {
         const params = paramsOf(req, allNames);
         const batchId = parseBatchRef(params[t.batchParam] as string);
@@ -392,6 +443,8 @@ export function createSyncRouter(opts: SyncRouterOptions): Router {
       },
     );
   }
+  // After every collection's routes, so one collection's path never hides another's method.
+  for (const [path, methods] of served) router.all(path, methodNotAllowed(methods));
   // A host app's default error page is HTML: the router answers its own errors as JSON.
   router.use(jsonErrorHandler(opts.log));
   return router;

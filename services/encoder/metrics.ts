@@ -16,7 +16,7 @@ export function createEncoderMetrics(registry: Registry) {
     endToEndSeconds: new Histogram({ name: `${P}encoder_end_to_end_seconds`, help: 'From received_at (id instant) to the file being durable', buckets: SLOW_BUCKETS, registers }),
     compressionRatio: new Histogram({ name: `${P}encoder_compression_ratio`, help: 'JSON bytes / Parquet bytes per batch', buckets: [0.5, 1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30], registers }),
     concurrency: new Gauge({ name: `${P}encoder_concurrency`, help: 'Configured job concurrency of this encoder process', registers }),
-    inflightBytes: new Gauge({ name: `${P}encoder_inflight_bytes`, help: 'Body bytes (decoded JSON) of the jobs this encoder process works on now (counted against ENCODER_MAX_INFLIGHT_BYTES)', registers }),
+    inflightBytes: new Gauge({ name: `${P}encoder_inflight_bytes`, help: 'Memory cost of the jobs this encoder process works on now: decoded JSON bytes plus a per-event row cost, or the Parquet file bytes (counted against ENCODER_MAX_INFLIGHT_BYTES)', registers }),
     inflightBytesLimit: new Gauge({ name: `${P}encoder_inflight_bytes_limit`, help: 'ENCODER_MAX_INFLIGHT_BYTES of this process (0: no byte bound)', registers }),
     budgetWaitSeconds: new Histogram({ name: `${P}encoder_budget_wait_seconds`, help: 'Time a taken job waited for ENCODER_MAX_INFLIGHT_BYTES before it was unpacked', buckets: SLOW_BUCKETS, registers }),
     payloadReloads: new Counter({ name: `${P}encoder_payload_reloads_total`, help: 'Jobs that let go of their payload while they waited for ENCODER_MAX_INFLIGHT_BYTES and read it from Redis again once admitted', registers }),

@@ -1,5 +1,6 @@
 import { StoreError } from '../../shared/errors.js';
-import { PARQUET_MIME_TYPE, encodeBatch } from '../../shared/parquet/encode.js';
+import { PARQUET_MIME_TYPE, encodeBatch, encodeBatchToIpc, ipcToParquet } from '../../shared/parquet/encode.js';
+import type { ParquetEncodeThread } from '../../shared/parquet/encode-thread-pool.js';
 import { type BatchGroupJob, BatchGroupJobSchema, type BatchJob, BatchJobSchema, unpackBody } from '../../shared/queue.js';
 import type { z } from 'zod';
 import type { ObjectStore } from '../../shared/store/types.js';
@@ -42,6 +43,29 @@ export function encode(job: BatchJob, body: Buffer): Step<{ bytes: Uint8Array; r
   if (job.encoding === 'parquet') return { ok: true, value: { bytes: body, rows: job.events } };
   const r = encodeBatch(body, job.receivedAt);
   return r.ok ? { ok: true, value: { bytes: r.bytes, rows: r.rows } } : { ok: false, reason: r.reason };
+}
+
+/**
+ * Arrow IPC streams from this size are turned into Parquet on a worker thread
+ * ({@link encodeOffThread}): parquet-wasm's memory grows to the largest batch it encoded and never
+ * shrinks, and a thread's is given back when the thread is retired. Smaller batches (the API
+ * encodes bodies up to API_ENCODE_MAX_BYTES itself, and SDK batches are tens of KB) grow it by a
+ * few MiB at most, and stay on the event loop, where they cost no thread hop.
+ */
+export const THREAD_ENCODE_MIN_IPC_BYTES = 1024 * 1024;
+
+/**
+ * Step 3 as {@link encode} does it, except that a large batch's Parquet encode runs on `thread()`:
+ * its IPC stream moves there without a copy. `body` is not used once the stream is built, so a
+ * caller that drops its own reference frees it while the thread encodes.
+ */
+export function encodeOffThread(job: BatchJob, body: Buffer, thread: () => ParquetEncodeThread): Step<{ bytes: Uint8Array; rows: number } | Promise<{ bytes: Uint8Array; rows: number }>> {
+  if (job.encoding === 'parquet') return encode(job, body);
+  const r = encodeBatchToIpc(body, job.receivedAt);
+  if (!r.ok) return { ok: false, reason: r.reason };
+  const { ipc, rows } = r;
+  if (ipc.byteLength < THREAD_ENCODE_MIN_IPC_BYTES) return { ok: true, value: { bytes: ipcToParquet(ipc), rows } };
+  return { ok: true, value: thread().encode(ipc, { transfer: true }).then((bytes) => ({ bytes, rows })) };
 }
 
 /** Step 4: the file under its final key (the key is a function of the batch id, so a retry overwrites). */

@@ -5,10 +5,11 @@ import type { BatchLedger } from '../../shared/ledger/ledger.js';
 import { type Logger, throttledWarn } from '../../shared/logger.js';
 import { BATCH_JOB_OPTIONS, type BatchGroupJob, type BatchJob, JOB_NAME, isGroupPayload } from '../../shared/queue.js';
 import type { ObjectStore } from '../../shared/store/types.js';
-import { ByteBudget } from '../../shared/byte-budget.js';
+import { ByteBudget, DRAIN_COLLECT_MIN_PEAK, DrainCollector, ENCODER_ROW_BYTES, batchCost } from '../../shared/byte-budget.js';
 import { StoreError } from '../../shared/errors.js';
 import { createEncoderMetrics, type EncoderMetrics } from './metrics.js';
-import { decodeGroupJob, decodeJob, encode, restoreBody, write } from './pipeline.js';
+import { ParquetEncodeThread, RETIRE_ABOVE_WASM_BYTES } from '../../shared/parquet/encode-thread-pool.js';
+import { type Step, decodeGroupJob, decodeJob, encodeOffThread, restoreBody, write } from './pipeline.js';
 
 export interface EncoderOptions {
   queueName: string;
@@ -34,10 +35,12 @@ export interface EncoderOptions {
    */
   lockDurationMs?: number;
   /**
-   * Bytes of batch bodies (`bodyBytes` of the job: decoded JSON, or the Parquet file the API encoded) this process works on at once,
-   * on top of the `concurrency` count: eight 8 MB batches hold far more memory than eight 60 KB
-   * ones. A job waits in its slot for the bytes (its lock is renewed meanwhile); a job bigger than
-   * the whole budget runs alone. Default: no byte bound.
+   * Memory of the batches this process works on at once ({@link jobCost}: a JSON batch's decoded
+   * bytes plus ENCODER_ROW_BYTES per event, or the bytes of a Parquet file the API encoded), on
+   * top of the `concurrency` count: eight 8 MB batches hold far more memory than eight 60 KB
+   * ones, and 2.66 M empty events far more than their 8 MB. A job waits in its slot for its cost
+   * (its lock is renewed meanwhile); a job bigger than the whole budget runs alone. Default: no
+   * byte bound.
    */
   maxInflightBytes?: number;
   /**
@@ -87,18 +90,20 @@ const SPLIT_RETRY_DELAY_MS = 1000;
  * `concurrency` jobs are fetched at once, and each fetched payload is the compressed body) and
  * reads it from Redis again once admitted, so jobs waiting in their slots hold no body bytes.
  */
-async function processJob(job: Job, o: EncoderOptions & { ledger: BatchLedger }, m: EncoderMetrics, budget: ByteBudget | undefined, reload: (id: string) => Promise<unknown>): Promise<{ key: string; rows: number; bytes: number }> {
+async function processJob(job: Job, o: EncoderOptions & { ledger: BatchLedger; encodeThread: () => ParquetEncodeThread }, m: EncoderMetrics, budget: ByteBudget | undefined, reload: (id: string) => Promise<unknown>): Promise<{ key: string; rows: number; bytes: number }> {
   // No other reference to the payload may outlive the wait below (hence no `decoded` local here).
   let data = jobContract(job.data);
   if (job.processedOn && job.attemptsMade === 0) m.waitSeconds.observe(Math.max(0, job.processedOn - job.timestamp) / 1000);
   if (!budget) return encodeAndWrite(data, o, m);
   const tw = performance.now();
-  const waited = !budget.tryTake(data.bodyBytes);
+  // Known before the payload is unpacked: the job carries its event count (BatchJob.events).
+  const cost = jobCost(data);
+  const waited = !budget.tryTake(cost);
   if (waited) {
     // Both objects hold the payload string (zod's result is a copy of the object, not the string).
     (job.data as { body?: string }).body = '';
     data = { ...data, body: '' };
-    await budget.take(data.bodyBytes);
+    await budget.take(cost);
   }
   m.budgetWaitSeconds.observe((performance.now() - tw) / 1000);
   try {
@@ -108,7 +113,7 @@ async function processJob(job: Job, o: EncoderOptions & { ledger: BatchLedger },
     }
     return await encodeAndWrite(data, o, m);
   } finally {
-    budget.give(data.bodyBytes);
+    budget.give(cost);
   }
 }
 
@@ -120,9 +125,9 @@ async function processJob(job: Job, o: EncoderOptions & { ledger: BatchLedger },
  * written siblings are not written again. If that add fails, the group fails and is retried whole
  * (a member written again overwrites its own file with the same bytes).
  */
-async function processGroup(job: Job, o: EncoderOptions & { ledger: BatchLedger }, m: EncoderMetrics, budget: ByteBudget | undefined, reload: (id: string) => Promise<unknown>, splitOff: (batch: BatchJob) => Promise<void>): Promise<{ key: string; rows: number; bytes: number }> {
+async function processGroup(job: Job, o: EncoderOptions & { ledger: BatchLedger; encodeThread: () => ParquetEncodeThread }, m: EncoderMetrics, budget: ByteBudget | undefined, reload: (id: string) => Promise<unknown>, splitOff: (batch: BatchJob) => Promise<void>): Promise<{ key: string; rows: number; bytes: number }> {
   let group = groupContract(job.data);
-  const total = group.batches.reduce((n, b) => n + b.bodyBytes, 0);
+  const total = group.batches.reduce((n, b) => n + jobCost(b), 0);
   const ids = group.batches.map((b) => b.batchId).join(',');
   if (budget) {
     const tw = performance.now();
@@ -175,6 +180,17 @@ function groupContract(payload: unknown): BatchGroupJob {
   return decoded.value;
 }
 
+/**
+ * What a job costs the byte budget while it is worked on, from its fields alone (before its
+ * payload is unpacked): a JSON batch its body's bytes plus ENCODER_ROW_BYTES per event (the rows
+ * of its Arrow columns and of parquet-wasm's copy: shared/byte-budget.ts); a file the API
+ * encoded only its bytes (it is written as it is). Every job payload has carried `events` since
+ * its first version, so no job needs an estimate.
+ */
+export function jobCost(job: Pick<BatchJob, 'encoding' | 'events' | 'bodyBytes'>): number {
+  return job.encoding === 'parquet' ? job.bodyBytes : batchCost(job.events, job.bodyBytes, ENCODER_ROW_BYTES);
+}
+
 /** The job payload as the shared contract, or an UnrecoverableError naming what does not match. */
 function jobContract(payload: unknown): BatchJob {
   const decoded = decodeJob(payload);
@@ -186,20 +202,22 @@ function jobContract(payload: unknown): BatchJob {
 async function reloaded(job: Job, before: BatchJob, reload: (id: string) => Promise<unknown>): Promise<BatchJob> {
   // Gone (removed by an operator while it waited): an error, so BullMQ retries or drops it as it does a lost lock.
   const again = jobContract(await reload(job.id ?? ''));
-  if (again.batchId !== before.batchId || again.bodyBytes !== before.bodyBytes) throw new Error(`job ${job.id ?? ''} changed while it waited for the byte budget`);
+  if (again.batchId !== before.batchId || again.bodyBytes !== before.bodyBytes || again.events !== before.events) throw new Error(`job ${job.id ?? ''} changed while it waited for the byte budget`);
   return again;
 }
 
-async function encodeAndWrite(data: BatchJob, o: EncoderOptions & { ledger: BatchLedger }, m: EncoderMetrics): Promise<{ key: string; rows: number; bytes: number }> {
-  const body = await restoreBody(data);
+async function encodeAndWrite(data: BatchJob, o: EncoderOptions & { ledger: BatchLedger; encodeThread: () => ParquetEncodeThread }, m: EncoderMetrics): Promise<{ key: string; rows: number; bytes: number }> {
+  let body: Step<Buffer> | undefined = await restoreBody(data);
   if (!body.ok) throw new UnrecoverableError(body.reason);
 
   const t0 = performance.now();
-  const encoded = encode(data, body.value);
+  const staged = encodeOffThread(data, body.value, o.encodeThread);
+  // The body is in the IPC stream now: not held while a thread encodes it.
+  body = undefined;
+  if (!staged.ok) throw new UnrecoverableError(`bad batch data: ${staged.reason}`);
+  const { bytes, rows } = await staged.value;
   // A file the API encoded is not timed here (ingest_push_encode_duration_seconds times it there).
   if (data.encoding !== 'parquet') m.encodeSeconds.observe((performance.now() - t0) / 1000);
-  if (!encoded.ok) throw new UnrecoverableError(`bad batch data: ${encoded.reason}`);
-  const { bytes, rows } = encoded.value;
 
   const t1 = performance.now();
   try {
@@ -234,7 +252,14 @@ export function createEncoder(o: EncoderOptions): Encoder {
   // Redis down: BullMQ reports every reconnect attempt of each of its connections; log a few.
   const workerError = throttledWarn(o.logger, 'worker error');
   metrics.concurrency.set(o.concurrency);
-  const budget = o.maxInflightBytes ? new ByteBudget(o.maxInflightBytes, (used) => metrics.inflightBytes.set(used)) : undefined;
+  // Once large batches have drained, their dead buffers are collected (shared/byte-budget.ts).
+  const drained = new DrainCollector({ minPeak: DRAIN_COLLECT_MIN_PEAK });
+  const budget = o.maxInflightBytes
+    ? new ByteBudget(o.maxInflightBytes, (used) => {
+        metrics.inflightBytes.set(used);
+        drained.note(used);
+      })
+    : undefined;
   metrics.inflightBytesLimit.set(o.maxInflightBytes ?? 0);
   const shards: readonly EncoderShard[] = o.shards ?? [{ queueName: o.queueName, prefix: '', ledger: o.ledger }];
   // With several shards each worker takes a share of the slots and a process-wide gate keeps the
@@ -242,11 +267,18 @@ export function createEncoder(o: EncoderOptions): Encoder {
   const gate = shards.length > 1 ? new ByteBudget(o.concurrency) : undefined;
   const perWorker = shards.length > 1 ? Math.max(1, Math.ceil(o.concurrency / shards.length)) : o.concurrency;
   const splitQueues: Queue[] = [];
+  // Large batches are encoded on a thread, retired once idle with its wasm memory grown
+  // (services/encoder/pipeline.ts, encodeOffThread), so an idle encoder gives that memory back.
+  let thread: ParquetEncodeThread | undefined;
+  const encodeThread = (): ParquetEncodeThread => {
+    if (!thread || thread.gone) thread = new ParquetEncodeThread({ retireAboveWasmBytes: RETIRE_ABOVE_WASM_BYTES });
+    return thread;
+  };
   const workers = shards.map((shard) => startWorker(shard));
   const worker = workers[0] as Worker;
 
   function startWorker(shard: EncoderShard): Worker {
-    const so = { ...o, ledger: shard.ledger };
+    const so = { ...o, ledger: shard.ledger, encodeThread };
     const reload = async (id: string): Promise<unknown> => {
       const again = await Job.fromId(w, id);
       if (!again) throw new Error(`job ${id} is no longer in the queue`);
@@ -375,6 +407,8 @@ export function createEncoder(o: EncoderOptions): Encoder {
         const force = new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), graceMs).unref());
         const r = await Promise.race([Promise.all(workers.map((w) => w.close())).then(() => 'closed' as const), force]);
         await Promise.all(splitQueues.map((q) => q.close().catch(() => undefined)));
+        await thread?.close().catch(() => undefined);
+        drained.stop();
         if (r === 'timeout') {
           o.logger.warn('active jobs did not finish in time; closing anyway (they will be retried as stalled)');
           // Bounded too: with Redis unreachable a forced close still waits for its connections.

@@ -24,7 +24,7 @@ export interface IdempotencyClaim {
   family: 'key' | 'body';
   /** Collection, prefix and the key (or body hash): anything that must match for a retry. */
   scope: string;
-  /** Sha256 hex of the body as sent. */
+  /** Sha256 hex of the decoded body (after any Content-Encoding): the same JSON coded another way is the same body. */
   bodyHash: string;
   windowSeconds: number;
 }
@@ -74,6 +74,7 @@ export function visibleUnder(bound: ListBound, id: string): boolean {
 type Arg = string | Buffer;
 interface LedgerCommands {
   ingestMint(k1: string, k2: string, k3: string, k4: string, ...argv: Arg[]): Promise<[string, number]>;
+  ingestIdemLookup(k1: string, ...argv: Arg[]): Promise<[string, number]>;
   ingestRelease(k1: string, k2: string, k3: string, k4: string, k5: string, k6: string, k7: string, ...argv: Arg[]): Promise<number>;
   ingestReap(k1: string, k2: string, k3: string, a1: string, a2: string): Promise<number>;
   ingestListBound(k1: string, k2: string): Promise<[string, string, string]>;
@@ -142,6 +143,7 @@ export class BatchLedger {
     this.shard = opts.shard ?? { index: 0, count: 1 };
     if (!('ingestMint' in redis)) {
       redis.defineCommand('ingestMint', { numberOfKeys: 4, lua: script('mint_batch-4.lua') });
+      redis.defineCommand('ingestIdemLookup', { numberOfKeys: 1, lua: script('idem_lookup-1.lua') });
       redis.defineCommand('ingestRelease', { numberOfKeys: 7, lua: script('release_batch-7.lua') });
       redis.defineCommand('ingestReap', { numberOfKeys: 3, lua: script('release_unless_replaying-3.lua') });
       redis.defineCommand('ingestListBound', { numberOfKeys: 2, lua: script('list_bound-2.lua') });
@@ -214,7 +216,7 @@ export class BatchLedger {
   async mint(prefix: string, opts: { idempotency?: IdempotencyClaim; clockMs?: number } = {}): Promise<MintResult> {
     const claim = opts.idempotency && opts.idempotency.windowSeconds > 0 ? opts.idempotency : undefined;
     const slot = claim ? this.slot(claim) : undefined;
-    const bodyDigest = claim?.family === 'key' ? Buffer.from(claim.bodyHash.slice(0, 32), 'hex') : '';
+    const bodyDigest = claim ? digestOfBody(claim) : '';
     const [batchId, status] = await this.redis.ingestMint(
       this.key('clock'),
       this.pendingKey(prefix),
@@ -229,6 +231,18 @@ export class BatchLedger {
       bodyDigest,
     );
     return { batchId, deduplicated: status === 1, conflict: status === 2 };
+  }
+
+  /**
+   * What mint would find for `claim` right now, without minting or claiming anything: the id
+   * the claim already names and whether the body is the same (`conflict`: a keyed claim's body
+   * differs), or null when it names nothing (or its window is 0). Read-only, one slot.
+   */
+  async lookup(claim: IdempotencyClaim, opts: { clockMs?: number } = {}): Promise<MintResult | null> {
+    if (claim.windowSeconds <= 0) return null;
+    const slot = this.slot(claim);
+    const [batchId, status] = await this.redis.ingestIdemLookup(slot.keyPrefix, String(slot.windowSeconds), opts.clockMs === undefined ? '' : String(opts.clockMs), slot.field, digestOfBody(claim));
+    return status === 0 ? null : { batchId, deduplicated: status === 1, conflict: status === 2 };
   }
 
   /** Takes `batchId` out of flight (no file: never enqueued, or dead-lettered); with `forget`, also forgets that claim if it still names this id. */
@@ -379,6 +393,11 @@ export class BatchLedger {
     );
     return { orphans, dead, oldest, prefixes };
   }
+}
+
+/** What a keyed claim's entry keeps of its body: 16 bytes of the digest ('' for a body claim, whose scope holds it). */
+function digestOfBody(claim: IdempotencyClaim): Buffer | '' {
+  return claim.family === 'key' ? Buffer.from(claim.bodyHash.slice(0, 32), 'hex') : '';
 }
 
 /**

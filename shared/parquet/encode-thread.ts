@@ -4,25 +4,31 @@
  * parquet-wasm itself.
  */
 import { parentPort } from 'node:worker_threads';
+import { wasmMemory } from 'parquet-wasm';
 import { ipcToParquet } from './encode.js';
 
 export interface EncodeRequest {
   id: number;
   ipc: Uint8Array;
 }
-export type EncodeReply = { id: number; ok: true; file: Uint8Array } | { id: number; ok: false; error: string };
+/** `wasmBytes`: parquet-wasm's memory after the encode (it grows to the largest batch and never shrinks). */
+export type EncodeReply = { id: number; ok: true; file: Uint8Array; wasmBytes: number } | { id: number; ok: false; error: string; wasmBytes: number };
 
 const port = parentPort;
 if (!port) throw new Error('encode-thread.ts runs as a worker thread only');
 port.on('message', (m: EncodeRequest) => {
   let reply: EncodeReply;
   try {
-    reply = { id: m.id, ok: true, file: ipcToParquet(m.ipc) };
+    reply = { id: m.id, ok: true, file: ipcToParquet(m.ipc), wasmBytes: wasmBytes() };
   } catch (err) {
-    port.postMessage({ id: m.id, ok: false, error: (err as Error).message } satisfies EncodeReply);
+    port.postMessage({ id: m.id, ok: false, error: (err as Error).message, wasmBytes: wasmBytes() } satisfies EncodeReply);
     return;
   }
   // The file's buffer moves to the API's thread without a copy.
   port.postMessage(reply, reply.ok ? [reply.file.buffer as ArrayBuffer] : []);
 });
 port.postMessage({ ready: true });
+
+function wasmBytes(): number {
+  return (wasmMemory() as WebAssembly.Memory).buffer.byteLength;
+}

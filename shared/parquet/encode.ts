@@ -24,6 +24,7 @@ import {
   VALUE_NULL,
   VALUE_STRING,
   scanEnvelope,
+  unescapeInto,
   type EventSink,
   type ValueKind,
 } from '../envelope.js';
@@ -67,9 +68,9 @@ export type EventColumns = { readonly rows: number; readonly extra: Utf8Column }
   readonly [K in EventColumnName]: Utf8Column;
 };
 
-/** Outcome of {@link parseBatchColumns}. */
+/** Outcome of {@link parseBatchColumns}; `everyEventHasMessageId` as in {@link scanEnvelope}'s result. */
 export type ParseResult =
-  | { readonly ok: true; readonly columns: EventColumns }
+  | { readonly ok: true; readonly columns: EventColumns; readonly everyEventHasMessageId: boolean }
   | { readonly ok: false; readonly reason: string };
 
 /** Outcome of {@link encodeBatch}. */
@@ -83,33 +84,65 @@ export interface ParquetWriteOptions {
   readonly maxRowGroupSize?: number;
 }
 
-const COLUMN_INDEX: ReadonlyMap<string, number> = new Map(EVENT_COLUMNS.map((name, i) => [name, i]));
 const COLUMN_BYTES: readonly Uint8Array[] = EVENT_COLUMNS.map((name) => new TextEncoder().encode(name));
 const INT32_MAX = 0x7fffffff;
 const textEncoder = new TextEncoder();
 
-/** The fixed column whose name is the unescaped key `body[start + 1, end - 1)`, if any. */
-function columnOfKey(body: Uint8Array, start: number, end: number): number | undefined {
-  const len = end - start - 2;
+/** The fixed column whose name is the `len` bytes of `bytes` from `at`, if any. */
+function columnOfName(bytes: Uint8Array, at: number, len: number): number | undefined {
   for (let col = 0; col < COLUMN_BYTES.length; col++) {
     const name = COLUMN_BYTES[col];
     if (name.length !== len) continue;
     let i = 0;
-    while (i < len && name[i] === body[start + 1 + i]) i++;
+    while (i < len && name[i] === bytes[at + i]) i++;
     if (i === len) return col;
   }
   return undefined;
 }
 
+/** Longest column name: an escaped key that decodes to more bytes names no column. */
+const MAX_COLUMN_NAME = Math.max(...COLUMN_BYTES.map((name) => name.length));
+/** Longest spelling of a column name: each escape (`\uXXXX\uXXXX` at most) decodes to at least one byte per 12. */
+const MAX_ESCAPED_NAME = 12 * MAX_COLUMN_NAME;
+/** Scratch for an escaped key's decoded bytes (encoding is synchronous: one user at a time). */
+const KEY_SCRATCH = new Uint8Array(MAX_ESCAPED_NAME);
+
+/**
+ * The fixed column of the key `body[start, end)` (quotes included), if any. An escaped key
+ * (`"message\u005fid"`) is the same key as its plain spelling, as in the scanner's duplicate
+ * check: decoded into a scratch buffer (no string, no allocation), and only when it is short
+ * enough to spell a column name. Cost: linear in the key, however many keys an event has.
+ */
+function columnOfKey(body: Uint8Array, start: number, end: number, escaped: boolean): number | undefined {
+  if (!escaped) return columnOfName(body, start + 1, end - start - 2);
+  if (end - start - 2 > MAX_ESCAPED_NAME) return undefined;
+  return columnOfName(KEY_SCRATCH, 0, unescapeInto(body, start + 1, end - 1, KEY_SCRATCH, 0));
+}
+
+const BUILDER_OFFSETS = 1024;
+const BUILDER_DATA_BYTES = 64 * 1024;
+
 /** A growing Arrow Utf8 column: values are appended as bytes, one row after another. */
 class Utf8Builder {
-  offsets = new Int32Array(1024);
-  data = new Uint8Array(64 * 1024);
+  offsets = new Int32Array(BUILDER_OFFSETS);
+  data = new Uint8Array(BUILDER_DATA_BYTES);
   end = 0;
 
   /** Empties the builder, keeping its (grown) buffers for the next batch. */
   reset(): void {
     this.end = 0;
+  }
+
+  /** Bytes its buffers hold now. */
+  get capacity(): number {
+    return this.offsets.byteLength + this.data.byteLength;
+  }
+
+  /** Empties the builder and lets go of grown buffers (back to the starting sizes). */
+  release(): void {
+    this.end = 0;
+    if (this.offsets.length > BUILDER_OFFSETS) this.offsets = new Int32Array(BUILDER_OFFSETS);
+    if (this.data.length > BUILDER_DATA_BYTES) this.data = new Uint8Array(BUILDER_DATA_BYTES);
   }
 
   /** Marks where `row`'s value starts (at the current end). */
@@ -199,6 +232,28 @@ const FIXED_BUILDERS = EVENT_COLUMNS.map(() => new Utf8Builder());
 const EXTRA_BUILDER = new Utf8Builder();
 
 /**
+ * Capacity the staging buffers keep between batches, in all: what the ordinary batches up to
+ * API_ENCODE_MAX_BYTES (1 MiB) grow them to. A batch that grew them past it (a large body, or many
+ * events: each is 40 bytes of offsets) gives the extra back once its columns are copied out, so
+ * an idle process returns near its baseline instead of holding its largest batch's columns.
+ */
+export const RETAINED_BUILDER_BYTES = 4 * 1024 * 1024;
+
+/** Lets go of the staging buffers' growth once they hold more than RETAINED_BUILDER_BYTES; their contents must be copied out first. */
+function releaseLargeBuilders(): void {
+  let held = EXTRA_BUILDER.capacity;
+  for (const b of FIXED_BUILDERS) held += b.capacity;
+  if (held <= RETAINED_BUILDER_BYTES) return;
+  for (const b of FIXED_BUILDERS) b.release();
+  EXTRA_BUILDER.release();
+}
+
+/** Bytes the staging buffers hold now (tests, metrics). */
+export function builderBytes(): number {
+  return FIXED_BUILDERS.reduce((n, b) => n + b.capacity, EXTRA_BUILDER.capacity);
+}
+
+/**
  * Builds the column bytes from the scanner's members, copying each value's bytes as sent.
  * Fixed columns: a JSON string is stored decoded, `null` as `""`, any other value as its JSON
  * text exactly as sent (numbers keep their digits: `1e400`, `-0`, 30-digit integers; strings
@@ -231,7 +286,7 @@ class ColumnSink implements EventSink {
 
   member(keyStart: number, keyEnd: number, keyEscaped: boolean, valueStart: number, valueEnd: number, kind: ValueKind, escaped: boolean, spaced: boolean): void {
     const body = this.body;
-    const col = keyEscaped ? COLUMN_INDEX.get(decodeJson(body, keyStart, keyEnd) as string) : columnOfKey(body, keyStart, keyEnd);
+    const col = columnOfKey(body, keyStart, keyEnd, keyEscaped);
     if (col !== undefined) {
       const out = this.fixed[col];
       if (kind === VALUE_STRING) {
@@ -279,7 +334,7 @@ class ColumnSink implements EventSink {
   }
 }
 
-/** The JS value of the JSON text `body[start, end)` (only for the rare escaped key or string). */
+/** The JS value of the JSON text `body[start, end)` (only for an escaped string in a fixed column). */
 function decodeJson(body: Uint8Array, start: number, end: number): unknown {
   return JSON.parse(Buffer.from(body.buffer, body.byteOffset + start, end - start).toString('utf8'));
 }
@@ -295,7 +350,9 @@ function decodeJson(body: Uint8Array, start: number, end: number): unknown {
  * @param body - The request body as received (UTF-8 bytes or text; decompression is the caller's job).
  */
 export function parseBatchColumns(body: string | Uint8Array): ParseResult {
-  return scanColumns(body, false);
+  const r = scanColumns(body, false);
+  releaseLargeBuilders();
+  return r;
 }
 
 /** {@link parseBatchColumns}; with `borrow`, the columns are views valid until the next scan. */
@@ -304,7 +361,7 @@ function scanColumns(body: string | Uint8Array, borrow: boolean): ParseResult {
   const sink = new ColumnSink(bytes);
   const scan = scanEnvelope(bytes, sink);
   if (!scan.ok) return { ok: false, reason: scan.error };
-  return { ok: true, columns: sink.finish(scan.events, borrow) };
+  return { ok: true, columns: sink.finish(scan.events, borrow), everyEventHasMessageId: scan.everyEventHasMessageId };
 }
 
 /** A column's values as JS strings (null for a missing `extra`): for tests and debugging. */
@@ -453,11 +510,27 @@ export function ipcToParquet(ipc: Uint8Array, opts: ParquetWriteOptions = {}): U
  *   array yields a valid zero-row file.
  */
 export function encodeBatch(body: string | Uint8Array, receivedAtMs: number): EncodeResult {
+  const ipc = encodeBatchToIpc(body, receivedAtMs);
+  if (!ipc.ok) return ipc;
+  return { ok: true, bytes: ipcToParquet(ipc.ipc), rows: ipc.rows };
+}
+
+/**
+ * {@link encodeBatch} up to its Arrow IPC stream (validated, every row stamped `receivedAtMs`):
+ * for a caller that turns it into Parquet elsewhere (an encoder's large batches go to a worker
+ * thread: services/encoder/pipeline.ts). The stream owns its whole ArrayBuffer (transferable).
+ */
+export function encodeBatchToIpc(body: string | Uint8Array, receivedAtMs: number): { ok: true; ipc: Uint8Array; rows: number } | { ok: false; reason: string } {
   // Borrowed columns: they are copied into the IPC stream before anything else can scan into
   // the builders.
   const parsed = scanColumns(body, true);
-  if (!parsed.ok) return parsed;
-  return { ok: true, bytes: ipcToParquet(columnsToIpcStream(parsed.columns, receivedAtMs)), rows: parsed.columns.rows };
+  if (!parsed.ok) {
+    releaseLargeBuilders();
+    return parsed;
+  }
+  const ipc = columnsToIpcStream(parsed.columns, receivedAtMs);
+  releaseLargeBuilders();
+  return { ok: true, ipc, rows: parsed.columns.rows };
 }
 
 /**
@@ -476,7 +549,8 @@ export interface PreparedBatch {
   toParquet(receivedAtMs: number): Uint8Array;
 }
 
-export type PrepareResult = { ok: true; batch: PreparedBatch } | { ok: false; reason: string };
+/** Outcome of {@link prepareBatch}; `everyEventHasMessageId` as in {@link scanEnvelope}'s result. */
+export type PrepareResult = { ok: true; batch: PreparedBatch; everyEventHasMessageId: boolean } | { ok: false; reason: string };
 
 /**
  * Validates a push body ({@link scanEnvelope}, the API's own check) and copies its columns into an
@@ -486,11 +560,16 @@ export type PrepareResult = { ok: true; batch: PreparedBatch } | { ok: false; re
 export function prepareBatch(body: Uint8Array): PrepareResult {
   if (body.length === 0) return { ok: false, reason: `empty body: expected ${EXPECTED_ENVELOPE}` };
   const parsed = scanColumns(body, true);
-  if (!parsed.ok) return parsed;
+  if (!parsed.ok) {
+    releaseLargeBuilders();
+    return parsed;
+  }
   const rows = parsed.columns.rows;
   const { bytes, stampAt } = writeIpcStream(parsed.columns, 0);
+  releaseLargeBuilders();
   return {
     ok: true,
+    everyEventHasMessageId: parsed.everyEventHasMessageId,
     batch: {
       rows,
       ipcBytes: bytes.byteLength,

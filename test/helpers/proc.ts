@@ -1,5 +1,4 @@
 import { type Service, spawnService, waitHttpOk } from '../../scripts/chaos-kit.js';
-import { pollUntil } from '../../shared/poll.js';
 import { startFlags } from './dist.js';
 
 export type ServiceProcess = Service;
@@ -21,7 +20,5 @@ export function waitForHttp(url: string, ms = 20_000, proc?: ServiceProcess): Pr
   return waitHttpOk(url, ms, proc);
 }
 
-/** Polls `fn` until it returns a truthy value (bounded by `ms`). */
-export function waitFor<T>(fn: () => Promise<T | undefined | null | false>, ms = 20_000, what = 'condition'): Promise<T> {
-  return pollUntil(fn, { ms, what });
-}
+// The wait helpers live in ./wait.js (no child processes there); tests import waitFor from here too.
+export { waitFor } from './wait.js';

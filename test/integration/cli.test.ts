@@ -271,6 +271,46 @@ describe('events-ingest CLI against the running product', () => {
     expect(usage.stderr).toMatch(/--out/);
   });
 
+  it('plain errors: --url with a query or fragment, an --app no push could use (exit 2), an app with no events or an empty store (exit 1)', { timeout: 180_000 }, async () => {
+    for (const [bad, what] of [
+      [`${url}/?x=1`, 'a query'],
+      [`${url}/#top`, 'a fragment'],
+    ] as const) {
+      const out = join(tmp('badurl'), 'out');
+      const r = await cli(['sync', '--url', bad, '--app', 'shop', '--out', out]).done;
+      expect(r.code, r.stderr).toBe(2);
+      expect(r.stderr).toContain(`--url has ${what}`);
+      expect(r.stderr).toContain(`(e.g. ${url})`);
+      expect(existsSync(out)).toBe(false);
+    }
+
+    const storeEnv = { STORE: 'fs', DATA_DIR: dataDir };
+    const count = 'SELECT COUNT(*) AS n FROM events';
+    for (const [app, rule] of [
+      ['a/b', 'must be 1-128 characters of [A-Za-z0-9._~-]'],
+      ['..', 'must not be "." or ".."'],
+    ] as const) {
+      const r = await cli(['query', count, '--store', '--app', app], storeEnv).done;
+      expect(r.code, r.stderr).toBe(2);
+      expect(r.stderr).toBe(`events-ingest: --app ${JSON.stringify(app)}: an app name ${rule}\n`);
+    }
+    const nope = await cli(['query', count, '--store', '--app', 'nope'], storeEnv).done;
+    expect(nope.code).toBe(1);
+    expect(nope.stderr).toBe(`events-ingest: no events for app "nope" in fs:${dataDir}\n`);
+    expect(nope.stdout).toBe('');
+    const empty = tmp('empty-store');
+    const none = await cli(['query', count, '--store'], { STORE: 'fs', DATA_DIR: empty }).done;
+    expect(none.code).toBe(1);
+    expect(none.stderr).toBe(`events-ingest: no events in collection "events" in fs:${empty}\n`);
+    const every = await cli(['query', count, '--store', '--app', '*'], { STORE: 'fs', DATA_DIR: empty }).done;
+    expect(every.code).toBe(1);
+    expect(every.stderr).toBe(none.stderr);
+    // The same exit code as a synced folder with nothing in it.
+    const emptyDir = await cli(['query', count, '--dir', empty]).done;
+    expect(emptyDir.code).toBe(1);
+    expect(emptyDir.stderr).toMatch(/^events-ingest: no \.parquet files in /);
+  });
+
   it('the lock: a live holder makes a run exit 3 without touching the folder', { timeout: 180_000 }, async () => {
     const out = tmp('locked');
     writeFileSync(join(out, '.sync.lock'), JSON.stringify({ pid: process.pid, host: os.hostname(), startedAt: new Date().toISOString() }));

@@ -76,11 +76,14 @@ describe('Content-Encoding on push (in-process stack, real Redis, filesystem sto
     const app = 'enc';
     const results: { name: string; batchId: string }[] = [];
     for (const v of variants) {
+      // Most variants decode to the same body, which body dedup would take for a retry of the
+      // first: a key of its own makes each its own batch.
+      const headers = { 'Content-Type': 'application/json', 'Idempotency-Key': `enc-${v.name.replace(/ /g, '-')}`, ...v.headers };
       // A 503 + Retry-After (Redis slow on a loaded machine) is retried as a client would; bounded.
-      let r = await post(`${s.url}/push/events/${app}/x`, v.bytes, { 'Content-Type': 'application/json', ...v.headers }, v.chunked);
+      let r = await post(`${s.url}/push/events/${app}/x`, v.bytes, headers, v.chunked);
       for (let attempt = 0; attempt < 3 && r.status === 503 && r.headers['retry-after']; attempt++) {
         await new Promise((resolve) => setTimeout(resolve, 1000));
-        r = await post(`${s.url}/push/events/${app}/x`, v.bytes, { 'Content-Type': 'application/json', ...v.headers }, v.chunked);
+        r = await post(`${s.url}/push/events/${app}/x`, v.bytes, headers, v.chunked);
       }
       expect(r.status, `${v.name}: ${r.body}`).toBe(200);
       const answer = JSON.parse(r.body) as { hash: string; batchId: string };
@@ -138,6 +141,76 @@ describe('Content-Encoding on push (in-process stack, real Redis, filesystem sto
     // Nothing of any refused push was stored.
     expect(existsSync(join(s.dataDir, 'events', 'enc-bad'))).toBe(false);
   });
+
+  it('exactly one stream per Content-Encoding: a second stream or trailing bytes -> 400, nothing stored; one stream (in many chunks) -> 200', async () => {
+    // 400 events: several KB compressed, so the chunked uploads below arrive in many pieces.
+    const one = Buffer.from(batchBody(400));
+    const two = Buffer.from(batchBody(3));
+    const half = Math.floor(one.length / 2);
+    const garbage = Buffer.from('trailing garbage after the stream');
+    const compress = { deflate: deflateSync, br: brotliCompressSync, gzip: gzipSync } as const;
+    const refusedCases: [keyof typeof compress, string, Buffer][] = [];
+    for (const coding of ['deflate', 'br'] as const) {
+      const z = compress[coding];
+      refusedCases.push(
+        [coding, 'two streams', Buffer.concat([z(one), z(two)])],
+        [coding, 'stream + garbage', Buffer.concat([z(one), garbage])],
+        [coding, 'stream + zero padding', Buffer.concat([z(one), Buffer.alloc(16)])],
+        [coding, 'a JSON split over two streams', Buffer.concat([z(one.subarray(0, half)), z(one.subarray(half))])],
+      );
+    }
+    // Node's gunzip reads on into a second gzip member and skips zero padding: both are refused too.
+    refusedCases.push(
+      ['gzip', 'a JSON split over two members', Buffer.concat([gzipSync(one.subarray(0, half)), gzipSync(one.subarray(half))])],
+      ['gzip', 'stream + zero padding', Buffer.concat([gzipSync(one), Buffer.alloc(16)])],
+      ['gzip', 'stream + zero, then garbage', Buffer.concat([gzipSync(one), Buffer.from([0]), garbage])],
+    );
+    const app = 'enc-trailing';
+    const badEncoding = async (): Promise<number> => Number(/reason="bad_encoding"[^}]*\} (\d+)/.exec(await s.registry.getSingleMetricAsString('ingest_push_rejections_total'))?.[1] ?? 0);
+    const before = await badEncoding();
+    for (const [coding, what, bytes] of refusedCases) {
+      for (const chunked of [false, true]) {
+        const r = await post(`${s.url}/push/events/${app}/x`, bytes, { 'Content-Type': 'application/json', 'Content-Encoding': coding }, chunked);
+        expect(r.status, `${coding} ${what} (chunked ${chunked}): ${r.body}`).toBe(400);
+        expect(JSON.parse(r.body).error).toMatch(new RegExp(`data after the end of its ${coding} stream`));
+      }
+    }
+    // A truncated stream is still refused as invalid data.
+    for (const coding of ['deflate', 'br'] as const) {
+      const whole = compress[coding](one);
+      const r = await post(`${s.url}/push/events/${app}/x`, whole.subarray(0, whole.length - 8), { 'Content-Type': 'application/json', 'Content-Encoding': coding }, true);
+      expect(r.status, `${coding} truncated: ${r.body}`).toBe(400);
+      expect(JSON.parse(r.body).error).toContain(`not valid ${coding} data`);
+    }
+    // Each counted as a body that does not decode.
+    expect((await badEncoding()) - before).toBe(2 * refusedCases.length + 2);
+    expect(existsSync(join(s.dataDir, 'events', app))).toBe(false);
+
+    // One stream, sent whole or in 4 KB pieces: 200, every event stored, hash of the bytes as sent.
+    // Each push its own body (fresh ids), so none is taken for a retry of another.
+    for (const coding of ['deflate', 'br', 'gzip'] as const) {
+      for (const chunked of [false, true]) {
+        const body = Buffer.from(batchBody(400));
+        const batchId = await accepted(compress[coding](body), { 'Content-Encoding': coding }, chunked);
+        const rows = await rowsOf(batchId, 'enc-one');
+        expect(rows, `${coding} chunked ${chunked}`).toHaveLength(400);
+        expect(rows.map((r) => r.message_id)).toEqual((JSON.parse(body.toString()) as { data: { events: { message_id: string }[] } }).data.events.map((e) => e.message_id).sort());
+      }
+    }
+  });
+
+  /** Pushes to app enc-one (retrying a 503 + Retry-After, bounded); expects 200 with the hash of `bytes`; the batch id. */
+  async function accepted(bytes: Buffer, headers: Record<string, string>, chunked: boolean): Promise<string> {
+    let r = await post(`${s.url}/push/events/enc-one/x`, bytes, { 'Content-Type': 'application/json', ...headers }, chunked);
+    for (let attempt = 0; attempt < 3 && r.status === 503 && r.headers['retry-after']; attempt++) {
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+      r = await post(`${s.url}/push/events/enc-one/x`, bytes, { 'Content-Type': 'application/json', ...headers }, chunked);
+    }
+    expect(r.status, r.body).toBe(200);
+    const answer = JSON.parse(r.body) as { hash: string; batchId: string };
+    expect(answer.hash).toBe(sha256(bytes));
+    return answer.batchId;
+  }
 });
 
 /** VmRSS of a process, in bytes. */

@@ -1,4 +1,5 @@
 import http from 'node:http';
+import net from 'node:net';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -262,6 +263,166 @@ describe('edge: the service (CORS_ORIGINS, security headers, REQUEST_TIMEOUT_MS,
     } finally {
       await stack.close();
       rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+});
+
+/** What a raw socket got: the bytes (latin1) and when the server closed it (ms after connecting), or null if it did not within `ms`. */
+interface RawAnswer {
+  text: string;
+  closedAfterMs: number | null;
+}
+
+/**
+ * Opens a raw connection, writes `head`, then keeps writing `trickle` every second (a slow client)
+ * while the connection is open; resolves when the server closes it, when `until(text)` holds, or
+ * after `ms`.
+ */
+function rawExchange(url: string, head: string, o: { ms: number; trickle?: string; until?: (text: string) => boolean }): Promise<RawAnswer & { socket: net.Socket }> {
+  const { hostname, port } = new URL(url);
+  return new Promise((resolve) => {
+    const t0 = Date.now();
+    const socket = net.connect(Number(port), hostname);
+    let text = '';
+    let done = false;
+    const finish = (closed: boolean): void => {
+      if (done) return;
+      done = true;
+      clearInterval(ticker);
+      clearTimeout(deadline);
+      resolve({ text, closedAfterMs: closed ? Date.now() - t0 : null, socket });
+    };
+    socket.on('data', (b: Buffer) => {
+      text += b.toString('latin1');
+      if (o.until?.(text)) finish(false);
+    });
+    socket.on('close', () => finish(true));
+    socket.on('error', () => undefined);
+    socket.write(head);
+    let ticks = 0;
+    const ticker = setInterval(() => {
+      if (o.trickle && !socket.destroyed && ticks++ < 120) socket.write(o.trickle);
+    }, 1000);
+    const deadline = setTimeout(() => finish(false), o.ms);
+  });
+}
+
+describe('edge: HTTP semantics of the service', () => {
+  let s: TestStack;
+  const MAX_BODY = 8_000_000;
+  afterAll(async () => {
+    await s?.shutdown();
+  });
+
+  it('If-None-Match: * (or any validator) is answered normally everywhere but pull of an existing batch (304)', async () => {
+    s = await startTestStack();
+    const app = s.api!.app.app;
+    const push = await request(app).post('/push/events/cond/x').set('Content-Type', 'application/json').send(batchBody(2));
+    expect(push.status).toBe(200);
+    const id = push.body.batchId as string;
+    await waitFor(async () => ((await request(app).get(`/pull/events/cond/${id}`).set(auth)).headers.etag ? true : null), 20_000, 'the batch file');
+    const star = { 'If-None-Match': '*', 'If-Modified-Since': new Date(Date.now() + 86_400_000).toUTCString() };
+    const answers: [string, request.Response][] = [];
+    for (const path of ['/list/events/cond', '/admin/failed', '/healthz', '/readyz', '/pull/events/cond/1782933157690-0000-735223', '/metrics']) {
+      answers.push([path, await request(app).get(path).set(auth).set(star)]);
+    }
+    for (const [path, r] of answers) {
+      expect(r.status, path).toBe(200);
+      expect(r.text.length, path).toBeGreaterThan(0);
+    }
+    expect(answers[0]?.[1].body.items).toEqual([`${id}.parquet`]);
+    expect(answers[4]?.[1].body).toMatchObject({ data: {}, hash: '' });
+    const existing = await request(app).get(`/pull/events/cond/${id}`).set(auth).set('If-None-Match', '*');
+    expect(existing.status).toBe(304);
+  });
+
+  it('a wrong method gets 405 JSON with Allow, an unknown path still 404', async () => {
+    const app = s.api!.app.app;
+    const cases: [string, string, string][] = [
+      ['get', '/push/events/app/x', 'POST'],
+      ['put', '/push/events/app/x', 'POST'],
+      ['delete', '/pull/events/app/1782933157690-0000-735223', 'GET, HEAD'],
+      ['post', '/list/events/app', 'GET, HEAD'],
+      ['post', '/healthz', 'GET, HEAD'],
+      ['delete', '/metrics', 'GET, HEAD'],
+      ['get', '/admin/replay', 'POST'],
+      ['get', '/admin/replay/1782933157690-0000-735223', 'POST'],
+      ['post', '/admin/failed', 'GET, HEAD'],
+    ];
+    for (const [method, path, allow] of cases) {
+      const r = await request(app)[method as 'get'](path).set(auth);
+      expect(r.status, `${method} ${path}`).toBe(405);
+      expect(r.headers.allow, `${method} ${path}`).toBe(allow);
+      expect(r.body.error, `${method} ${path}`).toMatch(new RegExp(`^method ${method.toUpperCase()} not allowed on `));
+    }
+    expect((await request(app).get('/nope/events/app')).status).toBe(404);
+    expect((await request(app).get('/push/nope/app/x')).status).toBe(404);
+  });
+
+  it('limit is parsed by one strict rule on list and admin: 1e3, 1.0, +5 -> 400', async () => {
+    const app = s.api!.app.app;
+    for (const bad of ['1e3', '1.0', '+5', '0x10', '0', '1001']) {
+      for (const path of [`/admin/failed?limit=${encodeURIComponent(bad)}`, `/list/events/app?limit=${encodeURIComponent(bad)}`]) {
+        const r = await request(app).get(path).set(auth);
+        expect(r.status, path).toBe(400);
+        expect(r.body.error, path).toBe('limit must be an integer from 1 to 1000');
+      }
+    }
+    expect((await request(app).get('/admin/failed?limit=1000').set(auth)).status).toBe(200);
+    expect((await request(app).get('/list/events/app?limit=1000').set(auth)).status).toBe(200);
+  });
+
+  it('Expect: 100-continue with a Content-Length over maxBodyBytes: 413 at once, no 100 Continue; within it: 100 Continue, then 200', async () => {
+    const head = (length: number) =>
+      `POST /push/events/expect/x HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: ${length}\r\nExpect: 100-continue\r\n\r\n`;
+    const over = await rawExchange(s.url, head(MAX_BODY + 1), { ms: 5000 });
+    over.socket.destroy();
+    expect(over.text.startsWith('HTTP/1.1 413 '), over.text.slice(0, 40)).toBe(true);
+    expect(over.text).not.toContain('100 Continue');
+    expect(JSON.parse(over.text.slice(over.text.indexOf('\r\n\r\n') + 4)).error).toBe(`body of ${MAX_BODY + 1} bytes is over this collection's limit of ${MAX_BODY} bytes`);
+    // The server closed the connection: the client is not expected to send the body.
+    expect(over.closedAfterMs).not.toBeNull();
+
+    const body = batchBody(1);
+    const within = await rawExchange(s.url, head(Buffer.byteLength(body)), { ms: 5000, until: (t) => t.includes('\r\n\r\n') });
+    expect(within.text).toBe('HTTP/1.1 100 Continue\r\n\r\n');
+    const answer = await new Promise<string>((resolve) => {
+      let text = '';
+      within.socket.on('data', (b: Buffer) => {
+        text += b.toString('latin1');
+        if (/\r\n\r\n\{.*\}$/s.test(text)) resolve(text);
+      });
+      within.socket.write(body);
+      setTimeout(() => resolve(text), 5000).unref();
+    });
+    within.socket.destroy();
+    expect(answer.startsWith('HTTP/1.1 200 '), answer.slice(0, 40)).toBe(true);
+    const metrics = await request(s.api!.app.app).get('/metrics');
+    expect(metrics.text).toMatch(/^ingest_push_rejections_total\{[^}]*reason="too_large"[^}]*\} 1$/m);
+  });
+
+  it('a client trickling its header block is cut off within the documented 15 s (not 30-40 s)', async () => {
+    const r = await rawExchange(s.url, 'GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n', { ms: 50_000, trickle: 'X-Slow: a\r\n' });
+    r.socket.destroy();
+    expect(r.closedAfterMs, 'the server closed the connection').not.toBeNull();
+    // 15 s (SERVER_LIMITS.headersTimeoutMs) plus the 1 s check interval and a little slack.
+    expect(r.closedAfterMs).toBeLessThanOrEqual(17_500);
+    expect(r.closedAfterMs).toBeGreaterThanOrEqual(14_000);
+    expect(r.text === '' || r.text.startsWith('HTTP/1.1 408')).toBe(true);
+  }, 60_000);
+
+  it('library use: a host app with Express\' default ETag setting gets no empty 304 from list or a missing pull', async () => {
+    const store = new MemoryObjectStore();
+    const plugin = createEventsServerPlugin({ store, collection: 'events', storagePath: 'events/{app}/{batchId}' });
+    const host = express();
+    host.use(createSyncRouter({ store, config: { version: 1, collections: [{ ...collection, readRoles: ['public'], listable: true }] }, plugins: [plugin] }));
+    for (const path of ['/list/events/lib', '/pull/events/lib/1782933157690-0000-735223']) {
+      const first = await request(host).get(path);
+      expect(first.status, path).toBe(200);
+      const again = await request(host).get(path).set('If-None-Match', first.headers.etag ?? '*');
+      expect(again.status, path).toBe(200);
+      expect(again.text, path).toBe(path.startsWith('/list') ? first.text : again.text);
+      expect((await request(host).get(path).set('If-None-Match', '*')).status, path).toBe(200);
     }
   });
 });

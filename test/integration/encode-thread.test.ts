@@ -7,6 +7,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { prepareBatch } from '../../shared/parquet/encode.js';
 import { ParquetEncodeThread } from '../../shared/parquet/encode-thread-pool.js';
 import { batchBody } from '../helpers/events.js';
+import { holdsFor, waitFor } from '../helpers/wait.js';
 
 describe('ParquetEncodeThread', () => {
   const thread = new ParquetEncodeThread();
@@ -40,5 +41,28 @@ describe('ParquetEncodeThread', () => {
     await other.close();
     expect(other.gone).toBe(true);
     await expect(other.encode(p.batch.stamp(1))).rejects.toThrow(/closed/);
+  });
+
+  it('moves a transferred stream without a copy, and retires once idle with its wasm memory over the bound', async () => {
+    const small = new ParquetEncodeThread({ retireAboveWasmBytes: 1, retireIdleMs: 50 });
+    const p = prepareBatch(Buffer.from(batchBody(200)));
+    if (!p.ok) throw new Error(p.reason);
+    const expected = Buffer.from(p.batch.toParquet(7));
+    const ipc = p.batch.stamp(7);
+    const file = await small.encode(ipc, { transfer: true });
+    expect(Buffer.from(file).equals(expected)).toBe(true);
+    // Transferred: the caller's view is detached.
+    expect(ipc.byteLength).toBe(0);
+    expect(small.wasmBytes).toBeGreaterThan(1);
+    // parquet-wasm's memory never shrinks: past the bound, an idle thread ends and gives it back.
+    await waitFor(async () => small.gone, 10_000, 'the thread to be retired');
+    await expect(small.encode(new Uint8Array(8))).rejects.toThrow(/closed/);
+    // A thread under its bound stays.
+    const big = new ParquetEncodeThread({ retireAboveWasmBytes: 1024 * 1024 * 1024, retireIdleMs: 50 });
+    const q = prepareBatch(Buffer.from(batchBody(20)));
+    if (!q.ok) throw new Error(q.reason);
+    expect((await big.encode(q.batch.stamp(1))).byteLength).toBeGreaterThan(0);
+    await holdsFor(() => !big.gone, 300, 'a thread under its bound to stay');
+    await big.close();
   });
 });

@@ -4,11 +4,15 @@
  * another body it gets 422 and nothing is stored; a keyless byte-identical body is a retry only
  * inside BODY_DEDUP_WINDOW_SECONDS.
  */
-import { existsSync, readdirSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { gzipSync } from 'node:zlib';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { DEFAULT_SYNC_CONFIG } from '../../shared/config.js';
 import { BatchLedger } from '../../shared/ledger/ledger.js';
 import { batchBody } from '../helpers/events.js';
 import { waitFor } from '../helpers/proc.js';
@@ -107,5 +111,79 @@ describe('idempotency (Idempotency-Key and the short body-dedup window)', () => 
     expect(keyed.status).toBe(200);
     expect(plain.status).toBe(200);
     expect(plain.body.batchId).not.toBe(keyed.body.batchId);
+  });
+});
+
+describe('idempotency compares the decoded body; a keyed retry is answered before the per-app events budget', () => {
+  const APP_EVENTS_MAX = 10;
+  const dir = mkdtempSync(join(tmpdir(), 'ingest-idem-budget-'));
+  let stack: TestStack;
+  beforeAll(async () => {
+    const configFile = join(dir, 'config.json');
+    // A long window, so the budget spent below is still spent when the retry comes.
+    const events = { ...DEFAULT_SYNC_CONFIG.collections[0], rateLimit: { appEvents: { windowMs: 120_000, maxEvents: APP_EVENTS_MAX } } };
+    writeFileSync(configFile, JSON.stringify({ version: 1, collections: [events] }));
+    stack = await startTestStack({ IDEMPOTENCY_WINDOW_SECONDS: '60', CONFIG_FILE: configFile });
+  });
+  afterAll(async () => {
+    await stack?.shutdown();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  interface Answer {
+    status: number;
+    body: { batchId?: string; hash?: string; error?: string };
+    remaining: string | null;
+  }
+  async function push(app: string, body: Buffer, headers: Record<string, string> = {}): Promise<Answer> {
+    const r = await fetch(`${stack.url}/push/events/${app}/x`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: new Uint8Array(body) });
+    return { status: r.status, body: (await r.json()) as Answer['body'], remaining: r.headers.get('ratelimit-remaining') };
+  }
+  const sha256 = (b: Buffer): string => createHash('sha256').update(b).digest('hex');
+
+  it('the same JSON gzipped at level 1 and level 9 with one Idempotency-Key is one batch; each hash is of its own bytes; another JSON is 422', async () => {
+    const json = Buffer.from(batchBody(2));
+    const fast = gzipSync(json, { level: 1 });
+    const small = gzipSync(json, { level: 9 });
+    expect(fast.equals(small)).toBe(false);
+    const a = await push('idem-gz', fast, { 'content-encoding': 'gzip', 'idempotency-key': 'gz-levels-1' });
+    const b = await push('idem-gz', small, { 'content-encoding': 'gzip', 'idempotency-key': 'gz-levels-1' });
+    const plain = await push('idem-gz', json, { 'idempotency-key': 'gz-levels-1' });
+    expect(a.status, JSON.stringify(a.body)).toBe(200);
+    expect(b.status, JSON.stringify(b.body)).toBe(200);
+    expect(plain.status, JSON.stringify(plain.body)).toBe(200);
+    expect(b.body.batchId).toBe(a.body.batchId);
+    expect(plain.body.batchId).toBe(a.body.batchId);
+    expect(a.body.hash).toBe(sha256(fast));
+    expect(b.body.hash).toBe(sha256(small));
+    expect(plain.body.hash).toBe(sha256(json));
+    const other = await push('idem-gz', gzipSync(Buffer.from(batchBody(2)), { level: 9 }), { 'content-encoding': 'gzip', 'idempotency-key': 'gz-levels-1' });
+    expect(other.status).toBe(422);
+    expect(other.body.error).toContain('"gz-levels-1"');
+  });
+
+  it('a keyed retry of an accepted push gets its first answer while the app is over its budget, and charges nothing', async () => {
+    const app = 'idem-budget';
+    const first = Buffer.from(batchBody(4));
+    const accepted = await push(app, first, { 'idempotency-key': 'budget-1' });
+    expect(accepted.status, JSON.stringify(accepted.body)).toBe(200);
+    // Other pushes spend the rest: 4 + 4 = 8 of 10 events; 4 more do not fit.
+    expect((await push(app, Buffer.from(batchBody(4)))).status).toBe(200);
+    const over = await push(app, Buffer.from(batchBody(4)));
+    expect(over.status).toBe(429);
+    expect(over.remaining).toBe(String(APP_EVENTS_MAX - 8));
+
+    const retry = await push(app, first, { 'idempotency-key': 'budget-1' });
+    expect(retry.status, JSON.stringify(retry.body)).toBe(200);
+    expect(retry.body.batchId).toBe(accepted.body.batchId);
+    // The same key with another body: its 422, not a 429, and nothing charged either.
+    const conflict = await push(app, Buffer.from(batchBody(4)), { 'idempotency-key': 'budget-1' });
+    expect(conflict.status).toBe(422);
+    // The budget is where it was: the next new push is refused with the same remainder.
+    const after = await push(app, Buffer.from(batchBody(4)));
+    expect(after.status).toBe(429);
+    expect(after.remaining).toBe(String(APP_EVENTS_MAX - 8));
+    // A new key is a new push: it is charged, and refused.
+    expect((await push(app, Buffer.from(batchBody(4)), { 'idempotency-key': 'budget-2' })).status).toBe(429);
   });
 });

@@ -1,7 +1,8 @@
 /**
  * Acceptance: a burst of 200 concurrent 7.9 MB pushes against `npm start` with default settings
  * stays under 1 GB of RSS; every push is answered 200 or 503 + Retry-After, and every 200 is
- * written. The service is a real child (services/main.ts, which forks its encoder process); its
+ * written; 20 pushes of the costliest shape (rows at maxEventsPerBatch) too, and its idle RSS
+ * comes back (the long form is `npm run memory-acceptance`). The service is a real child (services/main.ts, which forks its encoder process); its
  * memory, read from /proc, is the sum over both processes.
  */
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -17,7 +18,8 @@ import { type ServiceProcess, startService, waitFor, waitForHttp } from '../help
 import { freePort } from '../helpers/redis-server.js';
 import { childNodePids } from '../helpers/dist.js';
 import { type TestStack, startTestStack } from '../helpers/stack.js';
-import { ENCODER_MAX_INFLIGHT_BYTES_DEFAULT } from '../../shared/config.js';
+import { ENCODER_MAX_INFLIGHT_BYTES_DEFAULT, MAX_EVENTS_PER_BATCH_DEFAULT } from '../../shared/config.js';
+import { RssSampler, answerProblem, pushBody, shapedBody } from '../../scripts/memory-kit.js';
 
 const PUSHES = 200;
 const BODY_BYTES = 7_900_000;
@@ -91,6 +93,8 @@ describe('memory budget of npm start', () => {
   let proc: ServiceProcess;
   let url: string;
   let dataDir: string;
+  /** The service's idle RSS before its first burst (set by the first test). */
+  let baselineRss: number | undefined;
 
   beforeAll(async () => {
     dataDir = mkdtempSync(join(tmpdir(), 'ingest-burst-'));
@@ -114,6 +118,7 @@ describe('memory budget of npm start', () => {
     const pids = [proc.pid, ...childNodePids(proc.pid)];
     expect(pids.length, 'npm start runs one encoder process').toBe(2);
     const before = serviceMemory(pids);
+    baselineRss = before.rss;
     let peakRss = before.rss;
     const sampler = setInterval(() => {
       try {
@@ -169,6 +174,43 @@ describe('memory budget of npm start', () => {
     expect(shedAll + unavailable).toBe(shed.length);
     expect(shedForBytes).toBeGreaterThanOrEqual(shed.length - unavailable);
   }, 240_000);
+
+  // The short form of scripts/memory-acceptance.ts (`npm run memory-acceptance`): the costliest
+  // shape found, 100,000 events (maxEventsPerBatch) of ~74 bytes with \u-escaped keys per 7.4 MB body.
+  it('20 concurrent pushes of the costliest shape at maxEventsPerBatch: peak bounded, every answer 200/503/413 with a reason, every 200 written, idle RSS comes back', async () => {
+    const body = shapedBody('escaped');
+    expect(body.events).toBe(MAX_EVENTS_PER_BATCH_DEFAULT);
+    await waitFor(async () => /^ingest_encoder_workers\{service="ingest"\} 1$/m.test(await (await fetch(`${url}/metrics`)).text()), 60_000, 'the encoder process');
+    const pids = [proc.pid, ...childNodePids(proc.pid)];
+    // The idle RSS before any burst (the test above measured it; alone, this one measures it now).
+    const idleBefore = baselineRss ?? serviceMemory(pids).rss;
+    const sampler = new RssSampler(proc.pid, 50);
+    let answers;
+    try {
+      answers = await Promise.all(Array.from({ length: 20 }, (_, i) => pushBody(`${url}/push/events/worst/any`, body.head(i), body.bulk, body.tail, 120_000)));
+    } finally {
+      sampler.stop();
+    }
+    for (const a of answers) expect(answerProblem(a), a.body).toBeUndefined();
+    const ids = answers.filter((a) => a.status === 200).map((a) => (JSON.parse(a.body) as { batchId: string }).batchId);
+    expect(ids.length).toBeGreaterThan(0);
+    const files = ids.map((id) => join(dataDir, 'events', 'worst', `${id}.parquet`));
+    await waitFor(async () => files.every((f) => existsSync(f)), 180_000, `${files.length} batch files`);
+    const [row] = await duckQuery(`SELECT count(*)::INTEGER AS n FROM read_parquet([${files.map(sqlString).join(', ')}])`);
+    expect(row).toEqual({ n: ids.length * body.events });
+    console.log(`worst shape: 20 x ${(body.bytes / 1e6).toFixed(2)} MB: ${ids.length} x 200; RSS idle ${(idleBefore / 2 ** 20).toFixed(0)} MiB, peak sampled ${(sampler.peak / 2 ** 20).toFixed(0)} MiB`);
+    expect(sampler.peak).toBeLessThan(GB);
+    // Builders shrink, the encode thread is retired and a drained burst is collected: the idle
+    // RSS comes back (generous bound: the acceptance script's is 20%).
+    await waitFor(async () => serviceMemory(pids).rss < idleBefore * 1.5, 60_000, `RSS back under 150% of ${(idleBefore / 2 ** 20).toFixed(0)} MiB`);
+    // The dead bodies are collected once the burst drained (an idle V8 would keep them): the
+    // Buffers of both processes (prom-client's nodejs_external_memory_bytes) back under 64 MiB.
+    const external = async (): Promise<number[]> => [...(await (await fetch(`${url}/metrics`)).text()).matchAll(/^(?:ingest_encoder_)?nodejs_external_memory_bytes(?:\{[^}]*\})? (\S+)$/gm)].map((m) => Number(m[1]));
+    await waitFor(async () => {
+      const values = await external();
+      return values.length === 2 && values.every((v) => v < 64 * 2 ** 20);
+    }, 30_000, 'the external memory of both processes back under 64 MiB');
+  }, 300_000);
 });
 
 /**
@@ -283,6 +325,29 @@ function rawPost(url: string, headers: Record<string, string>, body?: Buffer): {
   return { req, answer };
 }
 
+describe('maxEventsPerBatch (in-process stack, defaults)', () => {
+  let s: TestStack;
+  beforeAll(async () => {
+    s = await startTestStack({});
+  });
+  afterAll(async () => {
+    await s.shutdown();
+  });
+
+  it('an 8 MB body of 2.66 M empty events gets 413 naming the cap; a body at the cap is accepted', async () => {
+    const body = shapedBody('empty');
+    expect(body.bytes).toBeLessThanOrEqual(8_000_000);
+    const over = await pushBody(`${s.url}/push/events/cap/any`, body.head(0), body.bulk, body.tail, 120_000);
+    expect(over.status, over.body).toBe(413);
+    expect(JSON.parse(over.body)).toEqual({ error: `data.events has ${body.events} events; this collection's maxEventsPerBatch is ${MAX_EVENTS_PER_BATCH_DEFAULT}` });
+    const rejected = (await s.api!.app.metrics.rejections.get()).values.find((v) => v.labels.reason === 'too_large')?.value;
+    expect(rejected).toBe(1);
+    const at = Buffer.from(`{"data":{"events":[${'{},'.repeat(MAX_EVENTS_PER_BATCH_DEFAULT - 1)}{}]},"baseHash":null}`);
+    const ok = await pushBody(`${s.url}/push/events/cap/any`, Buffer.alloc(0), at, Buffer.alloc(0));
+    expect(ok.status, ok.body).toBe(200);
+  }, 120_000);
+});
+
 describe('MAX_INFLIGHT_BYTES (in-process stack, 1 MiB budget)', () => {
   let s: TestStack;
   const limit = 1024 * 1024;
@@ -337,5 +402,28 @@ describe('MAX_INFLIGHT_BYTES (in-process stack, 1 MiB budget)', () => {
     }
     expect(await gauge()).toBe(0);
     expect((await s.api!.app.metrics.inflightBytesLimit.get()).values[0]?.value).toBe(limit);
+  });
+
+  it('counts rows: a body whose bytes fit beside another but whose 100,000 events do not gets 503', async () => {
+    // Another body in flight, streamed without a Content-Length so it holds only what has arrived.
+    const open = rawPost(s.url, {});
+    open.req.write(first.subarray(0, 600_000));
+    await waitFor(async () => (await gauge()) >= 600_000, 10_000, 'the other body to be held');
+    const tiny = Buffer.from(`{"data":{"events":[${'{},'.repeat(MAX_EVENTS_PER_BATCH_DEFAULT - 1)}{}]},"baseHash":null}`);
+    // By bytes it fits; by rows (at least API_QUEUED_ROW_BYTES each) it does not.
+    expect((await gauge()) + tiny.length).toBeLessThan(limit);
+    const shedBefore = await shedCount();
+    const a = await rawPost(s.url, { 'Content-Length': String(tiny.length) }, tiny).answer;
+    expect(a.status, a.body).toBe(503);
+    expect(a.retryAfter).toBe('1');
+    expect(JSON.parse(a.body).error).toMatch(/100000 events .*MAX_INFLIGHT_BYTES/);
+    expect((await shedCount()) - shedBefore).toBe(1);
+    open.req.end(first.subarray(600_000));
+    expect((await open.answer).status).toBe(200);
+    expect(await gauge()).toBe(0);
+    // Alone, the same body is taken (a push bigger than the whole budget runs when nothing else is held).
+    const alone = await rawPost(s.url, { 'Content-Length': String(tiny.length) }, tiny).answer;
+    expect(alone.status, alone.body).toBe(200);
+    expect(await gauge()).toBe(0);
   });
 });

@@ -14,6 +14,7 @@ const DEFAULT_COLLECTION = DEFAULT_SYNC_CONFIG.collections[0];
 
 const TOKEN_A = 'limits-token-a-0123456789';
 const TOKEN_B = 'limits-token-b-0123456789';
+const TOKEN_C = 'limits-token-c-0123456789';
 const PUSH_WINDOW_MS = 8000;
 const PUSH_MAX = 10;
 const LIST_MAX = 5;
@@ -60,7 +61,7 @@ describe('rate limits shared by two API processes on one Redis', () => {
 
   beforeAll(async () => {
     writeFileSync(configFile, JSON.stringify(config));
-    writeFileSync(tokensFile, JSON.stringify({ [TOKEN_A]: ['admin'], [TOKEN_B]: ['admin'] }));
+    writeFileSync(tokensFile, JSON.stringify({ [TOKEN_A]: ['admin'], [TOKEN_B]: ['admin'], [TOKEN_C]: ['admin'] }));
     for (let i = 0; i < 2; i++) {
       const port = await freePort();
       const p = startService('services/api/main.ts', {
@@ -132,6 +133,25 @@ describe('rate limits shared by two API processes on one Redis', () => {
     expect(codes.slice(LIST_MAX)).toEqual([429, 429]);
     expect(await list(urls[0]!, TOKEN_B)).toBe(200);
     expect(await list(urls[1]!, TOKEN_B)).toBe(200);
+  });
+
+  it('failed logins count: wrong tokens from one address get 401 up to the limit, then 429 + Retry-After; a valid token is not locked out', async () => {
+    // A fresh client address (TRUSTED_PROXY_HOPS=1): its anonymous bucket is its own.
+    const from = { 'X-Forwarded-For': '203.0.113.77' };
+    const answers: { status: number; retryAfter: string | null; error: string }[] = [];
+    for (let i = 0; i < LIST_MAX + 2; i++) {
+      const r = await fetch(`${urls[i % 2]}/list/limited/guess`, { headers: { ...from, Authorization: `Bearer wrong-token-${i}-0123456789` }, signal: AbortSignal.timeout(10_000) });
+      answers.push({ status: r.status, retryAfter: r.headers.get('retry-after'), error: ((await r.json()) as { error: string }).error });
+    }
+    expect(answers.map((a) => a.status)).toEqual([...Array<number>(LIST_MAX).fill(401), 429, 429]);
+    expect(answers[0]?.error).toBe('invalid token: unknown token');
+    for (const a of answers.slice(LIST_MAX)) {
+      expect(a.error).toMatch(/rate limit exceeded for list/);
+      expect(Number(a.retryAfter)).toBeGreaterThanOrEqual(1);
+      expect(Number(a.retryAfter)).toBeLessThanOrEqual(PUSH_WINDOW_MS / 1000);
+    }
+    // A valid token from the same address counts in its own (identity) bucket.
+    expect((await fetch(`${urls[0]}/list/limited/guess`, { headers: { ...from, Authorization: `Bearer ${TOKEN_C}` } })).status).toBe(200);
   });
 
   it('per-app push budget: the flooding app is throttled while another app pushes at its pace and never gets a 429', async () => {

@@ -1,6 +1,9 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { parseContentEncoding } from '../../services/api/body.js';
-import { ByteBudget } from '../../shared/byte-budget.js';
+import { API_ENCODED_ROW_BYTES, ByteBudget, DrainCollector, ENCODER_ROW_BYTES, batchCost } from '../../shared/byte-budget.js';
+import { DEFAULT_SYNC_CONFIG, ENCODER_MAX_INFLIGHT_BYTES_DEFAULT, ENCODER_PROCESSES_DEFAULT, MAX_EVENTS_PER_BATCH_DEFAULT, parseSyncConfig } from '../../shared/config.js';
+import { RETAINED_BUILDER_BYTES, builderBytes, encodeBatch, parseBatchColumns, prepareBatch } from '../../shared/parquet/encode.js';
+import { jobCost } from '../../services/encoder/worker.js';
 
 describe('ByteBudget', () => {
   it('tryTake grants while the total fits, refuses past it, and give makes room again', () => {
@@ -56,6 +59,83 @@ describe('ByteBudget', () => {
     await Promise.all([large, small]);
     expect(order).toEqual(['large', 'small']);
     expect(b.inUse).toBe(70);
+  });
+});
+
+describe('what a batch costs (rows × per-row cost + bytes)', () => {
+  it('rows count whatever their JSON length: 2.66 M empty events cost far more than their 8 MB', () => {
+    expect(batchCost(2_660_000, 7_980_020, ENCODER_ROW_BYTES)).toBe(2_660_000 * 200 + 7_980_020);
+    expect(batchCost(0, 100, ENCODER_ROW_BYTES)).toBe(100);
+    // An encoder's job: a JSON batch costs its rows too; a file the API encoded only its bytes.
+    expect(jobCost({ encoding: 'deflate-raw', events: 100_000, bodyBytes: 300_000 })).toBe(100_000 * ENCODER_ROW_BYTES + 300_000);
+    expect(jobCost({ encoding: 'identity', events: 1, bodyBytes: 500 })).toBe(ENCODER_ROW_BYTES + 500);
+    expect(jobCost({ encoding: 'parquet', events: 100_000, bodyBytes: 40_000 })).toBe(40_000);
+    expect(API_ENCODED_ROW_BYTES).toBeGreaterThan(ENCODER_ROW_BYTES);
+  });
+
+  it('the default maxEventsPerBatch is sized so one batch at the cap and at maxBodyBytes fits an encoder budget', () => {
+    const collection = parseSyncConfig(DEFAULT_SYNC_CONFIG).collections[0];
+    expect(collection?.maxEventsPerBatch).toBe(MAX_EVENTS_PER_BATCH_DEFAULT);
+    expect(MAX_EVENTS_PER_BATCH_DEFAULT).toBe(100_000);
+    const worst = batchCost(MAX_EVENTS_PER_BATCH_DEFAULT, collection?.maxBodyBytes ?? 0, ENCODER_ROW_BYTES);
+    expect(worst).toBeLessThanOrEqual(ENCODER_MAX_INFLIGHT_BYTES_DEFAULT / ENCODER_PROCESSES_DEFAULT);
+    expect(() => parseSyncConfig({ ...DEFAULT_SYNC_CONFIG, collections: [{ name: 'e', storagePath: 'e/{app}/{batchId}', maxEventsPerBatch: 0 }] })).toThrow(/maxEventsPerBatch/);
+  });
+});
+
+describe('DrainCollector', () => {
+  it('collects once after a burst that held at least minPeak drains and stays drained; never for small use', () => {
+    vi.useFakeTimers();
+    try {
+      let runs = 0;
+      const c = new DrainCollector({ minPeak: 100, delayMs: 1000, minIntervalMs: 5000, collect: () => (runs++, true) });
+      c.note(50);
+      c.note(0);
+      vi.advanceTimersByTime(2000);
+      expect(runs).toBe(0);
+      c.note(150);
+      c.note(0);
+      vi.advanceTimersByTime(500);
+      // Busy again before the delay: no collection while work is held.
+      c.note(10);
+      vi.advanceTimersByTime(2000);
+      expect(runs).toBe(0);
+      c.note(0);
+      vi.advanceTimersByTime(1000);
+      expect(runs).toBe(1);
+      // The next burst's collection waits for minIntervalMs since the last one.
+      c.note(200);
+      c.note(0);
+      vi.advanceTimersByTime(1000);
+      expect(runs).toBe(1);
+      vi.advanceTimersByTime(4000);
+      expect(runs).toBe(2);
+      expect(c.runs).toBe(2);
+      c.stop();
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+});
+
+describe('column builders after a large batch', () => {
+  const body = (n: number): Buffer => Buffer.from(`{"data":{"events":[${'{"event":"e"},'.repeat(n - 1)}{}]},"baseHash":null}`);
+
+  it('give their growth back once a batch grew them past RETAINED_BUILDER_BYTES, whichever way it was scanned', () => {
+    const small = body(1000);
+    expect(encodeBatch(small, 1).ok).toBe(true);
+    const ordinary = builderBytes();
+    expect(ordinary).toBeLessThanOrEqual(RETAINED_BUILDER_BYTES);
+    // 200,000 events: 8 MB of offsets alone in the ten builders.
+    const large = body(200_000);
+    expect(encodeBatch(large, 1).ok).toBe(true);
+    expect(builderBytes()).toBeLessThanOrEqual(ordinary);
+    const prepared = prepareBatch(large);
+    expect(prepared.ok && prepared.batch.rows).toBe(200_000);
+    expect(builderBytes()).toBeLessThanOrEqual(ordinary);
+    const parsed = parseBatchColumns(large);
+    expect(parsed.ok && parsed.columns.rows).toBe(200_000);
+    expect(builderBytes()).toBeLessThanOrEqual(ordinary);
   });
 });
 

@@ -1,7 +1,11 @@
+import type { IncomingMessage } from 'node:http';
 import type { Request } from 'express';
 import { describe, expect, it } from 'vitest';
 import { clientIp, resolveCounters } from '../../services/api/edge/rate-limit.js';
 import { MemoryCounterStore } from '../../services/api/edge/counters.js';
+import { pushLengthCheck } from '../../services/api/edge/expect-continue.js';
+import { jwtWarnings } from '../../services/api/edge/from-env.js';
+import { parseEnv } from '../../shared/config.js';
 
 const req = (peer: string, xff?: string): Request => ({ socket: { remoteAddress: peer }, headers: xff === undefined ? {} : { 'x-forwarded-for': xff } }) as unknown as Request;
 
@@ -50,5 +54,37 @@ describe('in-process counters (library use without Redis)', () => {
     await new Promise((r) => setTimeout(r, 5));
     expect((await m.hit('s', 1)).count).toBe(1);
     expect(short.count).toBe(1);
+  });
+});
+
+describe('Expect: 100-continue, decided from the declared length', () => {
+  const check = pushLengthCheck([{ name: 'events', storagePath: 'events/{app}/{batchId}', maxBodyBytes: 1000 }, { name: 'big', storagePath: 'big/{app}/{batchId}', maxBodyBytes: 5000 }], '/ingest');
+  const msg = (method: string, url: string, length?: string) => ({ method, url, headers: length === undefined ? {} : { 'content-length': length } }) as unknown as IncomingMessage;
+  it('refuses a push over its collection\'s maxBodyBytes, with the normal path\'s words', () => {
+    expect(check(msg('POST', '/ingest/push/events/app/x', '1001'))).toEqual({ status: 413, error: "body of 1001 bytes is over this collection's limit of 1000 bytes" });
+    expect(check(msg('POST', '/ingest/push/events/app/x/?a=1', '5000'))?.status).toBe(413);
+  });
+  it('lets through what the normal path decides: within the limit, another collection\'s limit, no length, other routes', () => {
+    expect(check(msg('POST', '/ingest/push/events/app/x', '1000'))).toBeNull();
+    expect(check(msg('POST', '/ingest/push/big/app/x', '4000'))).toBeNull();
+    expect(check(msg('POST', '/ingest/push/events/app/x'))).toBeNull();
+    expect(check(msg('POST', '/push/events/app/x', '999999'))).toBeNull();
+    expect(check(msg('POST', '/ingest/push/events/app', '999999'))).toBeNull();
+    expect(check(msg('PUT', '/ingest/push/events/app/x', '999999'))).toBeNull();
+  });
+});
+
+describe('JWT settings at start', () => {
+  it('JWT_ALLOW_NO_EXP is on or off (default off) and needs a key', () => {
+    expect(parseEnv({}).JWT_ALLOW_NO_EXP).toBe('off');
+    expect(parseEnv({ JWT_PUBLIC_KEY: 'k', JWT_ALLOW_NO_EXP: 'on' }).JWT_ALLOW_NO_EXP).toBe('on');
+    expect(() => parseEnv({ JWT_PUBLIC_KEY: 'k', JWT_ALLOW_NO_EXP: 'yes' })).toThrow(/JWT_ALLOW_NO_EXP/);
+    expect(() => parseEnv({ JWT_ALLOW_NO_EXP: 'on' })).toThrow(/JWT_ALLOW_NO_EXP: needs JWT_JWKS_URL or JWT_PUBLIC_KEY/);
+  });
+  it('warns when JWT auth is on without issuer or audience', () => {
+    expect(jwtWarnings({})).toEqual([]);
+    expect(jwtWarnings({ JWT_PUBLIC_KEY: 'k' })).toEqual(['JWT_ISSUER', 'JWT_AUDIENCE']);
+    expect(jwtWarnings({ JWT_JWKS_URL: 'http://127.0.0.1/j', JWT_ISSUER: 'i' })).toEqual(['JWT_AUDIENCE']);
+    expect(jwtWarnings({ JWT_PUBLIC_KEY: 'k', JWT_ISSUER: 'i', JWT_AUDIENCE: 'a' })).toEqual([]);
   });
 });

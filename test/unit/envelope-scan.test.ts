@@ -86,7 +86,7 @@ describe('scanEnvelope members', () => {
   it('reports each top-level member with its kind, raw text and flags, event by event', () => {
     const body = bytes(String.raw`{"data":{"events":[{"s":"a\"b","n":-0.5e+3,"t":true,"z":null,"o":{ "a" : 1 },"a":[]},{}]},"baseHash":null}`);
     const sink = new RecordingSink(body);
-    expect(scanEnvelope(body, sink)).toEqual({ ok: true, events: 2 });
+    expect(scanEnvelope(body, sink)).toEqual({ ok: true, events: 2, everyEventHasMessageId: false });
     expect(sink.calls).toEqual(['begin 0', 'member', 'member', 'member', 'member', 'member', 'member', 'end', 'begin 1', 'end']);
     expect(sink.members).toEqual([
       { key: '"s"', raw: String.raw`"a\"b"`, kind: VALUE_STRING, escaped: true, spaced: false },

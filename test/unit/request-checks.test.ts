@@ -1,5 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { TokenRoles } from '../../services/api/auth.js';
+import { TokenRoles, credentialsOf } from '../../services/api/auth.js';
+import { parseIntegerParam } from '../../shared/http.js';
+import { HttpError } from '../../shared/errors.js';
+import type { Request } from 'express';
 import { contentTypeAllowed } from '../../services/api/body.js';
 import { EXPECTED_ENVELOPE, MAX_JSON_DEPTH, checkEnvelope } from '../../shared/envelope.js';
 import { BATCH_ID_RE, batchIdMs, parseBatchRef } from '../../shared/ids.js';
@@ -135,8 +138,8 @@ describe('push envelope checks', () => {
   it('decodes the body only when asked (an inline encoder needs the text; a queued push does not)', () => {
     const text = '{"data":{"events":[{"name":"é ✓"}]}}';
     const queued = checkEnvelope(body(`\ufeff${text}`));
-    expect(queued).toEqual({ ok: true, events: 1 });
-    expect(checkEnvelope(body(`\ufeff${text}`), { text: true })).toEqual({ ok: true, events: 1, text });
+    expect(queued).toEqual({ ok: true, events: 1, everyEventHasMessageId: false });
+    expect(checkEnvelope(body(`\ufeff${text}`), { text: true })).toEqual({ ok: true, events: 1, everyEventHasMessageId: false, text });
     expect(checkEnvelope(Buffer.from([0x7b, 0xff, 0x7d]), { text: true })).toEqual({ ok: false, error: 'body is not valid UTF-8' });
     expect(checkEnvelope(Buffer.from([0x7b, 0xff, 0x7d]))).toEqual({ ok: false, error: 'body is not valid UTF-8' });
   });
@@ -182,5 +185,37 @@ describe('auth and content type', () => {
     expect(contentTypeAllowed('application/json; charset=latin1', ['application/json'])).toBe(false);
     expect(contentTypeAllowed('text/plain', ['application/json'])).toBe(false);
     expect(contentTypeAllowed(undefined, ['application/json'])).toBe(false);
+  });
+});
+
+describe('the Authorization header, read once', () => {
+  const of = (authorization?: string) => credentialsOf({ headers: authorization === undefined ? {} : { authorization } } as unknown as Request);
+  it('one bearer token, or the exact reason it is not one (never the credentials)', () => {
+    expect(of()).toEqual({ kind: 'none' });
+    expect(of('')).toEqual({ kind: 'none' });
+    expect(of('Bearer abc.def.ghi')).toEqual({ kind: 'bearer', token: 'abc.def.ghi' });
+    expect(of('bearer   tok  ')).toEqual({ kind: 'bearer', token: 'tok' });
+    expect(of('Bearer a b')).toEqual({ kind: 'other', reason: 'malformed bearer token: one token expected after "Bearer", got 2 parts' });
+    expect(of('Bearer')).toEqual({ kind: 'other', reason: 'malformed bearer token: no token after "Bearer"' });
+    expect(of('Basic dXNlcjpwYXNz')).toEqual({ kind: 'other', reason: 'Authorization scheme Basic is not supported; use Bearer' });
+    const odd = of('{"secret":1} x');
+    expect(odd).toEqual({ kind: 'other', reason: 'malformed Authorization header: expected "Bearer <token>"' });
+  });
+});
+
+describe('integer query parameters: one strict parser', () => {
+  const limit = (raw: unknown) => parseIntegerParam(raw, { name: 'limit', min: 1, max: 1000, fallback: 100 });
+  it('digits within the range; absent gives the default', () => {
+    expect(limit(undefined)).toBe(100);
+    expect(limit('1')).toBe(1);
+    expect(limit('1000')).toBe(1000);
+    expect(limit('010')).toBe(10);
+  });
+  it.each(['1e3', '1.0', '+5', '-1', ' 5', '5 ', '0x10', '', '0', '1001', '99999999999999999999', 'Infinity', 'NaN'])('refuses %j with a 400 naming the range', (raw) => {
+    expect(() => limit(raw)).toThrow(HttpError);
+    expect(() => limit(raw)).toThrow('limit must be an integer from 1 to 1000');
+  });
+  it('refuses a repeated parameter', () => {
+    expect(() => limit(['1', '2'])).toThrow(/limit must be an integer/);
   });
 });

@@ -111,9 +111,12 @@ export class RateLimiter {
   }
 
   /**
-   * Middleware factory for one collection action. Runs after auth (the identity bucket needs
-   * the caller). Every counter of the rule counts the request, then the request is refused
-   * (429, `Retry-After`, `RateLimit-*`) if any is over; the headers describe the tightest one.
+   * Middleware factory for one collection action. Runs between `authenticate` and `authorize`
+   * (auth.ts): the identity bucket needs the caller, and a request whose credentials are refused
+   * counts too, as an anonymous one (its address), so guessing tokens is limited like any other
+   * request: against a rule of 4 per window the fifth wrong token gets 429, not 401. Every
+   * counter of the rule counts the request, then the request is refused (429, `Retry-After`,
+   * `RateLimit-*`) if any is over; the headers describe the tightest one.
    */
   middleware(collection: string, counters: readonly RateCounter[]): RequestHandler {
     const o = this.o;
