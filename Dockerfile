@@ -51,7 +51,10 @@ ENV NODE_ENV=production \
     HOST=0.0.0.0 \
     PORT=8787 \
     METRICS_PORT=9464 \
-    DATA_DIR=/app/data
+    DATA_DIR=/app/data \
+    MALLOC_MMAP_THRESHOLD_=131072
+# MALLOC_MMAP_THRESHOLD_: glibc returns large freed buffers to the system at once, so an API or
+# encoder that took a burst of large pushes comes back near its idle RSS (docs/operations.md, "After a burst").
 WORKDIR /app
 COPY --from=deps --chown=node:node /app/node_modules ./node_modules
 COPY --from=build --chown=node:node /app/dist ./dist
