@@ -6,6 +6,7 @@ export { createSyncRouter, jsonErrorHandler } from './services/api/router.js';
 export type { SyncRouterOptions, RouterObserver, ErrorLog } from './services/api/router.js';
 export { createEventsServerPlugin, PARQUET_MIME_TYPE } from './services/api/plugin.js';
 export type { EventsPluginOptions, EventsServerPlugin, QueueBinding, PushResult, ListResult } from './services/api/plugin.js';
+export type { PushOutcome, PushRequest } from './services/api/push/outcome.js';
 export { AuthError, TokenRoles, firstOf, requireRoles, tokenRoleResolver } from './services/api/auth.js';
 export type { AuthResult, RoleResolver } from './services/api/auth.js';
 export { createJwtRoleResolver } from './services/api/edge/jwt.js';

@@ -2,12 +2,11 @@ import express, { type Express, type NextFunction, type Request, type Response }
 import type { IncomingMessage } from 'node:http';
 import type { Queue } from 'bullmq';
 import type { Registry } from 'prom-client';
-import { type Shard, ShardSet } from '../../shared/shards.js';
+import { ShardSet } from '../../shared/shards.js';
 import { API_ENCODE_MAX_BYTES_DEFAULT, type Env, MAX_INFLIGHT_BYTES_DEFAULT, QUEUE_GROUP_MAX_DEFAULT, type SyncConfig } from '../../shared/config.js';
 import { ByteBudget, DRAIN_COLLECT_MIN_PEAK, DrainCollector } from '../../shared/byte-budget.js';
 import { HttpError, StoreError } from '../../shared/errors.js';
 import type { BatchLedger } from '../../shared/ledger/ledger.js';
-import { reapOnce } from '../../shared/ledger/reaper.js';
 import { type Logger, throttledWarn } from '../../shared/logger.js';
 import { type RedisClient, isRedisUnavailable, redisAddress } from '../../shared/redis.js';
 import { withTimeout } from '../../shared/timeout.js';
@@ -18,10 +17,11 @@ import { edgeFromEnv, type EdgeEnv } from './edge/from-env.js';
 import { noImplicitConditional } from './edge/conditional.js';
 import { pushLengthCheck } from './edge/expect-continue.js';
 import { methodNotAllowed } from './edge/methods.js';
-import { QUEUE_STATES, SHARD_QUEUE_STATES, type UpkeepStep, createApiMetrics, type ApiMetrics } from './metrics.js';
+import { createApiMetrics, type ApiMetrics } from './metrics.js';
 import { createEventsServerPlugin } from './plugin.js';
 import { createAdminRouter } from './admin.js';
 import { createSyncRouter, jsonErrorHandler } from './router.js';
+import { Upkeep } from './upkeep.js';
 import { LoadShedder } from './shedder.js';
 import { ParquetEncodeThread, RETIRE_ABOVE_WASM_BYTES } from '../../shared/parquet/encode-thread-pool.js';
 
@@ -64,7 +64,7 @@ export function createApiApp(deps: ApiDeps): ApiApp {
   const { config, store, redis, queue, ledger, registry, logger } = deps;
   const shards = deps.shards ?? ShardSet.single(queue, ledger, redis);
   // Refreshed when the registry is read (each scrape), so queue depth is never 5 s stale.
-  const metrics = createApiMetrics(registry, { refreshQueueGauges });
+  const metrics = createApiMetrics(registry, { refreshQueueGauges: () => upkeep.refreshGauges() });
   const shedder = new LoadShedder({
     queue: shards.shards.map((s) => s.queue),
     redis,
@@ -101,6 +101,7 @@ export function createApiApp(deps: ApiDeps): ApiApp {
           encodeFailedWarn({ err: err.message });
         },
       },
+      bestEffort: { logger, counter: metrics.bestEffortFailures },
     }),
   );
   const tokens = new TokenRoles(deps.tokens);
@@ -187,7 +188,7 @@ export function createApiApp(deps: ApiDeps): ApiApp {
     checks.store = storeOk ? 'ok' : `${storeName} unreachable`;
     // null = unknown (Redis did not answer); 0 would claim nothing is held back.
     let watermarkLagSeconds: number | null = null;
-    if (redisOk) watermarkLagSeconds = await withTimeout(maxLagMs(), 1000).then((ms) => ms / 1000, () => null);
+    if (redisOk) watermarkLagSeconds = await withTimeout(upkeep.maxLagMs(), 1000).then((ms) => ms / 1000, () => null);
     const ok = redisOk && storeOk;
     if (!ok) res.set('Retry-After', '5');
     res.status(ok ? 200 : 503).json({ ok, checks, watermarkLagSeconds, shedding: shedder.shedReason() });
@@ -203,7 +204,7 @@ export function createApiApp(deps: ApiDeps): ApiApp {
   app.all(deps.env.BASE_PATH ? ['/health', `${deps.env.BASE_PATH}/health`] : '/health', methodNotAllowed(['GET', 'HEAD']));
 
   app.use(deps.env.BASE_PATH || '/', router);
-  app.use(deps.env.BASE_PATH || '/', edge.adminAudit, createAdminRouter({ queue, ledger, redis, shards, tokens, roleResolver: edge.routerOptions.roleResolver }));
+  app.use(deps.env.BASE_PATH || '/', edge.adminAudit, createAdminRouter({ queue, ledger, redis, shards, tokens, roleResolver: edge.routerOptions.roleResolver, bestEffort: { logger, counter: metrics.bestEffortFailures } }));
 
   app.use((req, _res, next) => next(new HttpError(404, `no route for ${req.method} ${req.path}`)));
 
@@ -220,82 +221,7 @@ export function createApiApp(deps: ApiDeps): ApiApp {
   });
   app.use(jsonErrorHandler(logger));
 
-  /** Oldest in-flight id over every shard: one scan script per shard, however many prefixes. */
-  async function maxLagMs(): Promise<number> {
-    const lags = await Promise.all(shards.shards.map((s) => s.ledger.maxLagMs()));
-    return Math.max(0, ...lags);
-  }
-
-  async function shardGauges(s: Shard): Promise<{ counts: Record<string, number>; oldestWaiting: number | null }> {
-    const [counts, [oldest]] = await Promise.all([s.queue.getJobCounts(...QUEUE_STATES), s.queue.getJobs(['waiting'], 0, 0, true)]);
-    return { counts, oldestWaiting: oldest ? oldest.timestamp : null };
-  }
-
-  async function readQueueGauges(): Promise<void> {
-    const [perShard, lagMs, workers] = await Promise.all([
-      Promise.all(shards.shards.map(shardGauges)),
-      maxLagMs(),
-      // Every encoder runs one worker per shard: shard 0's count is the encoder count.
-      // CLIENT LIST may be disabled on a managed Redis: then the gauge keeps its last value.
-      queue.getWorkersCount().catch(() => null),
-    ]);
-    const totals: Record<string, number> = {};
-    let oldest: number | null = null;
-    perShard.forEach((g, i) => {
-      for (const [state, n] of Object.entries(g.counts)) totals[state] = (totals[state] ?? 0) + n;
-      for (const state of SHARD_QUEUE_STATES) metrics.queueShardJobs.set({ shard: String(i), state }, g.counts[state] ?? 0);
-      if (g.oldestWaiting !== null && (oldest === null || g.oldestWaiting < oldest)) oldest = g.oldestWaiting;
-    });
-    for (const [state, n] of Object.entries(totals)) metrics.queueJobs.set({ state }, n);
-    metrics.queueOldestWaiting.set(oldest !== null ? Math.max(0, (Date.now() - oldest) / 1000) : 0);
-    metrics.watermarkLag.set(lagMs / 1000);
-    if (workers !== null) metrics.queueWorkers.set(workers);
-  }
-
-  let gaugesInFlight: Promise<void> | undefined;
-  /** One Redis round per registry read however many gauges ask; a slow or absent Redis leaves the last values. */
-  function refreshQueueGauges(): Promise<void> {
-    // Redis known to be away: answer the scrape at once with the last values (the upkeep loop counts the outage).
-    if (redis.status !== 'ready') return Promise.resolve();
-    gaugesInFlight ??= withTimeout(readQueueGauges(), 2000)
-      .catch(() => undefined)
-      .finally(() => (gaugesInFlight = undefined));
-    return gaugesInFlight;
-  }
-
-  const graceMs = deps.env.ORPHAN_GRACE_SECONDS * 1000;
-  // Every failed pass is counted; the log says so at most every 30 s, with the count since.
-  const upkeepFailed = throttledWarn(logger, 'upkeep failed', 30_000);
-  async function upkeepStep(step: UpkeepStep, fn: () => Promise<void>): Promise<void> {
-    try {
-      await fn();
-    } catch (err) {
-      metrics.upkeepFailures.inc({ step });
-      // Driver and ledger messages name keys and ids at most, never event contents.
-      upkeepFailed({ step, err: err instanceof Error ? `${err.name}: ${err.message.slice(0, 200)}` : 'unknown', redis: redisAddress(redis), redisStatus: redis.status });
-      throw err;
-    }
-  }
-  async function upkeep(): Promise<void> {
-    await upkeepStep('reap', async () => {
-      const reaped = { orphans: 0, dead: 0 };
-      await withTimeout(
-        Promise.all(
-          shards.shards.map(async (s) => {
-            const r = await reapOnce(s.ledger, s.queue, graceMs);
-            reaped.orphans += r.orphans;
-            reaped.dead += r.dead;
-          }),
-        ),
-        10_000,
-        'reaper',
-      );
-      if (reaped.orphans) metrics.orphansReaped.inc({ kind: 'orphan' }, reaped.orphans);
-      if (reaped.dead) metrics.orphansReaped.inc({ kind: 'dead' }, reaped.dead);
-      if (reaped.orphans || reaped.dead) logger.warn(reaped, 'released stuck in-flight batch ids');
-    });
-    await upkeepStep('gauges', () => withTimeout(readQueueGauges(), 5000, 'queue gauges'));
-  }
+  const upkeep = new Upkeep({ shards, queue, redis, metrics, logger, graceMs: deps.env.ORPHAN_GRACE_SECONDS * 1000 });
 
   const overLength = pushLengthCheck(config.collections, deps.env.BASE_PATH);
   function checkContinue(req: IncomingMessage): ContinueRefusal | null {
@@ -307,34 +233,23 @@ export function createApiApp(deps: ApiDeps): ApiApp {
     return refusal;
   }
 
-  let timer: NodeJS.Timeout | undefined;
-  let busy = false;
   return {
     app,
     metrics,
     shedder,
-    upkeep,
+    upkeep: () => upkeep.runOnce(),
     checkContinue,
     start() {
       shedder.start();
-      if (timer) return;
-      timer = setInterval(() => {
-        if (busy) return;
-        busy = true;
-        // A failed pass was logged and counted in upkeepStep; the next pass runs in 5 s.
-        upkeep()
-          .catch(() => undefined)
-          .finally(() => (busy = false));
-      }, 5000);
-      timer.unref();
+      upkeep.start();
     },
     stop() {
       shedder.stop();
       drained.stop();
+      // Stopping: a thread that fails to close cleanly ends with the process.
       void parquetThread?.close().catch(() => undefined);
       parquetThread = undefined;
-      clearInterval(timer);
-      timer = undefined;
+      upkeep.stop();
     },
   };
 }

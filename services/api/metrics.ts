@@ -1,5 +1,6 @@
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import { FAST_BUCKETS, METRIC_PREFIX as P } from '../../shared/metrics.js';
+import { bestEffortCounter } from '../../shared/best-effort.js';
 
 /** Reasons a push is refused; a fixed set so the label stays small. */
 export const REJECT_REASONS = ['content_type', 'content_encoding', 'too_large', 'bad_encoding', 'bad_json', 'bad_envelope', 'bad_param', 'bad_header', 'unauthorized', 'forbidden', 'idempotency_conflict'] as const;
@@ -15,6 +16,9 @@ export const PUSH_OUTCOMES = ['accepted', 'empty', 'deduplicated', 'rejected', '
 /** Steps of the API's upkeep pass (every 5 s); a failed pass counts once, under the step that failed. */
 export const UPKEEP_STEPS = ['reap', 'gauges'] as const;
 export type UpkeepStep = (typeof UPKEEP_STEPS)[number];
+
+/** Best-effort work of the API (`ingest_best_effort_failures_total{what}`): a dead letter's release or old job after a replay, the queue gauges read on a scrape. */
+export const API_BEST_EFFORT = ['replay_release', 'replay_remove_old_job', 'queue_gauges', 'push_release'] as const;
 
 /** States exported per shard by `ingest_queue_shard_jobs`. */
 export const SHARD_QUEUE_STATES = ['waiting', 'active', 'failed'] as const;
@@ -60,6 +64,7 @@ export function createApiMetrics(registry: Registry, opts: ApiMetricsOptions = {
     watermarkLag: new Gauge({ name: `${P}watermark_lag_seconds`, help: 'Age of the oldest in-flight batch over all list prefixes: newer batches are hidden from list until it is written', registers, collect }),
     upkeepFailures: new Counter({ name: `${P}upkeep_failures_total`, help: 'Failed passes of the API upkeep loop (orphan reaping, queue gauges), by step; the log says why', labelNames: ['step'], registers }),
     orphansReaped: new Counter({ name: `${P}orphans_reaped_total`, help: 'In-flight ids released by the reaper (minted but never enqueued, or dead-lettered)', labelNames: ['kind'], registers }),
+    bestEffortFailures: bestEffortCounter(registry, API_BEST_EFFORT),
     redisUsedMemoryRatio: new Gauge({ name: `${P}redis_memory_used_ratio`, help: 'Redis used_memory / maxmemory as last sampled by the load shedder (0 when maxmemory is unset)', registers }),
   };
   for (const o of PUSH_OUTCOMES) m.pushes.inc({ outcome: o }, 0);

@@ -1,14 +1,15 @@
 import { createHash } from 'node:crypto';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import express, { type ErrorRequestHandler, type NextFunction, type Request, type Response, type Router } from 'express';
-import { type SyncConfigInput, parseSyncConfig } from '../../shared/config.js';
+import express, { type ErrorRequestHandler, type NextFunction, type Request, type RequestHandler, type Response, type Router } from 'express';
+import { type CollectionConfig, type SyncConfigInput, parseSyncConfig } from '../../shared/config.js';
 import { type EnvelopeCheck, checkEnvelope } from '../../shared/envelope.js';
 import { type PreparedBatch, prepareBatch } from '../../shared/parquet/encode.js';
 import { HttpError, StoreError } from '../../shared/errors.js';
 import { parseIntegerParam } from '../../shared/http.js';
 import { isBatchId, parseBatchRef } from '../../shared/ids.js';
-import { batchKey, checkParamValue, listPrefix, routePattern } from '../../shared/paths.js';
+import { capNonceKeyPrefix, rateLimitKeyPrefix } from '../../shared/keyspace.js';
+import { type StoragePathTemplate, batchKey, checkParamValue, listPrefix, routePattern } from '../../shared/paths.js';
 import { RAW_DELETED_HEADER, checkListCursor } from '../../shared/rollup/retention.js';
 import type { ByteRange, ObjectStore } from '../../shared/store/types.js';
 import type { Cluster, Redis } from 'ioredis';
@@ -23,11 +24,13 @@ import { type SecurityHeadersOptions, securityHeaders } from './edge/security-he
 import { requestTimeout } from './edge/timeout.js';
 import { noImplicitConditional } from './edge/conditional.js';
 import { methodNotAllowed } from './edge/methods.js';
-import { BodyError, type RequestBody, contentTypeAllowed, discardRest, parseContentEncoding, readBody } from './body.js';
+import { BodyError, type ContentCoding, type RequestBody, contentTypeAllowed, discardRest, parseContentEncoding, readBody } from './body.js';
 import type { RejectReason, ShedReason } from './metrics.js';
 import { API_ENCODED_ROW_BYTES, API_QUEUED_ROW_BYTES, type ByteBudget, batchCost } from '../../shared/byte-budget.js';
 import { contentRange, decideRange, ifRangeAllows, unsatisfiedRange } from './range.js';
-import { type EventsServerPlugin, PARQUET_MIME_TYPE, type PushResult } from './plugin.js';
+import { type EventsServerPlugin, PARQUET_MIME_TYPE, type PushResult, pushResultOf } from './plugin.js';
+import { envelopeRejectReason, pushResponse } from './push/http.js';
+import type { PushOutcome } from './push/outcome.js';
 
 /** A push body's check: {@link checkEnvelope}'s, or (for a body the plugin encodes) the scan that prepared it. */
 type BodyCheck = EnvelopeCheck | { ok: true; text?: string; events: number; everyEventHasMessageId: boolean; prepared?: PreparedBatch };
@@ -35,7 +38,7 @@ type BodyCheck = EnvelopeCheck | { ok: true; text?: string; events: number; ever
 /** {@link prepareBatch} as a check: the same errors, in the same words, as checkEnvelope's. */
 function prepared(bytes: Uint8Array): BodyCheck {
   const r = prepareBatch(bytes);
-  return r.ok ? { ok: true, events: r.batch.rows, everyEventHasMessageId: r.everyEventHasMessageId, prepared: r.batch } : { ok: false, error: r.reason };
+  return r.ok ? { ok: true, events: r.batch.rows, everyEventHasMessageId: r.everyEventHasMessageId, prepared: r.batch } : { ok: false, error: r.reason, code: r.code };
 }
 
 /** Hooks the service wires to its metrics; the router itself holds no metric objects. */
@@ -214,12 +217,187 @@ function parseAfter(raw: unknown): string | undefined {
   return bare;
 }
 
+/** Every `{param}` of a storagePath, the batch id's included. */
+function paramNamesOf(t: StoragePathTemplate): string[] {
+  return t.segments.flatMap((s) => (s.kind === 'param' ? [s.name] : []));
+}
+
+/** What the push route of one collection is built from. */
+interface PushRoute {
+  opts: SyncRouterOptions;
+  plugin: EventsServerPlugin;
+  collection: CollectionConfig;
+  limiter: RateLimiter | null;
+}
+
+/** The checks made before the body is read (load, params, headers): the params and what the headers ask for. */
+async function pushPreamble({ opts, plugin, collection }: PushRoute, req: Request, paramNames: readonly string[]): Promise<{ params: Record<string, string>; coding: ContentCoding; idemHeader: string | undefined }> {
+  const { observer } = opts;
+  const t = plugin.template;
+  const shed = opts.shedReason?.();
+  if (shed) {
+    observer?.shed?.('high_water');
+    throw new HttpError(503, `overloaded: ${shed}; retry later`, { ...(await discardRest(req)), 'Retry-After': '2' });
+  }
+  const params = paramsOf(req, paramNames, observer);
+  if (opts.appPattern) {
+    const bad = t.prefixParams.find((n) => !opts.appPattern?.test(params[n] ?? ''));
+    if (bad !== undefined) throw reject(observer, 'bad_param', 400, `path parameter "${bad}" does not match APP_PATTERN (${opts.appPattern.source})`);
+  }
+  if (!contentTypeAllowed(req.headers['content-type'], collection.allowedMimeTypes)) {
+    throw reject(observer, 'content_type', 415, `Content-Type must be ${collection.allowedMimeTypes.join(' or ')} (UTF-8)`);
+  }
+  const coding = parseContentEncoding(req.headers['content-encoding']);
+  if (!coding.ok) throw reject(observer, 'content_encoding', 415, coding.error);
+  const idemHeader = req.headers['idempotency-key'];
+  if (idemHeader !== undefined && (typeof idemHeader !== 'string' || !IDEMPOTENCY_KEY_RE.test(idemHeader))) {
+    throw reject(observer, 'bad_header', 400, 'Idempotency-Key must be 1-255 printable ASCII characters');
+  }
+  return { params, coding: coding.coding, idemHeader };
+}
+
+/** The request body, read within the collection's limit and the in-flight budget (`held` grows with it). */
+async function readPushBody({ opts, collection }: PushRoute, req: Request, coding: ContentCoding, held: { bytes: number }): Promise<RequestBody> {
+  const { observer } = opts;
+  try {
+    return await readBody(req, { maxBytes: collection.maxBodyBytes, coding, budget: opts.inflightBudget, held });
+  } catch (err) {
+    if (err instanceof BodyError) {
+      if (err.reason === 'too_large') observer?.rejected?.('too_large');
+      else if (err.reason === 'bad_encoding') observer?.rejected?.('bad_encoding');
+      else if (err.reason === 'over_budget') observer?.shed?.('inflight_bytes');
+    }
+    throw err;
+  }
+}
+
+/**
+ * The body's check, and its rows charged to the in-flight budget. The queue packs the bytes; only
+ * an inline encoder needs the body as text, so a queued push never decodes it (that string would
+ * double every in-flight body, then be dropped). A body the plugin encodes itself is checked by
+ * the scan that also takes its columns. The status of a refused body comes from its code.
+ */
+function checkPushBody({ opts, plugin, collection }: PushRoute, bytes: Buffer, held: { bytes: number }): Extract<BodyCheck, { ok: true }> {
+  const { observer } = opts;
+  const check: BodyCheck = plugin.encodesBody(bytes.length) ? prepared(bytes) : checkEnvelope(bytes, { text: plugin.mode === 'inline' });
+  if (!check.ok) throw reject(observer, envelopeRejectReason(check.code), 400, check.error);
+  if (check.events > collection.maxEventsPerBatch) {
+    throw reject(observer, 'too_large', 413, `data.events has ${check.events} events; this collection's maxEventsPerBatch is ${collection.maxEventsPerBatch}`);
+  }
+  // Rows cost memory of their own, whatever their JSON length (shared/byte-budget.ts): charged once counted.
+  if (opts.inflightBudget) {
+    const rowsCost = batchCost(check.events, 0, 'prepared' in check && check.prepared ? API_ENCODED_ROW_BYTES : API_QUEUED_ROW_BYTES);
+    if (!opts.inflightBudget.tryTake(rowsCost, held.bytes)) {
+      observer?.shed?.('inflight_bytes');
+      throw new HttpError(503, `overloaded: the ${check.events} events of this push do not fit this process' memory budget for pushes in flight (MAX_INFLIGHT_BYTES); retry later`, { 'Retry-After': '1' });
+    }
+    held.bytes += rowsCost;
+  }
+  return check;
+}
+
+/** Answers a push's outcome with its status and body (push/http.ts), and tells the observer. */
+function answerPush(res: Response, outcome: PushOutcome, observer: RouterObserver | undefined, sentBytes: number): void {
+  if (outcome.kind === 'unavailable') observer?.unavailable?.();
+  if (outcome.kind === 'conflict') observer?.rejected?.('idempotency_conflict');
+  const r = pushResponse(outcome);
+  const result = pushResultOf(outcome);
+  if ('error' in r.body || !result) throw new HttpError(r.status, 'error' in r.body ? r.body.error : 'internal error', r.headers);
+  observer?.pushed?.(result, sentBytes);
+  res.status(r.status).json(r.body);
+}
+
+/** `POST /push/<storagePath>` of one collection. */
+function pushHandler(route: PushRoute): RequestHandler {
+  const { opts, plugin, collection, limiter } = route;
+  const t = plugin.template;
+  const appEvents = collection.rateLimit?.appEvents;
+  const paramNames = paramNamesOf(t);
+  return async function push(req: Request, res: Response): Promise<void> {
+    const { params, coding, idemHeader } = await pushPreamble(route, req, paramNames);
+    // Budget taken for this body; given back once the push is answered, whatever the outcome.
+    const held = { bytes: 0 };
+    try {
+      const body = await readPushBody(route, req, coding, held);
+      const check = checkPushBody(route, body.bytes, held);
+      delete params[t.batchParam];
+      // A keyed retry stores nothing new (the first answer, or 422): answered before the app's
+      // budget is charged, and charging nothing.
+      if (limiter && appEvents && !(idemHeader !== undefined && (await plugin.idempotencyClaimed(params, idemHeader, body.decodedHash)))) {
+        await limiter.admitEvents(collection.name, t.prefixParams.map((n) => params[n]).join('/'), appEvents, check.events, res);
+      }
+      const outcome = await plugin.accept({
+        params,
+        body: body.bytes,
+        events: check.events,
+        text: check.text ?? '',
+        prepared: 'prepared' in check ? check.prepared : undefined,
+        everyEventHasMessageId: check.everyEventHasMessageId,
+        idempotencyKey: idemHeader,
+        hash: body.hash,
+        decodedHash: body.decodedHash,
+      });
+      answerPush(res, outcome, opts.observer, body.sentBytes);
+    } finally {
+      opts.inflightBudget?.give(held.bytes);
+    }
+  };
+}
+
+/** `GET /pull/<storagePath>` of one collection: the batch file, with ETag, 304 and ranges. */
+function pullHandler(plugin: EventsServerPlugin): RequestHandler {
+  const t = plugin.template;
+  const allNames = paramNamesOf(t);
+  return async function pull(req: Request, res: Response): Promise<void> {
+    const params = paramsOf(req, allNames);
+    const batchId = parseBatchRef(params[t.batchParam] as string);
+    delete params[t.batchParam];
+    const obj = batchId === null ? null : await openObject(plugin.store, batchKey(t, params, batchId));
+    if (!obj) {
+      res.status(200).json({ data: {}, hash: '', timestamp: Date.now() });
+      return;
+    }
+    const etag = `"${obj.sha256}"`;
+    res.setHeader('ETag', etag);
+    res.setHeader('Cache-Control', 'private, max-age=31536000, immutable');
+    res.setHeader('Accept-Ranges', 'bytes');
+    // If-None-Match by weak comparison (RFC 9110 §13.1.2). Not Express' req.fresh: it answers
+    // "stale" whenever the request says Cache-Control: no-cache, which fetch() adds by itself
+    // to every request carrying If-None-Match, so fetch clients would never get their 304.
+    const inm = req.headers['if-none-match'];
+    if (inm && inm.split(',').some((v) => v.trim().replace(/^W\//, '') === etag || v.trim() === '*')) {
+      res.status(304).end();
+      return;
+    }
+    const { size } = obj;
+    // If-None-Match wins over Range (RFC 9110 §13.2.2); If-Range decides whether Range applies at all.
+    const range = ifRangeAllows(req.get('if-range'), etag) ? decideRange(req.headers.range, size) : ({ kind: 'full' } as const);
+    if (range.kind === 'unsatisfiable') {
+      // An error must not be cached for a year like the file itself.
+      res.removeHeader('Cache-Control');
+      throw new HttpError(416, `range not satisfiable: the batch has ${size} bytes`, { 'Content-Range': unsatisfiedRange(size) });
+    }
+    res.setHeader('Content-Type', PARQUET_MIME_TYPE);
+    const part = range.kind === 'partial' ? { start: range.start, end: range.end } : undefined;
+    if (part) res.setHeader('Content-Range', contentRange(part.start, part.end, size));
+    res.setHeader('Content-Length', String(part ? part.end - part.start + 1 : size));
+    res.status(part ? 206 : 200);
+    // Express routes HEAD to this GET handler: same headers, no body, nothing read.
+    if (req.method === 'HEAD' || size === 0) {
+      res.end();
+      return;
+    }
+    // Streamed: an 8 MB batch never sits whole in memory; a client that goes away stops the read.
+    await pipeline(await obj.read(part), res);
+  };
+}
+
 /** `others`, behind the cap-cert resolver when `opts.capAuth` is set. */
 function withCapAuth(opts: SyncRouterOptions, collections: readonly { name: string; storagePath: string }[], others: RoleResolver): RoleResolver {
   const o = opts.capAuth;
   if (!o) return others;
   const given = o.nonceStore;
-  const nonceStore = given === undefined ? new MemoryNonceStore() : 'claim' in given ? given : new RedisNonceStore(given, o.nonceKeyPrefix ?? 'ingest-cap:n');
+  const nonceStore = given === undefined ? new MemoryNonceStore() : 'claim' in given ? given : new RedisNonceStore(given, o.nonceKeyPrefix ?? capNonceKeyPrefix());
   return capOrElse(createCapRoleResolver({ ...o, nonceStore, collections }), others);
 }
 
@@ -264,7 +442,7 @@ export function createSyncRouter(opts: SyncRouterOptions): Router {
   const limiter = limited
     ? new RateLimiter({
         store: store === undefined ? new MemoryCounterStore() : 'hit' in store ? store : new RedisCounterStore(store),
-        keyPrefix: opts.rateLimitKeyPrefix ?? 'ingest-rl',
+        keyPrefix: opts.rateLimitKeyPrefix ?? rateLimitKeyPrefix(),
         trustedProxyHops: opts.trustedProxyHops ?? 0,
         pushOnError: opts.rateLimitPushOnError ?? 'open',
         observer: { limited: observer?.rateLimited, storeFailed: observer?.rateLimitStoreFailed, checkSeconds: observer?.rateLimitCheckSeconds },
@@ -283,94 +461,14 @@ export function createSyncRouter(opts: SyncRouterOptions): Router {
       throw new Error(`collection "${collection.name}": plugin storagePath "${plugin.template.source}" differs from the config's "${collection.storagePath}"`);
     }
     const t = plugin.template;
-    const allNames = t.segments.flatMap((s) => (s.kind === 'param' ? [s.name] : []));
     const full = routePattern(t.segments);
     const prefixRoute = routePattern(t.segments.slice(0, -1));
     const rules = counters.get(collection.name) ?? { push: [], pull: [], list: [] };
     const limit = (action: RateAction) => (limiter && rules[action].length > 0 ? limiter.middleware(collection.name, rules[action]) : passThrough);
-    const appEvents = collection.rateLimit?.appEvents;
     served.push([`/push/${full}`, ['POST']], [`/pull/${full}`, ['GET', 'HEAD']]);
     if (collection.listable) served.push([`/list/${prefixRoute}`, ['GET', 'HEAD']]);
 
-    router.post(
-      `/push/${full}`,
-      auditing('push', collection.name),
-      authenticate(collection.writeRoles, resolver),
-      limit('push'),
-      authorize(denied),
-      async (req, res) => {
-        const shed = opts.shedReason?.();
-        if (shed) {
-          observer?.shed?.('high_water');
-          throw new HttpError(503, `overloaded: ${shed}; retry later`, { ...(await discardRest(req)), 'Retry-After': '2' });
-        }
-        const params = paramsOf(req, allNames, observer);
-        if (opts.appPattern) {
-          const bad = t.prefixParams.find((n) => !opts.appPattern?.test(params[n] ?? ''));
-          if (bad !== undefined) throw reject(observer, 'bad_param', 400, `path parameter "${bad}" does not match APP_PATTERN (${opts.appPattern.source})`);
-        }
-        if (!contentTypeAllowed(req.headers['content-type'], collection.allowedMimeTypes)) {
-          throw reject(observer, 'content_type', 415, `Content-Type must be ${collection.allowedMimeTypes.join(' or ')} (UTF-8)`);
-        }
-        const coding = parseContentEncoding(req.headers['content-encoding']);
-        if (!coding.ok) throw reject(observer, 'content_encoding', 415, coding.error);
-        const idemHeader = req.headers['idempotency-key'];
-        if (idemHeader !== undefined && (typeof idemHeader !== 'string' || !IDEMPOTENCY_KEY_RE.test(idemHeader))) {
-          throw reject(observer, 'bad_header', 400, 'Idempotency-Key must be 1-255 printable ASCII characters');
-        }
-        // Budget taken for this body; given back once the push is answered, whatever the outcome.
-        const held = { bytes: 0 };
-        try {
-          let body: RequestBody;
-          try {
-            body = await readBody(req, { maxBytes: collection.maxBodyBytes, coding: coding.coding, budget: opts.inflightBudget, held });
-          } catch (err) {
-            if (err instanceof BodyError) {
-              if (err.reason === 'too_large') observer?.rejected?.('too_large');
-              else if (err.reason === 'bad_encoding') observer?.rejected?.('bad_encoding');
-              else if (err.reason === 'over_budget') observer?.shed?.('inflight_bytes');
-            }
-            throw err;
-          }
-          // The queue packs the bytes; only an inline encoder needs the body as text, so a queued
-          // push never decodes it (that string would double every in-flight body, then be dropped).
-          // A body the plugin encodes itself is checked by the scan that also takes its columns.
-          const check: BodyCheck = plugin.encodesBody(body.bytes.length) ? prepared(body.bytes) : checkEnvelope(body.bytes, { text: plugin.mode === 'inline' });
-          if (!check.ok) throw reject(observer, check.error.startsWith('malformed JSON') || check.error.includes('UTF-8') ? 'bad_json' : 'bad_envelope', 400, check.error);
-          if (check.events > collection.maxEventsPerBatch) {
-            throw reject(observer, 'too_large', 413, `data.events has ${check.events} events; this collection's maxEventsPerBatch is ${collection.maxEventsPerBatch}`);
-          }
-          // Rows cost memory of their own, whatever their JSON length (shared/byte-budget.ts): charged once counted.
-          if (opts.inflightBudget) {
-            const rowsCost = batchCost(check.events, 0, 'prepared' in check && check.prepared ? API_ENCODED_ROW_BYTES : API_QUEUED_ROW_BYTES);
-            if (!opts.inflightBudget.tryTake(rowsCost, held.bytes)) {
-              observer?.shed?.('inflight_bytes');
-              throw new HttpError(503, `overloaded: the ${check.events} events of this push do not fit this process' memory budget for pushes in flight (MAX_INFLIGHT_BYTES); retry later`, { 'Retry-After': '1' });
-            }
-            held.bytes += rowsCost;
-          }
-          delete params[t.batchParam];
-          // A keyed retry stores nothing new (the first answer, or 422): answered before the app's
-          // budget is charged, and charging nothing.
-          if (limiter && appEvents && !(idemHeader !== undefined && (await plugin.idempotencyClaimed(params, idemHeader, body.decodedHash)))) {
-            await limiter.admitEvents(collection.name, t.prefixParams.map((n) => params[n]).join('/'), appEvents, check.events, res);
-          }
-          const validated = { text: check.text ?? '', events: check.events, everyEventHasMessageId: check.everyEventHasMessageId, prepared: 'prepared' in check ? check.prepared : undefined };
-          let result: PushResult;
-          try {
-            result = await plugin.push(params, body.bytes, validated, { idempotencyKey: idemHeader, hash: body.hash, decodedHash: body.decodedHash });
-          } catch (err) {
-            if (err instanceof HttpError && err.status === 503) observer?.unavailable?.();
-            if (err instanceof HttpError && err.status === 422) observer?.rejected?.('idempotency_conflict');
-            throw err;
-          }
-          observer?.pushed?.(result, body.sentBytes);
-          res.status(200).json({ hash: result.hash, batchId: result.batchId });
-        } finally {
-          opts.inflightBudget?.give(held.bytes);
-        }
-      },
-    );
+    router.post(`/push/${full}`, auditing('push', collection.name), authenticate(collection.writeRoles, resolver), limit('push'), authorize(denied), pushHandler({ opts, plugin, collection, limiter }));
 
     if (collection.listable) {
       router.get(
@@ -393,55 +491,7 @@ export function createSyncRouter(opts: SyncRouterOptions): Router {
       );
     }
 
-    router.get(
-      `/pull/${full}`,
-      auditing('pull', collection.name),
-      authenticate(collection.readRoles, resolver),
-      limit('pull'),
-      authorize(deniedRead),
-      async (req, res) => {
-        const params = paramsOf(req, allNames);
-        const batchId = parseBatchRef(params[t.batchParam] as string);
-        delete params[t.batchParam];
-        const obj = batchId === null ? null : await openObject(plugin.store, batchKey(t, params, batchId));
-        if (!obj) {
-          res.status(200).json({ data: {}, hash: '', timestamp: Date.now() });
-          return;
-        }
-        const etag = `"${obj.sha256}"`;
-        res.setHeader('ETag', etag);
-        res.setHeader('Cache-Control', 'private, max-age=31536000, immutable');
-        res.setHeader('Accept-Ranges', 'bytes');
-        // If-None-Match by weak comparison (RFC 9110 §13.1.2). Not Express' req.fresh: it answers
-        // "stale" whenever the request says Cache-Control: no-cache, which fetch() adds by itself
-        // to every request carrying If-None-Match, so fetch clients would never get their 304.
-        const inm = req.headers['if-none-match'];
-        if (inm && inm.split(',').some((v) => v.trim().replace(/^W\//, '') === etag || v.trim() === '*')) {
-          res.status(304).end();
-          return;
-        }
-        const { size } = obj;
-        // If-None-Match wins over Range (RFC 9110 §13.2.2); If-Range decides whether Range applies at all.
-        const range = ifRangeAllows(req.get('if-range'), etag) ? decideRange(req.headers.range, size) : ({ kind: 'full' } as const);
-        if (range.kind === 'unsatisfiable') {
-          // An error must not be cached for a year like the file itself.
-          res.removeHeader('Cache-Control');
-          throw new HttpError(416, `range not satisfiable: the batch has ${size} bytes`, { 'Content-Range': unsatisfiedRange(size) });
-        }
-        res.setHeader('Content-Type', PARQUET_MIME_TYPE);
-        const part = range.kind === 'partial' ? { start: range.start, end: range.end } : undefined;
-        if (part) res.setHeader('Content-Range', contentRange(part.start, part.end, size));
-        res.setHeader('Content-Length', String(part ? part.end - part.start + 1 : size));
-        res.status(part ? 206 : 200);
-        // Express routes HEAD to this GET handler: same headers, no body, nothing read.
-        if (req.method === 'HEAD' || size === 0) {
-          res.end();
-          return;
-        }
-        // Streamed: an 8 MB batch never sits whole in memory; a client that goes away stops the read.
-        await pipeline(await obj.read(part), res);
-      },
-    );
+    router.get(`/pull/${full}`, auditing('pull', collection.name), authenticate(collection.readRoles, resolver), limit('pull'), authorize(deniedRead), pullHandler(plugin));
   }
   // After every collection's routes, so one collection's path never hides another's method.
   for (const [path, methods] of served) router.all(path, methodNotAllowed(methods));

@@ -25,6 +25,7 @@ import {
   VALUE_STRING,
   scanEnvelope,
   unescapeInto,
+  type EnvelopeErrorCode,
   type EventSink,
   type ValueKind,
 } from '../envelope.js';
@@ -352,15 +353,18 @@ function decodeJson(body: Uint8Array, start: number, end: number): unknown {
 export function parseBatchColumns(body: string | Uint8Array): ParseResult {
   const r = scanColumns(body, false);
   releaseLargeBuilders();
-  return r;
+  return r.ok ? r : { ok: false, reason: r.reason };
 }
 
+/** A refused body: the scan's message and its {@link EnvelopeErrorCode}. */
+type ScanRefusal = { readonly ok: false; readonly reason: string; readonly code: EnvelopeErrorCode };
+
 /** {@link parseBatchColumns}; with `borrow`, the columns are views valid until the next scan. */
-function scanColumns(body: string | Uint8Array, borrow: boolean): ParseResult {
+function scanColumns(body: string | Uint8Array, borrow: boolean): Exclude<ParseResult, { ok: false }> | ScanRefusal {
   const bytes = typeof body === 'string' ? Buffer.from(body, 'utf8') : body;
   const sink = new ColumnSink(bytes);
   const scan = scanEnvelope(bytes, sink);
-  if (!scan.ok) return { ok: false, reason: scan.error };
+  if (!scan.ok) return { ok: false, reason: scan.error, code: scan.code };
   return { ok: true, columns: sink.finish(scan.events, borrow), everyEventHasMessageId: scan.everyEventHasMessageId };
 }
 
@@ -444,7 +448,8 @@ export function eventsToArrow(columns: EventColumns, receivedAtMs: number): arro
  * row — per-event UUIDs, millisecond timestamps, free-form properties and context — and there a
  * dictionary only adds a page of every value plus an index per row. Measured (bench/, 100-event
  * batches of ~600-byte events): dictionaries everywhere except message_id/ts/properties gave
- * 107 B/event; dictionaries only here, 103 B/event and a faster write.
+ * 107 B/event; dictionaries only here, 103 B/event and a faster write
+ * (docs/decisions/0005-parquet-writer-settings.md).
  */
 const DICTIONARY_COLUMNS: ReadonlySet<string> = new Set<EventColumnName>(['event_type', 'event', 'distinct_id', 'dt']);
 
@@ -526,7 +531,7 @@ export function encodeBatchToIpc(body: string | Uint8Array, receivedAtMs: number
   const parsed = scanColumns(body, true);
   if (!parsed.ok) {
     releaseLargeBuilders();
-    return parsed;
+    return { ok: false, reason: parsed.reason };
   }
   const ipc = columnsToIpcStream(parsed.columns, receivedAtMs);
   releaseLargeBuilders();
@@ -549,8 +554,8 @@ export interface PreparedBatch {
   toParquet(receivedAtMs: number): Uint8Array;
 }
 
-/** Outcome of {@link prepareBatch}; `everyEventHasMessageId` as in {@link scanEnvelope}'s result. */
-export type PrepareResult = { ok: true; batch: PreparedBatch; everyEventHasMessageId: boolean } | { ok: false; reason: string };
+/** Outcome of {@link prepareBatch}; `everyEventHasMessageId` and `code` as in {@link scanEnvelope}'s result. */
+export type PrepareResult = { ok: true; batch: PreparedBatch; everyEventHasMessageId: boolean } | { ok: false; reason: string; code: EnvelopeErrorCode };
 
 /**
  * Validates a push body ({@link scanEnvelope}, the API's own check) and copies its columns into an
@@ -558,7 +563,7 @@ export type PrepareResult = { ok: true; batch: PreparedBatch; everyEventHasMessa
  * is turned into Parquet.
  */
 export function prepareBatch(body: Uint8Array): PrepareResult {
-  if (body.length === 0) return { ok: false, reason: `empty body: expected ${EXPECTED_ENVELOPE}` };
+  if (body.length === 0) return { ok: false, reason: `empty body: expected ${EXPECTED_ENVELOPE}`, code: 'empty' };
   const parsed = scanColumns(body, true);
   if (!parsed.ok) {
     releaseLargeBuilders();
@@ -607,7 +612,8 @@ export function restampParquet(file: Uint8Array, receivedAtMs: number): Uint8Arr
  * the unchanging schema every time; for the 1–20-event batches browser SDKs send that was about
  * as much CPU as scanning the events. Here the schema message is serialised once (by apache-arrow)
  * and each batch is one RecordBatch message whose flatbuffer header has a fixed layout (the
- * events schema never changes; only lengths and offsets do), followed by the column buffers.
+ * events schema never changes; only lengths and offsets do), followed by the column buffers
+ * (docs/decisions/0004-arrow-ipc-writer.md).
  *
  * Format (Arrow columnar format, "Encapsulated message format"): `0xFFFFFFFF`, int32 metadata
  * length (8-byte padded), the `Message` flatbuffer, then the body: every buffer padded to 8 bytes.

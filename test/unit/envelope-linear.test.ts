@@ -87,6 +87,7 @@ describe('duplicate keys in every spelling', () => {
       expect(scanEnvelope(envelope(event, `{${spelled.map((k) => `${k}:0`).join(',')},${again}:1}`))).toEqual({
         ok: false,
         error: `data.events[1] has the key "${keys[at]}" twice; each top-level key of an event must be unique`,
+        code: 'duplicate_key',
       });
     }
   });

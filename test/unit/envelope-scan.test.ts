@@ -102,6 +102,7 @@ describe('scanEnvelope members', () => {
     expect(scanEnvelope(bytes('{"data":{"events":[{"é":1 2}]}}'))).toEqual({
       ok: false,
       error: "malformed JSON at byte 27: expected ',' or '}' after a member of an event",
+      code: 'bad_json',
     });
   });
 });

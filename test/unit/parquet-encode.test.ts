@@ -309,7 +309,7 @@ describe('prepareBatch (the API scans a body once and encodes its file itself)',
   ])('refuses %s with the words of the API\'s check', (_, body) => {
     const check = checkEnvelope(body);
     expect(check.ok).toBe(false);
-    expect(prepareBatch(body)).toEqual({ ok: false, reason: check.ok ? '' : check.error });
+    expect(prepareBatch(body)).toEqual({ ok: false, reason: check.ok ? '' : check.error, code: check.ok ? '' : check.code });
   });
 });
 

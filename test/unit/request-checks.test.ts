@@ -65,10 +65,10 @@ describe('push envelope checks', () => {
 
   it('refuses invalid UTF-8', () => {
     const bad = Buffer.from([...Buffer.from('{"data":{"events":[{"e":"'), 0xc3, 0x28, ...Buffer.from('"}]}}')]);
-    expect(checkEnvelope(bad)).toEqual({ ok: false, error: 'body is not valid UTF-8' });
+    expect(checkEnvelope(bad)).toEqual({ ok: false, error: 'body is not valid UTF-8', code: 'bad_utf8' });
     // An encoded surrogate (CESU-8) is not UTF-8 either.
     const cesu = Buffer.from([...Buffer.from('{"data":{"events":[{"e":"'), 0xed, 0xa0, 0xbd, ...Buffer.from('"}]}}')]);
-    expect(checkEnvelope(cesu)).toEqual({ ok: false, error: 'body is not valid UTF-8' });
+    expect(checkEnvelope(cesu)).toEqual({ ok: false, error: 'body is not valid UTF-8', code: 'bad_utf8' });
   });
 
   // Depth: the event object is level 1; an event reaching level 64 is accepted, 65 is refused.
@@ -83,6 +83,7 @@ describe('push envelope checks', () => {
     expect(checkEnvelope(body(`{"data":{"events":[{},${at65}]}}`))).toEqual({
       ok: false,
       error: `JSON nesting deeper than ${MAX_JSON_DEPTH} levels in data.events[1] (the event object is level 1)`,
+      code: 'too_deep',
     });
   });
 
@@ -140,8 +141,8 @@ describe('push envelope checks', () => {
     const queued = checkEnvelope(body(`\ufeff${text}`));
     expect(queued).toEqual({ ok: true, events: 1, everyEventHasMessageId: false });
     expect(checkEnvelope(body(`\ufeff${text}`), { text: true })).toEqual({ ok: true, events: 1, everyEventHasMessageId: false, text });
-    expect(checkEnvelope(Buffer.from([0x7b, 0xff, 0x7d]), { text: true })).toEqual({ ok: false, error: 'body is not valid UTF-8' });
-    expect(checkEnvelope(Buffer.from([0x7b, 0xff, 0x7d]))).toEqual({ ok: false, error: 'body is not valid UTF-8' });
+    expect(checkEnvelope(Buffer.from([0x7b, 0xff, 0x7d]), { text: true })).toEqual({ ok: false, error: 'body is not valid UTF-8', code: 'bad_utf8' });
+    expect(checkEnvelope(Buffer.from([0x7b, 0xff, 0x7d]))).toEqual({ ok: false, error: 'body is not valid UTF-8', code: 'bad_utf8' });
   });
 });
 
