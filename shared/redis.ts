@@ -1,4 +1,5 @@
 import { Cluster, type ClusterOptions, Redis, type RedisOptions } from 'ioredis';
+import { RedisUnavailable, TimeoutError } from './errors.js';
 import { type Logger, type ThrottledWarn, throttledWarn } from './logger.js';
 import { ioredisAddress, unixSocketOf } from './redis-url.js';
 
@@ -124,16 +125,68 @@ export function redisAddress(client: RedisClient): string {
 }
 
 /**
- * Whether `err` says Redis could not be reached (as opposed to a command Redis refused):
- * ioredis' connection and timeout errors, BullMQ's wrapping of them.
+ * What a failed Redis call's error says, read once from the driver's error shapes (ioredis 6,
+ * redis-errors, and BullMQ, which rethrows them): `unavailable` when Redis could not be reached
+ * or could not serve the command right now, `neverRan` when the command certainly did not run.
+ * This is the only place that reads a driver error's text: ioredis makes most of these as plain
+ * `Error`s (see its Redis.js, cluster/index.js, Command.js), so for them the text is all there is.
+ */
+function classify(err: unknown): { unavailable: boolean; neverRan: boolean } {
+  if (err instanceof RedisUnavailable) return { unavailable: true, neverRan: err.neverRan };
+  // Our own timeout says nothing about Redis (a caller decides what it means), whatever it names.
+  if (!(err instanceof Error) || err instanceof TimeoutError) return { unavailable: false, neverRan: false };
+  const code = (err as NodeJS.ErrnoException).code;
+  if (typeof code === 'string' && NOT_SENT_CODES.has(code)) return { unavailable: true, neverRan: true };
+  // A Redis refusal names its reason first; the same words elsewhere in a message prove nothing.
+  const refused = err.name === 'ReplyError' && REFUSED_REPLY.test(err.message);
+  const unavailable =
+    err.name === 'MaxRetriesPerRequestError' || (typeof code === 'string' && UNREACHABLE_CODES.has(code)) || UNAVAILABLE_TEXT.test(err.message);
+  return { unavailable, neverRan: refused || NOT_SENT_TEXT.test(err.message) };
+}
+
+/** Socket errors: the connection was never made, so nothing was sent. */
+const NOT_SENT_CODES = new Set(['ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN']);
+/** Socket errors after a command may have been written (reset, timeout, broken pipe). */
+const UNREACHABLE_CODES = new Set(['ECONNRESET', 'ETIMEDOUT', 'EPIPE']);
+/**
+ * ioredis' own outage errors (a pipeline or transaction cut by a closing connection included),
+ * Redis Cluster's mid-failover replies and ioredis' cluster errors.
+ */
+const UNAVAILABLE_TEXT =
+  /Stream isn't writeable|Connection is closed|Command aborted due to connection close|Command timed out|connect ETIMEDOUT|Reached the max retries|CLUSTERDOWN|TRYAGAIN|Cluster isn't ready|Failed to refresh slots cache|None of startup nodes is available/i;
+/** ioredis refusing to send: offline queue off and no connection, or no cluster slot map. */
+const NOT_SENT_TEXT = /^(Stream isn't writeable|Cluster isn't ready|None of startup nodes is available|Failed to refresh slots cache)/;
+/** Replies with which Redis refuses a command before running it. */
+const REFUSED_REPLY = /^(OOM|READONLY|BUSY|LOADING|CLUSTERDOWN|TRYAGAIN|MASTERDOWN|NOREPLICAS|MISCONF|NOPERM|NOAUTH|WRONGPASS)\b/;
+
+/**
+ * `err` as a `RedisUnavailable` (the driver's error as `cause`, its message kept) when it says
+ * Redis could not be reached: ioredis' connection and timeout errors, BullMQ's rethrowing of
+ * them, a Redis Cluster mid-failover. Any other error (a script error, a refusal such as OOM, a
+ * `TimeoutError` of our own) comes back unchanged, as does a `RedisUnavailable`. Adapters call it
+ * where a driver error leaves them; callers then test `instanceof RedisUnavailable`.
+ */
+export function asRedisUnavailable(err: unknown): unknown {
+  if (err instanceof RedisUnavailable) return err;
+  const c = classify(err);
+  return c.unavailable ? new RedisUnavailable((err as Error).message, { cause: err, neverRan: c.neverRan }) : err;
+}
+
+/** Settles like `p`, a driver error that says Redis is unreachable rethrown as a `RedisUnavailable`. */
+export async function redisCall<T>(p: Promise<T>): Promise<T> {
+  try {
+    return await p;
+  } catch (err) {
+    throw asRedisUnavailable(err);
+  }
+}
+
+/**
+ * Whether `err` says Redis could not be reached (as opposed to a command Redis refused): a
+ * `RedisUnavailable`, or a driver error `asRedisUnavailable` would make one of.
  */
 export function isRedisUnavailable(err: unknown): boolean {
-  if (!(err instanceof Error)) return false;
-  if (err.name === 'MaxRetriesPerRequestError') return true;
-  const code = (err as NodeJS.ErrnoException).code;
-  if (code && ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EPIPE', 'EAI_AGAIN'].includes(code)) return true;
-  // A Redis Cluster mid-failover or out of reach: ioredis' Cluster errors and Redis' own.
-  return /Stream isn't writeable|Connection is closed|Command timed out|connect ETIMEDOUT|Reached the max retries|CLUSTERDOWN|TRYAGAIN|Cluster isn't ready|Failed to refresh slots cache|None of startup nodes is available/i.test(err.message);
+  return classify(err).unavailable;
 }
 
 /**
@@ -142,23 +195,19 @@ export function isRedisUnavailable(err: unknown): boolean {
  * memory, read-only replica, a cluster slot not served, busy, loading, refused auth). A timeout or
  * a connection lost after the command was written says nothing: Redis may run it, or have run
  * it, without the answer arriving. For a write whose effect must be undone on failure, only a
- * `true` here makes the undo safe.
+ * `true` here makes the undo safe. A `RedisUnavailable` answers with its `neverRan`.
  */
 export function commandNeverRan(err: unknown): boolean {
-  if (!(err instanceof Error)) return false;
-  const code = (err as NodeJS.ErrnoException).code;
-  if (code && ['ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN'].includes(code)) return true;
-  if (/^(Stream isn't writeable|Cluster isn't ready|None of startup nodes is available|Failed to refresh slots cache)/.test(err.message)) return true;
-  return err.name === 'ReplyError' && /^(OOM|READONLY|BUSY|LOADING|CLUSTERDOWN|TRYAGAIN|MASTERDOWN|NOREPLICAS|MISCONF|NOPERM|NOAUTH|WRONGPASS)\b/.test(err.message);
+  return classify(err).neverRan;
 }
 
-/** Resolves when `client` is ready, rejects after `ms`. */
+/** Resolves when `client` is ready, rejects with a `RedisUnavailable` after `ms`. */
 export async function waitReady(client: RedisClient, ms: number): Promise<void> {
   if (client.status === 'ready') return;
   await new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => {
       cleanup();
-      reject(new Error(`Redis not ready after ${ms} ms`));
+      reject(new RedisUnavailable(`Redis not ready after ${ms} ms`, { neverRan: true }));
     }, ms);
     const onReady = (): void => {
       cleanup();
@@ -170,4 +219,21 @@ export async function waitReady(client: RedisClient, ms: number): Promise<void> 
     };
     client.on('ready', onReady);
   });
+}
+
+/**
+ * Closes `client` for a stop: QUIT when it is connected, waiting at most `ms` for the answer,
+ * else (not connected, or no answer in time) drops the connection. A connection that is not
+ * ready would never answer a QUIT: commands queue while it is offline.
+ */
+export async function closeRedis(client: RedisClient, ms: number): Promise<void> {
+  if (client.status !== 'ready') return client.disconnect();
+  let timer: NodeJS.Timeout | undefined;
+  const quit = client.quit().then(
+    () => true,
+    () => false,
+  );
+  const answered = await Promise.race([quit, new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), ms)))]);
+  clearTimeout(timer);
+  if (!answered) client.disconnect();
 }

@@ -1,8 +1,9 @@
 import express, { type NextFunction, type Request, type Response, type Router } from 'express';
 import type { Job, Queue } from 'bullmq';
-import type { RedisClient } from '../../shared/redis.js';
+import { type RedisClient, isRedisUnavailable } from '../../shared/redis.js';
 import type { ShardSet } from '../../shared/shards.js';
-import { HttpError } from '../../shared/errors.js';
+import { HttpError, TimeoutError } from '../../shared/errors.js';
+import { type BestEffortSink, bestEffort } from '../../shared/best-effort.js';
 import { parseIntegerParam } from '../../shared/http.js';
 import { withTimeout } from '../../shared/timeout.js';
 import { batchIdMs, isBatchId } from '../../shared/ids.js';
@@ -38,11 +39,17 @@ export interface ReplayOutcome {
 /** An admin call that has not finished by then (Redis hung or unreachable) answers 503. */
 const ADMIN_TIMEOUT_MS = 10_000;
 
-/** True when `err` comes from an unreachable or hung Redis rather than from the request. */
+/** True when `err` comes from an unreachable or hung Redis rather than from the request (an admin call is Redis work). */
 function redisDown(err: unknown, redis: RedisClient): boolean {
   if (err instanceof HttpError) return false;
   if (redis.status !== 'ready') return true;
-  return err instanceof Error && /timed out|ECONN|EPIPE|ETIMEDOUT|Connection is closed|writeable|MaxRetriesPerRequest/i.test(err.message);
+  return err instanceof TimeoutError || isRedisUnavailable(err);
+}
+
+/** `reissue`: under new ids. `bestEffort`: where a failed clean-up (a release, the old job's removal) is logged and counted. */
+export interface ReplayOptions {
+  reissue?: boolean;
+  bestEffort?: BestEffortSink;
 }
 
 /** At most this many dead letters are listed or replayed per call, so one call stays bounded. */
@@ -85,7 +92,7 @@ export async function listFailed(queue: Queue, limit = 100): Promise<{ total: nu
  * again under a NEW id (so clients polling `?after=` past the old id still see it) and the
  * failed job is removed.
  */
-export async function replayOne(queue: Queue, ledger: BatchLedger, batchId: string, opts: { reissue?: boolean } = {}): Promise<ReplayOutcome> {
+export async function replayOne(queue: Queue, ledger: BatchLedger, batchId: string, opts: ReplayOptions = {}): Promise<ReplayOutcome> {
   const job = await queue.getJob(batchId);
   if (!job || (await job.getState()) !== 'failed') return { batchId, outcome: 'not-failed' };
   if (isGroupPayload(job.data)) return replayGroup(queue, ledger, job, opts);
@@ -125,11 +132,12 @@ export async function replayOne(queue: Queue, ledger: BatchLedger, batchId: stri
   try {
     await queue.add(JOB_NAME, next, { ...BATCH_JOB_OPTIONS, jobId: newId });
   } catch (err) {
-    await ledger.release(data.prefix, newId).catch(() => undefined);
+    // The add's error is the answer; a new id left in flight is freed by the reaper (ORPHAN_GRACE_SECONDS).
+    await bestEffort('replay_release', ledger.release(data.prefix, newId), opts.bestEffort ?? {});
     throw err;
   }
   // The new job holds the data now; removing the old one keeps `--all` from reissuing it twice.
-  await job.remove().catch(() => undefined);
+  await bestEffort('replay_remove_old_job', job.remove(), opts.bestEffort ?? {});
   return { batchId, outcome: 'reissued', newBatchId: newId };
 }
 
@@ -137,7 +145,7 @@ export async function replayOne(queue: Queue, ledger: BatchLedger, batchId: stri
  * A dead-lettered group job goes back to waiting whole, each member back in flight first (as
  * `replayOne` does for one batch). Reissuing under new ids is for single batches only.
  */
-async function replayGroup(queue: Queue, ledger: BatchLedger, job: Job, opts: { reissue?: boolean }): Promise<ReplayOutcome> {
+async function replayGroup(queue: Queue, ledger: BatchLedger, job: Job, opts: ReplayOptions): Promise<ReplayOutcome> {
   const batchId = String(job.id);
   const parsed = BatchGroupJobSchema.safeParse(job.data);
   if (!parsed.success) return { batchId, outcome: 'bad-job', detail: 'group job payload does not match the contract; left in the failed set' };
@@ -152,7 +160,7 @@ async function replayGroup(queue: Queue, ledger: BatchLedger, job: Job, opts: { 
 }
 
 /** Replays `ids`, or every dead letter (up to MAX_REPLAY_BATCH, oldest first) when `ids` is 'all'. */
-export async function replayFailed(queue: Queue, ledger: BatchLedger, ids: readonly string[] | 'all', opts: { reissue?: boolean } = {}): Promise<ReplayOutcome[]> {
+export async function replayFailed(queue: Queue, ledger: BatchLedger, ids: readonly string[] | 'all', opts: ReplayOptions = {}): Promise<ReplayOutcome[]> {
   const targets = ids === 'all' ? (await queue.getJobs(['failed'], 0, MAX_REPLAY_BATCH - 1, true)).filter((j): j is Job => Boolean(j)).map((j) => String(j.id)) : ids;
   const out: ReplayOutcome[] = [];
   for (const id of targets.slice(0, MAX_REPLAY_BATCH)) out.push(await replayOne(queue, ledger, id, opts));
@@ -169,6 +177,8 @@ export interface AdminRouterOptions {
   tokens: TokenRoles | ReadonlyMap<string, readonly string[]>;
   /** The router's auth hook (JWT and tokens); when given, `tokens` is not used. */
   roleResolver?: RoleResolver;
+  /** Where a replay's failed clean-up is logged and counted. */
+  bestEffort?: BestEffortSink;
 }
 
 /**
@@ -208,7 +218,7 @@ export function createAdminRouter(o: AdminRouterOptions): Router {
       const id = String(req.params.batchId);
       if (!isBatchId(id) && !isGroupJobId(id)) throw new HttpError(400, 'batchId must be a batch id like 1782933157690-0000-735223 (or a group job id, g-<batch id>)');
       const shard = o.shards?.forBatchId(isGroupJobId(id) ? id.slice(2) : id) ?? o;
-      const [r] = await replayFailed(shard.queue, shard.ledger, [id], { reissue: reissueOf(req) });
+      const [r] = await replayFailed(shard.queue, shard.ledger, [id], { reissue: reissueOf(req), bestEffort: o.bestEffort });
       if (r?.outcome === 'not-failed') throw new HttpError(404, `batch ${id} is not in the failed set`);
       res.json(r);
     }),
@@ -218,7 +228,7 @@ export function createAdminRouter(o: AdminRouterOptions): Router {
     admin,
     wrap(async (req, res) => {
       const results: ReplayOutcome[] = [];
-      for (const shard of o.shards?.shards ?? [o]) results.push(...(await replayFailed(shard.queue, shard.ledger, 'all', { reissue: reissueOf(req) })));
+      for (const shard of o.shards?.shards ?? [o]) results.push(...(await replayFailed(shard.queue, shard.ledger, 'all', { reissue: reissueOf(req), bestEffort: o.bestEffort })));
       res.json({ replayed: results.filter((r) => r.outcome === 'replayed' || r.outcome === 'reissued').length, results });
     }),
   );

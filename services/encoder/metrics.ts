@@ -1,5 +1,6 @@
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import { METRIC_PREFIX as P, SLOW_BUCKETS } from '../../shared/metrics.js';
+import { bestEffortCounter } from '../../shared/best-effort.js';
 
 /** Metrics of the encoder service (one set per registry). Labels are fixed small sets: never an app or batch id. */
 export function createEncoderMetrics(registry: Registry) {
@@ -23,6 +24,8 @@ export function createEncoderMetrics(registry: Registry) {
     active: new Gauge({ name: `${P}encoder_active_jobs`, help: 'Jobs being processed by this encoder process now', registers }),
     // Summed over instances this is the number of live encoders; `up` alone cannot tell a
     // process that still answers scrapes but has stopped taking jobs (shutting down).
+    /** `dead_letter_release`: a dead-lettered batch's id left in flight (the API's reaper frees it). */
+    bestEffortFailures: bestEffortCounter(registry, ['dead_letter_release']),
     workers: new Gauge({ name: `${P}encoder_workers`, help: 'BullMQ workers taking jobs in this encoder process (1 while running, 0 once closing)', registers }),
   };
   for (const o of ['written', 'retried', 'failed']) m.batches.inc({ outcome: o }, 0);
