@@ -8,7 +8,7 @@ import { type ReplayOutcome, listFailed, replayFailed } from '../services/api/ad
 import { ConfigError, parseEnv } from '../shared/config.js';
 import { isBatchId } from '../shared/ids.js';
 import { isGroupJobId } from '../shared/queue.js';
-import { createRedisClient, redisTarget, waitReady } from '../shared/redis.js';
+import { closeRedis, createRedisClient, redisTarget, waitReady } from '../shared/redis.js';
 import { ShardSet, shardLayouts } from '../shared/shards.js';
 
 const program = new Command()
@@ -69,7 +69,7 @@ async function main(): Promise<number> {
     return results.every((r) => r.outcome === 'replayed' || r.outcome === 'reissued') ? 0 : 1;
   } finally {
     await shards.close();
-    await redis.quit().catch(() => redis.disconnect());
+    await closeRedis(redis, 1000);
   }
 }
 

@@ -1,11 +1,13 @@
 import { parseEnv } from '../../shared/config.js';
-import { exitOnStartupError, handleShutdown } from '../../shared/runtime.js';
-import { startStack } from '../stack.js';
+import { Lifecycle, runUntilSignal } from '../../shared/lifecycle.js';
+import { exitOnStartupError } from '../../shared/runtime.js';
+import { SHUTDOWN_GRACE_MS, StackContext, apiServer, apiUpkeep, redisConnections } from '../stack.js';
 
 /** `npm run start:api`: the HTTP service alone (run any number, behind a load balancer). */
 try {
-  const stack = await startStack(parseEnv(), { api: true, encoder: false });
-  handleShutdown(stack.logger, [() => stack.close()]);
+  const ctx = new StackContext(parseEnv(), { name: 'api' });
+  const api = apiServer(ctx);
+  await runUntilSignal(new Lifecycle([redisConnections(ctx), api, apiUpkeep(api)], { logger: ctx.logger }), { logger: ctx.logger, graceMs: SHUTDOWN_GRACE_MS });
 } catch (err) {
   exitOnStartupError(err);
 }

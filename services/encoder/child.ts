@@ -1,8 +1,8 @@
 import { readdirSync } from 'node:fs';
 import { setPriority } from 'node:os';
 import type { Env } from '../../shared/config.js';
-import { flushLogger } from '../../shared/logger.js';
-import { type RunningStack, startStack } from '../stack.js';
+import { Lifecycle, runUntilSignal } from '../../shared/lifecycle.js';
+import { StackContext, encoderWorkers, redisConnections, rollupService } from '../stack.js';
 
 /**
  * The encoder as a child process of `npm start` (services/main.ts forks it): encoding (CPU-bound:
@@ -23,6 +23,8 @@ import { type RunningStack, startStack } from '../stack.js';
  * It stops by itself (the same way) on SIGTERM or when the parent is gone (its IPC channel
  * closes). SIGINT is left to the parent: Ctrl-C reaches the whole process group, and the parent
  * stops taking pushes before it closes its encoders.
+ *
+ * Why a process at a lower priority, with the rollups: docs/decisions/0014-encoder-child-process.md.
  */
 type Inbound = { type: 'start'; data: EncoderChildData } | { type: 'metrics' } | { type: 'close' };
 
@@ -73,67 +75,70 @@ function niceThisProcess(nice: number): number {
   }
 }
 
-let stack: RunningStack | undefined;
-/** The start in progress (or done): a stop asked for meanwhile waits for it, then closes what it started. */
-let starting: Promise<void> | undefined;
-let closing: Promise<void> | undefined;
+let ctx: StackContext | undefined;
+/** Asks the running lifecycle to stop (set once the start message came). */
+let stopLifecycle: ((reason: string) => void) | undefined;
+let stopAsked = false;
 
-/** A stop that takes longer than this (a store or Redis that hangs) ends the process anyway. */
+/** A stop that takes longer than this (a store or Redis that hangs) ends the process anyway, with exit 1. */
 const CLOSE_BOUND_MS = 30_000;
 
-/** Closes the encoder (active jobs finish or go back to the queue), tells the parent, and exits. */
-function closeAndExit(): Promise<void> {
-  closing ??= (async () => {
-    setTimeout(() => {
-      process.stderr.write(`encoder process: stop took over ${CLOSE_BOUND_MS} ms; exiting\n`);
-      process.exit(1);
-    }, CLOSE_BOUND_MS).unref();
-    try {
-      await starting?.catch(() => undefined);
-      if (stack) {
-        await stack.close();
-        await flushLogger(stack.logger);
-      }
-    } finally {
-      tell({ type: 'closed' });
-      // What may still hold the event loop is a reconnect timer to an unreachable Redis.
-      process.exit(0);
-    }
-  })();
-  return closing;
+/**
+ * Closes the encoder (active jobs finish or go back to the queue), tells the parent, and exits.
+ * Asked again (SIGTERM, the parent's message, its channel closing) it keeps to the first stop.
+ */
+function closeAndExit(reason: string): void {
+  stopAsked = true;
+  if (stopLifecycle) return stopLifecycle(reason);
+  // Nothing started yet.
+  tell({ type: 'closed' });
+  process.exit(0);
 }
 
-async function start(data: EncoderChildData): Promise<void> {
+function start(data: EncoderChildData): Promise<void> {
   const env: Env = { ...data.env, ENCODER_MAX_INFLIGHT_BYTES: Math.max(1, Math.floor(data.env.ENCODER_MAX_INFLIGHT_BYTES / data.count)) };
   const nice = niceThisProcess(env.ENCODER_NICE);
   // The first encoder's slots fetch up to ENCODER_CONCURRENCY jobs; a burst encoder joins when as many again wait.
   const burst = data.index > 0 ? { backlog: env.ENCODER_CONCURRENCY, pollMs: BURST_POLL_MS } : undefined;
+  const c = (ctx = new StackContext(env, { name: 'encoder', serviceLabel: 'ingest', defaultMetrics: { prefix: 'ingest_encoder_' } }));
+  const encoder = encoderWorkers(c, burst ? { burst } : {});
   // The first encoder also runs `npm start`'s rollups (unless ROLLUP=off), at this process's priority.
-  stack = await startStack(env, { api: false, encoder: true, rollup: data.index === 0, encoderMetricsServer: false, defaultMetrics: { prefix: 'ingest_encoder_' }, serviceLabel: 'ingest', ...(burst ? { encoderBurst: burst } : {}) });
-  stack.logger.info({ encoder: data.index, burst: burst !== undefined, queue: env.QUEUE_NAME, concurrency: env.ENCODER_CONCURRENCY, maxInflightBytes: env.ENCODER_MAX_INFLIGHT_BYTES, store: stack.store.describe(), nice }, 'encoder process started');
-  if (closing) return;
-  tell({ type: 'ready' });
+  const lifecycle = new Lifecycle([redisConnections(c), ...(data.index === 0 ? [rollupService(c)] : []), encoder], { logger: c.logger });
+  // Signals are this module's (SIGINT is the parent's); each trigger runs the one stop.
+  const running = runUntilSignal(lifecycle, {
+    logger: c.logger,
+    graceMs: CLOSE_BOUND_MS,
+    signals: [],
+    stopWhen: (stop) => (stopLifecycle = stop),
+    // Then it exits: what may still hold the event loop is a reconnect timer to an unreachable Redis.
+    beforeExit: () => tell({ type: 'closed' }),
+  });
+  return running.then(() => {
+    if (stopAsked) return;
+    c.logger.info({ encoder: data.index, burst: burst !== undefined, queue: env.QUEUE_NAME, concurrency: env.ENCODER_CONCURRENCY, maxInflightBytes: env.ENCODER_MAX_INFLIGHT_BYTES, store: c.store.describe(), nice }, 'encoder process started');
+    tell({ type: 'ready' });
+  });
 }
 
 process.on('SIGINT', () => undefined);
-process.on('SIGTERM', () => void closeAndExit());
-process.on('disconnect', () => void closeAndExit());
+process.on('SIGTERM', () => closeAndExit('SIGTERM'));
+process.on('disconnect', () => closeAndExit('parent gone'));
 process.on('message', (msg: Inbound) => {
   if (msg.type === 'start') {
-    starting = start(msg.data);
+    const starting = (async () => start(msg.data))();
     starting.catch((err: unknown) => {
       // A start that fails during a stop is part of that stop.
-      if (closing) return;
+      if (stopAsked) return;
       process.stderr.write(`encoder process failed to start: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
       process.exit(1);
     });
   } else if (msg.type === 'metrics') {
-    if (!stack) return tell({ type: 'metrics', metrics: [] });
-    stack.registry.getMetricsAsJSON().then(
+    if (!ctx) return tell({ type: 'metrics', metrics: [] });
+    ctx.registry.getMetricsAsJSON().then(
       (metrics) => tell({ type: 'metrics', metrics }),
       () => tell({ type: 'metrics', metrics: [] }),
     );
   } else if (msg.type === 'close') {
-    void closeAndExit();
+    closeAndExit('asked by npm start');
   }
 });

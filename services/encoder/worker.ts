@@ -7,6 +7,7 @@ import { BATCH_JOB_OPTIONS, type BatchGroupJob, type BatchJob, JOB_NAME, isGroup
 import type { ObjectStore } from '../../shared/store/types.js';
 import { ByteBudget, DRAIN_COLLECT_MIN_PEAK, DrainCollector, ENCODER_ROW_BYTES, batchCost } from '../../shared/byte-budget.js';
 import { StoreError } from '../../shared/errors.js';
+import { bestEffort } from '../../shared/best-effort.js';
 import { createEncoderMetrics, type EncoderMetrics } from './metrics.js';
 import { ParquetEncodeThread, RETIRE_ABOVE_WASM_BYTES } from '../../shared/parquet/encode-thread-pool.js';
 import { type Step, decodeGroupJob, decodeJob, encodeOffThread, restoreBody, write } from './pipeline.js';
@@ -334,8 +335,9 @@ export function createEncoder(o: EncoderOptions): Encoder {
       metrics.batches.inc({ outcome: 'failed' }, members ?? 1);
       o.logger.error({ ...fields, attempts: job.attemptsMade, reason: err.message }, members === undefined ? 'batch dead-lettered' : 'group job dead-lettered');
       // A dead batch must not hold newer ones back from the list forever (a group's members are
-      // released by the reaper, which finds them through the group).
-      if (typeof data.prefix === 'string' && job.id) shard.ledger.release(data.prefix, job.id).catch(() => undefined);
+      // released by the reaper, which finds them through the group). Failing here, it is left to
+      // the API's reaper too, which frees dead-lettered ids on its next pass.
+      if (typeof data.prefix === 'string' && job.id) void bestEffort('dead_letter_release', shard.ledger.release(data.prefix, job.id), { logger: o.logger, counter: metrics.bestEffortFailures });
     } else {
       metrics.batches.inc({ outcome: 'retried' }, members ?? 1);
       o.logger.warn({ ...fields, attempt: job.attemptsMade, reason: err.message }, members === undefined ? 'batch will be retried' : 'group job will be retried');
@@ -389,6 +391,7 @@ export function createEncoder(o: EncoderOptions): Encoder {
         clearTimeout(timer);
         // Bounded: with Redis away a count or a pause can wait for the connection indefinitely.
         await Promise.race([pass, new Promise((r) => setTimeout(r, 2000).unref())]);
+        // Stopping: a queue whose Redis is away cannot close cleanly, and nothing is left to do about it.
         await Promise.all(counters.map((q) => q.close().catch(() => undefined)));
       },
     };
@@ -406,12 +409,14 @@ export function createEncoder(o: EncoderOptions): Encoder {
         metrics.workers.set(0);
         const force = new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), graceMs).unref());
         const r = await Promise.race([Promise.all(workers.map((w) => w.close())).then(() => 'closed' as const), force]);
+        // Closing at shutdown: a queue or thread that cannot close cleanly has nothing left to lose.
         await Promise.all(splitQueues.map((q) => q.close().catch(() => undefined)));
         await thread?.close().catch(() => undefined);
         drained.stop();
         if (r === 'timeout') {
           o.logger.warn('active jobs did not finish in time; closing anyway (they will be retried as stalled)');
-          // Bounded too: with Redis unreachable a forced close still waits for its connections.
+          // Bounded too: with Redis unreachable a forced close still waits for its connections (and
+          // may fail: its jobs come back as stalled either way).
           await Promise.race([Promise.all(workers.map((w) => w.close(true).catch(() => undefined))), new Promise((r) => setTimeout(r, Math.min(1000, graceMs)).unref())]);
         }
       })();

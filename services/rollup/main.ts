@@ -5,17 +5,15 @@
  */
 import { resolve } from 'node:path';
 import { Queue } from 'bullmq';
-import { ConfigError, loadSyncConfig, parseEnv } from '../../shared/config.js';
-import { listen } from '../../shared/http.js';
-import { createLogger } from '../../shared/logger.js';
-import { createRegistry } from '../../shared/metrics.js';
-import { type RedisTarget, createRedisClient, redisTarget, waitReady } from '../../shared/redis.js';
+import { ConfigError, parseEnv } from '../../shared/config.js';
+import { healthServer } from '../../shared/health-server.js';
+import { type Component, Lifecycle, runUntilSignal } from '../../shared/lifecycle.js';
+import { type RedisTarget, closeRedis, createRedisClient, redisTarget, waitReady } from '../../shared/redis.js';
 import { rollupQueueName, rollupQueuePrefix } from '../../shared/rollup/queue.js';
-import { applyHeapGrowth, exitOnStartupError, handleShutdown } from '../../shared/runtime.js';
-import { storeFromEnv } from '../../shared/store/from-env.js';
+import { exitOnStartupError } from '../../shared/runtime.js';
 import { recordedShardCount } from '../../shared/shards.js';
 import { withTimeout } from '../../shared/timeout.js';
-import { startRollupService } from './service.js';
+import { SHUTDOWN_GRACE_MS, StackContext, rollupService } from '../stack.js';
 
 /** At most this many dead-lettered rollup jobs are replayed per call. */
 const MAX_REPLAY = 1000;
@@ -31,57 +29,55 @@ async function replayFailed(target: RedisTarget, queueName: string): Promise<num
     process.stdout.write(`${failed.length} rollup job(s) back in queue ${rollupQueueName(queueName)}\n`);
     return 0;
   } finally {
+    // A one-shot command's clean-up: its outcome was printed; a failed close changes nothing.
     await queue.close().catch(() => undefined);
-    await redis.quit().catch(() => redis.disconnect());
+    await closeRedis(redis, 1000);
   }
 }
 
 /**
  * Refuses to start with another QUEUE_SHARDS than the APIs and encoders recorded in Redis: the
  * rollup service reads each app's in-flight ids from the ledger of its shard. A Redis that cannot
- * be reached yet skips the check (every rollup job repeats it before it moves a watermark).
+ * be reached yet skips the check (every rollup job repeats it before it moves a watermark). It
+ * only reads the layout (the APIs and encoders record it), on a connection of its own for the
+ * check alone.
  */
-async function checkShardCount(target: RedisTarget, queueName: string, shards: number): Promise<void> {
-  const redis = createRedisClient(target, 'worker');
-  try {
-    const recorded = await withTimeout(
-      waitReady(redis, 5000).then(() => recordedShardCount(redis, queueName)),
-      10_000,
-      'shard count check',
-    ).catch(() => null);
-    if (recorded !== null && recorded !== shards) {
-      throw new ConfigError(`environment variable QUEUE_SHARDS: is ${shards}, but Redis holds queues laid out for QUEUE_SHARDS=${recorded}; run the rollup service with the count the APIs and encoders use`);
-    }
-  } finally {
-    redis.disconnect();
-  }
+function shardCountCheck(ctx: StackContext): Component {
+  return {
+    name: 'shard count check',
+    async start() {
+      const { env } = ctx;
+      const redis = createRedisClient(ctx.target, 'worker');
+      try {
+        const recorded = await withTimeout(
+          waitReady(redis, 5000).then(() => recordedShardCount(redis, env.QUEUE_NAME)),
+          10_000,
+          'shard count check',
+        ).catch(() => null);
+        if (recorded !== null && recorded !== env.QUEUE_SHARDS) {
+          throw new ConfigError(`environment variable QUEUE_SHARDS: is ${env.QUEUE_SHARDS}, but Redis holds queues laid out for QUEUE_SHARDS=${recorded}; run the rollup service with the count the APIs and encoders use`);
+        }
+      } finally {
+        redis.disconnect();
+      }
+    },
+    stop: async () => undefined,
+  };
 }
 
 try {
   const env = parseEnv();
-  const target = redisTarget(env);
   if (process.argv.includes('--replay-failed')) {
-    process.exit(await replayFailed(target, env.QUEUE_NAME));
+    process.exit(await replayFailed(redisTarget(env), env.QUEUE_NAME));
   }
   if (env.ROLLUP === 'off') throw new ConfigError('environment variable ROLLUP: is "off"; start:rollup has nothing to do');
   if (env.STORE === 'memory') throw new ConfigError('environment variable STORE: rollups need STORE=fs or STORE=s3 (a memory store lives in one process)');
-  applyHeapGrowth(env.HEAP_GROWING_PERCENT);
-  const logger = createLogger({ level: env.LOG_LEVEL, name: 'rollup' });
-  const registry = createRegistry('rollup');
-  const store = storeFromEnv(env);
-  await checkShardCount(target, env.QUEUE_NAME, env.QUEUE_SHARDS);
-  const service = await startRollupService({ env, config: loadSyncConfig(env), store, redis: target, registry, logger, required: true });
-  const metricsServer = await listen(
-    (req, res) => {
-      if (req.url === '/metrics') void registry.metrics().then((text) => res.writeHead(200, { 'Content-Type': registry.contentType }).end(text));
-      else if (req.url === '/healthz') res.writeHead(200, { 'Content-Type': 'application/json' }).end(JSON.stringify({ ok: service?.worker.isRunning() ?? false }));
-      else res.writeHead(404, { 'Content-Type': 'application/json' }).end('{"error":"not found"}');
-    },
-    env.METRICS_PORT,
-    env.HOST,
-  );
-  logger.info({ metrics: `${metricsServer.url}/metrics`, dataDir: env.STORE === 'fs' ? resolve(env.DATA_DIR) : undefined }, 'rollup process started');
-  handleShutdown(logger, [async () => service?.close(), () => metricsServer.close(1000)]);
+  const ctx = new StackContext(env, { name: 'rollup' });
+  const rollup = rollupService(ctx, { required: true });
+  // Listed before the service, so /healthz still answers while its jobs finish.
+  const health = healthServer({ registry: ctx.registry, port: env.METRICS_PORT, host: env.HOST, healthy: () => rollup.service?.worker.isRunning() ?? false });
+  await runUntilSignal(new Lifecycle([shardCountCheck(ctx), health, rollup], { logger: ctx.logger }), { logger: ctx.logger, graceMs: SHUTDOWN_GRACE_MS });
+  ctx.logger.info({ metrics: `${health.server?.url ?? ''}/metrics`, dataDir: env.STORE === 'fs' ? resolve(env.DATA_DIR) : undefined }, 'rollup process started');
 } catch (err) {
   exitOnStartupError(err);
 }
