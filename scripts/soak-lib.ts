@@ -12,6 +12,7 @@ import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { startStack } from '../services/stack.js';
 import { parseEnv } from '../shared/config.js';
+import { LEGACY_QUEUE_PREFIX, hashTag, keyFamily, queueKey } from '../shared/keyspace.js';
 import { BatchLedger } from '../shared/ledger/ledger.js';
 import { createLogger } from '../shared/logger.js';
 
@@ -44,7 +45,7 @@ export interface SoakResult {
   drained: RedisFigures;
   /** After the windows passed (or the settle bound ran out). */
   after: RedisFigures;
-  /** Footprint of each ledger key family once drained. */
+  /** Footprint of each ledger key family once drained, by family name (shared/keyspace.ts). */
   families: Record<string, FamilyFootprint>;
   /** BullMQ's events stream (capped by BullMQ at about 10,000 entries) once drained. */
   eventsStream: FamilyFootprint;
@@ -75,25 +76,16 @@ export async function redisFigures(redis: Redis): Promise<RedisFigures> {
   return { usedMemory: field('used_memory'), dbsize: await redis.dbsize(), scripts: field('used_memory_scripts'), clients: field('mem_clients_normal') };
 }
 
-/** The ledger's key families (see shared/ledger/ledger.ts), told apart by the part after the hash tag. */
-function familyOf(key: string, ns: string): string {
-  const rest = key.slice(ns.length + 3);
-  if (rest.startsWith('idem:k:')) return 'idem:k (Idempotency-Key)';
-  if (rest.startsWith('idem:b:')) return 'idem:b (body dedup)';
-  const head = rest.split(':')[0] ?? rest;
-  return head;
-}
-
-/** MEMORY USAGE and entry counts of every ledger key, grouped by family. */
+/** MEMORY USAGE and entry counts of every key under the ledger's tag `{ns}`, grouped by family (shared/keyspace.ts; `unknown` for a key it does not name). */
 export async function ledgerFootprint(redis: Redis, ns: string): Promise<Record<string, FamilyFootprint>> {
   const out: Record<string, FamilyFootprint> = {};
   let cursor = '0';
   for (let round = 0; round < 100_000; round++) {
-    const [next, keys] = await redis.scan(cursor, 'MATCH', `{${ns}}:*`, 'COUNT', 1000);
+    const [next, keys] = await redis.scan(cursor, 'MATCH', `${hashTag(ns)}:*`, 'COUNT', 1000);
     for (const key of keys) {
       const [bytes, type] = await Promise.all([redis.memory('USAGE', key, 'SAMPLES', 0), redis.type(key)]);
       const entries = type === 'hash' ? await redis.hlen(key) : type === 'zset' ? await redis.zcard(key) : type === 'set' ? await redis.scard(key) : 1;
-      const f = (out[familyOf(key, ns)] ??= { keys: 0, entries: 0, bytes: 0 });
+      const f = (out[keyFamily(key) ?? 'unknown'] ??= { keys: 0, entries: 0, bytes: 0 });
       f.keys++;
       f.entries += entries;
       f.bytes += Number(bytes ?? 0);
@@ -105,7 +97,7 @@ export async function ledgerFootprint(redis: Redis, ns: string): Promise<Record<
 }
 
 async function streamFootprint(redis: Redis, queueName: string): Promise<FamilyFootprint> {
-  const key = `bull:${queueName}:events`;
+  const key = queueKey(LEGACY_QUEUE_PREFIX, queueName, 'events');
   const [len, bytes] = await Promise.all([redis.xlen(key).catch(() => 0), redis.memory('USAGE', key, 'SAMPLES', 0).catch(() => 0)]);
   return { keys: len > 0 ? 1 : 0, entries: len, bytes: Number(bytes ?? 0) };
 }

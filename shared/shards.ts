@@ -2,7 +2,9 @@ import { createHash } from 'node:crypto';
 import { type ConnectionOptions, Queue } from 'bullmq';
 import { Cluster } from 'ioredis';
 import calculateSlot from 'cluster-key-slot';
+import { LEGACY_QUEUE_PREFIX, taggedQueuePrefix } from './bullmq-keys.js';
 import { ConfigError } from './config.js';
+import { shardMarkerKey } from './keyspace.js';
 import { BatchLedger, shardOfBatchId } from './ledger/ledger.js';
 import type { RedisClient } from './redis.js';
 
@@ -27,8 +29,7 @@ export interface ShardLayout {
   tag: string;
 }
 
-/** BullMQ's default key prefix: the single-shard, single-Redis layout keeps it. */
-export const LEGACY_QUEUE_PREFIX = 'bull';
+export { LEGACY_QUEUE_PREFIX, shardMarkerKey };
 
 /** Redis Cluster's hash slots. */
 export const CLUSTER_SLOTS = 16_384;
@@ -57,7 +58,7 @@ export function shardLayouts(queueName: string, count: number, cluster: boolean)
   if (count === 1 && !cluster) return [{ index: 0, count: 1, queueName, queuePrefix: LEGACY_QUEUE_PREFIX, namespace: queueName, tag: queueName }];
   return Array.from({ length: count }, (_, index) => {
     const tag = shardTag(queueName, index, count);
-    return { index, count, queueName, queuePrefix: `{${tag}}`, namespace: tag, tag };
+    return { index, count, queueName, queuePrefix: taggedQueuePrefix(tag), namespace: tag, tag };
   });
 }
 
@@ -208,11 +209,6 @@ export async function ensureShardLayout(client: RedisClient, queueName: string, 
   } finally {
     await oldSet.close();
   }
-}
-
-/** Where the shard count the keys are laid out for is recorded (see ensureShardLayout). */
-export function shardMarkerKey(queueName: string): string {
-  return `{${queueName}}:shards`;
 }
 
 /**

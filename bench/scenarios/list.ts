@@ -227,9 +227,9 @@ export const run: Scenario = async (ctx) => {
         await ledger.mint(PREFIX);
         if (indexed) {
           // What markWritten leaves behind for a prefix whose every batch went through the encoder.
-          await redis.set(`{${ledger.namespace}}:floor:${PREFIX}`, '0');
+          await redis.set(ledger.floorKey(PREFIX), '0');
           for (let i = 0; i < ids.length; i += 10_000) {
-            await redis.zadd(`{${ledger.namespace}}:written:${PREFIX}`, ...ids.slice(i, i + 10_000).flatMap((id) => ['0', id]));
+            await redis.zadd(ledger.writtenKey(PREFIX), ...ids.slice(i, i + 10_000).flatMap((id) => ['0', id]));
           }
         }
         const opened = await backend.open();

@@ -15,6 +15,7 @@ import { Agent, request } from 'node:http';
 import { RedisCounterStore } from '../../services/api/edge/counters.js';
 import { startStack } from '../../services/stack.js';
 import { DEFAULT_SYNC_CONFIG, parseEnv } from '../../shared/config.js';
+import { rateLimitKey, rateLimitKeyPrefix } from '../../shared/keyspace.js';
 import { freePort, startRedisServer } from '../../test/helpers/redis-server.js';
 import { bodyFactory, median, probeRedis, row, sleep, spawnService, waitHttp } from '../lib.js';
 import type { BenchContext, BenchRow } from '../types.js';
@@ -145,13 +146,14 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
     const n = smoke ? 200 : 5000;
     const ping: number[] = [];
     const check: number[] = [];
-    await store.hit('ingest-rl:bench:warm', 60_000);
+    const keyPrefix = rateLimitKeyPrefix('bench');
+    await store.hit(rateLimitKey(keyPrefix, 'events', 'push', 's', 'warm'), 60_000);
     for (let i = 0; i < n; i++) {
       let t0 = performance.now();
       await redis.ping();
       ping.push(performance.now() - t0);
       t0 = performance.now();
-      await store.hit(`ingest-rl:bench:events:push:s:${i % 64}`, 60_000);
+      await store.hit(rateLimitKey(keyPrefix, 'events', 'push', 's', String(i % 64)), 60_000);
       check.push(performance.now() - t0);
     }
     ping.sort((a, b) => a - b);

@@ -15,6 +15,7 @@ import type { BenchContext, BenchRow } from '../types.js';
 import { PRIVATE_REDIS_ARGS } from '../../shared/private-redis.js';
 import { Redis } from 'ioredis';
 import { BatchLedger, idempotencyBucketSeconds } from '../../shared/ledger/ledger.js';
+import { ledgerKeys } from '../../shared/keyspace.js';
 import { DEFAULT_BODY_DEDUP_WINDOW_SECONDS, DEFAULT_IDEMPOTENCY_WINDOW_SECONDS } from '../../shared/config.js';
 
 const EVENTS_PER_BATCH = 100;
@@ -79,8 +80,8 @@ export async function ledgerDensity(redisUrl: string, smoke: boolean): Promise<{
     const keyedClaims = claimsOf(DEFAULT_IDEMPOTENCY_WINDOW_SECONDS);
     await mintMany(keyedClaims, 'key', DEFAULT_IDEMPOTENCY_WINDOW_SECONDS);
     await mintMany(claimsOf(DEFAULT_BODY_DEDUP_WINDOW_SECONDS), 'body', DEFAULT_BODY_DEDUP_WINDOW_SECONDS);
-    const k = await familyBytes(redis, `{${ns}}:idem:k:*`);
-    const b = await familyBytes(redis, `{${ns}}:idem:b:*`);
+    const k = await familyBytes(redis, `${ledgerKeys.idemFamilyPrefix(ns, 'key')}*`);
+    const b = await familyBytes(redis, `${ledgerKeys.idemFamilyPrefix(ns, 'body')}*`);
     // The list index of one busy prefix (a sorted set past 128 members: Redis' skiplist encoding).
     const ids = (await redis.zrange(ledger.pendingKey('p/'), '0', smoke ? '199' : '19999')) as string[];
     for (let i = 0; i < ids.length; i += 2000) await Promise.all(ids.slice(i, i + 2000).map((id) => ledger.markWritten('p/', id, 3600)));
@@ -91,7 +92,7 @@ export async function ledgerDensity(redisUrl: string, smoke: boolean): Promise<{
       const minted = await Promise.all(Array.from({ length: 100 }, () => ledger.mint(`q${p}/`)));
       await Promise.all(minted.map((m) => ledger.markWritten(`q${p}/`, m.batchId, 3600)));
     }
-    const ws = await familyBytes(redis, `{${ns}}:written:q*`);
+    const ws = await familyBytes(redis, `${ledgerKeys.written(ns, 'q')}*`);
     await redis.flushall();
     return { keyed: k.bytes / k.entries, body: b.bytes / b.entries, written: w.bytes / w.entries, writtenSmallPrefix: ws.bytes / ws.entries, keyedClaims };
   } finally {

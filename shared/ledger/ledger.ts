@@ -1,7 +1,11 @@
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import type { JobKeys } from '../bullmq-keys.js';
 import { batchIdMs, randomSuffix } from '../ids.js';
+import { ledgerKeys } from '../keyspace.js';
 import type { RedisClient } from '../redis.js';
+
+export type { JobKeys };
 
 const here = new URL('.', import.meta.url);
 const script = (name: string): string => readFileSync(new URL(name, here), 'utf8');
@@ -35,6 +39,7 @@ export interface IdempotencyClaim {
  * entry measured by `npm run bench -- --only redis-memory`, against ~213 B for one string key
  * per entry). Faster rates, or windows past ~14 h (the shard count stops at 65,536), only make
  * the hashes convert to Redis' larger hashtable encoding (~120 B per entry).
+ * docs/decisions/0019-idempotency-buckets.md.
  */
 const DESIGN_PUSHES_PER_SECOND = 500;
 const ENTRIES_PER_HASH = 100;
@@ -92,14 +97,6 @@ export interface PendingScan {
   prefixes: number;
 }
 
-/** The BullMQ key names the reaper's scan checks a job by (from the queue, never built here). */
-export interface JobKeys {
-  /** The queue's failed set. */
-  failed: string;
-  /** Prefix of a job's hash: `jobKeyPrefix + id`. */
-  jobKeyPrefix: string;
-}
-
 /** Upkeep looks at this many prefixes per namespace (shard) at most per pass. */
 export const MAX_SCAN_PREFIXES = 10_000;
 
@@ -111,17 +108,18 @@ interface ClaimSlot {
 }
 
 /**
- * Id minting, the in-flight ledger behind the gap-free `?after=` promise, the written-id index
+ * Id minting, the in-flight ledger behind the gap-free `?after=` promise
+ * (docs/decisions/0002-list-watermark-and-reaper.md), the written-id index
  * and the idempotency entries. Every key carries the hash tag `{<namespace>}` so each script's
- * keys live in one Redis Cluster slot. Key families and their bounds (sizes in
- * docs/reliability.md, "Sizing Redis"):
+ * keys live in one Redis Cluster slot; the names come from shared/keyspace.ts (`ledgerKeys`).
+ * Key families and their bounds (sizes in docs/reliability.md, "Sizing Redis"):
  *
  * - `clock`: one hash per namespace.
  * - `prefixes`: a set of the prefixes with ids in flight; a prefix leaves with its last id.
  * - `pending:<prefix>`: in-flight ids; Redis drops the key with its last member; every id
  *   leaves when written, dead-lettered, or reaped (`ORPHAN_GRACE_SECONDS`).
  * - `written:<prefix>`, `floor:<prefix>`: the list index; trimmed to `LIST_INDEX_SECONDS` and
- *   expiring that long after the prefix's last write.
+ *   expiring that long after the prefix's last write (docs/decisions/0003-written-index-for-list.md).
  * - `idem:k:<shard>:<bucket>`, `idem:b:<shard>:<bucket>`: idempotency entries (keyed / body);
  *   a bucket hash expires one window plus one bucket (window / 4) after it starts.
  * - `replaying:<id>`: a replay's marker, `REPLAY_MARK_SECONDS`.
@@ -153,32 +151,32 @@ export class BatchLedger {
     this.redis = redis as RedisClient & LedgerCommands;
   }
 
-  private key(part: string): string {
-    return `{${this.namespace}}:${part}`;
+  private clockKey(): string {
+    return ledgerKeys.clock(this.namespace);
   }
 
   pendingKey(prefix: string): string {
-    return this.key(`pending:${prefix}`);
+    return ledgerKeys.pending(this.namespace, prefix);
   }
 
   prefixesKey(): string {
-    return this.key('prefixes');
+    return ledgerKeys.prefixes(this.namespace);
   }
 
   writtenKey(prefix: string): string {
-    return this.key(`written:${prefix}`);
+    return ledgerKeys.written(this.namespace, prefix);
   }
 
   floorKey(prefix: string): string {
-    return this.key(`floor:${prefix}`);
+    return ledgerKeys.floor(this.namespace, prefix);
   }
 
   replayMarkKey(batchId: string): string {
-    return this.key(`replaying:${batchId}`);
+    return ledgerKeys.replaying(this.namespace, batchId);
   }
 
   groupsKey(): string {
-    return this.key('groups');
+    return ledgerKeys.groups(this.namespace);
   }
 
   /**
@@ -202,7 +200,7 @@ export class BatchLedger {
     const digest = createHash('sha256').update(`${claim.family}\n${claim.scope}`).digest();
     const shard = digest.readUInt32BE(0) % idempotencyShards(claim.windowSeconds);
     return {
-      keyPrefix: this.key(`idem:${claim.family === 'key' ? 'k' : 'b'}:${shard}:`),
+      keyPrefix: ledgerKeys.idemBucketPrefix(this.namespace, claim.family, shard),
       field: digest.subarray(0, 16),
       windowSeconds: claim.windowSeconds,
     };
@@ -218,9 +216,9 @@ export class BatchLedger {
     const slot = claim ? this.slot(claim) : undefined;
     const bodyDigest = claim ? digestOfBody(claim) : '';
     const [batchId, status] = await this.redis.ingestMint(
-      this.key('clock'),
+      this.clockKey(),
       this.pendingKey(prefix),
-      slot ? slot.keyPrefix : this.key('idem:-'),
+      slot ? slot.keyPrefix : ledgerKeys.idemUnused(this.namespace),
       this.prefixesKey(),
       shardSuffix(this.shard.index, this.shard.count),
       String(slot?.windowSeconds ?? 0),
@@ -283,10 +281,10 @@ export class BatchLedger {
     const n = await this.redis.ingestRelease(
       this.pendingKey(prefix),
       this.prefixesKey(),
-      slot ? slot.keyPrefix : this.key('idem:-'),
+      slot ? slot.keyPrefix : ledgerKeys.idemUnused(this.namespace),
       this.writtenKey(prefix),
       this.floorKey(prefix),
-      this.key('clock'),
+      this.clockKey(),
       this.groupsKey(),
       batchId,
       prefix,
@@ -306,7 +304,7 @@ export class BatchLedger {
    */
   async listWritten(prefix: string, after: string, count: number): Promise<{ bound: ListBound; ids: string[] | null }> {
     const [kind, id, covered, ...ids] = await this.redis.ingestListWritten(
-      this.key('clock'),
+      this.clockKey(),
       this.pendingKey(prefix),
       this.writtenKey(prefix),
       this.floorKey(prefix),
@@ -327,14 +325,14 @@ export class BatchLedger {
    * (so on a Cluster the time is that of the master this shard mints on, not of any node).
    */
   async listBoundAt(prefix: string): Promise<{ bound: ListBound; nowMs: number }> {
-    const [oldest, last, nowMs] = await this.redis.ingestListBound(this.key('clock'), this.pendingKey(prefix));
+    const [oldest, last, nowMs] = await this.redis.ingestListBound(this.clockKey(), this.pendingKey(prefix));
     const bound: ListBound = oldest ? { kind: 'below', id: oldest } : last ? { kind: 'upTo', id: last } : { kind: 'below', id: nowMs };
     return { bound, nowMs: Number(nowMs) };
   }
 
   /** The ms of the last id minted in this namespace (0: none yet). */
   async lastMintedMs(): Promise<number> {
-    return Number((await this.redis.hget(this.key('clock'), 'ms')) ?? 0);
+    return Number((await this.redis.hget(this.clockKey(), 'ms')) ?? 0);
   }
 
   /**
@@ -345,7 +343,7 @@ export class BatchLedger {
     await this.redis.eval(
       "if tonumber(redis.call('HGET', KEYS[1], 'ms') or '0') < tonumber(ARGV[1]) then redis.call('HSET', KEYS[1], 'ms', ARGV[1], 'n', 9999) end return 1",
       1,
-      this.key('clock'),
+      this.clockKey(),
       String(ms),
     );
   }
@@ -382,8 +380,8 @@ export class BatchLedger {
     const [orphans, dead, oldest, prefixes] = await this.redis.ingestScanPending(
       this.prefixesKey(),
       reap ? reap.jobs.failed : this.prefixesKey(),
-      this.key('pending:'),
-      this.key('replaying:'),
+      ledgerKeys.pendingPrefix(this.namespace),
+      ledgerKeys.replayingPrefix(this.namespace),
       reap ? reap.jobs.jobKeyPrefix : '',
       reap ? '1' : '0',
       cutoff,

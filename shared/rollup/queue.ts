@@ -4,24 +4,15 @@
  */
 import type { JobsOptions } from 'bullmq';
 import { z } from 'zod';
-
-export const ROLLUP_JOB_NAME = 'roll-period';
-
-/** The rollup queue of a deployment: `<QUEUE_NAME>-rollup`. */
-export function rollupQueueName(queueName: string): string {
-  return `${queueName}-rollup`;
-}
+import { rollupQueueName, rollupQueuePrefix } from '../keyspace.js';
 
 /**
- * The rollup queue's BullMQ key prefix. On one Redis: BullMQ's default `bull` (keys
- * `bull:<QUEUE_NAME>-rollup:…`, as before Cluster support, whatever QUEUE_SHARDS is). On a
- * Cluster: the hash tag `{<QUEUE_NAME>}` (keys `{<QUEUE_NAME>}:<QUEUE_NAME>-rollup:…`), the tag
- * of the rollup service's other keys (shared/rollup/redis-keys.ts), so BullMQ's multi-key
- * scripts stay in one slot.
+ * The rollup queue's name (`<QUEUE_NAME>-rollup`) and BullMQ key prefix (`bull` on one Redis,
+ * `{<QUEUE_NAME>}` on a Cluster) are named in shared/keyspace.ts and shared/bullmq-keys.ts.
  */
-export function rollupQueuePrefix(queueName: string, cluster: boolean): string {
-  return cluster ? `{${queueName}}` : 'bull';
-}
+export { rollupQueueName, rollupQueuePrefix };
+
+export const ROLLUP_JOB_NAME = 'roll-period';
 
 export const RollupJobSchema = z.object({
   v: z.literal(1),

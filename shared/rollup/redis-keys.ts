@@ -1,6 +1,6 @@
 /**
- * The rollup service's own Redis keys (the ledger's keys are only read, through BatchLedger).
- * Each family lives under one hash tag, so every command and script on it is single-slot on a
+ * The rollup service's own Redis keys (the ledger's keys are only read, through BatchLedger),
+ * named in shared/keyspace.ts (`rollupLockKey`, `rollupDirtyKey`). Each family lives under one hash tag, so every command and script on it is single-slot on a
  * Redis Cluster. Every family is bounded; sizes in docs/reliability.md:
  * - `{<QUEUE_NAME>}:rollup:lock:<prefix>` string, one per prefix being rolled now, expires
  *   after LOCK_TTL_MS unless renewed by the live holder (one key per command);
@@ -9,13 +9,14 @@
  *   of the replayed batch's shard (`<QUEUE_NAME>` with one shard on one Redis), so the replay
  *   writes it beside the shard's other keys and the planner reads one set per shard.
  */
+import { rollupDirtyKey, rollupLockKey } from '../keyspace.js';
 import type { RedisClient } from '../redis.js';
 
 export const LOCK_TTL_MS = 10_000;
 export const MAX_DIRTY = 10_000;
 
-const lockKey = (ns: string, prefix: string): string => `{${ns}}:rollup:lock:${prefix}`;
-export const dirtyKey = (ns: string): string => `{${ns}}:rollup:dirty`;
+const lockKey = rollupLockKey;
+export const dirtyKey = rollupDirtyKey;
 
 const RENEW = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end`;
 const RELEASE = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end`;
@@ -49,6 +50,7 @@ export async function acquirePrefixLock(redis: RedisClient, ns: string, prefix: 
     },
     async release() {
       clearInterval(timer);
+      // A release that fails leaves the lock to expire (LOCK_TTL_MS); the next job of the prefix waits that long at most.
       await redis.eval(RELEASE, 1, key, token).catch(() => undefined);
     },
   };

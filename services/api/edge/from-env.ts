@@ -2,6 +2,7 @@ import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import type { Cluster, Redis } from 'ioredis';
 import type { Registry } from 'prom-client';
 import { type Env, loadCapRevocations, loadCapRoles } from '../../../shared/config.js';
+import { capNonceKeyPrefix, rateLimitKeyPrefix } from '../../../shared/keyspace.js';
 import type { Logger } from '../../../shared/logger.js';
 import { type RoleResolver, type TokenRoles, firstOf, tokenRoleResolver } from '../auth.js';
 import type { RouterObserver, SyncRouterOptions } from '../router.js';
@@ -46,7 +47,7 @@ export function withCapAuthFromEnv(
   if (env.CAP_AUTH !== 'on') return others;
   const metrics = createCapAuthMetrics(deps.registry);
   const cap = createCapRoleResolver({
-    nonceStore: new RedisNonceStore(deps.redis, `ingest-cap:${env.QUEUE_NAME ?? 'events-ingest'}:n`),
+    nonceStore: new RedisNonceStore(deps.redis, capNonceKeyPrefix(env.QUEUE_NAME ?? 'events-ingest')),
     identityRoles: loadCapRoles({ CAP_AUTH: 'on', CAP_ADMINS: env.CAP_ADMINS, TOKENS_FILE: env.TOKENS_FILE }),
     revocations: loadCapRevocations({ CAP_REVOCATIONS_FILE: env.CAP_REVOCATIONS_FILE }),
     collections: deps.collections,
@@ -108,7 +109,7 @@ export function edgeFromEnv(
       auditLogger,
       auditPush: env.AUDIT_PUSH === 'on',
       rateLimitStore: deps.redis,
-      rateLimitKeyPrefix: `ingest-rl:${env.QUEUE_NAME ?? 'events-ingest'}`,
+      rateLimitKeyPrefix: rateLimitKeyPrefix(env.QUEUE_NAME ?? 'events-ingest'),
       trustedProxyHops: env.TRUSTED_PROXY_HOPS ?? 0,
       rateLimitPushOnError: env.RATE_LIMIT_PUSH_ON_ERROR ?? 'open',
     },

@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import type { CollectionConfig, GlobalRateLimit, RateLimitRule } from '../../../shared/config.js';
 import { HttpError } from '../../../shared/errors.js';
+import { appBudgetKey, rateLimitKey } from '../../../shared/keyspace.js';
 import { withTimeout } from '../../../shared/timeout.js';
 import { authOf } from '../auth.js';
 import type { CounterStore, Hit } from './counters.js';
@@ -83,7 +84,7 @@ export interface RateLimitObserver {
 
 export interface RateLimiterOptions {
   store: CounterStore;
-  /** Key prefix of every counter (e.g. `ingest-rl:<queue name>`). */
+  /** Key prefix of every counter (e.g. `ingest-rl:<queue name>`: shared/keyspace.ts, rateLimitKeyPrefix). */
   keyPrefix: string;
   trustedProxyHops: number;
   /** Redis unreachable: push goes through (`open`) or gets 503 (`closed`). Reads always go through. */
@@ -127,7 +128,7 @@ export class RateLimiter {
       const t0 = performance.now();
       const checks = counters.map((c) => {
         const bucket = c.mode === 'ip' ? `ip:${ip}` : c.mode === 'identity+ip' ? `${who ?? 'anonymous'}|${ip}` : (who ?? `ip:${ip}`);
-        const key = `${o.keyPrefix}:${collection}:${c.action}:${c.kind}:${digest(bucket)}`;
+        const key = rateLimitKey(o.keyPrefix, collection, c.action, c.kind, digest(bucket));
         return o.store.hit(key, c.windowMs).then((h) => ({ c, h }));
       });
       withTimeout(Promise.all(checks), o.timeoutMs ?? 1000, 'rate-limit check').then(
@@ -164,7 +165,7 @@ export class RateLimiter {
    */
   async admitEvents(collection: string, prefix: string, limit: { windowMs: number; maxEvents: number }, events: number, res: Response): Promise<void> {
     if (events <= 0) return;
-    const key = `${this.o.keyPrefix}:${collection}:app:${digest(prefix)}`;
+    const key = appBudgetKey(this.o.keyPrefix, collection, digest(prefix));
     let r;
     try {
       r = await withTimeout(this.o.store.admitEvents(key, limit.windowMs, limit.maxEvents, events), this.o.timeoutMs ?? 1000, 'app events check');
