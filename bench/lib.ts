@@ -238,7 +238,7 @@ const COUNT_RELIST_MS = 5000;
  *
  * The wait must not take CPU from the drain it times: a listing of 20,000 names costs this
  * process about 17 ms of CPU on the bench machine, so the 50 ms poll this replaced took a fifth
- * of a core from the drain (docs/performance.md, "Ninth pass"). So, from cheapest:
+ * of a core from the drain (docs/decisions/0003-written-index-for-list.md). So, from cheapest:
  * - with `count` (e.g. a `ZCARD` of the service's index of written ids), that is asked every
  *   50 ms, and one listing confirms it at the end;
  * - otherwise the folder's renames are followed through `fs.watch` (inotify; about 10 µs per

@@ -58,6 +58,7 @@ export async function fileSha256(file: string): Promise<string | null> {
     for await (const chunk of handle.createReadStream({ autoClose: false })) hash.update(chunk as Buffer);
     return hash.digest('hex');
   } finally {
+    // A read-only handle: a failed close loses nothing.
     await handle.close().catch(() => undefined);
   }
 }

@@ -84,7 +84,8 @@ export async function acquireLock(dir: string, holder = 'sync'): Promise<HeldLoc
     }
     const moved = await readLock(aside);
     if (moved !== 'missing' && !isStale(moved)) {
-      // A live run re-created the lock between our read and our rename: put it back (link fails if taken again).
+      // A live run re-created the lock between our read and our rename: put it back (link fails if
+      // taken again, and then the lock is already held, which is what putting it back was for).
       await fs.link(aside, file).catch(() => undefined);
       await fs.rm(aside, { force: true });
       throw new CliError(`another ${holder} holds ${file} (pid ${moved?.pid}); nothing done`, EXIT.locked);

@@ -283,6 +283,7 @@ async function pullOne(url: string, headers: Record<string, string>, dir: string
     }
     await handle.sync();
   } catch (err) {
+    // The write's error is the one to report; the temporary file is removed either way.
     await handle.close().catch(() => undefined);
     await fs.rm(tmp, { force: true });
     throw err;

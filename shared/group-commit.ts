@@ -2,7 +2,8 @@
  * Group commit of queue adds. The first item is sent at once, alone; items submitted while a send
  * runs wait and leave together when it finishes, up to `maxItems` and `maxBytes` per send. At a
  * low rate every item goes alone with no added wait; under load one send (one queue job, one
- * round trip) carries several batches. Pure logic: the send is the caller's.
+ * round trip) carries several batches. Pure logic: the send is the caller's. Why and what it saves:
+ * docs/decisions/0011-group-commit.md.
  */
 export interface GroupCommitOptions<T> {
   /** Sends one group (at least one item); resolves once all of it is durable. */

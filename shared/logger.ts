@@ -19,7 +19,7 @@ export function createLogger(opts: { level: string; name: string; destination?: 
     },
     // Asynchronous writes: a slow reader of stdout (a pipe to a log shipper) must never stall
     // the event loop that answers pushes. Measured: per-request lines written synchronously tripled
-    // push p99 under load (docs/performance.md). Shutdown flushes (flushLogger).
+    // push p99 under load (docs/decisions/0017-async-logs.md). Shutdown flushes (flushLogger).
     opts.destination ?? pino.destination({ dest: 1, sync: false }),
   );
 }

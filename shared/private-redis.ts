@@ -20,7 +20,7 @@ export interface RedisHandle {
  * it has grown to `auto-aof-rewrite-min-size` and doubled since the last rewrite. Redis' default
  * minimum, 64 MB, meant one or two rewrites every 12 s at 1,000-event saturation, each costing the
  * backlog's size in CPU on the same cores; at 256 MB that came to about one a minute
- * (docs/performance.md, "Thirteenth pass"), for up to 256 MB more AOF on disk.
+ * (docs/decisions/0018-private-redis-settings.md), for up to 256 MB more AOF on disk.
  */
 export const PRIVATE_REDIS_ARGS: readonly string[] = ['--appendonly', 'yes', '--appendfsync', 'everysec', '--auto-aof-rewrite-min-size', '256mb', '--save', '', '--maxmemory-policy', 'noeviction'];
 
@@ -48,8 +48,9 @@ const MAX_SOCKET_PATH = 100;
  * The embedded default: with no REDIS_URL, use a Redis on 127.0.0.1:6379, or start a private
  * `redis-server` there (AOF on, data under DATA_DIR/redis, noeviction) so a 200 survives restarts.
  * This process talks to the server it started through a unix socket in that folder (mode 0700):
- * about 2% less CPU per push than loopback TCP at a steady load (docs/performance.md, "Fifth
- * pass"). The TCP port stays open for redis-cli and for a second process on the same default.
+ * about 2% less CPU per push than loopback TCP at a steady load
+ * (docs/decisions/0018-private-redis-settings.md). The TCP port stays open for redis-cli and for
+ * a second process on the same default.
  */
 export async function ensureRedis(opts: { redisUrl?: string; dataDir: string; logger: Logger; port?: number }): Promise<RedisHandle> {
   if (opts.redisUrl) return { url: opts.redisUrl, owned: false, stop: async () => undefined };

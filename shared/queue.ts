@@ -73,14 +73,16 @@ export function isGroupPayload(data: unknown): boolean {
 
 /**
  * Below this size a batch is stored as text: deflate + base64 only pays once the
- * repeated keys of a few events give it something to squeeze.
+ * repeated keys of a few events give it something to squeeze. Why the payload is deflated at
+ * all: docs/decisions/0007-deflated-job-payload.md.
  */
 const COMPRESS_MIN_BYTES = 1024;
 /**
  * Bodies up to this size are (de)compressed on the calling thread: for them zlib's hand-off to
  * the libuv pool costs more than the work (measured: a 60 KB body deflates in 0.09 ms of CPU
  * inline against 0.15-0.18 ms through the pool; inflates in 0.05 against 0.10-0.11), and the
- * event loop is held well under a millisecond. Larger bodies go to the pool.
+ * event loop is held well under a millisecond. Larger bodies go to the pool
+ * (docs/decisions/0008-inline-zlib.md).
  */
 const INLINE_ZLIB_MAX_BYTES = 128 * 1024;
 const deflateRawAsync = promisify(deflateRaw);
@@ -92,7 +94,7 @@ const DEFLATE_OPTIONS = { level: 1, strategy: zc.Z_DEFAULT_STRATEGY };
  * zlib stops, Node slices it off and (on the thread pool) comes back to the event loop before
  * it goes on, and the pieces are concatenated at the end. A 600 KB body inflated in 16 KiB
  * pieces on the pool took 2.8-3.0 ms of CPU against 0.7-1.0 ms in one piece, and its deflate
- * 2.3-2.7 against 2.0 ms (docs/performance.md, "Seventh pass"). So the output buffer is sized
+ * 2.3-2.7 against 2.0 ms (docs/decisions/0008-inline-zlib.md). So the output buffer is sized
  * to what the output will be: the advertised body size (plus a margin, so the last call of
  * inflate does not find a full buffer and start another) when inflating, and a quarter of the
  * body when deflating (bodies of events deflate 8-10x at level 1; one that does not still comes
@@ -116,11 +118,12 @@ export async function packBody(body: Buffer): Promise<Pick<BatchJob, 'encoding' 
 /**
  * The API encodes a body to Parquet itself only from this size (up to API_ENCODE_MAX_BYTES): the
  * size from which the JSON payload's deflate and inflate run on libuv's pool (INLINE_ZLIB_MAX_BYTES
- * below), where they cost the most. Measured in `npm start` (docs/performance.md, "Sixteenth
- * pass"): 1,000-event bodies (600 KB) took 30–37% less CPU per batch encoded by the API; 100-event
- * bodies (60 KB) took the same CPU, and the encode in the push's path raised their p50 and p99 at
- * a steady rate. Small bodies would also cost Redis more: a file's fixed part (about 3 KB of
- * footer and page headers) is 0.6× of a 10-event body's JSON, where Redis' budget is 0.3×.
+ * below), where they cost the most. Measured in `npm start`
+ * (docs/decisions/0012-api-encodes-large-bodies.md): 1,000-event bodies (600 KB) took 30–37% less
+ * CPU per batch encoded by the API; 100-event bodies (60 KB) took the same CPU, and the encode in
+ * the push's path raised their p50 and p99 at a steady rate. Small bodies would also cost Redis
+ * more: a file's fixed part (about 3 KB of footer and page headers) is 0.6× of a 10-event body's
+ * JSON, where Redis' budget is 0.3×.
  */
 export const API_ENCODE_MIN_BYTES = 128 * 1024;
 

@@ -31,7 +31,8 @@ const DURABLE_TARGET: Partial<Record<number, number>> = { 100: 1.0, 1000: 1.5, 1
 /**
  * Ours reaches that Redis over loopback TCP, like every earlier run of this scenario.
  * `BENCH_REDIS_SOCKET=1` uses its unix socket instead, as `npm start` does with the private
- * Redis it starts (shared/private-redis.ts); docs/performance.md ("Fifth pass") compares the two.
+ * Redis it starts (shared/private-redis.ts); docs/decisions/0018-private-redis-settings.md
+ * compares the two.
  */
 const OVER_TCP = process.env.BENCH_REDIS_SOCKET !== '1';
 
@@ -122,7 +123,8 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
       let tDurable = tLoad;
       if (side.name === 'ours') {
         // Counted from the service's index of written ids, confirmed by one listing of the folder
-        // (listing it every 50 ms cost a fifth of a core during the drain; "Ninth pass").
+        // (listing it every 50 ms cost a fifth of a core during the drain:
+        // docs/decisions/0003-written-index-for-list.md).
         const count = writtenIndexCounter(redis, `events/${app}/`);
         tDurable = await waitForFiles(dir, accepted, 180_000, (have) => ctx.progress(`e2e: ${side.name} ${label} ${size}-event: draining, ${have}/${accepted} files`), { count });
       }

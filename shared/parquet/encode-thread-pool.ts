@@ -118,6 +118,7 @@ export class ParquetEncodeThread {
     this.retireTimer = setTimeout(() => {
       if (this.pending.size > 0 || this.failure) return;
       this.retiring = true;
+      // Retiring an idle thread: a close that fails leaves it to end with the process; the next encode starts a new one.
       void this.close().catch(() => undefined);
     }, this.opts.retireIdleMs ?? 1000);
     this.retireTimer.unref();

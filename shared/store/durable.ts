@@ -31,6 +31,7 @@ export async function writeFileDurably(file: string, body: Uint8Array | string, 
       version = { ino: st.ino, mtimeNs: st.mtimeNs };
     }
   } catch (err) {
+    // The write's error is the one to report; the file is removed either way.
     await handle.close().catch(() => undefined);
     await unlinkQuietly(file);
     throw err;
@@ -58,6 +59,7 @@ export async function fsyncDir(dir: string): Promise<void> {
   } catch (err) {
     if (!DIR_FSYNC_UNSUPPORTED.has(errnoCode(err) ?? '')) throw err;
   } finally {
+    // A read-only handle: closing it cannot lose data, and the sync's outcome is what counts.
     await handle.close().catch(() => undefined);
   }
 }
@@ -68,7 +70,8 @@ export async function fsyncDir(dir: string): Promise<void> {
  * before it calls {@link DirSyncGroup.sync}, and the fsync it waits for starts after that call
  * (the running one if none is running yet, else the one queued behind it), so every caller's
  * entry is covered. With a backlog, a burst of puts into one directory costs about two directory
- * fsyncs instead of one each; a lone put costs exactly one, as before.
+ * fsyncs instead of one each; a lone put costs exactly one, as before
+ * (docs/decisions/0010-durable-file-writes.md).
  */
 export class DirSyncGroup {
   private readonly groups = new Map<string, { running: Promise<void>; next?: Promise<void> }>();

@@ -32,8 +32,8 @@ const META_SUFFIX = '.json';
  * hashes them instead: reading and hashing at most 256 KiB costs 0.1–0.3 ms (sha256 runs at
  * ~1.5 GB/s where the CPU has SHA extensions), while creating the sidecar was the largest single
  * cost of a put on an ext4 volume (an inode allocation: ~1 ms of kernel CPU on the bench machine,
- * docs/performance.md). Larger objects keep the sidecar, so a `HEAD`, a range or a 304 never
- * reads them whole.
+ * docs/decisions/0009-no-sidecar-for-small-files.md). Larger objects keep the sidecar, so a
+ * `HEAD`, a range or a 304 never reads them whole.
  */
 export const SIDECAR_MIN_BYTES = 256 * 1024;
 
@@ -247,6 +247,7 @@ export class FilesystemObjectStore implements ObjectStore {
         return null;
       }
     } catch (err) {
+      // The stat's error is the one to report; a read-only handle loses nothing on a failed close.
       await handle.close().catch(() => undefined);
       throw toStoreError('get', key, err);
     }
@@ -263,6 +264,7 @@ export class FilesystemObjectStore implements ObjectStore {
       for await (const chunk of handle.createReadStream({ autoClose: false })) hash.update(chunk as Buffer);
       side = { v: 1, ino: String(st.ino), mtimeNs: String(st.mtimeNs), size: Number(st.size), sha256: hash.digest('hex'), ...(contentType === undefined ? {} : { contentType }) };
     } finally {
+      // A read-only handle: a failed close loses nothing.
       await handle.close().catch(() => undefined);
     }
     // Only saves work next time: a read-only root still answers, it just hashes again.
