@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { type Hash, createHash } from 'node:crypto';
 import { type BrotliDecompress, type Gunzip, type Inflate, constants as zc, createBrotliDecompress, createGunzip, createInflate } from 'node:zlib';
 import type { Request } from 'express';
 import type { ByteBudget } from '../../shared/byte-budget.js';
@@ -105,143 +105,199 @@ export async function readBody(req: Request, opts: ReadBodyOptions): Promise<Req
     const headers = await discardRest(req);
     throw new BodyError('too_large', 413, `body of ${header} bytes is over this collection's limit of ${maxBytes} bytes`, headers);
   }
-  const overBudget = async (): Promise<never> => {
-    const headers = await discardRest(req);
-    throw new BodyError('over_budget', 503, 'overloaded: request bodies in flight are at this process\' memory budget (MAX_INFLIGHT_BYTES); retry later', {
-      ...headers,
-      'Retry-After': BUDGET_RETRY_AFTER_SECONDS,
-    });
-  };
-  /** Takes budget so that `total` bytes of this body are covered; false when the budget is spent. */
-  const cover = (total: number): boolean => {
+  const cover = budgetCover(budget, held);
+  if (declared !== undefined && Number.isSafeInteger(declared) && !cover(declared)) return refuseOverBudget(req);
+  return new Promise<RequestBody>((resolve, reject) => {
+    new BodyStream(req, { maxBytes, coding, budget, held, declared, cover }, resolve, reject).start();
+  });
+}
+
+const OVER_BUDGET_MESSAGE = "overloaded: request bodies in flight are at this process' memory budget (MAX_INFLIGHT_BYTES); retry later";
+
+/** A body whose declared length the budget cannot cover: refused with 503 + Retry-After before a byte is read. */
+async function refuseOverBudget(req: Request): Promise<never> {
+  const headers = await discardRest(req);
+  throw new BodyError('over_budget', 503, OVER_BUDGET_MESSAGE, { ...headers, 'Retry-After': BUDGET_RETRY_AFTER_SECONDS });
+}
+
+/** Takes budget so that `total` bytes of this body are covered; false when the budget is spent. */
+function budgetCover(budget: ByteBudget | undefined, held: { bytes: number }): (total: number) => boolean {
+  return (total) => {
     if (!budget || total <= held.bytes) return true;
     if (!budget.tryTake(total - held.bytes, held.bytes)) return false;
     held.bytes = total;
     return true;
   };
-  if (declared !== undefined && Number.isSafeInteger(declared) && !cover(declared)) return overBudget();
+}
 
-  return new Promise<RequestBody>((resolve, reject) => {
-    const decoder = coding === 'identity' ? undefined : decoderFor(coding);
-    const hash = createHash('sha256');
-    const decodedHash = decoder === undefined ? undefined : createHash('sha256');
+/** What {@link readBody} settled before the body streams. */
+interface StreamPlan {
+  maxBytes: number;
+  coding: ContentCoding;
+  budget: ByteBudget | undefined;
+  held: { bytes: number };
+  /** Content-Length, when sent. */
+  declared: number | undefined;
+  cover(total: number): boolean;
+}
+
+/**
+ * One body as it streams: counted, hashed, decoded (with a coding) and bounded chunk by chunk.
+ * Settles once: with the body, refused (once the rest is drained), or failed.
+ */
+class BodyStream {
+  private readonly decoder: Gunzip | Inflate | BrotliDecompress | undefined;
+  private readonly hash: Hash = createHash('sha256');
+  private readonly decodedHash: Hash | undefined;
+  private readonly preallocated: Buffer | undefined;
+  private readonly chunks: Buffer[] = [];
+  private sent = 0;
+  private decoded = 0;
+  private done = false;
+  /** The last 4 bytes as sent: a gzip stream ends with its decoded size (ISIZE, RFC 1952). */
+  private tail = Buffer.alloc(0);
+  private received = false;
+
+  constructor(
+    private readonly req: Request,
+    private readonly plan: StreamPlan,
+    private readonly resolve: (body: RequestBody) => void,
+    private readonly reject: (err: BodyError) => void,
+  ) {
+    const { coding, declared } = plan;
+    this.decoder = coding === 'identity' ? undefined : decoderFor(coding);
+    this.decodedHash = this.decoder === undefined ? undefined : createHash('sha256');
     // A declared plain body is read straight into one buffer of its size: no chunk list to
     // concatenate, so the body is held once, not twice, at the end of the read.
-    const preallocated = coding === 'identity' && declared !== undefined && Number.isSafeInteger(declared) ? Buffer.allocUnsafe(declared) : undefined;
-    const chunks: Buffer[] = [];
-    let sent = 0;
-    let decoded = 0;
-    let done = false;
-    /** The last 4 bytes as sent: a gzip stream ends with its decoded size (ISIZE, RFC 1952). */
-    let tail = Buffer.alloc(0);
-    let received = false;
+    this.preallocated = coding === 'identity' && declared !== undefined && Number.isSafeInteger(declared) ? Buffer.allocUnsafe(declared) : undefined;
+  }
 
-    const detach = (): void => {
-      done = true;
-      req.off('data', onData);
-      req.off('end', onEnd);
-      req.off('error', onError);
-      req.off('aborted', onAborted);
-      if (decoder) {
-        decoder.off('data', onDecoded);
-        decoder.off('end', onDecodedEnd);
-        decoder.off('error', onDecodeError);
-        decoder.off('drain', onDrain);
-        // A late error from the zlib thread must not go unhandled once nobody listens.
-        decoder.on('error', () => undefined);
-        // Stops the zlib thread between output slices: the rest of a bomb is never inflated.
-        decoder.destroy();
-      }
-      chunks.length = 0;
-    };
-    /** Stops reading, drops what was read, and rejects once the rest of the body is drained. */
-    const refuse = (reason: BodyErrorReason, status: number, message: string, extra: Record<string, string> = {}): void => {
-      if (done) return;
-      detach();
-      // What was read is dropped now: the budget is free for other pushes while the rest drains.
-      budget?.give(held.bytes);
-      held.bytes = 0;
-      void discardRest(req).then((headers) => reject(new BodyError(reason, status, message, { ...headers, ...extra })));
-    };
-    const fail = (err: BodyError): void => {
-      if (done) return;
-      detach();
-      reject(err);
-    };
-    const succeed = (bytes: Buffer): void => {
-      if (done) return;
-      detach();
-      const sentHash = hash.digest('hex');
-      resolve({ bytes, hash: sentHash, decodedHash: decodedHash ? decodedHash.digest('hex') : sentHash, sentBytes: sent });
-    };
-    const budgetSpent = (): void =>
-      refuse('over_budget', 503, 'overloaded: request bodies in flight are at this process\' memory budget (MAX_INFLIGHT_BYTES); retry later', { 'Retry-After': BUDGET_RETRY_AFTER_SECONDS });
-
-    const onData = (chunk: Buffer): void => {
-      if (done) return;
-      sent += chunk.length;
-      if (sent > maxBytes) return refuse('too_large', 413, `body is over this collection's limit of ${maxBytes} bytes`);
-      hash.update(chunk);
-      if (decoder) {
-        tail = Buffer.from(Buffer.concat([tail, chunk.subarray(-4)]).subarray(-4));
-        // Raw chunks only pass through the decoder; what this request holds is the decoded output.
-        if (!decoder.write(chunk)) {
-          req.pause();
-          decoder.once('drain', onDrain);
-        }
-        return;
-      }
-      if (!cover(sent)) return budgetSpent();
-      if (preallocated && sent <= preallocated.length) chunk.copy(preallocated, sent - chunk.length);
-      else chunks.push(chunk);
-    };
-    const onDrain = (): void => {
-      if (!done) req.resume();
-    };
-    const onEnd = (): void => {
-      received = true;
-      if (decoder) decoder.end();
-      else succeed(preallocated && sent === preallocated.length ? preallocated : Buffer.concat(chunks, sent));
-    };
-    const onDecoded = (out: Buffer): void => {
-      if (done) return;
-      decoded += out.length;
-      if (decoded > maxBytes) return refuse('too_large', 413, `body decoded from Content-Encoding ${coding} is over this collection's limit of ${maxBytes} bytes`);
-      if (!cover(decoded)) return budgetSpent();
-      decodedHash?.update(out);
-      chunks.push(out);
-    };
-    const onDecodedEnd = (): void => {
-      if (trailing()) return refuse('bad_encoding', 400, `body has data after the end of its ${coding} stream (Content-Encoding ${coding}): send exactly one stream, with nothing after it`);
-      succeed(Buffer.concat(chunks, decoded));
-    };
-    /**
-     * True when the body holds more than its one stream. A deflate or br decoder stops at the end
-     * of its stream (ending early while the body still arrives) and consumes nothing after it, so
-     * its input count falls short. Node's gunzip skips zero padding (caught the same way) but
-     * decodes a second gzip member as if it were the same stream: the last member's trailer then
-     * gives its own size, not the whole output's. (A leading member that decodes to nothing is
-     * not seen; it adds no data.)
-     */
-    const trailing = (): boolean => {
-      if (!received || !decoder || decoder.bytesWritten !== sent) return true;
-      return coding === 'gzip' && (tail.length < 4 || tail.readUInt32LE(0) !== decoded % 2 ** 32);
-    };
-    const onDecodeError = (err: Error & { code?: string }): void =>
-      refuse('bad_encoding', 400, `body is not valid ${coding} data (Content-Encoding ${coding}): ${err.code ?? 'decode error'}`);
-    const onError = (err: Error): void => fail(new BodyError('unreadable', 400, `request body could not be read: ${err.message}`));
-    const onAborted = (): void => fail(new BodyError('unreadable', 400, 'request aborted'));
-
+  start(): void {
+    const { req, decoder } = this;
     if (decoder) {
-      decoder.on('data', onDecoded);
-      decoder.on('end', onDecodedEnd);
-      decoder.on('error', onDecodeError);
+      decoder.on('data', this.onDecoded);
+      decoder.on('end', this.onDecodedEnd);
+      decoder.on('error', this.onDecodeError);
     }
-    req.on('data', onData);
-    req.on('end', onEnd);
-    req.on('error', onError);
-    req.on('aborted', onAborted);
-  });
+    req.on('data', this.onData);
+    req.on('end', this.onEnd);
+    req.on('error', this.onError);
+    req.on('aborted', this.onAborted);
+  }
+
+  private detach(): void {
+    const { req, decoder } = this;
+    this.done = true;
+    req.off('data', this.onData);
+    req.off('end', this.onEnd);
+    req.off('error', this.onError);
+    req.off('aborted', this.onAborted);
+    if (decoder) {
+      decoder.off('data', this.onDecoded);
+      decoder.off('end', this.onDecodedEnd);
+      decoder.off('error', this.onDecodeError);
+      decoder.off('drain', this.onDrain);
+      // A late error from the zlib thread must not go unhandled once nobody listens.
+      decoder.on('error', () => undefined);
+      // Stops the zlib thread between output slices: the rest of a bomb is never inflated.
+      decoder.destroy();
+    }
+    this.chunks.length = 0;
+  }
+
+  /** Stops reading, drops what was read, and rejects once the rest of the body is drained. */
+  private refuse(reason: BodyErrorReason, status: number, message: string, extra: Record<string, string> = {}): void {
+    if (this.done) return;
+    this.detach();
+    // What was read is dropped now: the budget is free for other pushes while the rest drains.
+    this.plan.budget?.give(this.plan.held.bytes);
+    this.plan.held.bytes = 0;
+    void discardRest(this.req).then((headers) => this.reject(new BodyError(reason, status, message, { ...headers, ...extra })));
+  }
+
+  private fail(err: BodyError): void {
+    if (this.done) return;
+    this.detach();
+    this.reject(err);
+  }
+
+  private succeed(bytes: Buffer): void {
+    if (this.done) return;
+    this.detach();
+    const sentHash = this.hash.digest('hex');
+    this.resolve({ bytes, hash: sentHash, decodedHash: this.decodedHash ? this.decodedHash.digest('hex') : sentHash, sentBytes: this.sent });
+  }
+
+  private budgetSpent(): void {
+    this.refuse('over_budget', 503, OVER_BUDGET_MESSAGE, { 'Retry-After': BUDGET_RETRY_AFTER_SECONDS });
+  }
+
+  private readonly onData = (chunk: Buffer): void => {
+    if (this.done) return;
+    const { maxBytes } = this.plan;
+    this.sent += chunk.length;
+    if (this.sent > maxBytes) return this.refuse('too_large', 413, `body is over this collection's limit of ${maxBytes} bytes`);
+    this.hash.update(chunk);
+    if (this.decoder) return this.decode(this.decoder, chunk);
+    if (!this.plan.cover(this.sent)) return this.budgetSpent();
+    if (this.preallocated && this.sent <= this.preallocated.length) chunk.copy(this.preallocated, this.sent - chunk.length);
+    else this.chunks.push(chunk);
+  };
+
+  /** Raw chunks only pass through the decoder; what this request holds is the decoded output. */
+  private decode(decoder: Gunzip | Inflate | BrotliDecompress, chunk: Buffer): void {
+    this.tail = Buffer.from(Buffer.concat([this.tail, chunk.subarray(-4)]).subarray(-4));
+    if (!decoder.write(chunk)) {
+      this.req.pause();
+      decoder.once('drain', this.onDrain);
+    }
+  }
+
+  private readonly onDrain = (): void => {
+    if (!this.done) this.req.resume();
+  };
+
+  private readonly onEnd = (): void => {
+    this.received = true;
+    if (this.decoder) this.decoder.end();
+    else this.succeed(this.preallocated && this.sent === this.preallocated.length ? this.preallocated : Buffer.concat(this.chunks, this.sent));
+  };
+
+  private readonly onDecoded = (out: Buffer): void => {
+    if (this.done) return;
+    const { maxBytes, coding } = this.plan;
+    this.decoded += out.length;
+    if (this.decoded > maxBytes) return this.refuse('too_large', 413, `body decoded from Content-Encoding ${coding} is over this collection's limit of ${maxBytes} bytes`);
+    if (!this.plan.cover(this.decoded)) return this.budgetSpent();
+    this.decodedHash?.update(out);
+    this.chunks.push(out);
+  };
+
+  private readonly onDecodedEnd = (): void => {
+    const { coding } = this.plan;
+    if (this.trailing()) return this.refuse('bad_encoding', 400, `body has data after the end of its ${coding} stream (Content-Encoding ${coding}): send exactly one stream, with nothing after it`);
+    this.succeed(Buffer.concat(this.chunks, this.decoded));
+  };
+
+  /**
+   * True when the body holds more than its one stream. A deflate or br decoder stops at the end
+   * of its stream (ending early while the body still arrives) and consumes nothing after it, so
+   * its input count falls short. Node's gunzip skips zero padding (caught the same way) but
+   * decodes a second gzip member as if it were the same stream: the last member's trailer then
+   * gives its own size, not the whole output's. (A leading member that decodes to nothing is
+   * not seen; it adds no data.)
+   */
+  private trailing(): boolean {
+    if (!this.received || !this.decoder || this.decoder.bytesWritten !== this.sent) return true;
+    return this.plan.coding === 'gzip' && (this.tail.length < 4 || this.tail.readUInt32LE(0) !== this.decoded % 2 ** 32);
+  }
+
+  private readonly onDecodeError = (err: Error & { code?: string }): void =>
+    this.refuse('bad_encoding', 400, `body is not valid ${this.plan.coding} data (Content-Encoding ${this.plan.coding}): ${err.code ?? 'decode error'}`);
+
+  private readonly onError = (err: Error): void => this.fail(new BodyError('unreadable', 400, `request body could not be read: ${err.message}`));
+
+  private readonly onAborted = (): void => this.fail(new BodyError('unreadable', 400, 'request aborted'));
 }
 
 /** A refused body is read and dropped up to this much; past it the connection is closed. */

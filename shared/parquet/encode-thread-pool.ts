@@ -131,3 +131,26 @@ export class ParquetEncodeThread {
     await this.worker.terminate();
   }
 }
+
+/**
+ * An owner's one encode thread, started when first needed and again once it is gone (retired or
+ * dead): an idle owner whose thread was retired holds no thread and no wasm memory.
+ */
+export class EncodeThreadHolder {
+  private thread: ParquetEncodeThread | undefined;
+
+  constructor(private readonly opts: EncodeThreadOptions = {}) {}
+
+  /** The live thread, started if there is none (a bound function: pass it as `encodeThread`). */
+  readonly get = (): ParquetEncodeThread => {
+    if (!this.thread || this.thread.gone) this.thread = new ParquetEncodeThread(this.opts);
+    return this.thread;
+  };
+
+  /** Closes the thread, if one runs; a later `get` starts a new one. */
+  async close(): Promise<void> {
+    const thread = this.thread;
+    this.thread = undefined;
+    await thread?.close();
+  }
+}

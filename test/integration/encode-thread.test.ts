@@ -5,7 +5,7 @@
  */
 import { afterAll, describe, expect, it } from 'vitest';
 import { prepareBatch } from '../../shared/parquet/encode.js';
-import { ParquetEncodeThread } from '../../shared/parquet/encode-thread-pool.js';
+import { EncodeThreadHolder, ParquetEncodeThread } from '../../shared/parquet/encode-thread-pool.js';
 import { batchBody } from '../helpers/events.js';
 import { holdsFor, waitFor } from '../helpers/wait.js';
 
@@ -64,5 +64,32 @@ describe('ParquetEncodeThread', () => {
     expect((await big.encode(q.batch.stamp(1))).byteLength).toBeGreaterThan(0);
     await holdsFor(() => !big.gone, 300, 'a thread under its bound to stay');
     await big.close();
+  });
+});
+
+describe('EncodeThreadHolder', () => {
+  it('keeps one thread while it lives, starts a new one once it is retired or closed, and encodes on it', async () => {
+    const holder = new EncodeThreadHolder({ retireAboveWasmBytes: 1, retireIdleMs: 50 });
+    try {
+      const first = holder.get();
+      expect(holder.get()).toBe(first);
+      const p = prepareBatch(Buffer.from(batchBody(50)));
+      if (!p.ok) throw new Error(p.reason);
+      expect((await first.encode(p.batch.stamp(1))).byteLength).toBeGreaterThan(0);
+      // Past its wasm bound and idle: retired, and the next get starts a fresh thread that encodes.
+      await waitFor(async () => first.gone, 10_000, 'the held thread to be retired');
+      const second = holder.get();
+      expect(second).not.toBe(first);
+      expect(second.gone).toBe(false);
+      expect((await second.encode(p.batch.stamp(2))).byteLength).toBeGreaterThan(0);
+      await holder.close();
+      expect(second.gone).toBe(true);
+      const third = holder.get();
+      expect(third).not.toBe(second);
+      expect(third.gone).toBe(false);
+    } finally {
+      await holder.close();
+    }
+    await holder.close();
   });
 });
