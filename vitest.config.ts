@@ -43,7 +43,7 @@ export default defineConfig({
   resolve: {
     alias: [
       { find: /^events-ingest$/, replacement: fileURLToPath(new URL('./index.ts', import.meta.url)) },
-      { find: /^events-ingest\/s3$/, replacement: fileURLToPath(new URL('./shared/store/s3.ts', import.meta.url)) },
+      { find: /^events-ingest\/s3$/, replacement: fileURLToPath(new URL('./shared/store/s3/index.ts', import.meta.url)) },
     ],
   },
   test: {

@@ -12,7 +12,7 @@
 import { createHash } from 'node:crypto';
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
-import { isBatchId } from '../shared/ids.js';
+import { isBatchId, parseBatchFileName } from '../shared/ids.js';
 import { checkParamValue } from '../shared/paths.js';
 import { RAW_DELETED_HEADER } from '../shared/rollup/retention.js';
 import { CliError, EXIT } from './errors.js';
@@ -235,7 +235,7 @@ function parseListPage(body: unknown): { items: string[]; hasMore: boolean } {
   let prev = '';
   for (const item of v.items) {
     // The name becomes a local file name: only `<batch id>.parquet` is accepted, never a path.
-    if (typeof item !== 'string' || !item.endsWith('.parquet') || !isBatchId(item.slice(0, -8))) {
+    if (typeof item !== 'string' || parseBatchFileName(item) === null) {
       throw new CliError(`list returned ${JSON.stringify(item)}, not a <batch id>.parquet name`);
     }
     if (item <= prev) throw new CliError('list items are not in ascending order');

@@ -25,7 +25,7 @@ import type { Redis } from 'ioredis';
 import { type RedisClient, createRedis, createRedisClient } from '../shared/redis.js';
 import { ShardSet, shardLayouts } from '../shared/shards.js';
 import { type RedisCluster, clusterView, startRedisCluster } from '../test/helpers/redis-cluster.js';
-import type { S3ObjectStore } from '../shared/store/s3.js';
+import type { S3ObjectStore } from '../shared/store/s3/index.js';
 import { duckQuery, sqlString } from '../test/helpers/duckdb.js';
 import { type RedisServer, freePort, startRedisServer } from '../test/helpers/redis-server.js';
 import { type RgwServer, rgwEnv, rgwStoreFor, startRgw } from '../test/helpers/rgw.js';

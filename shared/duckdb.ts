@@ -5,8 +5,8 @@
  */
 import path from 'node:path';
 import { checkParamValue, listPrefix, parseStoragePath } from './paths.js';
-import { FilesystemObjectStore } from './store/filesystem.js';
-import { S3ObjectStore } from './store/s3.js';
+import { FilesystemObjectStore } from './store/filesystem/index.js';
+import { S3ObjectStore } from './store/s3/index.js';
 import type { ObjectStore } from './store/types.js';
 
 /** Matches every value of a prefix param (all apps, for example). */

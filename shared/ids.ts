@@ -39,8 +39,20 @@ export function randomSuffix(): string {
   return randomHex(3);
 }
 
-/** Accepts `<id>` or `<id>.parquet`; returns the bare id or null. */
+/**
+ * Batch references, parsed here and nowhere else. A batch's file name is `<id>.parquet`
+ * (`batchKey` in `paths.ts` builds it); a client may name a batch either way.
+ */
+const BATCH_FILE_SUFFIX = '.parquet';
+
+/** A batch reference as a client writes it, `<id>` or `<id>.parquet`: the bare id, or null. */
 export function parseBatchRef(s: string): string | null {
-  const bare = s.endsWith('.parquet') ? s.slice(0, -'.parquet'.length) : s;
-  return isBatchId(bare) ? bare : null;
+  return s.endsWith(BATCH_FILE_SUFFIX) ? parseBatchFileName(s) : isBatchId(s) ? s : null;
+}
+
+/** A batch file's name, exactly `<id>.parquet` (no folder): the id, or null for any other name. */
+export function parseBatchFileName(name: string): string | null {
+  if (!name.endsWith(BATCH_FILE_SUFFIX)) return null;
+  const id = name.slice(0, -BATCH_FILE_SUFFIX.length);
+  return isBatchId(id) ? id : null;
 }

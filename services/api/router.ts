@@ -7,7 +7,7 @@ import { type EnvelopeCheck, checkEnvelope } from '../../shared/envelope.js';
 import { type PreparedBatch, prepareBatch } from '../../shared/parquet/encode.js';
 import { HttpError, StoreError } from '../../shared/errors.js';
 import { parseIntegerParam } from '../../shared/http.js';
-import { isBatchId, parseBatchRef } from '../../shared/ids.js';
+import { parseBatchRef } from '../../shared/ids.js';
 import { capNonceKeyPrefix, rateLimitKeyPrefix } from '../../shared/keyspace.js';
 import { type StoragePathTemplate, batchKey, checkParamValue, listPrefix, routePattern } from '../../shared/paths.js';
 import { RAW_DELETED_HEADER, checkListCursor } from '../../shared/rollup/retention.js';
@@ -212,8 +212,8 @@ function parseLimit(raw: unknown): number {
 function parseAfter(raw: unknown): string | undefined {
   if (raw === undefined || raw === '') return undefined;
   if (typeof raw !== 'string') throw new HttpError(400, 'after must be a single batch id');
-  const bare = raw.endsWith('.parquet') ? raw.slice(0, -8) : raw;
-  if (!isBatchId(bare)) throw new HttpError(400, 'after must be a batch id like 1782933157690-0000-735223 (with or without .parquet)');
+  const bare = parseBatchRef(raw);
+  if (bare === null) throw new HttpError(400, 'after must be a batch id like 1782933157690-0000-735223 (with or without .parquet)');
   return bare;
 }
 

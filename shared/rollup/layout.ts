@@ -12,7 +12,7 @@
  * - `rollups/<prefix>_retention.json`: the largest batch id whose file retention deleted (see
  *   ./retention.ts), read by the list route on every call, so it stays a few bytes.
  */
-import { batchIdMs, isBatchId } from '../ids.js';
+import { batchIdMs, parseBatchFileName } from '../ids.js';
 
 /** Top folder of every rollup object. */
 export const ROLLUP_ROOT = 'rollups/';
@@ -64,9 +64,7 @@ export function rollupFileFirstId(key: string): string | null {
 
 /** The batch id of a batch-file key under `listPrefix`, or null for any other key. */
 export function batchIdOfKey(listPrefix: string, key: string): string | null {
-  if (!key.startsWith(listPrefix) || !key.endsWith('.parquet')) return null;
-  const id = key.slice(listPrefix.length, -'.parquet'.length);
-  return isBatchId(id) ? id : null;
+  return key.startsWith(listPrefix) ? parseBatchFileName(key.slice(listPrefix.length)) : null;
 }
 
 /** True when the batch id falls in `[startMs, endMs)`. */

@@ -16,6 +16,7 @@
  */
 import { z } from 'zod';
 import { HttpError } from '../errors.js';
+import { BATCH_ID_RE } from '../ids.js';
 import type { ObjectStore } from '../store/types.js';
 import { retentionKey } from './layout.js';
 
@@ -26,7 +27,7 @@ const RetentionMarkSchema = z.object({
   v: z.literal(1),
   prefix: z.string(),
   /** Every batch file retention deleted has an id at or below this. */
-  deletedThrough: z.string().regex(/^\d{13}-\d{4}-[0-9a-f]{6}$/),
+  deletedThrough: z.string().regex(BATCH_ID_RE),
   updatedAt: z.number().int(),
 });
 export type RetentionMark = z.infer<typeof RetentionMarkSchema>;

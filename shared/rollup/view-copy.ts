@@ -24,7 +24,7 @@ import { pipeline } from 'node:stream/promises';
 import { z } from 'zod';
 import { StoreError } from '../errors.js';
 import { listPrefix, parseStoragePath } from '../paths.js';
-import { FilesystemObjectStore } from '../store/filesystem.js';
+import { FilesystemObjectStore } from '../store/filesystem/index.js';
 import type { ObjectStore } from '../store/types.js';
 import { manifestKey, msKey, rollupPrefix } from './layout.js';
 import { type Manifest, readManifest } from './manifest.js';

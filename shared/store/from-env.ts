@@ -1,8 +1,8 @@
 import { resolve } from 'node:path';
 import type { Env } from '../config.js';
-import { FilesystemObjectStore } from './filesystem.js';
-import { MemoryObjectStore } from './memory.js';
-import { S3ObjectStore } from './s3.js';
+import { FilesystemObjectStore } from './filesystem/index.js';
+import { MemoryObjectStore } from './memory/index.js';
+import { S3ObjectStore } from './s3/index.js';
 import type { ObjectStore } from './types.js';
 
 /** The store the environment asks for: `fs` under DATA_DIR, `s3` (S3_*), or `memory`. */

@@ -15,7 +15,7 @@ import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { CreateBucketCommand, S3Client } from '@aws-sdk/client-s3';
-import { S3ObjectStore, S3_COMPATIBLE_CLIENT_SETTINGS } from '../../shared/store/s3.js';
+import { S3ObjectStore, S3_COMPATIBLE_CLIENT_SETTINGS } from '../../shared/store/s3/index.js';
 import { freePort } from './redis-server.js';
 
 /** The three daemons, the admin tools (Debian: packages of the same names, plus ceph-common) and util-linux's setpriv. */

@@ -4,7 +4,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
-import { S3ObjectStore } from '../../shared/store/s3.js';
+import { S3ObjectStore } from '../../shared/store/s3/index.js';
 
 /** s3rver's fixed account: it accepts signatures made with these and nothing else. */
 export const S3RVER_CREDENTIALS = { accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER' } as const;

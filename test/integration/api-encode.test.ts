@@ -18,7 +18,7 @@ import { encodeBatch, prepareBatch } from '../../shared/parquet/encode.js';
 import { ParquetEncodeThread } from '../../shared/parquet/encode-thread-pool.js';
 import { createEventsServerPlugin } from '../../services/api/plugin.js';
 import { type BatchJob, unpackBody } from '../../shared/queue.js';
-import { FilesystemObjectStore } from '../../shared/store/filesystem.js';
+import { FilesystemObjectStore } from '../../shared/store/filesystem/index.js';
 import { duckQuery } from '../helpers/duckdb.js';
 import { batchBody, sampleEvent } from '../helpers/events.js';
 import { waitFor } from '../helpers/proc.js';

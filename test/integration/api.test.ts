@@ -13,7 +13,7 @@ import { BatchLedger } from '../../shared/ledger/ledger.js';
 import { createLogger } from '../../shared/logger.js';
 import { createRegistry } from '../../shared/metrics.js';
 import { createRedis } from '../../shared/redis.js';
-import { FilesystemObjectStore } from '../../shared/store/filesystem.js';
+import { FilesystemObjectStore } from '../../shared/store/filesystem/index.js';
 import { uniqueName } from '../helpers/names.js';
 import { freePort } from '../helpers/redis-server.js';
 import { batchBody } from '../helpers/events.js';

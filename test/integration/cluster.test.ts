@@ -15,7 +15,7 @@ import { periodStart } from '../../shared/rollup/layout.js';
 import { readManifest } from '../../shared/rollup/manifest.js';
 import { storeRootUrl } from '../../shared/rollup/roll.js';
 import { shardIndex, shardLayouts } from '../../shared/shards.js';
-import { FilesystemObjectStore } from '../../shared/store/filesystem.js';
+import { FilesystemObjectStore } from '../../shared/store/filesystem/index.js';
 import { duckQuery, sqlString } from '../helpers/duckdb.js';
 import { batchBody, sampleEvent } from '../helpers/events.js';
 import { uniqueName } from '../helpers/names.js';

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { BATCH_ID_RE, batchIdMs } from '../../shared/ids.js';
-import { SIDECAR_MIN_BYTES } from '../../shared/store/filesystem.js';
+import { SIDECAR_MIN_BYTES } from '../../shared/store/filesystem/index.js';
 import { createLogger } from '../../shared/logger.js';
 import { ensureRedis } from '../../shared/private-redis.js';
 import { ioredisAddress } from '../../shared/redis-url.js';

@@ -10,7 +10,7 @@ import type { ObjectStore } from '../../shared/store/types.js';
 import { BatchLedger } from '../../shared/ledger/ledger.js';
 import { createLogger } from '../../shared/logger.js';
 import { createRegistry } from '../../shared/metrics.js';
-import { FilesystemObjectStore } from '../../shared/store/filesystem.js';
+import { FilesystemObjectStore } from '../../shared/store/filesystem/index.js';
 import { duckQuery } from '../helpers/duckdb.js';
 import { batchBody, sampleEvent } from '../helpers/events.js';
 import { waitFor } from '../helpers/proc.js';

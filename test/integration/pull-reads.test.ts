@@ -10,9 +10,9 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { createEventsServerPlugin } from '../../services/api/plugin.js';
 import { createSyncRouter } from '../../services/api/router.js';
 import { DEFAULT_SYNC_CONFIG } from '../../shared/config.js';
-import { FilesystemObjectStore } from '../../shared/store/filesystem.js';
-import { MemoryObjectStore } from '../../shared/store/memory.js';
-import { S3ObjectStore } from '../../shared/store/s3.js';
+import { FilesystemObjectStore } from '../../shared/store/filesystem/index.js';
+import { MemoryObjectStore } from '../../shared/store/memory/index.js';
+import { S3ObjectStore } from '../../shared/store/s3/index.js';
 import type { ByteRange, ListOptions, ObjectMeta, ObjectStore, PutOptions, StoredObject } from '../../shared/store/types.js';
 import { S3RVER_CREDENTIALS, type S3TestServer, startS3Server } from '../helpers/s3.js';
 

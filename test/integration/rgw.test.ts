@@ -15,7 +15,7 @@ import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { sleep } from '../../scripts/chaos-kit.js';
-import { type S3ObjectStore, S3_COMPATIBLE_CLIENT_SETTINGS } from '../../shared/store/s3.js';
+import { type S3ObjectStore, S3_COMPATIBLE_CLIENT_SETTINGS } from '../../shared/store/s3/index.js';
 import { duckQuery, sqlString } from '../helpers/duckdb.js';
 import { batchBody } from '../helpers/events.js';
 import { uniqueName } from '../helpers/names.js';

@@ -8,7 +8,7 @@ import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { StoreError } from '../../shared/errors.js';
 import { FETCH_ATTEMPTS, fetchObject } from '../../shared/rollup/view-copy.js';
-import { S3ObjectStore } from '../../shared/store/s3.js';
+import { S3ObjectStore } from '../../shared/store/s3/index.js';
 import type { ObjectStore } from '../../shared/store/types.js';
 
 /**

@@ -26,7 +26,7 @@ import { waitFor } from '../helpers/proc.js';
 import { createEncoder } from '../../services/encoder/worker.js';
 import { createLogger } from '../../shared/logger.js';
 import { createRegistry } from '../../shared/metrics.js';
-import { FilesystemObjectStore } from '../../shared/store/filesystem.js';
+import { FilesystemObjectStore } from '../../shared/store/filesystem/index.js';
 import type { ObjectStore } from '../../shared/store/types.js';
 
 describe('changing QUEUE_SHARDS', () => {

@@ -5,8 +5,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { FilesystemObjectStore } from '../../shared/store/filesystem.js';
-import { MemoryObjectStore } from '../../shared/store/memory.js';
+import { FilesystemObjectStore } from '../../shared/store/filesystem/index.js';
+import { MemoryObjectStore } from '../../shared/store/memory/index.js';
 import type { ObjectStore } from '../../shared/store/types.js';
 import { type S3TestServer, s3StoreFor, startS3Server } from '../helpers/s3.js';
 

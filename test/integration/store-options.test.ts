@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { StoreError } from '../../shared/errors.js';
-import { S3ObjectStore } from '../../shared/store/s3.js';
+import { S3ObjectStore } from '../../shared/store/s3/index.js';
 import { S3RVER_CREDENTIALS, type S3TestServer, startS3Server } from '../helpers/s3.js';
 
 // s3rver knows one access key id (S3RVER) and refuses others: a store whose flat credentials were

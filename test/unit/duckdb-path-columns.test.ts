@@ -7,7 +7,7 @@ import os from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { duckdbReadParquetSql, duckdbSelectWithPathColumns } from '../../shared/duckdb.js';
-import { FilesystemObjectStore } from '../../shared/store/filesystem.js';
+import { FilesystemObjectStore } from '../../shared/store/filesystem/index.js';
 import { duckQuery, sqlString } from '../helpers/duckdb.js';
 
 const root = mkdtempSync(join(os.tmpdir(), 'ingest-pathcols-'));

@@ -1,9 +1,9 @@
 import { DuckDBInstance } from '@duckdb/node-api';
 import { afterAll, describe, expect, it } from 'vitest';
 import { duckdbReadParquetSql, sqlStringLiteral } from '../../shared/duckdb.js';
-import { FilesystemObjectStore } from '../../shared/store/filesystem.js';
-import { MemoryObjectStore } from '../../shared/store/memory.js';
-import { S3ObjectStore } from '../../shared/store/s3.js';
+import { FilesystemObjectStore } from '../../shared/store/filesystem/index.js';
+import { MemoryObjectStore } from '../../shared/store/memory/index.js';
+import { S3ObjectStore } from '../../shared/store/s3/index.js';
 
 const EVENTS = 'events/{app}/{batchId}';
 const creds = { accessKeyId: 'AKIDEXAMPLE', secretAccessKey: 'wJalr/K7MDENG+bPxRfiCY' };

@@ -15,7 +15,7 @@ import type { ParquetEncodeThread } from '../../shared/parquet/encode-thread-poo
 import { prepareBatch } from '../../shared/parquet/encode.js';
 import { parseStoragePath } from '../../shared/paths.js';
 import { type BatchJob, unpackBody } from '../../shared/queue.js';
-import { MemoryObjectStore } from '../../shared/store/memory.js';
+import { MemoryObjectStore } from '../../shared/store/memory/index.js';
 import { Registry } from 'prom-client';
 import { bestEffortCounter } from '../../shared/best-effort.js';
 import { StoreError } from '../../shared/errors.js';

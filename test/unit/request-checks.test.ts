@@ -5,7 +5,7 @@ import { HttpError } from '../../shared/errors.js';
 import type { Request } from 'express';
 import { contentTypeAllowed } from '../../services/api/body.js';
 import { EXPECTED_ENVELOPE, MAX_JSON_DEPTH, checkEnvelope } from '../../shared/envelope.js';
-import { BATCH_ID_RE, batchIdMs, parseBatchRef } from '../../shared/ids.js';
+import { BATCH_ID_RE, batchIdMs, parseBatchFileName, parseBatchRef } from '../../shared/ids.js';
 import { batchKey, checkParamValue, listPrefix, parseStoragePath, routePattern } from '../../shared/paths.js';
 
 const body = (s: string): Buffer => Buffer.from(s, 'utf8');
@@ -170,6 +170,19 @@ describe('batch ids', () => {
     expect(parseBatchRef('1782933157690-0000-73522')).toBeNull();
     expect(batchIdMs('1782933157690-0000-735223')).toBe(1782933157690);
     expect(BATCH_ID_RE.test('1782933157690-0000-ABCDEF')).toBe(false);
+  });
+  it.each(['', '.parquet', '1782933157690-0000-735223.parquet.parquet', '1782933157690-0000-735223.PARQUET', 'x/1782933157690-0000-735223', ' 1782933157690-0000-735223'])(
+    'rejects the ref %j',
+    (ref) => {
+      expect(parseBatchRef(ref)).toBeNull();
+    },
+  );
+  it('takes a file name only as <id>.parquet: no bare id, no folder, no other suffix', () => {
+    expect(parseBatchFileName('1782933157690-0000-735223.parquet')).toBe('1782933157690-0000-735223');
+    expect(parseBatchFileName('1782933157690-0000-735223')).toBeNull();
+    expect(parseBatchFileName('sub/1782933157690-0000-735223.parquet')).toBeNull();
+    expect(parseBatchFileName('1782933157690-0000-735223.parquet.part-12')).toBeNull();
+    expect(parseBatchFileName('.parquet')).toBeNull();
   });
 });
 

@@ -3,7 +3,7 @@ import { ConfigError, parseEnv } from '../../shared/config.js';
 import { parseStoragePath } from '../../shared/paths.js';
 import { batchIdOfKey, manifestKey, msKey, periodStart, rollupFileFirstId, rollupFileKey } from '../../shared/rollup/layout.js';
 import { discoverPrefixes, prefixOfKey } from '../../shared/rollup/prefixes.js';
-import { MemoryObjectStore } from '../../shared/store/memory.js';
+import { MemoryObjectStore } from '../../shared/store/memory/index.js';
 
 describe('rollup layout', () => {
   it('periods, id bounds and keys', () => {

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { HttpError } from '../../shared/errors.js';
 import { retentionKey } from '../../shared/rollup/layout.js';
 import { RAW_DELETED_HEADER, checkListCursor, raiseRetentionMark, readRetentionMark } from '../../shared/rollup/retention.js';
-import { MemoryObjectStore } from '../../shared/store/memory.js';
+import { MemoryObjectStore } from '../../shared/store/memory/index.js';
 
 const P = 'events/app/';
 const A = '1782933157690-0000-aaaaaa';

@@ -3,8 +3,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { StoreError } from '../../shared/errors.js';
-import { FilesystemObjectStore } from '../../shared/store/filesystem.js';
-import { S3ObjectStore } from '../../shared/store/s3.js';
+import { FilesystemObjectStore } from '../../shared/store/filesystem/index.js';
+import { S3ObjectStore } from '../../shared/store/s3/index.js';
 
 // Constructor checks only: no object is written or read here (see store-options in
 // test/integration for the reference's options against a real S3 server).

@@ -11,7 +11,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { manifestKey, rollupFileKey } from '../../shared/rollup/layout.js';
 import { type Manifest, writeManifest } from '../../shared/rollup/manifest.js';
 import { refreshViewCopy } from '../../shared/rollup/view-copy.js';
-import { MemoryObjectStore } from '../../shared/store/memory.js';
+import { MemoryObjectStore } from '../../shared/store/memory/index.js';
 
 const STORAGE_PATH = 'events/{app}/{batchId}';
 const P = 10_000;

@@ -1,4 +1,4 @@
-import { isBatchId } from '../../../shared/ids.js';
+import { parseBatchFileName } from '../../../shared/ids.js';
 import { type ListBound, visibleUnder } from '../../../shared/ledger/ledger.js';
 import { type StoragePathTemplate, listPrefix } from '../../../shared/paths.js';
 import type { ObjectStore } from '../../../shared/store/types.js';
@@ -69,8 +69,8 @@ export class BatchLister {
       const keys = await store.listKeys(prefix, { startAfter, limit: want });
       for (const key of keys) {
         const name = key.slice(prefix.length);
-        const id = name.endsWith('.parquet') ? name.slice(0, -8) : '';
-        if (!isBatchId(id)) continue;
+        const id = parseBatchFileName(name);
+        if (id === null) continue;
         if (!visibleUnder(bound, id)) return { items: items.slice(0, limit), hasMore: items.length > limit };
         items.push(name);
       }

@@ -2,13 +2,13 @@ import { createHash } from 'node:crypto';
 import { constants as fsConstants, promises as fs } from 'node:fs';
 import type { BigIntStats, Dirent } from 'node:fs';
 import path from 'node:path';
-import { StoreError } from '../errors.js';
-import { randomHex } from '../ids.js';
-import { DirSyncGroup, errnoCode, type FileVersion, fsyncDir, unlinkQuietly, writeFileDurably } from './durable.js';
-import { compareKeys, prefixCanMatchKeys, resolveListLimit, validateKey } from './keys.js';
-import { checkOptionNames } from './options.js';
+import { StoreError } from '../../errors.js';
+import { randomHex } from '../../ids.js';
+import { DirSyncGroup, errnoCode, type FileVersion, fsyncDir, unlinkQuietly, writeFileDurably } from '../durable.js';
+import { compareKeys, prefixCanMatchKeys, resolveListLimit, validateKey } from '../keys.js';
+import { checkOptionNames } from '../options.js';
 import type { Readable } from 'node:stream';
-import type { ByteRange, ListOptions, ObjectMeta, ObjectStore, PutOptions, StoredObject } from './types.js';
+import type { ByteRange, ListOptions, ObjectMeta, ObjectStore, PutOptions, StoredObject } from '../types.js';
 
 /**
  * In-flight writes live next to their final file under this name prefix, so

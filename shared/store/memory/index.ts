@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { Readable } from 'node:stream';
-import type { ByteRange, ListOptions, ObjectMeta, ObjectStore, PutOptions, StoredObject } from './types.js';
-import { compareKeys, prefixCanMatchKeys, resolveListLimit, validateKey } from './keys.js';
+import type { ByteRange, ListOptions, ObjectMeta, ObjectStore, PutOptions, StoredObject } from '../types.js';
+import { compareKeys, prefixCanMatchKeys, resolveListLimit, validateKey } from '../keys.js';
 
 interface MemoryEntry {
   body: Uint8Array;

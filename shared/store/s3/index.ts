@@ -10,10 +10,10 @@ import {
   S3Client,
   type S3ClientConfig,
 } from '@aws-sdk/client-s3';
-import { StoreError } from '../errors.js';
-import { checkOptionNames } from './options.js';
-import { isValidKey, prefixCanMatchKeys, resolveListLimit, validateKey } from './keys.js';
-import type { ByteRange, ListOptions, ObjectMeta, ObjectStore, PutOptions, StoredObject } from './types.js';
+import { StoreError } from '../../errors.js';
+import { checkOptionNames } from '../options.js';
+import { isValidKey, prefixCanMatchKeys, resolveListLimit, validateKey } from '../keys.js';
+import type { ByteRange, ListOptions, ObjectMeta, ObjectStore, PutOptions, StoredObject } from '../types.js';
 
 /**
  * Few attempts with the SDK's backoff: enough to ride out a blip, short enough
