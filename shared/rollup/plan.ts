@@ -49,9 +49,17 @@ export async function planPrefix(
   const first = await firstUnrolledKey(o.store, prefix, manifest?.watermarkMs ?? 0);
   const id = first === undefined ? null : batchIdOfKey(prefix, first);
   if (id === null) return { due: false, lagSeconds: 0 };
-  const startMs = periodStart(batchIdMs(id), periodMs);
+  return planPeriod(batchIdMs(id), await finalHorizon(o.ledger, prefix), periodMs, o.delaySeconds * 1000);
+}
+
+/**
+ * planPrefix's decision from what it read: the period holding the first unrolled batch (its id's
+ * instant `firstMs`) is due once every id below its end is final (`horizonMs`) and the shard's
+ * clock (`nowMs`) has passed its end plus the delay.
+ */
+export function planPeriod(firstMs: number, clock: { horizonMs: number; nowMs: number }, periodMs: number, delayMs: number): PlanResult & { nextStartMs: number } {
+  const startMs = periodStart(firstMs, periodMs);
   const endMs = startMs + periodMs;
-  const { horizonMs, nowMs } = await finalHorizon(o.ledger, prefix);
-  const due = horizonMs >= endMs && nowMs >= endMs + o.delaySeconds * 1000;
-  return { nextStartMs: startMs, due, lagSeconds: Math.max(0, (nowMs - endMs) / 1000) };
+  const due = clock.horizonMs >= endMs && clock.nowMs >= endMs + delayMs;
+  return { nextStartMs: startMs, due, lagSeconds: Math.max(0, (clock.nowMs - endMs) / 1000) };
 }
