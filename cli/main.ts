@@ -3,7 +3,9 @@
  *   sync   incremental, resumable download of a collection's batches into a folder
  *   query  SQL in DuckDB: as given (it names its files), or with an `events` view over a synced
  *          folder (--dir) or the configured store (--store; on S3 through DuckDB's httpfs, or a
- *          local copy of what the view reads when httpfs cannot be loaded or with --copy)
+ *          local copy of what the view reads when httpfs cannot be loaded or with --copy), or an
+ *          app's Iceberg table (--table --app A [--as-of <snapshot id|timestamp>])
+ *   table  the snapshots of an app's Iceberg table
  * Exit codes: 0 ok, 1 error, 2 usage, 3 sync lock held by another run, 4 sync cursor older than the
  * server's raw retention, 130 interrupted.
  */
@@ -37,6 +39,8 @@ interface SyncFlags {
 interface QueryFlags {
   dir?: string;
   store?: boolean;
+  table?: boolean;
+  asOf?: string;
   app?: string;
   collection?: string;
   copy?: boolean;
@@ -90,10 +94,12 @@ export function buildProgram(io: { stdout: NodeJS.WriteStream; stderr: NodeJS.Wr
     .command('query')
     .description('run SQL in DuckDB: as given (naming its files with read_parquet), or with "events" a view over the synced folder (--dir) or the configured store (--store)')
     .argument('<sql>', 'SQL to run, e.g. "SELECT event_type, COUNT(*) AS n FROM events GROUP BY 1 ORDER BY n DESC"')
-    .addOption(new Option('--dir <dir>', 'folder filled by sync: events = <dir>/*.parquet').conflicts('store'))
-    .addOption(new Option('--store', 'the store the server writes to, from STORE, DATA_DIR, S3_*, CONFIG_FILE (as the server reads them)').conflicts('dir'))
-    .option('--app <app>', 'with --store: only this app (default: every app)')
-    .option('--collection <name>', 'with --store: collection name from CONFIG_FILE (default: the first)')
+    .addOption(new Option('--dir <dir>', 'folder filled by sync: events = <dir>/*.parquet').conflicts(['store', 'table']))
+    .addOption(new Option('--store', 'the store the server writes to, from STORE, DATA_DIR, S3_*, CONFIG_FILE (as the server reads them)').conflicts(['dir', 'table']))
+    .addOption(new Option('--table', "the app's Iceberg table in that store (needs --app): events = the current snapshot's files").conflicts(['dir', 'store']))
+    .option('--as-of <snapshot>', 'with --table: an older snapshot, by id or ISO timestamp (the one current then)')
+    .option('--app <app>', 'with --store: only this app (default: every app); with --table: the app whose table is read')
+    .option('--collection <name>', 'with --store or --table: collection name from CONFIG_FILE (default: the first)')
     .option('--copy', "with --store on S3: read through a local copy of the objects the view needs (fetched with the server's S3 client) instead of DuckDB's httpfs; the default when httpfs cannot be loaded")
     .option('--no-copy', 'with --store on S3: read S3 only through DuckDB\'s httpfs; fail if it cannot be loaded')
     .option('--cache-dir <dir>', 'with --store on S3: folder of the local copy, reused across runs (default: $XDG_CACHE_HOME or ~/.cache, /events-ingest/view-copy/<store>)')
@@ -105,7 +111,11 @@ export function buildProgram(io: { stdout: NodeJS.WriteStream; stderr: NodeJS.Wr
       const copyFlags = flags.copy !== undefined || flags.cacheDir !== undefined;
       if (flags.copy === false && flags.cacheDir !== undefined) throw new CliError('--cache-dir is the folder of the copy that --no-copy turns off', EXIT.usage);
       if (copyFlags && !flags.store) throw new CliError('--copy, --no-copy and --cache-dir go with --store (STORE=s3)', EXIT.usage);
-      if (flags.dir !== undefined) {
+      if (flags.asOf !== undefined && !flags.table) throw new CliError('--as-of goes with --table', EXIT.usage);
+      if (flags.table) {
+        if (flags.app === undefined) throw new CliError('--table needs --app (one table per app)', EXIT.usage);
+        source = { kind: 'table', env: envOf(io.env), app: flags.app, collection: flags.collection, asOf: flags.asOf };
+      } else if (flags.dir !== undefined) {
         if (flags.app !== undefined || flags.collection !== undefined) throw new CliError('--app and --collection go with --store (a synced folder holds one app)', EXIT.usage);
         source = { kind: 'dir', dir: flags.dir };
       } else if (flags.store) {
@@ -126,7 +136,30 @@ export function buildProgram(io: { stdout: NodeJS.WriteStream; stderr: NodeJS.Wr
       io.stdout.write(renderResult(result, flags.json ? 'json' : flags.csv ? 'csv' : 'table'));
     });
 
+  program
+    .command('table')
+    .description("list the snapshots of an app's Iceberg table in the configured store (id, time, operation, files, rows, through-batch-id)")
+    .requiredOption('--app <app>', 'the app')
+    .option('--collection <name>', 'collection name from CONFIG_FILE (default: the first)')
+    .addOption(new Option('--json', 'JSON lines, one object per row').conflicts('csv'))
+    .addOption(new Option('--csv', 'CSV with a header row').conflicts('json'))
+    .action(async (flags: { app: string; collection?: string; json?: boolean; csv?: boolean }) => {
+      const { renderResult } = await import('./query.js');
+      const { tableSnapshots } = await import('./table.js');
+      const result = await tableSnapshots({ env: envOf(io.env), app: flags.app, collection: flags.collection });
+      io.stdout.write(renderResult(result, flags.json ? 'json' : flags.csv ? 'csv' : 'table'));
+    });
+
   return program;
+}
+
+/** The server's settings from the environment, a config error as a CliError. */
+function envOf(env: NodeJS.ProcessEnv): ReturnType<typeof parseEnv> {
+  try {
+    return parseEnv(env);
+  } catch (err) {
+    throw new CliError(messageOf(err));
+  }
 }
 
 /** Runs the CLI on `argv` and resolves to the exit code (never throws). */

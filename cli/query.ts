@@ -12,7 +12,7 @@ import { checkParamValue, parseStoragePath } from '../shared/paths.js';
 import { type ViewCopyProgress, type ViewCopyResult, defaultViewCopyDir, refreshViewCopy } from '../shared/rollup/view-copy.js';
 import { rollupViewSql } from '../shared/rollup/view.js';
 import { storeFromEnv } from '../shared/store/from-env.js';
-import { S3ObjectStore } from '../shared/store/s3.js';
+import { S3ObjectStore } from '../shared/store/s3/index.js';
 import type { ObjectStore } from '../shared/store/types.js';
 import { CliError, EXIT, messageOf } from './errors.js';
 import { formatCsv, formatJsonLines, formatTable } from './format.js';
@@ -28,6 +28,7 @@ import { readCursor } from './sync.js';
 export type QuerySource =
   | { kind: 'dir'; dir: string }
   | { kind: 'store'; env: Env; app?: string; collection?: string; copy?: boolean; cacheDir?: string }
+  | { kind: 'table'; env: Env; app: string; collection?: string; asOf?: string }
   | { kind: 'none' };
 
 export interface RunQueryOptions {
@@ -58,6 +59,7 @@ export interface QueryResult {
 /** The statements that define the `events` view for `source`; the S3 ones may hold credentials (never print them). */
 export async function eventsViewSql(source: QuerySource): Promise<string[]> {
   if (source.kind === 'none') return [];
+  if (source.kind === 'table') return (await import('./table.js')).tableViewStatements(source);
   if (source.kind === 'dir') {
     const dir = path.resolve(source.dir);
     if (!existsSync(dir)) throw new CliError(`--dir ${dir} does not exist`);

@@ -207,8 +207,8 @@ export const QUEUE_GROUP_MAX_DEFAULT = 16;
 /**
  * Push bodies of at least API_ENCODE_MIN_BYTES and at most this (`API_ENCODE_MAX_BYTES`) are
  * turned into their Parquet file by the API, which queues the file instead of the deflated JSON
- * (docs/performance.md, "Sixteenth pass"). Bounded so one push's scan holds the event loop for a
- * few ms at most, and its encode the API's encode thread for a few more.
+ * (docs/decisions/0012-api-encodes-large-bodies.md). Bounded so one push's scan holds the event
+ * loop for a few ms at most, and its encode the API's encode thread for a few more.
  */
 export const API_ENCODE_MAX_BYTES_DEFAULT = 1024 * 1024;
 /** Job slots of an encoder (`ENCODER_CONCURRENCY`), alone or as `npm start`'s thread. */
@@ -222,7 +222,7 @@ export const ENCODER_PROCESSES_DEFAULT = 1;
 /**
  * CPU niceness of `npm start`'s encoder processes (ENCODER_NICE): every thread of the process,
  * its file calls and garbage collection included, so pushes get the cores first. Measured at a
- * steady 300 pushes/s on two cores (docs/performance.md, "Eighteenth pass").
+ * steady 300 pushes/s on two cores (docs/decisions/0014-encoder-child-process.md).
  */
 export const ENCODER_NICE_DEFAULT = 10;
 /** Earlier names of two `npm start` settings, still read (the encoder was a thread before it was a process). */
@@ -298,10 +298,10 @@ export const EnvSchema = z
     TOKENS_FILE: z.string().optional(),
     // Encoding is synchronous, so extra slots only overlap the waits (Redis round trips, file
     // creation, fsync), which are most of a small batch's job, and more jobs in flight let Redis
-    // and the event loop handle their commands in fewer wake-ups. Measured (docs/performance.md,
-    // "Fourth pass"): 32 drains 1- to 100-event batches 17-68% faster than 8 with 15-25% less
-    // encoder CPU per batch; 64 gives no more. Memory does not grow with it: a job waiting for
-    // ENCODER_MAX_INFLIGHT_BYTES holds no body (services/encoder/worker.ts).
+    // and the event loop handle their commands in fewer wake-ups. Measured
+    // (docs/decisions/0013-encoder-slots.md): 32 drains 1- to 100-event batches 17-68% faster
+    // than 8 with 15-25% less encoder CPU per batch; 64 gives no more. Memory does not grow with
+    // it: a job waiting for ENCODER_MAX_INFLIGHT_BYTES holds no body (services/encoder/worker.ts).
     ENCODER_CONCURRENCY: positiveInt.max(64).default(ENCODER_CONCURRENCY_DEFAULT),
     /** How long an active job's lock lives; a killed encoder's job is retried after about 1.5× this. */
     ENCODER_LOCK_SECONDS: positiveInt.min(5).max(600).default(30),
@@ -348,7 +348,7 @@ export const EnvSchema = z
      * `burst`), so a burst's backlog is encoded on more cores and at a steady rate the API keeps
      * them. They share ENCODER_MAX_INFLIGHT_BYTES evenly; each has ENCODER_CONCURRENCY slots.
      * Default 1: on two cores a second one shortened the drain after a burst but cost 5-10% more
-     * CPU per batch (docs/performance.md, "Fifteenth pass").
+     * CPU per batch (docs/decisions/0014-encoder-child-process.md).
      */
     ENCODER_PROCESSES: positiveInt.max(8).default(ENCODER_PROCESSES_DEFAULT),
     /**
@@ -356,7 +356,7 @@ export const EnvSchema = z
      * `--heap-growing-percent`): the next full collection starts once the old space has grown to
      * (1 + p/100) × what survived the last one. 300 is ×4, V8's own ceiling; V8 chose ×1.7–2.1
      * here, which under 325 pushes/s meant a full collection of the API's heap every 0.2–0.3 s: with
-     * ×4, push p99 there halved (docs/performance.md, "Eighth pass"). 0 leaves
+     * ×4, push p99 there halved (docs/decisions/0015-heap-growing-percent.md). 0 leaves
      * V8's own choice. Each `npm start` encoder process applies it too.
      */
     HEAP_GROWING_PERCENT: z.coerce.number().int().min(0).max(1000).default(HEAP_GROWING_PERCENT_DEFAULT),
@@ -406,6 +406,13 @@ export const EnvSchema = z
     RAW_RETENTION_SECONDS: z.coerce.number().int().min(0).default(604_800),
     /** Rolled periods older than this many days are deleted with their manifest entries (unset: keep). */
     RETENTION_DAYS: positiveInt.optional(),
+    // Iceberg (shared/iceberg, services/rollup/iceberg-committer.ts): one table per app, committed by the rollup service.
+    /** `off`: no Iceberg table is committed (and rollups and retention delete files as before). */
+    ICEBERG: z.enum(['on', 'off']).default('off'),
+    /** How often each app's table gets an `append` snapshot of the batch files listed since the last one. */
+    ICEBERG_COMMIT_SECONDS: positiveInt.max(86_400).default(60),
+    /** Snapshots older than this are expired (the current one is always kept); a reader of an older snapshot must finish within it. */
+    ICEBERG_SNAPSHOT_RETENTION_SECONDS: positiveInt.default(3600),
     LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   })
   .superRefine((e, ctx) => {
@@ -417,6 +424,9 @@ export const EnvSchema = z
     }
     if (e.JWT_ALLOW_NO_EXP === 'on' && !e.JWT_JWKS_URL && !e.JWT_PUBLIC_KEY) ctx.addIssue({ code: 'custom', path: ['JWT_ALLOW_NO_EXP'], message: 'needs JWT_JWKS_URL or JWT_PUBLIC_KEY' });
     if ((e.CAP_ADMINS || e.CAP_REVOCATIONS_FILE) && e.CAP_AUTH !== 'on') ctx.addIssue({ code: 'custom', path: [e.CAP_ADMINS ? 'CAP_ADMINS' : 'CAP_REVOCATIONS_FILE'], message: 'needs CAP_AUTH=on' });
+    if (e.ICEBERG === 'on' && e.ROLLUP === 'on' && 3600 % e.ROLLUP_PERIOD_SECONDS !== 0) {
+      ctx.addIssue({ code: 'custom', path: ['ROLLUP_PERIOD_SECONDS'], message: `must divide 3600 (an hour) while ICEBERG=on: the table is partitioned by hour and a rollup file must lie in one (set ICEBERG=off to keep ${e.ROLLUP_PERIOD_SECONDS})` });
+    }
     if (e.CORS_ORIGINS && e.CORS_ORIGINS.includes('*') && e.CORS_ORIGINS.length > 1) ctx.addIssue({ code: 'custom', path: ['CORS_ORIGINS'], message: 'is either * or a list of origins, not both' });
   });
 

@@ -89,7 +89,7 @@ export const KEY_FAMILIES: Readonly<Record<KeyFamilyName, KeyFamily>> = {
   groups: { pattern: '{<ns>}:groups', type: 'hash', tag: '{<ns>}', bound: 'the backlog', sizedIn: `${SIZING}, \`{ns}:groups\`` },
   /** The QUEUE_SHARDS the keys are laid out for (shared/shards.ts, ensureShardLayout): one small string per deployment, no TTL. */
   shards: { pattern: '{<QUEUE_NAME>}:shards', type: 'string', tag: '{<QUEUE_NAME>}', bound: 'constant: one per deployment', sizedIn: `${SIZING}, \`{<QUEUE_NAME>}:shards\`` },
-  /** The rollup job (or retention pass) working on a prefix: 10 s TTL, renewed by the live holder. */
+  /** The rollup job, retention pass or Iceberg commit pass (services/rollup/iceberg-committer.ts) working on a prefix: 10 s TTL, renewed by the live holder. */
   'rollup:lock': { pattern: '{<QUEUE_NAME>}:rollup:lock:<prefix>', type: 'string', tag: '{<QUEUE_NAME>}', bound: '10 s (TTL); one per prefix being rolled now', sizedIn: `${ROLLUP_KEYS}, \`{<QUEUE_NAME>}:rollup:lock:<prefix>\`` },
   /** Batches replayed into a rolled period, waiting for their re-roll: one per shard, capped at 10,000 members. */
   'rollup:dirty': { pattern: '{<ns>}:rollup:dirty', type: 'zset', tag: '{<ns>}', bound: 'cap: 10,000 members per shard', sizedIn: `${ROLLUP_KEYS}, \`{<ns>}:rollup:dirty\`` },

@@ -13,7 +13,7 @@ import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { createEventsServerPlugin } from '../../services/api/plugin.js';
 import { BatchLedger } from '../../shared/ledger/ledger.js';
-import { FilesystemObjectStore } from '../../shared/store/filesystem.js';
+import { FilesystemObjectStore } from '../../shared/store/filesystem/index.js';
 import type { ObjectStore } from '../../shared/store/types.js';
 import { startRedisServer } from '../../test/helpers/redis-server.js';
 import { rgwStoreFor, startRgw } from '../../test/helpers/rgw.js';

@@ -22,7 +22,7 @@ import { msKey } from '../../shared/rollup/layout.js';
 import { readManifest } from '../../shared/rollup/manifest.js';
 import { ROLLUP_ROW_GROUP_ROWS, ROLLUP_SORT, rollPeriod, storeRootUrl } from '../../shared/rollup/roll.js';
 import { rollupViewSql } from '../../shared/rollup/view.js';
-import { FilesystemObjectStore } from '../../shared/store/filesystem.js';
+import { FilesystemObjectStore } from '../../shared/store/filesystem/index.js';
 import { bodyFactory, median, row } from '../lib.js';
 import type { BenchContext, BenchRow } from '../types.js';
 

@@ -1,5 +1,6 @@
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import { METRIC_PREFIX as P, SLOW_BUCKETS } from '../../shared/metrics.js';
+import { bestEffortCounter } from '../../shared/best-effort.js';
 
 /** Metrics of the rollup service. Labels are fixed small sets: never an app, prefix or period. */
 export function createRollupMetrics(registry: Registry) {
@@ -13,6 +14,8 @@ export function createRollupMetrics(registry: Registry) {
     bytes: new Counter({ name: `${P}rollup_bytes_total`, help: 'Bytes of rollup files written', registers }),
     failures: new Counter({ name: `${P}rollup_failures_total`, help: 'Failures outside rollup jobs, by stage: plan (reading a prefix\'s manifest, listing, queueing its job) or retention', labelNames: ['stage'], registers }),
     rawDeleted: new Counter({ name: `${P}rollup_raw_deleted_total`, help: 'Batch files deleted by raw retention after their rollup was durable', registers }),
+    /** `plan_after_roll`: planning a prefix's next period right after a roll (the next planner pass does it). */
+    bestEffortFailures: bestEffortCounter(registry, ['plan_after_roll']),
     duration: new Histogram({ name: `${P}rollup_duration_seconds`, help: 'Time to roll one period (read, sort, write, manifest)', buckets: SLOW_BUCKETS, registers }),
   };
   for (const o of ['rolled', 'empty', 'noop', 'delayed', 'retried', 'failed']) m.jobs.inc({ outcome: o }, 0);
@@ -21,3 +24,36 @@ export function createRollupMetrics(registry: Registry) {
   return m;
 }
 export type RollupMetrics = ReturnType<typeof createRollupMetrics>;
+
+/** Metrics of the Iceberg committer (iceberg-committer.ts). Labels are fixed small sets: never an app. */
+export function createIcebergMetrics(registry: Registry, o: { intervalSeconds: number; lagSeconds: () => number }) {
+  const registers = [registry];
+  const counts = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000, 50_000];
+  const m = {
+    commits: new Counter({ name: `${P}iceberg_commits_total`, help: 'Iceberg snapshots committed, by operation (append, replace, delete) and expiries (expire)', labelNames: ['operation'], registers }),
+    failures: new Counter({ name: `${P}iceberg_commit_failures_total`, help: 'Iceberg commit passes of a table that failed (retried on the next pass), by stage (commit, expire, orphans)', labelNames: ['stage'], registers }),
+    duration: new Histogram({ name: `${P}iceberg_commit_duration_seconds`, help: 'Time of one Iceberg commit (manifests, manifest list, metadata create)', labelNames: ['operation'], buckets: SLOW_BUCKETS, registers }),
+    files: new Histogram({ name: `${P}iceberg_snapshot_files`, help: 'Data files added by each snapshot', labelNames: ['operation'], buckets: counts, registers }),
+    rows: new Histogram({ name: `${P}iceberg_snapshot_rows`, help: 'Rows added by each snapshot', labelNames: ['operation'], buckets: counts.map((c) => c * 100), registers }),
+    lagSeconds: new Gauge({
+      name: `${P}iceberg_lag_seconds`,
+      help: "Seconds since an app's table last held every batch the list showed (max over tables): up to one commit interval plus a pass when healthy, growing when commits stop",
+      registers,
+      collect() {
+        this.set(o.lagSeconds());
+      },
+    }),
+    interval: new Gauge({ name: `${P}iceberg_commit_interval_seconds`, help: 'ICEBERG_COMMIT_SECONDS of this rollup process (the lag alert compares with it)', registers }),
+    dataDeleted: new Counter({ name: `${P}iceberg_data_files_deleted_total`, help: 'Batch and rollup files deleted from the store once no retained snapshot referenced them', registers }),
+  };
+  for (const op of ['append', 'replace', 'delete', 'expire']) m.commits.inc({ operation: op }, 0);
+  for (const stage of ['commit', 'expire', 'orphans']) m.failures.inc({ stage }, 0);
+  for (const operation of ['append', 'replace', 'delete']) {
+    m.duration.zero({ operation });
+    m.files.zero({ operation });
+    m.rows.zero({ operation });
+  }
+  m.interval.set(o.intervalSeconds);
+  return m;
+}
+export type IcebergMetrics = ReturnType<typeof createIcebergMetrics>;

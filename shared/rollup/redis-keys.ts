@@ -2,7 +2,8 @@
  * The rollup service's own Redis keys (the ledger's keys are only read, through BatchLedger),
  * named in shared/keyspace.ts (`rollupLockKey`, `rollupDirtyKey`). Each family lives under one hash tag, so every command and script on it is single-slot on a
  * Redis Cluster. Every family is bounded; sizes in docs/reliability.md:
- * - `{<QUEUE_NAME>}:rollup:lock:<prefix>` string, one per prefix being rolled now, expires
+ * - `{<QUEUE_NAME>}:rollup:lock:<prefix>` string, one per prefix being rolled (or retained, or
+ *   committed to its Iceberg table: services/rollup/iceberg-committer.ts) now, expires
  *   after LOCK_TTL_MS unless renewed by the live holder (one key per command);
  * - `{<ns>}:rollup:dirty` sorted set of batches replayed into rolled periods, capped at
  *   MAX_DIRTY members, each removed once its re-roll job is queued. `ns` is the ledger namespace

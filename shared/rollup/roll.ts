@@ -47,6 +47,12 @@ export interface RollContext {
   rootUrl: string | null;
   /** Called before the manifest is written; throws when the prefix lock was lost. */
   assertLocked: () => Promise<void>;
+  /**
+   * Which of `keys` may leave the store now (all when absent). With an Iceberg table
+   * (services/rollup/iceberg-committer.ts) a file stays while a retained snapshot references it
+   * or the table has yet to take it; the committer deletes it once expiry frees it.
+   */
+  mayDelete?: (keys: readonly string[]) => Promise<readonly string[]>;
   now?: () => number;
   tmpDir?: string;
 }
@@ -253,7 +259,7 @@ export async function rollPeriod(ctx: RollContext, prefix: string, startMs: numb
     await ctx.assertLocked();
     await writeManifest(ctx.store, next);
 
-    const deleted = await deleteUnlisted(ctx.store, next, prefix, startMs, endMs);
+    const deleted = await deleteUnlisted(ctx, next, prefix, startMs, endMs);
     const rows = files.reduce((n, f) => n + f.rows, 0);
     return { outcome: files.length ? 'rolled' : 'empty', files, rows, bytes: files.reduce((n, f) => n + f.bytes, 0), deleted, watermarkMs: next.watermarkMs };
   } finally {
@@ -266,7 +272,8 @@ export async function rollPeriod(ctx: RollContext, prefix: string, startMs: numb
  * Deletes rollup files of the period that the (durable) manifest does not list: the ones a
  * re-roll replaced, and any a crashed job put before its manifest write.
  */
-async function deleteUnlisted(store: ObjectStore, manifest: Manifest, prefix: string, startMs: number, endMs: number): Promise<number> {
+async function deleteUnlisted(ctx: RollContext, manifest: Manifest, prefix: string, startMs: number, endMs: number): Promise<number> {
+  const { store } = ctx;
   if (!store.deleteKeys) return 0;
   const listed = new Set(manifestFiles(manifest));
   const inDir = await store.listKeys(partitionPrefix(prefix, startMs), { limit: 100_000 });
@@ -274,8 +281,9 @@ async function deleteUnlisted(store: ObjectStore, manifest: Manifest, prefix: st
     const first = rollupFileFirstId(k);
     return first !== null && idInRange(first, startMs, endMs) && !listed.has(k);
   });
-  if (stale.length > 0) await store.deleteKeys(stale);
-  return stale.length;
+  const go = await deletable(ctx, stale);
+  if (go.length > 0) await store.deleteKeys(go);
+  return go.length;
 }
 
 export interface PruneOutcome {
@@ -332,13 +340,16 @@ export async function pruneRawBatches(
     }
     const covered = new Set(reader.getRows().map((r) => String(r[0])));
     const keys = (await batchKeysInPeriod(ctx.store, prefix, p.startMs, p.endMs)).filter((k) => covered.has(batchIdOfKey(prefix, k) ?? ''));
+    let gone: readonly string[] = [];
     if (keys.length > 0) {
       // The mark first: a list call that misses one of these files then answers 410 to a cursor below it.
       await ctx.assertLocked();
       await raiseRetentionMark(ctx.store, prefix, batchIdOfKey(prefix, keys[keys.length - 1] as string) as string, now);
-      await ctx.store.deleteKeys(keys);
+      // With an Iceberg table, files a retained snapshot still names stay until expiry frees them (the committer deletes them then).
+      gone = await deletable(ctx, keys);
+      if (gone.length > 0) await ctx.store.deleteKeys(gone);
     }
-    out.deleted += keys.length;
+    out.deleted += gone.length;
     out.periods++;
     done.set(p.startMs, p.files.reduce((m, f) => (f.lastId > m ? f.lastId : m), ''));
   }
@@ -373,6 +384,15 @@ export async function dropOldPeriods(ctx: RollContext, prefix: string, cutoffMs:
   // The mark before any batch file goes (see ./retention.ts); the manifest before any rollup file goes (the view reads what it lists).
   if (last !== '') await raiseRetentionMark(ctx.store, prefix, batchIdOfKey(prefix, last) as string, now);
   await writeManifest(ctx.store, { ...manifest, periods: manifest.periods.filter((p) => !old.includes(p)), updatedAt: now });
-  for (const p of old) await ctx.store.deleteKeys([...p.files.map((f) => f.key), ...(batchKeys.get(p.startMs) ?? [])]);
+  for (const p of old) {
+    const go = await deletable(ctx, [...p.files.map((f) => f.key), ...(batchKeys.get(p.startMs) ?? [])]);
+    if (go.length > 0) await ctx.store.deleteKeys(go);
+  }
   return old.length;
+}
+
+/** The keys that may leave the store now (RollContext.mayDelete). */
+async function deletable(ctx: RollContext, keys: readonly string[]): Promise<readonly string[]> {
+  if (keys.length === 0 || !ctx.mayDelete) return keys;
+  return ctx.mayDelete(keys);
 }

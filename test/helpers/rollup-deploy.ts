@@ -67,6 +67,8 @@ export async function deploy(storeEnv: Record<string, string>, store: ObjectStor
     ROLLUP_PERIOD_SECONDS: String(periodSeconds),
     ROLLUP_DELAY_SECONDS: String(delaySeconds),
     LOG_LEVEL: 'info',
+    // Rollups and retention on their own (the Iceberg tests turn it on).
+    ICEBERG: 'off',
     ...storeEnv,
     ...extra,
   };

@@ -12,7 +12,7 @@ import { ROLLUP_ROOT } from '../../shared/rollup/layout.js';
 import { type Manifest, manifestFiles, readManifest } from '../../shared/rollup/manifest.js';
 import { readRetentionMark } from '../../shared/rollup/retention.js';
 import { rollupViewSql } from '../../shared/rollup/view.js';
-import { FilesystemObjectStore } from '../../shared/store/filesystem.js';
+import { FilesystemObjectStore } from '../../shared/store/filesystem/index.js';
 import type { ObjectStore } from '../../shared/store/types.js';
 import { duckQuery } from './duckdb.js';
 import { waitFor } from './proc.js';

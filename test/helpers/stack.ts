@@ -33,6 +33,8 @@ export async function startTestStack(env: Record<string, string> = {}, parts: St
     ADMIN_TOKEN,
     QUEUE_NAME: queueName,
     LOG_LEVEL: 'silent',
+    // The rollup tests check rollups and retention on their own; the Iceberg tests turn it on.
+    ICEBERG: 'off',
     ...env,
   });
   const stack = await startStack(parsed, parts, createLogger({ level: parsed.LOG_LEVEL, name: 'test' }));

@@ -150,7 +150,7 @@ describe('observability: a real Prometheus scrapes the API and the encoder', () 
     await waitForHttp(`${metricsUrl}/healthz`, 30_000, encoder);
     // The rollup service's panels and alert need its metrics (scraped as job "rollup", as in
     // prometheus/prometheus.yml); started once the others answer, so start-ups do not pile up.
-    const rollup = spawnService('services/rollup/main.ts', { ...common, LOG_LEVEL: 'info', METRICS_PORT: String(rollupPort) });
+    const rollup = spawnService('services/rollup/main.ts', { ...common, LOG_LEVEL: 'info', METRICS_PORT: String(rollupPort), ICEBERG: 'on' });
     procs.push(rollup);
     await waitForHttp(`http://127.0.0.1:${rollupPort}/healthz`, 60_000, rollup);
     // `npm start` on its own queue and folder: the dashboard's panels for its encoder processes.

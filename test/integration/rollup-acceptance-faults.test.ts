@@ -17,7 +17,7 @@ import { batchIdMs } from '../../shared/ids.js';
 import { periodStart } from '../../shared/rollup/layout.js';
 import { manifestFiles, readManifest } from '../../shared/rollup/manifest.js';
 import { RAW_DELETED_HEADER, readRetentionMark } from '../../shared/rollup/retention.js';
-import { FilesystemObjectStore } from '../../shared/store/filesystem.js';
+import { FilesystemObjectStore } from '../../shared/store/filesystem/index.js';
 import { duckQuery } from '../helpers/duckdb.js';
 import { waitFor } from '../helpers/proc.js';
 import { expectManifestMatchesStore, expectViewEqualsBatches } from '../helpers/rollup.js';

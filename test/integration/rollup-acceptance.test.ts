@@ -27,7 +27,7 @@ import { batchIdMs } from '../../shared/ids.js';
 import { periodStart } from '../../shared/rollup/layout.js';
 import { manifestFiles, readManifest } from '../../shared/rollup/manifest.js';
 import { storeRootUrl } from '../../shared/rollup/roll.js';
-import { FilesystemObjectStore } from '../../shared/store/filesystem.js';
+import { FilesystemObjectStore } from '../../shared/store/filesystem/index.js';
 import { duckQuery } from '../helpers/duckdb.js';
 import { expectManifestMatchesStore, expectViewEqualsBatches, mirrorStore } from '../helpers/rollup.js';
 import { type Deployment, cleanupAll, deploy, onCleanup, push, rolledThrough, runCli, storeCount } from '../helpers/rollup-deploy.js';

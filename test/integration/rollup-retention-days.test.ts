@@ -14,7 +14,7 @@ import { msKey, periodStart } from '../../shared/rollup/layout.js';
 import { manifestFiles, readManifest } from '../../shared/rollup/manifest.js';
 import { readRetentionMark } from '../../shared/rollup/retention.js';
 import { encodeBatch } from '../../shared/parquet/encode.js';
-import { FilesystemObjectStore } from '../../shared/store/filesystem.js';
+import { FilesystemObjectStore } from '../../shared/store/filesystem/index.js';
 import type { ObjectStore } from '../../shared/store/types.js';
 import { batchBody, sampleEvent } from '../helpers/events.js';
 import { waitFor } from '../helpers/proc.js';
