@@ -8,7 +8,6 @@
  * and `table` read it as an analyst would, and retention is checked: files leave the store only
  * once no retained snapshot references them. The same committer then runs on S3 (s3rver).
  */
-import { createReadStream, promises as fs } from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
@@ -26,33 +25,12 @@ import { runCli } from '../helpers/rollup-deploy.js';
 import { runQuery } from '../../cli/query.js';
 import { parseEnv } from '../../shared/config.js';
 import { type TestStack, startTestStack } from '../helpers/stack.js';
+import { serveFolder } from '../helpers/serve-folder.js';
 
 const APPS = ['ia', 'ib'];
 const PERIOD_MS = 2000;
 const realFetch = globalThis.fetch;
 
-/** Serves a folder read-only over loopback HTTP, with byte ranges (hyparquet reads footers by range). */
-function serveFolder(dir: string): Promise<http.Server> {
-  const s = http.createServer((req, res) => {
-    void (async () => {
-      const file = path.join(dir, decodeURIComponent(new URL(req.url ?? '/', 'http://x').pathname));
-      if (!file.startsWith(dir + path.sep)) return res.writeHead(403).end();
-      const st = await fs.stat(file).catch(() => null);
-      if (!st?.isFile()) return res.writeHead(404).end();
-      const m = /^bytes=(\d+)-(\d*)$/.exec(req.headers.range ?? '');
-      if (m) {
-        const start = Number(m[1]);
-        const end = m[2] ? Math.min(Number(m[2]), st.size - 1) : st.size - 1;
-        res.writeHead(206, { 'content-length': end - start + 1, 'content-range': `bytes ${start}-${end}/${st.size}` });
-        createReadStream(file, { start, end }).pipe(res);
-      } else {
-        res.writeHead(200, { 'content-length': st.size });
-        createReadStream(file).pipe(res);
-      }
-    })();
-  });
-  return new Promise((resolve) => s.listen(0, '127.0.0.1', () => resolve(s)));
-}
 
 describe('Iceberg tables committed by the rollup service (1 s commits, 2 s periods)', () => {
   let stack: TestStack;

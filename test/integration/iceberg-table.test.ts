@@ -6,7 +6,7 @@
  * list, row for row. Plus a real race on the exclusive create and a committer that stops between
  * its manifest writes and its metadata create.
  */
-import { createReadStream, promises as fs } from 'node:fs';
+import { promises as fs } from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -22,6 +22,7 @@ import { encodeBatch } from '../../shared/parquet/index.js';
 import { PARQUET_MIME_TYPE } from '../../shared/parquet/encode.js';
 import { rollPeriod, storeRootUrl } from '../../shared/rollup/roll.js';
 import { FilesystemObjectStore } from '../../shared/store/filesystem/index.js';
+import { serveFolder } from '../helpers/serve-folder.js';
 
 const H8 = Date.UTC(2026, 11, 1, 8);
 const H9 = H8 + 3_600_000;
@@ -37,28 +38,6 @@ let db: DuckDBInstance;
 let duck: DuckDBConnection;
 const realFetch = globalThis.fetch;
 
-/** Serves the store's folder read-only over loopback HTTP, with byte ranges (hyparquet reads Parquet footers by range). */
-function serveFolder(dir: string): Promise<http.Server> {
-  const s = http.createServer((req, res) => {
-    void (async () => {
-      const file = path.join(dir, decodeURIComponent(new URL(req.url ?? '/', 'http://x').pathname));
-      if (!file.startsWith(dir + path.sep)) return res.writeHead(403).end();
-      const st = await fs.stat(file).catch(() => null);
-      if (!st?.isFile()) return res.writeHead(404).end();
-      const m = /^bytes=(\d+)-(\d*)$/.exec(req.headers.range ?? '');
-      if (m) {
-        const start = Number(m[1]);
-        const end = m[2] ? Math.min(Number(m[2]), st.size - 1) : st.size - 1;
-        res.writeHead(206, { 'content-length': end - start + 1, 'content-range': `bytes ${start}-${end}/${st.size}` });
-        createReadStream(file, { start, end }).pipe(res);
-      } else {
-        res.writeHead(200, { 'content-length': st.size });
-        createReadStream(file).pipe(res);
-      }
-    })();
-  });
-  return new Promise((resolve) => s.listen(0, '127.0.0.1', () => resolve(s)));
-}
 
 /** A push body of `n` events whose message ids name the batch and the index. */
 function body(batch: string, n: number): string {
