@@ -82,7 +82,7 @@ export function commandLine(pid: number): string[] {
 
 /**
  * The Node child processes of `pid` (`npm start`'s encoder processes; a private redis-server is
- * not one), from the parent field of every /proc/<pid>/stat. Empty elsewhere.
+ * not one), from the parent field and process name of every /proc/<pid>/stat. Empty elsewhere.
  */
 export function childNodePids(pid: number): number[] {
   const out: number[] = [];
@@ -98,7 +98,8 @@ export function childNodePids(pid: number): number[] {
       const stat = readFileSync(`/proc/${name}/stat`, 'utf8');
       const comm = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
       const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
-      if (ppid === pid && comm === 'node') out.push(Number(name));
+      // Node 20 leaves the process name `node`; Node 24 names its main thread `MainThread`.
+      if (ppid === pid && (comm === 'node' || comm === 'MainThread')) out.push(Number(name));
     } catch {
       /* the process ended while we read */
     }
