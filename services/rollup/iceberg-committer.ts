@@ -26,6 +26,7 @@ import { randomBytes } from 'node:crypto';
 import { S3Client } from '@aws-sdk/client-s3';
 import type { Registry } from 'prom-client';
 import { batchIdMs } from '../../shared/ids.js';
+import { throttledWarn } from '../../shared/logger.js';
 import { type CreateIfAbsent, createIfAbsentFor } from '../../shared/iceberg/create-if-absent.js';
 import { parquetFacts } from '../../shared/iceberg/parquet-footer.js';
 import { IcebergTable, type Snapshot, THROUGH_BATCH_ID, type TableFile, batchTableFile, currentSnapshot, rollupTableFile, storeRootUri, tableAppName } from '../../shared/iceberg/table.js';
@@ -107,6 +108,8 @@ export class IcebergCommitter {
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
   private stopped = false;
+  /** Work a table gave up without failing its commit (IcebergTableOptions.onQuietFailure): counted, logged at most every 5 s per kind. */
+  private readonly quietFailure: (what: 'version_hint' | 'cleanup', err: unknown) => void;
 
   constructor(
     private readonly deps: RollupDeps,
@@ -118,6 +121,11 @@ export class IcebergCommitter {
     // The S3 store keeps its client private: the conditional put gets one with the same settings (credentials from the SDK's chain, as the store's).
     this.s3Client = !o.createIfAbsent && store instanceof S3ObjectStore ? new S3Client({ region: store.region, endpoint: store.endpoint, forcePathStyle: store.forcePathStyle }) : undefined;
     this.createIfAbsent = o.createIfAbsent ?? createIfAbsentFor(store, { s3Client: this.s3Client });
+    const warns = { version_hint: throttledWarn(deps.logger, 'iceberg: version-hint.text not rewritten after a commit'), cleanup: throttledWarn(deps.logger, 'iceberg: files of a lost or failed commit not deleted (the orphan sweep takes them)') };
+    this.quietFailure = (what, err) => {
+      this.metrics.failures.inc({ stage: what });
+      warns[what]({ err: (err as Error).message });
+    };
   }
 
   private get periodMs(): number {
@@ -131,7 +139,7 @@ export class IcebergCommitter {
     for (const c of this.o.templates) {
       const hit = prefixOfKey(c.template, `${prefix}x`);
       if (hit?.prefix !== prefix) continue;
-      const table = new IcebergTable({ store: this.deps.store, collection: c.name, app: tableAppName(hit.params), rootUri: this.rootUri, createIfAbsent: this.createIfAbsent });
+      const table = new IcebergTable({ store: this.deps.store, collection: c.name, app: tableAppName(hit.params), rootUri: this.rootUri, createIfAbsent: this.createIfAbsent, onQuietFailure: this.quietFailure });
       this.tables.set(prefix, table);
       return table;
     }

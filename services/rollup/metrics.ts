@@ -31,7 +31,7 @@ export function createIcebergMetrics(registry: Registry, o: { intervalSeconds: n
   const counts = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000, 50_000];
   const m = {
     commits: new Counter({ name: `${P}iceberg_commits_total`, help: 'Iceberg snapshots committed, by operation (append, replace, delete) and expiries (expire)', labelNames: ['operation'], registers }),
-    failures: new Counter({ name: `${P}iceberg_commit_failures_total`, help: 'Iceberg commit passes of a table that failed (retried on the next pass), by stage (commit, expire, orphans)', labelNames: ['stage'], registers }),
+    failures: new Counter({ name: `${P}iceberg_commit_failures_total`, help: 'Iceberg commit passes of a table that failed (retried on the next pass), by stage (commit, expire, orphans; version_hint and cleanup: work a commit gave up without failing)', labelNames: ['stage'], registers }),
     duration: new Histogram({ name: `${P}iceberg_commit_duration_seconds`, help: 'Time of one Iceberg commit (manifests, manifest list, metadata create)', labelNames: ['operation'], buckets: SLOW_BUCKETS, registers }),
     files: new Histogram({ name: `${P}iceberg_snapshot_files`, help: 'Data files added by each snapshot', labelNames: ['operation'], buckets: counts, registers }),
     rows: new Histogram({ name: `${P}iceberg_snapshot_rows`, help: 'Rows added by each snapshot', labelNames: ['operation'], buckets: counts.map((c) => c * 100), registers }),
@@ -47,7 +47,7 @@ export function createIcebergMetrics(registry: Registry, o: { intervalSeconds: n
     dataDeleted: new Counter({ name: `${P}iceberg_data_files_deleted_total`, help: 'Batch and rollup files deleted from the store once no retained snapshot referenced them', registers }),
   };
   for (const op of ['append', 'replace', 'delete', 'expire']) m.commits.inc({ operation: op }, 0);
-  for (const stage of ['commit', 'expire', 'orphans']) m.failures.inc({ stage }, 0);
+  for (const stage of ['commit', 'expire', 'orphans', 'version_hint', 'cleanup']) m.failures.inc({ stage }, 0);
   for (const operation of ['append', 'replace', 'delete']) {
     m.duration.zero({ operation });
     m.files.zero({ operation });

@@ -160,6 +160,12 @@ export interface IcebergTableOptions {
   metadataLogMax?: number;
   /** Test hook: runs after a commit's manifests are written, before the metadata create (throw to simulate a crash there). */
   beforeMetadataCreate?: (version: number) => Promise<void>;
+  /**
+   * Told of work the table gives up without failing the commit: `version_hint` (the hint was not
+   * rewritten; readers probe past a stale one) or `cleanup` (files of a lost or failed commit not
+   * deleted; cleanOrphans takes them later). For the caller to log and count.
+   */
+  onQuietFailure?: (what: 'version_hint' | 'cleanup', err: unknown) => void;
 }
 
 /** The URI of a store's root (ending with `/`) as data file paths in manifests use it. */
@@ -214,6 +220,7 @@ export class IcebergTable {
   private readonly maxAttempts: number;
   private readonly mergeAbove: number;
   private readonly metadataLogMax: number;
+  private readonly onQuietFailure: IcebergTableOptions['onQuietFailure'];
   private readonly beforeMetadataCreate: ((version: number) => Promise<void>) | undefined;
   /** Manifests are immutable: their resolved entries are cached by path (bounded). */
   private readonly manifestCache = new Map<string, ManifestEntry[]>();
@@ -231,6 +238,7 @@ export class IcebergTable {
     this.mergeAbove = o.mergeManifestsAbove ?? 100;
     this.metadataLogMax = o.metadataLogMax ?? 100;
     this.beforeMetadataCreate = o.beforeMetadataCreate;
+    this.onQuietFailure = o.onQuietFailure;
   }
 
   /** Store key of a metadata file. */
@@ -523,8 +531,9 @@ export class IcebergTable {
     try {
       await this.store.putBytes(this.metadataKey('version-hint.text'), new TextEncoder().encode(String(version)), { contentType: 'text/plain' });
       return true;
-    } catch {
+    } catch (err) {
       // Committed all the same: loaders probe past a stale hint, and the next commit rewrites it.
+      this.onQuietFailure?.('version_hint', err);
       return false;
     }
   }
@@ -533,8 +542,9 @@ export class IcebergTable {
     if (keys.length === 0 || !this.store.deleteKeys) return;
     try {
       await this.store.deleteKeys(keys);
-    } catch {
+    } catch (err) {
       // Unreferenced files: cleanOrphans removes them on a later pass.
+      this.onQuietFailure?.('cleanup', err);
     }
   }
 
