@@ -8,7 +8,7 @@ import { sqlStringLiteral } from '../shared/duckdb.js';
 import { IcebergTable, type Snapshot, THROUGH_BATCH_ID, type TableMetadata, currentSnapshot, snapshotAsOf, storeRootUri, tableAppName } from '../shared/iceberg/table.js';
 import { checkParamValue } from '../shared/paths.js';
 import { rollupFileFirstId } from '../shared/rollup/layout.js';
-import { storeRootUrl } from '../shared/rollup/roll.js';
+import { storeRootUrl } from '../shared/duckdb.js';
 import { VIEW_COLUMNS } from '../shared/rollup/view.js';
 import { storeFromEnv } from '../shared/store/from-env.js';
 import { S3ObjectStore } from '../shared/store/s3/index.js';

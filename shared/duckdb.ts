@@ -168,3 +168,9 @@ function endpointParts(endpoint: string): { host: string; tls: boolean } {
   if (url.pathname !== '/' && url.pathname !== '') throw new Error(`duckdbReadParquetSql: S3 endpoint ${JSON.stringify(endpoint)} has a path; DuckDB takes host:port only`);
   return { host: url.host, tls: url.protocol === 'https:' };
 }
+
+/** The DuckDB URL of the store's root (ends with `/`) and the setup statements to read it. */
+export function storeRootUrl(store: ObjectStore, env?: Readonly<Record<string, string | undefined>>): { rootUrl: string; setup: string[] } {
+  const sql = duckdbReadParquetSql({ store, collection: 'r/{id}', params: {}, env });
+  return { rootUrl: sql.glob.slice(0, -'r/*.parquet'.length), setup: sql.setup };
+}

@@ -8,7 +8,7 @@ import type { BatchLedger } from '../../shared/ledger/ledger.js';
 import type { Logger } from '../../shared/logger.js';
 import type { RedisClient } from '../../shared/redis.js';
 import type { PrefixLock } from '../../shared/rollup/redis-keys.js';
-import { type RollContext, RollupNotReadyError } from '../../shared/rollup/roll.js';
+import { type RollContext, RollupNotReadyError } from './roll.js';
 import { recordedShardCount, shardIndex } from '../../shared/shards.js';
 import type { ObjectStore } from '../../shared/store/types.js';
 import type { RollupMetrics } from './metrics.js';

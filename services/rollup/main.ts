@@ -9,7 +9,7 @@ import { ConfigError, parseEnv } from '../../shared/config.js';
 import { healthServer } from '../../shared/health-server.js';
 import { type Component, Lifecycle, runUntilSignal } from '../../shared/lifecycle.js';
 import { type RedisTarget, closeRedis, createRedisClient, redisTarget, waitReady } from '../../shared/redis.js';
-import { rollupQueueName, rollupQueuePrefix } from '../../shared/rollup/queue.js';
+import { rollupQueueName, rollupQueuePrefix } from './queue.js';
 import { exitOnStartupError } from '../../shared/runtime.js';
 import { recordedShardCount } from '../../shared/shards.js';
 import { withTimeout } from '../../shared/timeout.js';

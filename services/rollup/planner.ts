@@ -8,9 +8,9 @@ import { batchIdMs } from '../../shared/ids.js';
 import type { StoragePathTemplate } from '../../shared/paths.js';
 import { periodStart } from '../../shared/rollup/layout.js';
 import { readManifest } from '../../shared/rollup/manifest.js';
-import { finalHorizon, planPrefix } from '../../shared/rollup/plan.js';
+import { finalHorizon, planPrefix } from './plan.js';
 import { discoverPrefixes, prefixOfKey } from '../../shared/rollup/prefixes.js';
-import { ROLLUP_JOB_NAME, ROLLUP_JOB_OPTIONS, type RollupJob, rollupJobId } from '../../shared/rollup/queue.js';
+import { ROLLUP_JOB_NAME, ROLLUP_JOB_OPTIONS, type RollupJob, rollupJobId } from './queue.js';
 import { forgetReplayedBatch, replayedBatches } from '../../shared/rollup/redis-keys.js';
 import { type RollupDeps, assertLayout, ledgerOf } from './context.js';
 

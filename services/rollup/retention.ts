@@ -6,7 +6,7 @@ import { randomBytes } from 'node:crypto';
 import { msKey } from '../../shared/rollup/layout.js';
 import { type Manifest, readManifest } from '../../shared/rollup/manifest.js';
 import { acquirePrefixLock } from '../../shared/rollup/redis-keys.js';
-import { type RollContext, dropOldPeriods, periodsPastRetention, pruneRawBatches, rawPeriodsDue } from '../../shared/rollup/roll.js';
+import { type RollContext, dropOldPeriods, periodsPastRetention, pruneRawBatches, rawPeriodsDue } from './roll.js';
 import { type RollupDeps, type RollupEnv, ledgerOf, lockedRollContext } from './context.js';
 
 /** Raw retention's periods per prefix and pass. */

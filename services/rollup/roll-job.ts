@@ -1,15 +1,15 @@
 /**
- * The roll job: one BullMQ job rolls one period of one list prefix (shared/rollup/roll.ts's
+ * The roll job: one BullMQ job rolls one period of one list prefix (services/rollup/roll.ts's
  * rollPeriod) under the prefix lock; its worker delays a job that cannot run yet, retries a
  * failed one and takes over the job of a rollup process that died (BullMQ's stalled check).
  */
 import { randomBytes } from 'node:crypto';
 import { DelayedError, type Job, UnrecoverableError, Worker } from 'bullmq';
 import type { RedisClient } from '../../shared/redis.js';
-import { type RollupJob, RollupJobSchema } from '../../shared/rollup/queue.js';
+import { type RollupJob, RollupJobSchema } from './queue.js';
 import { acquirePrefixLock } from '../../shared/rollup/redis-keys.js';
-import { type RollOutcome, RollupNotReadyError, rollPeriod } from '../../shared/rollup/roll.js';
-import { finalHorizon } from '../../shared/rollup/plan.js';
+import { type RollOutcome, RollupNotReadyError, rollPeriod } from './roll.js';
+import { finalHorizon } from './plan.js';
 import { type RollupDeps, assertLayout, ledgerOf, lockedRollContext } from './context.js';
 import { periodFinal } from './planner.js';
 

@@ -1,6 +1,6 @@
 /**
  * The rollup service: a planner loop that adds one BullMQ job per due (prefix, period)
- * (planner.ts), a worker that rolls them (roll-job.ts, shared/rollup/roll.ts) and retention
+ * (planner.ts), a worker that rolls them (roll-job.ts, roll.ts) and retention
  * (retention.ts), wired here. Run by `npm run start:rollup` and by `npm start`.
  */
 import type { DuckDBConnection, DuckDBInstance } from '@duckdb/node-api';
@@ -13,8 +13,9 @@ import { BatchLedger } from '../../shared/ledger/ledger.js';
 import type { Logger } from '../../shared/logger.js';
 import { parseStoragePath } from '../../shared/paths.js';
 import { type RedisClient, type RedisTarget, closeRedis, createRedisClient } from '../../shared/redis.js';
-import { rollupQueueName, rollupQueuePrefix } from '../../shared/rollup/queue.js';
-import { removeStaleTempFiles, storeRootUrl } from '../../shared/rollup/roll.js';
+import { rollupQueueName, rollupQueuePrefix } from './queue.js';
+import { storeRootUrl } from '../../shared/duckdb.js';
+import { removeStaleTempFiles } from './roll.js';
 import { shardLayouts } from '../../shared/shards.js';
 import { FilesystemObjectStore } from '../../shared/store/filesystem/index.js';
 import { MemoryObjectStore } from '../../shared/store/memory/index.js';

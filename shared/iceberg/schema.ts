@@ -118,7 +118,7 @@ export const PARTITION_SPEC: PartitionSpec = {
 
 /** Order 0 is reserved for "unsorted" (batch files keep the order events were sent in). */
 export const UNSORTED_ORDER_ID = 0;
-/** The order rollup files are written in (shared/rollup/roll.ts ROLLUP_SORT, less `batch_id`, which is not a table column). */
+/** The order rollup files are written in (services/rollup/roll.ts ROLLUP_SORT, less `batch_id`, which is not a table column). */
 export const ROLLUP_ORDER_ID = 1;
 
 /**

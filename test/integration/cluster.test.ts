@@ -13,7 +13,7 @@ import { BATCH_ID_RE, batchIdMs } from '../../shared/ids.js';
 import { shardOfBatchId } from '../../shared/ledger/ledger.js';
 import { periodStart } from '../../shared/rollup/layout.js';
 import { readManifest } from '../../shared/rollup/manifest.js';
-import { storeRootUrl } from '../../shared/rollup/roll.js';
+import { storeRootUrl } from '../../shared/duckdb.js';
 import { shardIndex, shardLayouts } from '../../shared/shards.js';
 import { FilesystemObjectStore } from '../../shared/store/filesystem/index.js';
 import { duckQuery, sqlString } from '../helpers/duckdb.js';

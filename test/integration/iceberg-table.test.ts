@@ -20,7 +20,8 @@ import { parquetFacts } from '../../shared/iceberg/parquet-footer.js';
 import { IcebergTable, THROUGH_BATCH_ID, batchTableFile, currentSnapshot, rollupTableFile, storeRootUri } from '../../shared/iceberg/table.js';
 import { encodeBatch } from '../../shared/parquet/index.js';
 import { PARQUET_MIME_TYPE } from '../../shared/parquet/encode.js';
-import { rollPeriod, storeRootUrl } from '../../shared/rollup/roll.js';
+import { storeRootUrl } from '../../shared/duckdb.js';
+import { rollPeriod } from '../../services/rollup/roll.js';
 import { FilesystemObjectStore } from '../../shared/store/filesystem/index.js';
 import { serveFolder } from '../helpers/serve-folder.js';
 

@@ -26,7 +26,7 @@ import { sleep } from '../../scripts/chaos-kit.js';
 import { batchIdMs } from '../../shared/ids.js';
 import { periodStart } from '../../shared/rollup/layout.js';
 import { manifestFiles, readManifest } from '../../shared/rollup/manifest.js';
-import { storeRootUrl } from '../../shared/rollup/roll.js';
+import { storeRootUrl } from '../../shared/duckdb.js';
 import { FilesystemObjectStore } from '../../shared/store/filesystem/index.js';
 import { duckQuery } from '../helpers/duckdb.js';
 import { expectManifestMatchesStore, expectViewEqualsBatches, mirrorStore } from '../helpers/rollup.js';

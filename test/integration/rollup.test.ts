@@ -13,7 +13,7 @@ import { BatchLedger } from '../../shared/ledger/ledger.js';
 import { periodStart } from '../../shared/rollup/layout.js';
 import { readManifest } from '../../shared/rollup/manifest.js';
 import { readRetentionMark } from '../../shared/rollup/retention.js';
-import { storeRootUrl } from '../../shared/rollup/roll.js';
+import { storeRootUrl } from '../../shared/duckdb.js';
 import { FilesystemObjectStore } from '../../shared/store/filesystem/index.js';
 import { replayOne } from '../../services/api/admin.js';
 import { duckQuery } from '../helpers/duckdb.js';

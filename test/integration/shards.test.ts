@@ -13,7 +13,7 @@ import { batchIdMs } from '../../shared/ids.js';
 import { BatchLedger, shardOfBatchId } from '../../shared/ledger/ledger.js';
 import { periodStart } from '../../shared/rollup/layout.js';
 import { readManifest } from '../../shared/rollup/manifest.js';
-import { storeRootUrl } from '../../shared/rollup/roll.js';
+import { storeRootUrl } from '../../shared/duckdb.js';
 import { duckQuery } from '../helpers/duckdb.js';
 import { expectManifestMatchesStore, expectViewEqualsBatches, viewCount, waitForRetentionPast } from '../helpers/rollup.js';
 import { reapOnce } from '../../shared/ledger/reaper.js';

@@ -9,7 +9,7 @@ import type { BatchLedger, ListBound } from '../../shared/ledger/ledger.js';
 import { createLogger } from '../../shared/logger.js';
 import { parseStoragePath } from '../../shared/paths.js';
 import type { Manifest } from '../../shared/rollup/manifest.js';
-import { planPeriod } from '../../shared/rollup/plan.js';
+import { planPeriod } from '../../services/rollup/plan.js';
 import { MemoryObjectStore } from '../../shared/store/memory/index.js';
 import type { RollupDeps } from '../../services/rollup/context.js';
 import { RollupPlanner, discoveryDue, discoveryIntervalMs, periodFinal, planIntervalMs, rerollStartMs } from '../../services/rollup/planner.js';

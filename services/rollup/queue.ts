@@ -4,7 +4,7 @@
  */
 import type { JobsOptions } from 'bullmq';
 import { z } from 'zod';
-import { rollupQueueName, rollupQueuePrefix } from '../keyspace.js';
+import { rollupQueueName, rollupQueuePrefix } from '../../shared/keyspace.js';
 
 /**
  * The rollup queue's name (`<QUEUE_NAME>-rollup`) and BullMQ key prefix (`bull` on one Redis,

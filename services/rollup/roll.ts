@@ -15,13 +15,13 @@ import { mkdir, mkdtemp, readFile, readdir, rm, writeFile } from 'node:fs/promis
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { DuckDBConnection } from '@duckdb/node-api';
-import { duckdbReadParquetSql, sqlStringLiteral } from '../duckdb.js';
-import { PARQUET_MIME_TYPE } from '../parquet/encode.js';
-import { EVENT_COLUMNS } from '../parquet/index.js';
-import type { ObjectStore } from '../store/types.js';
-import { batchIdOfKey, idInRange, msKey, partitionPrefix, periodStart, rollupFileFirstId, rollupFileKey } from './layout.js';
-import { type Manifest, type RollupFile, type RollupPeriod, emptyManifest, manifestFiles, readManifest, writeManifest } from './manifest.js';
-import { raiseRetentionMark } from './retention.js';
+import { sqlStringLiteral } from '../../shared/duckdb.js';
+import { PARQUET_MIME_TYPE } from '../../shared/parquet/encode.js';
+import { EVENT_COLUMNS } from '../../shared/parquet/index.js';
+import type { ObjectStore } from '../../shared/store/types.js';
+import { batchIdOfKey, idInRange, msKey, partitionPrefix, periodStart, rollupFileFirstId, rollupFileKey } from '../../shared/rollup/layout.js';
+import { type Manifest, type RollupFile, type RollupPeriod, emptyManifest, manifestFiles, readManifest, writeManifest } from '../../shared/rollup/manifest.js';
+import { raiseRetentionMark } from '../../shared/rollup/retention.js';
 
 /** Batch files per rollup file at most; a period with more is split into several files. */
 export const MAX_BATCHES_PER_FILE = 20_000;
@@ -68,11 +68,6 @@ export interface RollOutcome {
   watermarkMs: number;
 }
 
-/** The DuckDB URL of the store's root (ends with `/`) and the setup statements to read it. */
-export function storeRootUrl(store: ObjectStore, env?: Readonly<Record<string, string | undefined>>): { rootUrl: string; setup: string[] } {
-  const sql = duckdbReadParquetSql({ store, collection: 'r/{id}', params: {}, env });
-  return { rootUrl: sql.glob.slice(0, -'r/*.parquet'.length), setup: sql.setup };
-}
 
 /** Batch keys of `prefix` with ids in `[startMs, endMs)`, ascending. */
 export async function batchKeysInPeriod(store: ObjectStore, prefix: string, startMs: number, endMs: number): Promise<string[]> {

@@ -11,11 +11,11 @@
  *   below the TIME read in the same script as the bound is final. Two masters' clocks may
  *   differ; each prefix is only ever compared with the clock of its own shard.
  */
-import { batchIdMs } from '../ids.js';
-import type { BatchLedger } from '../ledger/ledger.js';
-import type { ObjectStore } from '../store/types.js';
-import { batchIdOfKey, periodStart } from './layout.js';
-import type { Manifest } from './manifest.js';
+import { batchIdMs } from '../../shared/ids.js';
+import type { BatchLedger } from '../../shared/ledger/ledger.js';
+import type { ObjectStore } from '../../shared/store/types.js';
+import { batchIdOfKey, periodStart } from '../../shared/rollup/layout.js';
+import type { Manifest } from '../../shared/rollup/manifest.js';
 import { firstUnrolledKey } from './roll.js';
 
 /**
