@@ -16,6 +16,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { DuckDBConnection } from '@duckdb/node-api';
 import { sqlStringLiteral } from '../../shared/duckdb.js';
+import { FIELD_IDS } from '../../shared/iceberg/schema.js';
 import { PARQUET_MIME_TYPE } from '../../shared/parquet/encode.js';
 import { EVENT_COLUMNS } from '../../shared/parquet/index.js';
 import type { ObjectStore } from '../../shared/store/types.js';
@@ -29,6 +30,15 @@ export const MAX_BATCHES_PER_FILE = 20_000;
 export const ROLLUP_ROW_GROUP_ROWS = 122_880;
 /** Sort order inside a rollup file: groups an event's rows (dictionary runs, min/max pruning), then time. */
 export const ROLLUP_SORT = ['event', 'received_at', 'batch_id'] as const;
+
+/**
+ * DuckDB's `FIELD_IDS` copy option: every table column the rollup file carries gets its Iceberg
+ * field id (shared/iceberg/schema.ts) in the Parquet schema, as the encoder's batch files do;
+ * `batch_id`, which is not a table column, gets none.
+ */
+export const ROLLUP_FIELD_IDS_SQL = `FIELD_IDS {${Object.entries(FIELD_IDS)
+  .map(([name, id]) => `"${name}": ${id}`)
+  .join(', ')}}`;
 
 /** Thrown when a period cannot be rolled yet (a retry later will do it). */
 export class RollupNotReadyError extends Error {
@@ -167,7 +177,7 @@ async function copyToFile(ctx: RollContext, select: string): Promise<{ file: str
   const order = ROLLUP_SORT.map((c) => `"${c}"`).join(', ');
   try {
     await ctx.duck.run(
-      `COPY (SELECT * FROM (${select}) ORDER BY ${order}) TO ${sqlStringLiteral(file)} (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE ${ROLLUP_ROW_GROUP_ROWS})`,
+      `COPY (SELECT * FROM (${select}) ORDER BY ${order}) TO ${sqlStringLiteral(file)} (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE ${ROLLUP_ROW_GROUP_ROWS}, ${ROLLUP_FIELD_IDS_SQL})`,
     );
     const reader = await ctx.duck.runAndReadAll(
       `SELECT count(*)::BIGINT, count(DISTINCT batch_id)::BIGINT, min(batch_id), max(batch_id) FROM read_parquet(${sqlStringLiteral(file)})`,

@@ -10,10 +10,33 @@
  * neither is in the schema; adding one later is a schema change (a new field id above
  * {@link LAST_COLUMN_ID}) once every file the table references carries it.
  *
+ * `app` as an identity partition (the spec's "Column Projection" rule 1 fills a column a file lacks
+ * from an identity partition value) was tried and left out: icebird 0.3.1, the independent reader
+ * the tests use, resolves a file's columns through the file's `iceberg.schema` key-value metadata
+ * or else the table schema by name, so a table column no file has reads as undefined from every
+ * file (test/integration/iceberg-field-ids.test.ts), and its partition fallback, reached only for
+ * files with that metadata, looks the value up by partition field id in a record its Avro reader
+ * keys by name. A column that reads as missing in the reader the acceptance uses is worse than
+ * none: the app is the table's name (`iceberg/<collection>/<app>/`), and a query across apps adds
+ * it as a literal per table.
+ *
+ * Field ids are in the files: the encoder stamps {@link FIELD_IDS} into every batch file's Parquet
+ * schema (shared/parquet/field-ids.ts) and rollups are written with DuckDB's `FIELD_IDS` copy
+ * option (services/rollup/roll.ts); {@link NAME_MAPPING} covers the files written before, which
+ * carry none.
+ *
+ * `received_at` is `timestamptz` (microseconds); batch files store it as Parquet TIMESTAMP(MILLIS,
+ * UTC) and rollups (DuckDB) as TIMESTAMP(MICROS, UTC). Both are instants and both are read as the
+ * same value: the spec's Parquet table gives what a writer of `timestamptz` uses, and the reference
+ * readers convert MILLIS (apache/iceberg ParquetValueReaders, GenericParquetReaders,
+ * SparkParquetReaders, the vectorized VectorizedArrowReader), as do DuckDB and icebird (hyparquet);
+ * manifest bounds are written in microseconds as the spec requires (./avro.ts). Batch files stay
+ * in milliseconds, the unit of batch ids, which no reader of ours or the table's needs changed.
+ *
  * Every field is optional: batch files write the fixed columns REQUIRED but DuckDB writes rollup
  * files with every column OPTIONAL, and an optional Iceberg field reads both.
  */
-import { EVENT_COLUMNS } from '../parquet/encode.js';
+import { EVENT_COLUMNS } from '../parquet/columns.js';
 
 /** An Iceberg primitive type we use. */
 export type IcebergPrimitive = 'string' | 'timestamptz';
@@ -67,9 +90,11 @@ export interface NameMappingEntry {
 }
 
 /**
- * Field ids by column name. Stable forever: a reader matches columns to ids through these (and
- * the name mapping) in every file ever written, so an id is never reused or renumbered. Ids follow
- * the file column order: the nine fixed string columns 1–9, `received_at` 10, `extra` 11.
+ * Field ids by column name: the one source of the ids, which the table schema, the name mapping,
+ * the encoder's batch files and the rollup files all take from here. Stable forever: a reader
+ * matches columns to ids through these (and the name mapping) in every file ever written, so an
+ * id is never reused or renumbered. Ids follow the file column order: the nine fixed string
+ * columns 1–9, `received_at` 10, `extra` 11.
  */
 export const FIELD_IDS: Readonly<Record<string, number>> = Object.freeze({
   ...Object.fromEntries(EVENT_COLUMNS.map((name, i) => [name, i + 1])),
@@ -102,7 +127,7 @@ export const EVENTS_SCHEMA: IcebergSchema = {
   ],
 };
 
-/** `schema.name-mapping.default`: our Parquet files carry no field ids, so readers map columns by name. */
+/** `schema.name-mapping.default`: files written before field ids were stamped carry none, so readers map their columns by name. */
 export const NAME_MAPPING: readonly NameMappingEntry[] = EVENTS_SCHEMA.fields.map((f) => ({ 'field-id': f.id, names: [f.name] }));
 
 /** The partition field id of `hour(received_at)` (v2 partition field ids start at 1000). */

@@ -29,25 +29,14 @@ import {
   type EventSink,
   type ValueKind,
 } from '../envelope.js';
+import { FIELD_IDS } from '../iceberg/schema.js';
+import { EVENT_COLUMNS, type EventColumnName } from './columns.js';
+import { withFieldIds } from './field-ids.js';
 
 /** Media type of every file the encoder writes (and of pull responses). */
 export const PARQUET_MIME_TYPE = 'application/vnd.apache.parquet';
 
-/** The string columns of every events file, in file order (`received_at` and `extra` follow). */
-export const EVENT_COLUMNS = [
-  'event_type',
-  'event',
-  'distinct_id',
-  'anonymous_id',
-  'ts',
-  'message_id',
-  'properties',
-  'context',
-  'dt',
-] as const;
-
-/** One of the nine fixed string columns. */
-export type EventColumnName = (typeof EVENT_COLUMNS)[number];
+export { EVENT_COLUMNS, type EventColumnName };
 
 /**
  * One column as Arrow Utf8 buffers: `offsets` (rows + 1 int32 byte offsets) into `data` (UTF-8),
@@ -481,7 +470,8 @@ function buildWriterProperties(opts: ParquetWriteOptions): WriterProperties {
 
 /**
  * Serialises an Arrow table to Parquet bytes with parquet-wasm: ZSTD, dictionary encoding on the
- * low-cardinality columns, chunk statistics on the columns queries filter on. Wasm-side objects
+ * low-cardinality columns, chunk statistics on the columns queries filter on, and each column's
+ * Iceberg field id (shared/iceberg/schema.ts) in the Parquet schema (./field-ids.ts). Wasm-side objects
  * are consumed or freed before returning, so repeated calls do not grow wasm memory beyond what
  * the largest batch needed.
  *
@@ -503,7 +493,7 @@ export function ipcToParquet(ipc: Uint8Array, opts: ParquetWriteOptions = {}): U
   }
   // Consumes both wasmTable and props (ownership moves into Rust, which drops them even when it
   // returns an error), so neither may be freed again here.
-  return writeParquet(wasmTable, props);
+  return withFieldIds(writeParquet(wasmTable, props), FIELD_IDS);
 }
 
 /**
