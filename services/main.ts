@@ -1,4 +1,5 @@
 import { parseEnv } from '../shared/config.js';
+import { redisSlice, storeSlice } from '../shared/config-slices.js';
 import { type Component, Lifecycle, runUntilSignal, splitStartStop } from '../shared/lifecycle.js';
 import { createLogger } from '../shared/logger.js';
 import { type RedisHandle, ensureRedis } from '../shared/private-redis.js';
@@ -17,8 +18,9 @@ function privateRedis(ctx: StackContext): Component {
     name: 'private redis',
     async start() {
       starting ??= (async () => {
-        if (ctx.env.REDIS_CLUSTER_NODES) return undefined;
-        const handle = await ensureRedis({ redisUrl: ctx.env.REDIS_URL, dataDir: ctx.env.DATA_DIR, logger: ctx.logger });
+        const redis = redisSlice(ctx.env);
+        if (redis.REDIS_CLUSTER_NODES) return undefined;
+        const handle = await ensureRedis({ redisUrl: redis.REDIS_URL, dataDir: storeSlice(ctx.env).DATA_DIR, logger: ctx.logger });
         ctx.useRedisUrl(handle.url);
         return handle;
       })();
@@ -51,7 +53,7 @@ async function main(): Promise<void> {
   const logger = createLogger({ level: parsed.LOG_LEVEL, name: 'ingest' });
   const ctx = new StackContext(parsed, { name: 'ingest', logger });
   let components: Component[];
-  if (parsed.STORE === 'memory') {
+  if (storeSlice(parsed).STORE === 'memory') {
     // A memory store lives in one thread: keep the encoder (and the rollup service, which then
     // says it is off) beside the API.
     const api = apiServer(ctx, { encoderInProcess: true });

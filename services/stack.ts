@@ -1,18 +1,19 @@
 import http from 'node:http';
 import type { Registry } from 'prom-client';
 import { ConfigError, type Env, type SyncConfig, loadSyncConfig, loadTokens } from '../shared/config.js';
-import { TimeoutError } from '../shared/errors.js';
+import { RedisUnavailable, TimeoutError } from '../shared/errors.js';
 import { BatchLedger } from '../shared/ledger/ledger.js';
 import { type Logger, createLogger } from '../shared/logger.js';
 import { createRegistry } from '../shared/metrics.js';
 import { type HealthServer, healthServer } from '../shared/health-server.js';
 import { type RunningServer, listen } from '../shared/http.js';
 import { type Component, Lifecycle, settled } from '../shared/lifecycle.js';
-import { type RedisClient, type RedisTarget, closeRedis, createRedisClient, describeTarget, isRedisUnavailable, redisTarget, waitReady } from '../shared/redis.js';
+import { type RedisClient, type RedisTarget, closeRedis, createRedisClient, describeTarget, redisTarget, waitReady } from '../shared/redis.js';
 import { LEGACY_QUEUE_PREFIX, ShardSet, type ShardLayout, ensureShardLayout, shardLayouts } from '../shared/shards.js';
 import { withTimeout } from '../shared/timeout.js';
 import { applyHeapGrowth } from '../shared/runtime.js';
 import { storeFromEnv } from '../shared/store/from-env.js';
+import { apiSlice, encoderSlice, listenSlice, processSlice, redisSlice, rollupSlice, storeSlice } from '../shared/config-slices.js';
 import type { ObjectStore } from '../shared/store/types.js';
 import { type ApiApp, createApiApp } from './api/app.js';
 import { type BurstOptions, type Encoder, createEncoder } from './encoder/worker.js';
@@ -54,7 +55,7 @@ export class StackContext {
     this.logger = o.logger ?? createLogger({ level: env.LOG_LEVEL, name: o.name });
     applyHeapGrowth(env.HEAP_GROWING_PERCENT);
     this.config = loadSyncConfig(env);
-    this.store = storeFromEnv(env);
+    this.store = storeFromEnv(storeSlice(env));
     this.registry = createRegistry(o.serviceLabel ?? o.name, o.defaultMetrics ?? true);
   }
 
@@ -75,7 +76,7 @@ export class StackContext {
   }
 
   get target(): RedisTarget {
-    this.redisTargetMemo ??= redisTarget(this.currentEnv);
+    this.redisTargetMemo ??= redisTarget(redisSlice(this.currentEnv));
     return this.redisTargetMemo;
   }
 
@@ -179,7 +180,7 @@ export function encoderWorkers(ctx: StackContext, o: { burst?: BurstOptions } = 
       return encoder;
     },
     async start() {
-      const { env } = ctx;
+      const env = encoderSlice(ctx.env);
       const ledgerConn = ctx.connection('ledger');
       encoder = createEncoder({
         queueName: env.QUEUE_NAME,
@@ -210,7 +211,8 @@ export function logEncoderStarted(ctx: StackContext, health: HealthServer): void
 
 /** The encoder's /metrics and /healthz (`ok` while its first worker takes jobs) on METRICS_PORT. */
 export function encoderHealthServer(ctx: StackContext, encoder: EncoderComponent): HealthServer {
-  return healthServer({ registry: ctx.registry, port: ctx.env.METRICS_PORT, host: ctx.env.HOST, healthy: () => encoder.encoder?.worker.isRunning() ?? false });
+  const { METRICS_PORT, HOST } = processSlice(ctx.env);
+  return healthServer({ registry: ctx.registry, port: METRICS_PORT, host: HOST, healthy: () => encoder.encoder?.worker.isRunning() ?? false });
 }
 
 export interface ApiComponent extends Component {
@@ -230,16 +232,18 @@ export function apiServer(ctx: StackContext, o: { extraMetrics?: () => Promise<s
   let api: { server: RunningServer; app: ApiApp } | undefined;
   let starting: Promise<void> | undefined;
   const start = async (): Promise<void> => {
-    const { env, config, store, logger } = ctx;
+    const { config, store, logger } = ctx;
+    const redis = redisSlice(ctx.env);
+    const { PORT, HOST } = listenSlice(ctx.env);
     const producer = ctx.connection('producer');
-    shards = ShardSet.open(producer, ctx.layouts, { replicas: env.REDIS_WAIT_REPLICAS, timeoutMs: env.REDIS_WAIT_TIMEOUT_MS });
+    shards = ShardSet.open(producer, ctx.layouts, { replicas: redis.REDIS_WAIT_REPLICAS, timeoutMs: redis.REDIS_WAIT_TIMEOUT_MS });
     const [first] = shards.shards;
     if (!first) throw new Error('no queue shard');
-    const app = createApiApp({ env, config, store, redis: producer, queue: first.queue, ledger: first.ledger, shards, tokens, registry: ctx.registry, logger, extraMetrics: o.extraMetrics });
-    const server = await listen(app.app as http.RequestListener, env.PORT, env.HOST, { checkContinue: (req) => app.checkContinue(req) });
+    const app = createApiApp({ env: apiSlice(ctx.env), config, store, redis: producer, queue: first.queue, ledger: first.ledger, shards, tokens, registry: ctx.registry, logger, extraMetrics: o.extraMetrics });
+    const server = await listen(app.app as http.RequestListener, PORT, HOST, { checkContinue: (req) => app.checkContinue(req) });
     api = { server, app };
     logger.info(
-      { url: server.url, redis: ctx.redisName, store: store.describe(), collections: config.collections.map((c) => c.name), queue: env.QUEUE_NAME, shards: shards.count, waitReplicas: env.REDIS_WAIT_REPLICAS, encoder: o.encoderInProcess ?? false, heapGrowingPercent: env.HEAP_GROWING_PERCENT },
+      { url: server.url, redis: ctx.redisName, store: store.describe(), collections: config.collections.map((c) => c.name), queue: redis.QUEUE_NAME, shards: shards.count, waitReplicas: redis.REDIS_WAIT_REPLICAS, encoder: o.encoderInProcess ?? false, heapGrowingPercent: ctx.env.HEAP_GROWING_PERCENT },
       'api listening',
     );
     for (const c of config.collections) {
@@ -292,7 +296,7 @@ export function rollupService(ctx: StackContext, o: { required?: boolean } = {})
     },
     start() {
       starting ??= (async () => {
-        service = (await startRollupService({ env: ctx.env, config: ctx.config, store: ctx.store, redis: ctx.target, registry: ctx.registry, logger: ctx.logger, ...(o.required ? { required: true } : {}) })) ?? undefined;
+        service = (await startRollupService({ env: rollupSlice(ctx.env), config: ctx.config, store: ctx.store, redis: ctx.target, registry: ctx.registry, logger: ctx.logger, ...(o.required ? { required: true } : {}) })) ?? undefined;
       })();
       return starting;
     },
@@ -385,7 +389,7 @@ async function checkLayout(conn: RedisClient, env: Env, layouts: readonly ShardL
     if (r.changedFrom !== undefined) logger.warn({ from: r.changedFrom, to: layouts.length }, 'QUEUE_SHARDS changed on a drained queue: new shard layout recorded');
   } catch (err) {
     if (err instanceof ConfigError) throw err;
-    if (legacy && (isRedisUnavailable(err) || err instanceof TimeoutError)) {
+    if (legacy && (err instanceof RedisUnavailable || err instanceof TimeoutError)) {
       logger.warn({ err: (err as Error).message }, 'Redis not reachable at start: the QUEUE_SHARDS layout check is skipped');
       return;
     }

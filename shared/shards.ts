@@ -6,7 +6,7 @@ import { LEGACY_QUEUE_PREFIX, taggedQueuePrefix } from './bullmq-keys.js';
 import { ConfigError } from './config.js';
 import { shardMarkerKey } from './keyspace.js';
 import { BatchLedger, shardOfBatchId } from './ledger/ledger.js';
-import type { RedisClient } from './redis.js';
+import { type RedisClient, redisCall } from './redis.js';
 
 /**
  * Where one shard's keys live. With one shard on one Redis (the default), the names are the
@@ -172,18 +172,18 @@ const UNFINISHED_STATES = ['waiting', 'active', 'delayed', 'prioritized', 'waiti
  * delayed or dead-lettered). Once that layout is drained, the first process of the new one takes
  * over: it seeds every new shard's clock past the old clocks (a prefix's next id stays above its
  * last one) and records the new count. Marker: `{QUEUE_NAME}:shards` (no TTL: one small string
- * per deployment).
+ * per deployment). An unreachable Redis fails it with a `RedisUnavailable`.
  */
 export async function ensureShardLayout(client: RedisClient, queueName: string, layouts: readonly ShardLayout[]): Promise<{ changedFrom?: number }> {
   const cluster = client instanceof Cluster;
   const want = layouts.length;
   const markerKey = shardMarkerKey(queueName);
-  const stored = await client.get(markerKey);
+  const stored = await redisCall(client.get(markerKey));
   // No marker: a deployment from before shards, which could only run one untagged shard on one
   // Redis (a Cluster refuses BullMQ's untagged keys), or nothing at all yet.
   const had = stored === null ? (cluster ? null : 1) : Number(stored);
   if (had === want || had === null) {
-    if (stored === null) await client.set(markerKey, String(want), 'NX');
+    if (stored === null) await redisCall(client.set(markerKey, String(want), 'NX'));
     return {};
   }
   const old = shardLayouts(queueName, had, cluster);
@@ -192,7 +192,7 @@ export async function ensureShardLayout(client: RedisClient, queueName: string, 
     let busy = 0;
     let lastMs = 0;
     for (const s of oldSet.shards) {
-      const [counts, scan, clockMs] = await Promise.all([s.queue.getJobCounts(...UNFINISHED_STATES), s.ledger.scanPending(), s.ledger.lastMintedMs()]);
+      const [counts, scan, clockMs] = await Promise.all([redisCall(s.queue.getJobCounts(...UNFINISHED_STATES)), s.ledger.scanPending(), s.ledger.lastMintedMs()]);
       busy += Object.values(counts).reduce((a, b) => a + b, 0) + (scan.oldest ? 1 : 0);
       lastMs = Math.max(lastMs, clockMs);
     }
@@ -204,7 +204,7 @@ export async function ensureShardLayout(client: RedisClient, queueName: string, 
       );
     }
     for (const l of layouts) await new BatchLedger(client, l.namespace).seedClockAfter(lastMs);
-    await client.set(markerKey, String(want));
+    await redisCall(client.set(markerKey, String(want)));
     return { changedFrom: had };
   } finally {
     await oldSet.close();
@@ -216,7 +216,7 @@ export async function ensureShardLayout(client: RedisClient, queueName: string, 
  * there yet); 1 when none is recorded on one Redis (a deployment from before shards).
  */
 export async function recordedShardCount(client: RedisClient, queueName: string): Promise<number | null> {
-  const stored = await client.get(shardMarkerKey(queueName));
+  const stored = await redisCall(client.get(shardMarkerKey(queueName)));
   if (stored === null) return client instanceof Cluster ? null : 1;
   return Number(stored);
 }

@@ -7,6 +7,7 @@ import { BATCH_JOB_OPTIONS, type BatchGroupJob, type BatchJob, JOB_NAME, isGroup
 import type { ObjectStore } from '../../shared/store/types.js';
 import { ByteBudget, DRAIN_COLLECT_MIN_PEAK, DrainCollector, ENCODER_ROW_BYTES, batchCost } from '../../shared/byte-budget.js';
 import { StoreError } from '../../shared/errors.js';
+import { ENCODER_LOCK_SECONDS_DEFAULT, LIST_INDEX_SECONDS_DEFAULT } from '../../shared/config.js';
 import { bestEffort } from '../../shared/best-effort.js';
 import { createEncoderMetrics, type EncoderMetrics } from './metrics.js';
 import { EncodeThreadHolder, type ParquetEncodeThread, RETIRE_ABOVE_WASM_BYTES } from '../../shared/parquet/encode-thread-pool.js';
@@ -228,7 +229,7 @@ async function encodeAndWrite(data: BatchJob, o: ShardOptions, m: EncoderMetrics
   const { bytes, rows, startedAt } = await encodeBatch(data, o, m);
   await writeFile(data, bytes, o, m);
   // Released only after the file is durable, so the list never shows a later id before this one.
-  await o.ledger.markWritten(data.prefix, data.batchId, o.listIndexSeconds ?? 3600);
+  await o.ledger.markWritten(data.prefix, data.batchId, o.listIndexSeconds ?? LIST_INDEX_SECONDS_DEFAULT);
   countWritten(data, rows, bytes.byteLength, m);
   o.logger.info({ batchId: data.batchId, key: data.key, events: rows, bytes: bytes.byteLength, ms: Math.round(performance.now() - startedAt) }, 'batch written');
   return { key: data.key, rows, bytes: bytes.byteLength };
@@ -387,10 +388,10 @@ function workerOptions(o: EncoderOptions, shard: EncoderShard, concurrency: numb
     connection: o.connection,
     ...(shard.prefix ? { prefix: shard.prefix } : {}),
     concurrency,
-    lockDuration: o.lockDurationMs ?? 30_000,
+    lockDuration: o.lockDurationMs ?? ENCODER_LOCK_SECONDS_DEFAULT * 1000,
     // A killed worker's job comes back as stalled; it must be retried, not failed.
     maxStalledCount: 20,
-    stalledInterval: Math.min(15_000, Math.max(1000, Math.floor((o.lockDurationMs ?? 30_000) / 2))),
+    stalledInterval: Math.min(15_000, Math.max(1000, Math.floor((o.lockDurationMs ?? ENCODER_LOCK_SECONDS_DEFAULT * 1000) / 2))),
     // A burst encoder starts idle (see `burstControl`).
     autorun: !o.burst,
   };

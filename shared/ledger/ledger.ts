@@ -3,7 +3,7 @@ import { readFileSync } from 'node:fs';
 import type { JobKeys } from '../bullmq-keys.js';
 import { batchIdMs, randomSuffix } from '../ids.js';
 import { ledgerKeys } from '../keyspace.js';
-import type { RedisClient } from '../redis.js';
+import { type RedisClient, redisCall } from '../redis.js';
 
 export type { JobKeys };
 
@@ -125,6 +125,9 @@ interface ClaimSlot {
  * - `replaying:<id>`: a replay's marker, `REPLAY_MARK_SECONDS`.
  * - `groups`: one hash per namespace, member id → the id of the group job it rides in; an entry
  *   leaves with its member's id from flight, so it holds at most the ids in flight.
+ *
+ * A driver error that says Redis is unreachable leaves every method as a `RedisUnavailable`
+ * (shared/errors.ts; classified by `redisCall`, shared/redis.ts); any other error unchanged.
  */
 export class BatchLedger {
   readonly namespace: string;
@@ -187,12 +190,12 @@ export class BatchLedger {
    */
   async noteGroup(jobId: string, members: readonly string[]): Promise<void> {
     if (members.length === 0) return;
-    await this.redis.hset(this.groupsKey(), ...members.flatMap((m) => [m, jobId]));
+    await redisCall(this.redis.hset(this.groupsKey(), ...members.flatMap((m) => [m, jobId])));
   }
 
   /** The id of the group job `batchId` rides in, or null when it is no group's member (its job, if any, has its own id). */
   async groupOf(batchId: string): Promise<string | null> {
-    return this.redis.hget(this.groupsKey(), batchId);
+    return redisCall(this.redis.hget(this.groupsKey(), batchId));
   }
 
   /** Where a claim's entry lives. The field is 16 bytes of sha256(scope); its first 4 bytes pick the shard. */
@@ -215,7 +218,7 @@ export class BatchLedger {
     const claim = opts.idempotency && opts.idempotency.windowSeconds > 0 ? opts.idempotency : undefined;
     const slot = claim ? this.slot(claim) : undefined;
     const bodyDigest = claim ? digestOfBody(claim) : '';
-    const [batchId, status] = await this.redis.ingestMint(
+    const [batchId, status] = await redisCall(this.redis.ingestMint(
       this.clockKey(),
       this.pendingKey(prefix),
       slot ? slot.keyPrefix : ledgerKeys.idemUnused(this.namespace),
@@ -227,7 +230,7 @@ export class BatchLedger {
       prefix,
       slot ? slot.field : '',
       bodyDigest,
-    );
+    ));
     return { batchId, deduplicated: status === 1, conflict: status === 2 };
   }
 
@@ -239,7 +242,7 @@ export class BatchLedger {
   async lookup(claim: IdempotencyClaim, opts: { clockMs?: number } = {}): Promise<MintResult | null> {
     if (claim.windowSeconds <= 0) return null;
     const slot = this.slot(claim);
-    const [batchId, status] = await this.redis.ingestIdemLookup(slot.keyPrefix, String(slot.windowSeconds), opts.clockMs === undefined ? '' : String(opts.clockMs), slot.field, digestOfBody(claim));
+    const [batchId, status] = await redisCall(this.redis.ingestIdemLookup(slot.keyPrefix, String(slot.windowSeconds), opts.clockMs === undefined ? '' : String(opts.clockMs), slot.field, digestOfBody(claim)));
     return status === 0 ? null : { batchId, deduplicated: status === 1, conflict: status === 2 };
   }
 
@@ -253,7 +256,7 @@ export class BatchLedger {
    * flight (see release_unless_replaying-3.lua).
    */
   async reap(prefix: string, batchId: string): Promise<boolean> {
-    return (await this.redis.ingestReap(this.pendingKey(prefix), this.prefixesKey(), this.replayMarkKey(batchId), batchId, prefix)) === 1;
+    return (await redisCall(this.redis.ingestReap(this.pendingKey(prefix), this.prefixesKey(), this.replayMarkKey(batchId), batchId, prefix))) === 1;
   }
 
   /**
@@ -262,7 +265,7 @@ export class BatchLedger {
    * stale reading of its job's state. The marker expires after REPLAY_MARK_SECONDS.
    */
   async markReplaying(prefix: string, batchId: string): Promise<void> {
-    await this.redis.multi().set(this.replayMarkKey(batchId), '1', 'EX', REPLAY_MARK_SECONDS).zadd(this.pendingKey(prefix), 0, batchId).sadd(this.prefixesKey(), prefix).exec();
+    await redisCall(this.redis.multi().set(this.replayMarkKey(batchId), '1', 'EX', REPLAY_MARK_SECONDS).zadd(this.pendingKey(prefix), 0, batchId).sadd(this.prefixesKey(), prefix).exec());
   }
 
   /**
@@ -278,7 +281,7 @@ export class BatchLedger {
 
   private async releaseWith(prefix: string, batchId: string, o: { forget?: IdempotencyClaim; written?: boolean; cutoff?: string; ttl?: number }): Promise<boolean> {
     const slot = o.forget ? this.slot(o.forget) : undefined;
-    const n = await this.redis.ingestRelease(
+    const n = await redisCall(this.redis.ingestRelease(
       this.pendingKey(prefix),
       this.prefixesKey(),
       slot ? slot.keyPrefix : ledgerKeys.idemUnused(this.namespace),
@@ -294,7 +297,7 @@ export class BatchLedger {
       String(o.ttl ?? 0),
       String(slot?.windowSeconds ?? 0),
       slot ? slot.field : '',
-    );
+    ));
     return n === 1;
   }
 
@@ -303,14 +306,14 @@ export class BatchLedger {
    * ids after it (unfiltered by the bound). `ids` is null when the store must be listed instead.
    */
   async listWritten(prefix: string, after: string, count: number): Promise<{ bound: ListBound; ids: string[] | null }> {
-    const [kind, id, covered, ...ids] = await this.redis.ingestListWritten(
+    const [kind, id, covered, ...ids] = await redisCall(this.redis.ingestListWritten(
       this.clockKey(),
       this.pendingKey(prefix),
       this.writtenKey(prefix),
       this.floorKey(prefix),
       after,
       String(count),
-    );
+    ));
     const bound: ListBound = kind === 'upTo' ? { kind: 'upTo', id: id as string } : { kind: 'below', id: id as string };
     return { bound, ids: covered === '1' ? ids : null };
   }
@@ -325,14 +328,14 @@ export class BatchLedger {
    * (so on a Cluster the time is that of the master this shard mints on, not of any node).
    */
   async listBoundAt(prefix: string): Promise<{ bound: ListBound; nowMs: number }> {
-    const [oldest, last, nowMs] = await this.redis.ingestListBound(this.clockKey(), this.pendingKey(prefix));
+    const [oldest, last, nowMs] = await redisCall(this.redis.ingestListBound(this.clockKey(), this.pendingKey(prefix)));
     const bound: ListBound = oldest ? { kind: 'below', id: oldest } : last ? { kind: 'upTo', id: last } : { kind: 'below', id: nowMs };
     return { bound, nowMs: Number(nowMs) };
   }
 
   /** The ms of the last id minted in this namespace (0: none yet). */
   async lastMintedMs(): Promise<number> {
-    return Number((await this.redis.hget(this.clockKey(), 'ms')) ?? 0);
+    return Number((await redisCall(this.redis.hget(this.clockKey(), 'ms'))) ?? 0);
   }
 
   /**
@@ -340,27 +343,27 @@ export class BatchLedger {
    * (used when the shard layout changes, so a prefix's ids keep increasing on its new shard).
    */
   async seedClockAfter(ms: number): Promise<void> {
-    await this.redis.eval(
+    await redisCall(this.redis.eval(
       "if tonumber(redis.call('HGET', KEYS[1], 'ms') or '0') < tonumber(ARGV[1]) then redis.call('HSET', KEYS[1], 'ms', ARGV[1], 'n', 9999) end return 1",
       1,
       this.clockKey(),
       String(ms),
-    );
+    ));
   }
 
   /** List prefixes that have ids in flight. */
   async prefixes(): Promise<string[]> {
-    return this.redis.smembers(this.prefixesKey());
+    return redisCall(this.redis.smembers(this.prefixesKey()));
   }
 
   /** The oldest in-flight ids of a prefix (at most `count`). */
   async oldestPending(prefix: string, count: number): Promise<string[]> {
-    return this.redis.zrange(this.pendingKey(prefix), '0', String(count - 1));
+    return redisCall(this.redis.zrange(this.pendingKey(prefix), '0', String(count - 1)));
   }
 
   /** True while `batchId` is in flight under `prefix`. */
   async isPending(prefix: string, batchId: string): Promise<boolean> {
-    return (await this.redis.zscore(this.pendingKey(prefix), batchId)) !== null;
+    return (await redisCall(this.redis.zscore(this.pendingKey(prefix), batchId))) !== null;
   }
 
   /** Age in ms of the oldest in-flight id over all prefixes (0 when nothing is in flight). One round trip. */
@@ -377,7 +380,7 @@ export class BatchLedger {
    */
   async scanPending(reap?: { jobs: JobKeys; graceMs: number; nowMs?: number; perPrefix?: number }): Promise<PendingScan> {
     const cutoff = reap ? String(Math.max(0, (reap.nowMs ?? Date.now()) - reap.graceMs)).padStart(13, '0') : '';
-    const [orphans, dead, oldest, prefixes] = await this.redis.ingestScanPending(
+    const [orphans, dead, oldest, prefixes] = await redisCall(this.redis.ingestScanPending(
       this.prefixesKey(),
       reap ? reap.jobs.failed : this.prefixesKey(),
       ledgerKeys.pendingPrefix(this.namespace),
@@ -388,7 +391,7 @@ export class BatchLedger {
       String(MAX_SCAN_PREFIXES),
       String(reap?.perPrefix ?? 50),
       this.groupsKey(),
-    );
+    ));
     return { orphans, dead, oldest, prefixes };
   }
 }

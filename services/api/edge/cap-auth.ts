@@ -248,86 +248,130 @@ function loadRevocations(p: Protocol, lists: readonly unknown[]): { isRevoked(is
 export function createCapRoleResolver(opts: CapAuthOptions): RoleResolver {
   const maxSkewMs = opts.maxSkewMs ?? CAP_MAX_SKEW_MS;
   const maxHeader = opts.maxCapHeaderBytes ?? CAP_MAX_HEADER_BYTES;
-  const shapes: RouteShape[] = (opts.collections ?? []).map((c) => {
-    const t = parseStoragePath(c.storagePath);
-    return { name: c.name, full: t.segments, prefix: t.segments.slice(0, -1) };
-  });
-  const names = shapes.map((s) => s.name);
-  const identityRoles = opts.identityRoles ?? new Map<string, readonly string[]>();
-  const observer = opts.observer;
+  const scope = capScope(opts);
   // Loaded once, when the resolver is made (only with cap auth on); a failure to load it or a
   // revocation list that does not verify fails each cap request (500, logged), not the process.
-  let loaded: Promise<{ p: Protocol; revoked: ReturnType<typeof loadRevocations> }> | undefined;
-  const load = () =>
+  let loaded: Promise<Loaded> | undefined;
+  const load = (): Promise<Loaded> =>
     (loaded ??= import('@drakkar.software/starfish-protocol').then((p) => ({ p, revoked: loadRevocations(p, opts.revocations ?? []) })));
-  // Certs whose signature verified, by a digest of their header → until when (ms) they stay valid.
-  // Bounded: at most CERT_CACHE_ENTRIES (one per device signing in); the oldest goes first.
-  const verifiedCerts = new Map<string, number>();
-  const rememberCert = (key: string, until: number): void => {
-    if (verifiedCerts.size >= CERT_CACHE_ENTRIES) {
-      const oldest = verifiedCerts.keys().next();
-      if (!oldest.done) verifiedCerts.delete(oldest.value);
-    }
-    verifiedCerts.set(key, until);
-  };
-  load().catch((err: unknown) => observer?.loadFailed?.(err));
+  const certs = new VerifiedCerts();
+  load().catch((err: unknown) => opts.observer?.loadFailed?.(err));
 
   async function verify(req: Request): Promise<AuthResult> {
     // Before any signature work: a public push that carries a cap costs no Ed25519 verification.
     if (req.method !== 'GET') throw new CapRefused('method', `cap-signed ${req.method} requests are not supported (GET only); push with a Bearer token or without credentials`);
     const { p, revoked } = await load();
     const header = req.headers.authorization ?? '';
-    if (Buffer.byteLength(header) > maxHeader) throw new CapRefused('too_large', `Cap header is ${Buffer.byteLength(header)} bytes; at most ${maxHeader}`);
-    const cert = parseCap(header);
-    if (!cert) throw new CapRefused('malformed', 'malformed cap-cert in the Authorization header (base64 of a JSON object expected)');
-    const sig = req.headers['x-starfish-sig'];
-    const tsHeader = req.headers['x-starfish-ts'];
-    const nonce = req.headers['x-starfish-nonce'];
-    if (typeof sig !== 'string' || typeof tsHeader !== 'string' || typeof nonce !== 'string' || !sig || !nonce) {
-      throw new CapRefused('bad_headers', 'missing request signature headers (X-Starfish-Sig, X-Starfish-Ts, X-Starfish-Nonce)');
-    }
-    if (!/^-?\d{1,16}$/.test(tsHeader)) throw new CapRefused('bad_headers', 'invalid X-Starfish-Ts (integer milliseconds expected)');
-    const ts = Number(tsHeader);
+    const cert = parseCapHeader(header, maxHeader);
+    const { sig, ts, nonce } = signatureHeaders(req);
     const now = Date.now();
     if (!p.isWithinClockSkew(ts, now, maxSkewMs)) throw new CapRefused('skew', `request timestamp outside the allowed clock skew (±${Math.round(maxSkewMs / 1000)} s)`);
-    // A cert verified before is good until its expiry (+ skew): the same bytes verify the same way.
-    const certKey = createHash('sha256').update(header).digest('base64');
-    const goodUntil = verifiedCerts.get(certKey);
-    if (goodUntil === undefined || now > goodUntil) {
-      const skewSec = Math.round(maxSkewMs / 1000);
-      const certOk = await p.verifyCapCert(cert, { now: Math.floor(now / 1000), clockSkewSec: skewSec });
-      if (!certOk.ok) throw new CapRefused(certOk.reason === 'expired' ? 'expired' : 'invalid_cap', `cap-cert ${certOk.reason ?? 'invalid'}`);
-      rememberCert(certKey, (cert.exp + skewSec) * 1000);
-    }
+    await certs.verify(p, header, cert, now, maxSkewMs);
     if (cert.kind !== 'device' || typeof cert.sub !== 'string') throw new CapRefused('kind', `cap-cert kind "${String(cert.kind)}" is not accepted (device caps only)`);
     const signed = await p.verifyRequestSignature({ method: 'GET', pathAndQuery: req.url, body: undefined, host: req.headers.host ?? '' }, { sig, ts, nonce }, cert.sub);
     if (!signed) throw new CapRefused('bad_signature', 'bad request signature: it does not sign this request (method, host, path and query, body)');
     if (revoked.isRevoked(cert.iss, cert.sub, cert.nonce)) throw new CapRefused('revoked', 'cap-cert revoked');
-    let fresh: boolean;
-    try {
-      fresh = await withTimeout(opts.nonceStore.claim(cert.sub, nonce, 2 * maxSkewMs), NONCE_TIMEOUT_MS, 'nonce store');
-    } catch {
-      observer?.outcome?.('store_unavailable');
-      throw new HttpError(503, 'cannot check the request nonce (Redis unavailable); retry later', { 'Retry-After': '1' });
-    }
-    if (!fresh) throw new CapRefused('replay', 'nonce replay: this signed request was already used');
-    return { identity: `cap:${cert.issUserId}`, roles: rolesFor(p, cert, req.path) };
+    await claimNonce(opts, cert.sub, nonce, maxSkewMs);
+    return { identity: `cap:${cert.issUserId}`, roles: capRoles(p, cert, req.path, scope) };
   }
 
-  function rolesFor(p: Protocol, cert: CapCert, path: string): string[] {
-    const route = routeOf(path, shapes);
-    if (route && !pathInScope(p, route.storagePath, cert.scope.paths, cert.issUserId)) return [];
-    const roles = scopeRoles(cert, names);
-    const listed = identityRoles.get(cert.issUserId);
-    if (listed) {
-      const covers = route
-        ? (cert.scope.ops as string[]).includes(route.op) && (cert.scope.collections.includes('*') || cert.scope.collections.includes(route.collection))
-        : fullScope(cert);
-      if (covers) roles.push(...listed);
-    }
-    return roles;
+  return observedResolver(verify, opts.observer);
+}
+
+type Loaded = { p: Protocol; revoked: ReturnType<typeof loadRevocations> };
+
+/** What the roles of a cap depend on besides the cap: the served routes and the roles listed per identity. */
+interface CapScope {
+  shapes: RouteShape[];
+  names: string[];
+  identityRoles: ReadonlyMap<string, readonly string[]>;
+}
+
+function capScope(opts: Pick<CapAuthOptions, 'collections' | 'identityRoles'>): CapScope {
+  const shapes: RouteShape[] = (opts.collections ?? []).map((c) => {
+    const t = parseStoragePath(c.storagePath);
+    return { name: c.name, full: t.segments, prefix: t.segments.slice(0, -1) };
+  });
+  return { shapes, names: shapes.map((s) => s.name), identityRoles: opts.identityRoles ?? new Map<string, readonly string[]>() };
+}
+
+/** The cert of the `Authorization: Cap …` header, or a refusal (too large, malformed). */
+function parseCapHeader(header: string, maxHeader: number): CapCert {
+  if (Buffer.byteLength(header) > maxHeader) throw new CapRefused('too_large', `Cap header is ${Buffer.byteLength(header)} bytes; at most ${maxHeader}`);
+  const cert = parseCap(header);
+  if (!cert) throw new CapRefused('malformed', 'malformed cap-cert in the Authorization header (base64 of a JSON object expected)');
+  return cert;
+}
+
+/** `X-Starfish-Sig/Ts/Nonce`, or a refusal when one is missing or the timestamp is not integer milliseconds. */
+function signatureHeaders(req: Request): { sig: string; ts: number; nonce: string } {
+  const sig = req.headers['x-starfish-sig'];
+  const tsHeader = req.headers['x-starfish-ts'];
+  const nonce = req.headers['x-starfish-nonce'];
+  if (typeof sig !== 'string' || typeof tsHeader !== 'string' || typeof nonce !== 'string' || !sig || !nonce) {
+    throw new CapRefused('bad_headers', 'missing request signature headers (X-Starfish-Sig, X-Starfish-Ts, X-Starfish-Nonce)');
+  }
+  if (!/^-?\d{1,16}$/.test(tsHeader)) throw new CapRefused('bad_headers', 'invalid X-Starfish-Ts (integer milliseconds expected)');
+  return { sig, ts: Number(tsHeader), nonce };
+}
+
+/**
+ * Certs whose signature verified, by a digest of their header → until when (ms) they stay valid:
+ * the same bytes verify the same way, so a cert is verified once until its expiry (+ skew).
+ * Bounded: at most CERT_CACHE_ENTRIES (one per device signing in); the oldest goes first.
+ */
+class VerifiedCerts {
+  private readonly until = new Map<string, number>();
+
+  /** Verifies `cert` (`verifyCapCert`) unless the same header verified before and has not expired; a refusal otherwise. */
+  async verify(p: Protocol, header: string, cert: CapCert, now: number, maxSkewMs: number): Promise<void> {
+    const key = createHash('sha256').update(header).digest('base64');
+    const goodUntil = this.until.get(key);
+    if (goodUntil !== undefined && now <= goodUntil) return;
+    const skewSec = Math.round(maxSkewMs / 1000);
+    const certOk = await p.verifyCapCert(cert, { now: Math.floor(now / 1000), clockSkewSec: skewSec });
+    if (!certOk.ok) throw new CapRefused(certOk.reason === 'expired' ? 'expired' : 'invalid_cap', `cap-cert ${certOk.reason ?? 'invalid'}`);
+    this.remember(key, (cert.exp + skewSec) * 1000);
   }
 
+  private remember(key: string, until: number): void {
+    if (this.until.size >= CERT_CACHE_ENTRIES) {
+      const oldest = this.until.keys().next();
+      if (!oldest.done) this.until.delete(oldest.value);
+    }
+    this.until.set(key, until);
+  }
+}
+
+/** Claims the request's nonce for `sub`: a replay is refused (401), an unreachable store is a 503. */
+async function claimNonce(opts: Pick<CapAuthOptions, 'nonceStore' | 'observer'>, sub: string, nonce: string, maxSkewMs: number): Promise<void> {
+  let fresh: boolean;
+  try {
+    fresh = await withTimeout(opts.nonceStore.claim(sub, nonce, 2 * maxSkewMs), NONCE_TIMEOUT_MS, 'nonce store');
+  } catch {
+    opts.observer?.outcome?.('store_unavailable');
+    throw new HttpError(503, 'cannot check the request nonce (Redis unavailable); retry later', { 'Retry-After': '1' });
+  }
+  if (!fresh) throw new CapRefused('replay', 'nonce replay: this signed request was already used');
+}
+
+/** The roles a verified cap gives on `path`: none outside its paths; its identity's listed roles only where its scope covers the route. */
+function capRoles(p: Protocol, cert: CapCert, path: string, scope: CapScope): string[] {
+  const route = routeOf(path, scope.shapes);
+  if (route && !pathInScope(p, route.storagePath, cert.scope.paths, cert.issUserId)) return [];
+  const roles = scopeRoles(cert, scope.names);
+  const listed = scope.identityRoles.get(cert.issUserId);
+  if (listed) {
+    const covers = route
+      ? (cert.scope.ops as string[]).includes(route.op) && (cert.scope.collections.includes('*') || cert.scope.collections.includes(route.collection))
+      : fullScope(cert);
+    if (covers) roles.push(...listed);
+  }
+  return roles;
+}
+
+/** `verify` as a RoleResolver that reports each outcome and the time it took. */
+function observedResolver(verify: (req: Request) => Promise<AuthResult>, observer: CapAuthOptions['observer']): RoleResolver {
   return async function capResolver(req) {
     const t0 = performance.now();
     try {

@@ -1,7 +1,8 @@
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import type { Cluster, Redis } from 'ioredis';
 import type { Registry } from 'prom-client';
-import { type Env, loadCapRevocations, loadCapRoles } from '../../../shared/config.js';
+import { QUEUE_NAME_DEFAULT, RATE_LIMIT_PUSH_ON_ERROR_DEFAULT, TRUSTED_PROXY_HOPS_DEFAULT, loadCapRevocations, loadCapRoles } from '../../../shared/config.js';
+import type { EdgeSlice } from '../../../shared/config-slices.js';
 import { capNonceKeyPrefix, rateLimitKeyPrefix } from '../../../shared/keyspace.js';
 import type { Logger } from '../../../shared/logger.js';
 import { type RoleResolver, type TokenRoles, firstOf, tokenRoleResolver } from '../auth.js';
@@ -14,25 +15,7 @@ import { createCapAuthMetrics } from '../metrics.js';
 import { RedisNonceStore, capOrElse, createCapRoleResolver } from './cap-auth.js';
 
 /** The environment variables of the edge. */
-export type EdgeEnv = Pick<
-  Env,
-  | 'QUEUE_NAME'
-  | 'CORS_ORIGINS'
-  | 'TRUSTED_PROXY_HOPS'
-  | 'REQUEST_TIMEOUT_MS'
-  | 'RATE_LIMIT_PUSH_ON_ERROR'
-  | 'AUDIT_PUSH'
-  | 'JWT_JWKS_URL'
-  | 'JWT_PUBLIC_KEY'
-  | 'JWT_ISSUER'
-  | 'JWT_AUDIENCE'
-  | 'JWT_ROLES_CLAIM'
-  | 'JWT_ALLOW_NO_EXP'
-  | 'CAP_AUTH'
-  | 'CAP_ADMINS'
-  | 'CAP_REVOCATIONS_FILE'
-  | 'TOKENS_FILE'
->;
+export type EdgeEnv = EdgeSlice;
 
 /**
  * With CAP_AUTH=on, `others` behind the cap-cert resolver (a `Cap` credential goes to it, a
@@ -47,7 +30,7 @@ export function withCapAuthFromEnv(
   if (env.CAP_AUTH !== 'on') return others;
   const metrics = createCapAuthMetrics(deps.registry);
   const cap = createCapRoleResolver({
-    nonceStore: new RedisNonceStore(deps.redis, capNonceKeyPrefix(env.QUEUE_NAME ?? 'events-ingest')),
+    nonceStore: new RedisNonceStore(deps.redis, capNonceKeyPrefix(env.QUEUE_NAME ?? QUEUE_NAME_DEFAULT)),
     identityRoles: loadCapRoles({ CAP_AUTH: 'on', CAP_ADMINS: env.CAP_ADMINS, TOKENS_FILE: env.TOKENS_FILE }),
     revocations: loadCapRevocations({ CAP_REVOCATIONS_FILE: env.CAP_REVOCATIONS_FILE }),
     collections: deps.collections,
@@ -109,9 +92,9 @@ export function edgeFromEnv(
       auditLogger,
       auditPush: env.AUDIT_PUSH === 'on',
       rateLimitStore: deps.redis,
-      rateLimitKeyPrefix: rateLimitKeyPrefix(env.QUEUE_NAME ?? 'events-ingest'),
-      trustedProxyHops: env.TRUSTED_PROXY_HOPS ?? 0,
-      rateLimitPushOnError: env.RATE_LIMIT_PUSH_ON_ERROR ?? 'open',
+      rateLimitKeyPrefix: rateLimitKeyPrefix(env.QUEUE_NAME ?? QUEUE_NAME_DEFAULT),
+      trustedProxyHops: env.TRUSTED_PROXY_HOPS ?? TRUSTED_PROXY_HOPS_DEFAULT,
+      rateLimitPushOnError: env.RATE_LIMIT_PUSH_ON_ERROR ?? RATE_LIMIT_PUSH_ON_ERROR_DEFAULT,
     },
     observer: {
       rateLimited: (action, rule) => metrics.rateLimited.inc({ action, rule }),

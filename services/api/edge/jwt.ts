@@ -2,6 +2,7 @@ import { type KeyObject, createPublicKey } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { type JWTPayload, type JWTVerifyGetKey, createLocalJWKSet, createRemoteJWKSet, errors, jwtVerify } from 'jose';
 import { HttpError } from '../../../shared/errors.js';
+import { JWT_ROLES_CLAIM_DEFAULT } from '../../../shared/config.js';
 import { AuthError, type RoleResolver, bearerToken } from '../auth.js';
 
 /** Signature algorithms a JWT may use: asymmetric only, so a public key can never double as an HMAC secret, and never `none`. */
@@ -149,7 +150,7 @@ function reasonOf(err: unknown): string {
 export function createJwtRoleResolver(opts: JwtResolverOptions): RoleResolver {
   if (!opts.jwksUrl && !opts.publicKey) throw new Error('the JWT resolver needs jwksUrl or publicKey');
   const key = opts.jwksUrl ? jwksKeySource(new URL(opts.jwksUrl), opts.jwks) : typeof opts.publicKey === 'string' ? loadPublicKey(opts.publicKey) : (opts.publicKey as KeyObject);
-  const rolesClaim = opts.rolesClaim ?? 'roles';
+  const rolesClaim = opts.rolesClaim ?? JWT_ROLES_CLAIM_DEFAULT;
   const verifyOptions = {
     algorithms: JWT_ALGORITHMS,
     issuer: opts.issuer,

@@ -2,7 +2,7 @@ import type { Queue } from 'bullmq';
 import { GroupCommitter } from '../../../shared/group-commit.js';
 import type { BatchLedger } from '../../../shared/ledger/ledger.js';
 import { BATCH_JOB_OPTIONS, type BatchGroupJob, type BatchJob, GROUP_MAX_BODY_BYTES, JOB_NAME, groupJobId } from '../../../shared/queue.js';
-import { commandNeverRan } from '../../../shared/redis.js';
+import { asRedisUnavailable, commandNeverRan, redisCall } from '../../../shared/redis.js';
 import type { Shard, ShardSet } from '../../../shared/shards.js';
 import type { ObjectStore } from '../../../shared/store/types.js';
 import { type BatchFiles, EnqueueRefused, type EnqueueTicket, type JobSink, type Ledger } from './ports.js';
@@ -54,15 +54,16 @@ export class BullJobSink implements JobSink {
 
   submit(job: BatchJob): EnqueueTicket {
     const t = this.add(this.route(job.prefix), job);
-    // The push may undo its mint only when the add surely never ran.
+    // The push may undo its mint only when the add surely never ran. Driver errors are classified
+    // here, at the adapter: any other outage leaves as a RedisUnavailable.
     const done = t.done.catch((err: unknown) => {
-      throw commandNeverRan(err) ? new EnqueueRefused(err) : err;
+      throw commandNeverRan(err) ? new EnqueueRefused(err) : asRedisUnavailable(err);
     });
     return { done, group: t.group, withdraw: t.withdraw };
   }
 
   async hasJob(prefix: string, jobId: string): Promise<boolean> {
-    return (await this.route(prefix).queue.getJobState(jobId)) !== 'unknown';
+    return (await redisCall(this.route(prefix).queue.getJobState(jobId))) !== 'unknown';
   }
 
   async awaitReplicas(prefix: string): Promise<void> {
