@@ -139,11 +139,25 @@ export class IcebergCommitter {
     for (const c of this.o.templates) {
       const hit = prefixOfKey(c.template, `${prefix}x`);
       if (hit?.prefix !== prefix) continue;
-      const table = new IcebergTable({ store: this.deps.store, collection: c.name, app: tableAppName(hit.params), rootUri: this.rootUri, createIfAbsent: this.createIfAbsent, onQuietFailure: this.quietFailure });
+      const table = new IcebergTable({ store: this.deps.store, collection: c.name, app: tableAppName(hit.params), rootUri: this.rootUri, createIfAbsent: this.createIfAbsent, onQuietFailure: this.quietFailure, beforeMetadataCreate: this.testCommitDelay(prefix) });
       this.tables.set(prefix, table);
       return table;
     }
     return null;
+  }
+
+  /**
+   * Test-only (ICEBERG_TEST_COMMIT_DELAY_MS, 0 by default: no hook): a commit logs that its
+   * manifests are written, then waits before creating the metadata version, so the acceptance
+   * harness (scripts/iceberg-acceptance.ts) can `kill -9` this process in the middle of a commit.
+   */
+  private testCommitDelay(prefix: string): ((version: number) => Promise<void>) | undefined {
+    const ms = this.deps.env.ICEBERG_TEST_COMMIT_DELAY_MS;
+    if (!ms) return undefined;
+    return async (version) => {
+      this.deps.logger.info({ prefix, version, ms }, 'iceberg: test commit delay: manifests written, metadata not yet created');
+      await new Promise((r) => setTimeout(r, ms));
+    };
   }
 
   /** Runs a pass now and then every ICEBERG_COMMIT_SECONDS, one at a time. */

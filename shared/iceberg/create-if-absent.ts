@@ -8,9 +8,10 @@
  * - filesystem: the body is written to a temp file next to the target and fsynced, then
  *   `link(2)`ed to the final name, which fails with EEXIST when the name exists. Unlike opening
  *   the final name with `wx` and writing into it, a reader never sees a partly written version.
- * - S3: PutObject with `If-None-Match: *` (412 when the key exists). AWS S3 honours it since
- *   2024-08; Ceph RGW and MinIO do too in current releases; s3rver (tests) ignores the header and
- *   overwrites, so on a server that does not honour it the committer must hold a lock instead.
+ * - S3: PutObject with `If-None-Match: *` (412 when the key exists). Ceph RGW honours it (16.2
+ *   pacific, test/integration/iceberg-acceptance.test.ts); AWS S3 documents it since 2024-08 and
+ *   MinIO in current releases (untested); s3rver (tests) ignores the header and overwrites (same
+ *   test), so on a server that does not honour it the committer must hold a lock instead.
  *   The store keeps its S3Client private, so the caller passes one with the same settings.
  * - memory: a check-then-set with no await in between (one process holds the whole store).
  */

@@ -359,6 +359,16 @@ export class IcebergTable {
     return this.commit('replace', added, removedKeys, undefined);
   }
 
+  /**
+   * An `overwrite` snapshot (erasure, issue 36): removes `removedKeys` and adds `added` in one
+   * commit. A file rewritten in place (a batch file keeps its key) is both removed and added: its
+   * entry is replaced by one with the new size and count.
+   */
+  overwrite(removedKeys: readonly string[], added: readonly TableFile[]): Promise<CommitResult> {
+    if (removedKeys.length === 0) throw new Error('overwrite needs files to remove');
+    return this.commit('overwrite', added, removedKeys, undefined);
+  }
+
   /** A `delete` snapshot removing `keys` (retention). */
   delete(keys: readonly string[]): Promise<CommitResult> {
     if (keys.length === 0) throw new Error('delete of no files');
@@ -433,7 +443,7 @@ export class IcebergTable {
     return `${String(this.now()).padStart(13, '0')}-${randomHex(8)}`;
   }
 
-  private async commit(operation: 'append' | 'replace' | 'delete', added: readonly TableFile[], removedKeys: readonly string[], throughBatchId: string | undefined): Promise<CommitResult> {
+  private async commit(operation: 'append' | 'replace' | 'delete' | 'overwrite', added: readonly TableFile[], removedKeys: readonly string[], throughBatchId: string | undefined): Promise<CommitResult> {
     const addedFiles = added.map((f) => this.dataFileOf(f));
     const addedUris = new Set(addedFiles.map((f) => f.filePath));
     if (addedUris.size !== addedFiles.length) throw new IcebergConflictError('the same file is added twice in one commit');
@@ -449,7 +459,7 @@ export class IcebergTable {
       // Validate against the version this attempt builds on (spec "Commit Conflict Resolution and Retry").
       const live = await this.liveFiles(parent);
       for (const uri of removedUris) if (!live.has(uri)) throw new IcebergConflictError(`${this.keyOf(uri)} is not in the table's current snapshot`);
-      for (const uri of addedUris) if (live.has(uri)) throw new IcebergConflictError(`${this.keyOf(uri)} is already in the table`);
+      for (const uri of addedUris) if (live.has(uri) && !(operation === 'overwrite' && removedUris.has(uri))) throw new IcebergConflictError(`${this.keyOf(uri)} is already in the table`);
 
       const snapshotId = newSnapshotId(new Set(meta.snapshots.map((s) => s['snapshot-id'])));
       const seq = meta['last-sequence-number'] + 1;

@@ -67,13 +67,17 @@ describe('Iceberg committer rules', () => {
     expect(tableAppName({})).toBe('_');
   });
 
-  it('needs ROLLUP_PERIOD_SECONDS to divide an hour while ICEBERG=on; ICEBERG defaults off (for now) with 60 s commits', () => {
+  it('needs ROLLUP_PERIOD_SECONDS to divide an hour while ICEBERG=on; ICEBERG defaults on with 60 s commits', () => {
     const env = parseEnv({});
-    expect(env.ICEBERG).toBe('off');
+    expect(env.ICEBERG).toBe('on');
     expect(env.ICEBERG_COMMIT_SECONDS).toBe(60);
     expect(env.ICEBERG_SNAPSHOT_RETENTION_SECONDS).toBe(3600);
-    // Off by default: a daily rollup period (which an hour-partitioned table cannot take) still starts.
-    expect(parseEnv({ ROLLUP_PERIOD_SECONDS: '7200' }).ROLLUP_PERIOD_SECONDS).toBe(7200);
+    // The acceptance harness's mid-commit delay (test-only) is off unless set.
+    expect(env.ICEBERG_TEST_COMMIT_DELAY_MS).toBe(0);
+    // On by default: a two-hour rollup period (which an hour-partitioned table cannot take) is refused
+    // by default and starts with ICEBERG=off.
+    expect(() => parseEnv({ ROLLUP_PERIOD_SECONDS: '7200' })).toThrow(/ROLLUP_PERIOD_SECONDS.*divide 3600.*ICEBERG=off/);
+    expect(parseEnv({ ROLLUP_PERIOD_SECONDS: '7200', ICEBERG: 'off' }).ROLLUP_PERIOD_SECONDS).toBe(7200);
     expect(() => parseEnv({ ROLLUP_PERIOD_SECONDS: '7200', ICEBERG: 'on' })).toThrow(ConfigError);
     expect(() => parseEnv({ ROLLUP_PERIOD_SECONDS: '7200', ICEBERG: 'on' })).toThrow(/ROLLUP_PERIOD_SECONDS.*divide 3600.*ICEBERG=off/);
     expect(parseEnv({ ROLLUP_PERIOD_SECONDS: '7200', ICEBERG: 'on', ROLLUP: 'off' }).ROLLUP_PERIOD_SECONDS).toBe(7200);
