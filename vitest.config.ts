@@ -36,6 +36,10 @@ export const SYSTEM = [
   'test/integration/bench-smoke.test.ts',
   'test/integration/rollup-acceptance.test.ts',
   'test/integration/rollup-acceptance-faults.test.ts',
+  // Short form of npm run iceberg-acceptance (real processes, kill -9, Ceph RGW).
+  'test/integration/iceberg-acceptance.test.ts',
+  // Erasure with real processes and two kill -9.
+  'test/integration/erasure-kill.test.ts',
 ];
 
 export default defineConfig({

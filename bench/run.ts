@@ -22,6 +22,8 @@ const SCENARIOS: ScenarioEntry[] = [
   { name: 'redis-memory', module: './scenarios/redis-memory.js' },
   { name: 'scaling', module: './scenarios/scaling.js' },
   { name: 'rollup', module: './scenarios/rollup.js' },
+  { name: 'iceberg', module: './scenarios/iceberg.js' },
+  { name: 'erase', module: './scenarios/erase.js' },
   // Written by another engineer; skipped when the file is not there.
   { name: 'list', module: './scenarios/list.js', optional: true },
   { name: 'rate-limit', module: './scenarios/rate-limit.js', optional: true },

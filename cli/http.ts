@@ -2,7 +2,7 @@
  * HTTP for `sync`: bearer auth, a per-request timeout, and retries with exponential backoff on
  * overload and transient failures (429, 5xx, network errors), honouring `Retry-After`.
  */
-import { CliError, messageOf } from './errors.js';
+import { CliError, EXIT, messageOf } from './errors.js';
 
 export interface RetryPolicy {
   /** Retries after the first attempt (0 = fail on the first error). */
@@ -14,6 +14,25 @@ export interface RetryPolicy {
   maxRetryAfterMs: number;
   /** Per attempt, body included. */
   timeoutMs: number;
+}
+
+/**
+ * `--url` as a base URL the routes are appended to: http(s) only, and no query or fragment (they
+ * would end up before the routes: a 404 on "/"). A CliError (exit 2) names the problem.
+ */
+export function parseBaseUrl(raw: string): URL {
+  let base: URL;
+  try {
+    base = new URL(raw);
+  } catch {
+    throw new CliError(`--url ${JSON.stringify(raw)} is not a URL`, EXIT.usage);
+  }
+  if (base.protocol !== 'http:' && base.protocol !== 'https:') throw new CliError('--url must be http:// or https://', EXIT.usage);
+  if (/[?#]/.test(base.href)) {
+    const what = base.href.includes('?') ? 'a query (?…)' : 'a fragment (#…)';
+    throw new CliError(`--url has ${what}: give only the server's base URL: scheme, host, port, and BASE_PATH if any (e.g. ${base.origin}${base.pathname.replace(/\/+$/, '')})`, EXIT.usage);
+  }
+  return base;
 }
 
 export const DEFAULT_RETRY: RetryPolicy = { maxRetries: 5, baseDelayMs: 500, maxDelayMs: 30_000, maxRetryAfterMs: 300_000, timeoutMs: 120_000 };

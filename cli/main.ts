@@ -6,23 +6,17 @@
  *          local copy of what the view reads when httpfs cannot be loaded or with --copy), or an
  *          app's Iceberg table (--table --app A [--as-of <snapshot id|timestamp>])
  *   table  the snapshots of an app's Iceberg table
+ *   erase  erase every event of a person from an app (admin), --wait to follow it to completion
  * Exit codes: 0 ok, 1 error, 2 usage, 3 sync lock held by another run, 4 sync cursor older than the
  * server's raw retention, 130 interrupted.
  */
-import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
+import { Command, CommanderError, Option } from 'commander';
 import { ConfigError, parseEnv } from '../shared/config.js';
 import { CliError, EXIT, messageOf } from './errors.js';
+import { eraseCommand } from './erase.js';
 import { DEFAULT_RETRY } from './http.js';
+import { intOption } from './options.js';
 import type { QuerySource } from './query.js';
-
-function intOption(min: number, max: number): (raw: string) => number {
-  return (raw) => {
-    if (!/^\d{1,9}$/.test(raw)) throw new InvalidArgumentError(`must be an integer from ${min} to ${max}`);
-    const n = Number(raw);
-    if (n < min || n > max) throw new InvalidArgumentError(`must be an integer from ${min} to ${max}`);
-    return n;
-  };
-}
 
 interface SyncFlags {
   url: string;
@@ -86,8 +80,10 @@ export function buildProgram(io: { stdout: NodeJS.WriteStream; stderr: NodeJS.Wr
         signal: io.signal,
       });
       const unchanged = result.unchanged > 0 ? `; ${result.unchanged} already present` : '';
+      const rewritten = result.rewritten > 0 ? `; ${result.rewritten} rewritten by erasures downloaded again` : '';
+      const erasures = result.erasuresFollowed ? '' : '; erasures not followed (see the warning)';
       const retention = result.startedAfterRetention ? `; started after ${result.startedAfterRetention}: older batches were deleted by raw retention and are in the rollups (query --store)` : '';
-      io.stdout.write(`synced ${result.downloaded} batches (${result.bytes} bytes), cursor ${result.cursor ?? 'none'}${unchanged}${retention}\n`);
+      io.stdout.write(`synced ${result.downloaded} batches (${result.bytes} bytes), cursor ${result.cursor ?? 'none'}${unchanged}${rewritten}${erasures}${retention}\n`);
     });
 
   program
@@ -149,6 +145,8 @@ export function buildProgram(io: { stdout: NodeJS.WriteStream; stderr: NodeJS.Wr
       const result = await tableSnapshots({ env: envOf(io.env), app: flags.app, collection: flags.collection });
       io.stdout.write(renderResult(result, flags.json ? 'json' : flags.csv ? 'csv' : 'table'));
     });
+
+  program.addCommand(eraseCommand(io));
 
   return program;
 }

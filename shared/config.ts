@@ -205,6 +205,16 @@ function readJsonFile(path: string, what: string): unknown {
 /** Batches per queue job at most under load (`QUEUE_GROUP_MAX`; 1 turns the API's group commit off). */
 export const QUEUE_GROUP_MAX_DEFAULT = 16;
 /**
+ * Defaults the library's options share with the environment (createApiApp, createEncoder and the
+ * edge fall back to these when a setting is left out; the env schema below defaults to them).
+ */
+export const QUEUE_NAME_DEFAULT = 'events-ingest';
+export const ENCODER_LOCK_SECONDS_DEFAULT = 30;
+export const LIST_INDEX_SECONDS_DEFAULT = 3600;
+export const JWT_ROLES_CLAIM_DEFAULT = 'roles';
+export const TRUSTED_PROXY_HOPS_DEFAULT = 0;
+export const RATE_LIMIT_PUSH_ON_ERROR_DEFAULT = 'open';
+/**
  * Push bodies of at least API_ENCODE_MIN_BYTES and at most this (`API_ENCODE_MAX_BYTES`) are
  * turned into their Parquet file by the API, which queues the file instead of the deflated JSON
  * (docs/decisions/0012-api-encodes-large-bodies.md). Bounded so one push's scan holds the event
@@ -285,7 +295,7 @@ export const EnvSchema = z
     REDIS_WAIT_REPLICAS: z.coerce.number().int().min(0).max(16).default(0),
     /** How long a push waits for REDIS_WAIT_REPLICAS before answering 503 + Retry-After. */
     REDIS_WAIT_TIMEOUT_MS: positiveInt.min(10).max(10_000).default(1000),
-    QUEUE_NAME: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'must be 1-64 characters of [A-Za-z0-9_-]').default('events-ingest'),
+    QUEUE_NAME: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'must be 1-64 characters of [A-Za-z0-9_-]').default(QUEUE_NAME_DEFAULT),
     STORE: z.enum(['fs', 's3', 'memory']).default('fs'),
     DATA_DIR: z.string().min(1).default('./data'),
     S3_BUCKET: z.string().optional(),
@@ -304,7 +314,7 @@ export const EnvSchema = z
     // it: a job waiting for ENCODER_MAX_INFLIGHT_BYTES holds no body (services/encoder/worker.ts).
     ENCODER_CONCURRENCY: positiveInt.max(64).default(ENCODER_CONCURRENCY_DEFAULT),
     /** How long an active job's lock lives; a killed encoder's job is retried after about 1.5× this. */
-    ENCODER_LOCK_SECONDS: positiveInt.min(5).max(600).default(30),
+    ENCODER_LOCK_SECONDS: positiveInt.min(5).max(600).default(ENCODER_LOCK_SECONDS_DEFAULT),
     QUEUE_HIGH_WATER: positiveInt.default(20_000),
     /** Batches per queue job at most when pushes arrive while an add runs (group commit); 1: one job per batch. */
     QUEUE_GROUP_MAX: positiveInt.max(64).default(QUEUE_GROUP_MAX_DEFAULT),
@@ -315,7 +325,7 @@ export const EnvSchema = z
     /** Pushes without an Idempotency-Key: a byte-identical body within this many seconds is a retry. Meant for retries only. */
     BODY_DEDUP_WINDOW_SECONDS: z.coerce.number().int().min(0).max(86_400).default(DEFAULT_BODY_DEDUP_WINDOW_SECONDS),
     ORPHAN_GRACE_SECONDS: positiveInt.default(60),
-    LIST_INDEX_SECONDS: z.coerce.number().int().min(0).default(3600),
+    LIST_INDEX_SECONDS: z.coerce.number().int().min(0).default(LIST_INDEX_SECONDS_DEFAULT),
     /**
      * Pushes whose list-prefix path parameters ({app} and the like) do not match this regular
      * expression (anchored at both ends) get 400: operators refuse junk app names before they
@@ -367,11 +377,11 @@ export const EnvSchema = z
       .pipe(z.array(z.string().regex(/^(\*|https?:\/\/[^/\s,]+)$/, 'must be * or origins like https://app.example.com (scheme://host[:port], comma separated)')).min(1))
       .optional(),
     /** Reverse proxies in front of the API; X-Forwarded-For is believed only that far (0: never). */
-    TRUSTED_PROXY_HOPS: z.coerce.number().int().min(0).max(10).default(0),
+    TRUSTED_PROXY_HOPS: z.coerce.number().int().min(0).max(10).default(TRUSTED_PROXY_HOPS_DEFAULT),
     /** A request not answered within this many ms gets 408 JSON (0: off; Node's own timeouts stay the outer bound). */
     REQUEST_TIMEOUT_MS: z.coerce.number().int().min(0).max(3_600_000).default(60_000),
     /** What a push gets when the rate limiter cannot reach Redis: `open` lets it through, `closed` answers 503. Reads always fail open. */
-    RATE_LIMIT_PUSH_ON_ERROR: z.enum(['open', 'closed']).default('open'),
+    RATE_LIMIT_PUSH_ON_ERROR: z.enum(['open', 'closed']).default(RATE_LIMIT_PUSH_ON_ERROR_DEFAULT),
     /** One audit line per push too (list, pull and admin are always audited). */
     AUDIT_PUSH: z.enum(['on', 'off']).default('off'),
     JWT_JWKS_URL: z.string().url().optional(),
@@ -380,7 +390,7 @@ export const EnvSchema = z
     JWT_ISSUER: z.string().min(1).optional(),
     JWT_AUDIENCE: z.string().min(1).optional(),
     /** Claim holding the roles (array or space-separated string); dots walk into objects, e.g. realm_access.roles. */
-    JWT_ROLES_CLAIM: z.string().min(1).default('roles'),
+    JWT_ROLES_CLAIM: z.string().min(1).default(JWT_ROLES_CLAIM_DEFAULT),
     /** `on` accepts JWTs without `exp` (they never expire); by default such a token gets 401. */
     JWT_ALLOW_NO_EXP: z.enum(['on', 'off']).default('off'),
     /** `on`: Starfish v3 cap-cert auth (`Authorization: Cap …`) beside Bearer tokens and JWTs (services/api/edge/cap-auth.ts). */
@@ -408,11 +418,15 @@ export const EnvSchema = z
     RETENTION_DAYS: positiveInt.optional(),
     // Iceberg (shared/iceberg, services/rollup/iceberg-committer.ts): one table per app, committed by the rollup service.
     /** `off`: no Iceberg table is committed (and rollups and retention delete files as before). */
-    ICEBERG: z.enum(['on', 'off']).default('off'),
+    ICEBERG: z.enum(['on', 'off']).default('on'),
     /** How often each app's table gets an `append` snapshot of the batch files listed since the last one. */
     ICEBERG_COMMIT_SECONDS: positiveInt.max(86_400).default(60),
     /** Snapshots older than this are expired (the current one is always kept); a reader of an older snapshot must finish within it. */
     ICEBERG_SNAPSHOT_RETENTION_SECONDS: positiveInt.default(3600),
+    /** Test-only (scripts/iceberg-acceptance.ts kills the committer mid-commit): each commit waits this long after writing its manifests, before creating the metadata version. 0 (the default) in production. */
+    ICEBERG_TEST_COMMIT_DELAY_MS: z.coerce.number().int().min(0).max(60_000).default(0),
+    /** Erasure log (shared/erasure/log.ts): the HMAC-SHA256 key of the id hashes, at least 32 characters; unset: a random key kept in the store at `erasures/_hash-key`. */
+    ERASURE_HASH_KEY: z.string().min(32).optional(),
     LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   })
   .superRefine((e, ctx) => {

@@ -39,6 +39,7 @@ export type KeyFamilyName =
   | 'rollup:dirty'
   | 'queue'
   | 'rollup-queue'
+  | 'erase-queue'
   | 'rate-limit'
   | 'app-budget'
   | 'cap-nonce';
@@ -113,6 +114,14 @@ export const KEY_FAMILIES: Readonly<Record<KeyFamilyName, KeyFamily>> = {
     bound: 'completed: 1,000 jobs / 1 day; failed: one per (prefix, period)',
     sizedIn: ROLLUP_KEYS,
   },
+  /** BullMQ's keys of the erasure queue `<QUEUE_NAME>-erase` (services/rollup/erasure/): an erasure's state and counts, completed jobs kept 1,000 / 30 days (ids scrubbed on completion), failed ones for replay. */
+  'erase-queue': {
+    pattern: 'bull:<QUEUE_NAME>-erase:… or {<QUEUE_NAME>}:<QUEUE_NAME>-erase:…',
+    type: 'mixed',
+    tag: 'bull or {<QUEUE_NAME>}',
+    bound: 'completed: 1,000 jobs / 30 days; failed: one per erasure request',
+    sizedIn: ROLLUP_KEYS,
+  },
   /** A rate-limit request bucket (per rule and caller or address): expires with its window. */
   'rate-limit': {
     pattern: 'ingest-rl:<QUEUE_NAME>:<collection>:<action>:<s|i|p>:<digest>',
@@ -183,6 +192,11 @@ export function rollupDirtyKey(ns: string): string {
 /** The rollup queue of a deployment: `<QUEUE_NAME>-rollup` (a BullMQ queue name; its keys are BullMQ's). */
 export function rollupQueueName(queueName: string): string {
   return `${queueName}-rollup`;
+}
+
+/** The erasure queue of a deployment: `<QUEUE_NAME>-erase` (BullMQ's keys, beside the rollup queue's). */
+export function eraseQueueName(queueName: string): string {
+  return `${queueName}-erase`;
 }
 
 /**
@@ -276,10 +290,11 @@ export function keyFamily(key: string, opts: { queueName?: string } = {}): KeyFa
     if (family) return family;
     if (rest.startsWith(`${queue}:`)) return 'queue';
     if (shard === '' && rest.startsWith(`${rollupQueueName(queue)}:`)) return 'rollup-queue';
+    if (shard === '' && rest.startsWith(`${eraseQueueName(queue)}:`)) return 'erase-queue';
     return undefined;
   }
   const bull = parseQueueKey(key, LEGACY_QUEUE_PREFIX);
   if (!bull || bull.rest === '') return undefined;
-  if (opts.queueName !== undefined) return bull.queue === opts.queueName ? 'queue' : bull.queue === rollupQueueName(opts.queueName) ? 'rollup-queue' : undefined;
-  return bull.queue.endsWith('-rollup') ? 'rollup-queue' : 'queue';
+  if (opts.queueName !== undefined) return bull.queue === opts.queueName ? 'queue' : bull.queue === rollupQueueName(opts.queueName) ? 'rollup-queue' : bull.queue === eraseQueueName(opts.queueName) ? 'erase-queue' : undefined;
+  return bull.queue.endsWith('-rollup') ? 'rollup-queue' : bull.queue.endsWith('-erase') ? 'erase-queue' : 'queue';
 }

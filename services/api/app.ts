@@ -3,7 +3,8 @@ import type { IncomingMessage } from 'node:http';
 import type { Queue } from 'bullmq';
 import type { Registry } from 'prom-client';
 import { ShardSet } from '../../shared/shards.js';
-import { API_ENCODE_MAX_BYTES_DEFAULT, type Env, MAX_INFLIGHT_BYTES_DEFAULT, QUEUE_GROUP_MAX_DEFAULT, type SyncConfig } from '../../shared/config.js';
+import type { ApiSlice } from '../../shared/config-slices.js';
+import { API_ENCODE_MAX_BYTES_DEFAULT, MAX_INFLIGHT_BYTES_DEFAULT, QUEUE_GROUP_MAX_DEFAULT, type SyncConfig } from '../../shared/config.js';
 import { ByteBudget, DRAIN_COLLECT_MIN_PEAK, DrainCollector } from '../../shared/byte-budget.js';
 import { HttpError, StoreError } from '../../shared/errors.js';
 import type { BatchLedger } from '../../shared/ledger/ledger.js';
@@ -12,12 +13,13 @@ import { type RedisClient, isRedisUnavailable, redisAddress } from '../../shared
 import type { ContinueRefusal } from '../../shared/http.js';
 import type { ObjectStore } from '../../shared/store/types.js';
 import { TokenRoles } from './auth.js';
-import { edgeFromEnv, type EdgeEnv } from './edge/from-env.js';
+import { edgeFromEnv } from './edge/from-env.js';
 import { noImplicitConditional } from './edge/conditional.js';
 import { pushLengthCheck } from './edge/expect-continue.js';
 import { createApiMetrics, type ApiMetrics } from './metrics.js';
 import { type EventsPluginOptions, type QueueBinding, createEventsServerPlugin } from './plugin.js';
 import { createAdminRouter } from './admin.js';
+import { createEraseRouter } from './erase.js';
 import { type RouterObserver, createSyncRouter, jsonErrorHandler } from './router.js';
 import { createHealthRouter } from './health-routes.js';
 import { Upkeep } from './upkeep.js';
@@ -25,9 +27,8 @@ import { LoadShedder } from './shedder.js';
 import { EncodeThreadHolder, RETIRE_ABOVE_WASM_BYTES } from '../../shared/parquet/encode-thread-pool.js';
 
 export interface ApiDeps {
-  env: Pick<Env, 'BASE_PATH' | 'QUEUE_HIGH_WATER' | 'REDIS_MEMORY_HIGH_WATER' | 'IDEMPOTENCY_WINDOW_SECONDS' | 'ORPHAN_GRACE_SECONDS' | 'QUEUE_NAME'> &
-    Partial<EdgeEnv> &
-    Partial<Pick<Env, 'BODY_DEDUP_WINDOW_SECONDS' | 'MAX_INFLIGHT_BYTES' | 'APP_PATTERN' | 'QUEUE_GROUP_MAX' | 'API_ENCODE_MAX_BYTES'>>;
+  /** Its slice of the environment (shared/config-slices.ts, `apiSlice`); the rest default to the env's defaults. */
+  env: Pick<ApiSlice, 'BASE_PATH' | 'QUEUE_HIGH_WATER' | 'REDIS_MEMORY_HIGH_WATER' | 'IDEMPOTENCY_WINDOW_SECONDS' | 'ORPHAN_GRACE_SECONDS' | 'QUEUE_NAME'> & Partial<ApiSlice>;
   config: SyncConfig;
   store: ObjectStore;
   /** Producer connection (no offline queue): one Redis or a Cluster. */
@@ -88,7 +89,7 @@ export function createApiApp(deps: ApiDeps): ApiApp {
   });
   const health = createHealthRouter({ basePath: deps.env.BASE_PATH, redis, store, registry, extraMetrics: deps.extraMetrics, maxLagMs: () => upkeep.maxLagMs(), shedReason: () => shedder.shedReason() });
   const admin = createAdminRouter({ queue, ledger, redis, shards, tokens, roleResolver: edge.routerOptions.roleResolver, bestEffort: { logger, counter: metrics.bestEffortFailures } });
-  const app = expressApp({ metrics, logger, redis, basePath: deps.env.BASE_PATH, health, sync: router, admin: [edge.adminAudit, admin] });
+  const app = expressApp({ metrics, logger, redis, basePath: deps.env.BASE_PATH, health, sync: router, admin: [edge.adminAudit, admin, createEraseRouter({ queueName: deps.env.QUEUE_NAME, redis, collections: config.collections, tokens, roleResolver: edge.routerOptions.roleResolver })] });
   const upkeep = new Upkeep({ shards, queue, redis, metrics, logger, graceMs: deps.env.ORPHAN_GRACE_SECONDS * 1000 });
 
   return {

@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import express, { type ErrorRequestHandler, type NextFunction, type Request, type RequestHandler, type Response, type Router } from 'express';
-import { type CollectionConfig, type SyncConfigInput, parseSyncConfig } from '../../shared/config.js';
+import { type CollectionConfig, RATE_LIMIT_PUSH_ON_ERROR_DEFAULT, type SyncConfig, type SyncConfigInput, TRUSTED_PROXY_HOPS_DEFAULT, parseSyncConfig } from '../../shared/config.js';
 import { type EnvelopeCheck, checkEnvelope } from '../../shared/envelope.js';
 import { type PreparedBatch, prepareBatch } from '../../shared/parquet/encode.js';
 import { HttpError, StoreError } from '../../shared/errors.js';
@@ -31,6 +31,7 @@ import { contentRange, decideRange, ifRangeAllows, unsatisfiedRange } from './ra
 import { type EventsServerPlugin, PARQUET_MIME_TYPE, type PushResult, pushResultOf } from './plugin.js';
 import { envelopeRejectReason, pushResponse } from './push/http.js';
 import type { PushOutcome } from './push/outcome.js';
+import { REWRITTEN_ROUTE, rewrittenHandler, rewrittenRoles } from './list/rewritten.js';
 
 /** A push body's check: {@link checkEnvelope}'s, or (for a body the plugin encodes) the scan that prepared it. */
 type BodyCheck = EnvelopeCheck | { ok: true; text?: string; events: number; everyEventHasMessageId: boolean; prepared?: PreparedBatch };
@@ -359,7 +360,9 @@ function pullHandler(plugin: EventsServerPlugin): RequestHandler {
     }
     const etag = `"${obj.sha256}"`;
     res.setHeader('ETag', etag);
-    res.setHeader('Cache-Control', 'private, max-age=31536000, immutable');
+    // Not immutable: an erasure rewrites a batch file in place (issue 36), so a cache must ask
+    // again each time; the ETag (the file's sha256) still makes that a 304 while it is unchanged.
+    res.setHeader('Cache-Control', 'private, no-cache');
     res.setHeader('Accept-Ranges', 'bytes');
     // If-None-Match by weak comparison (RFC 9110 §13.1.2). Not Express' req.fresh: it answers
     // "stale" whenever the request says Cache-Control: no-cache, which fetch() adds by itself
@@ -409,93 +412,126 @@ export function createSyncRouter(opts: SyncRouterOptions): Router {
   const config = parseSyncConfig(opts.config);
   const tokens = opts.auth instanceof TokenRoles ? opts.auth : new TokenRoles(opts.auth ?? new Map());
   const resolver = withCapAuth(opts, config.collections, opts.roleResolver ?? tokenRoleResolver(tokens));
-  const { observer } = opts;
   const router = express.Router({ caseSensitive: true, strict: false });
-  const denied = (status: 401 | 403): void => {
-    observer?.authDenied?.(status);
-    observer?.rejected?.(status === 401 ? 'unauthorized' : 'forbidden');
-  };
-  const deniedRead = (status: 401 | 403): void => observer?.authDenied?.(status);
-
   if (opts.configEndpoint) {
     if (opts.cors) router.use('/config', cors(opts.cors));
     router.get('/config', configHandler(config, opts.configEndpoint, resolver));
     router.all('/config', methodNotAllowed(['GET', 'HEAD']));
   }
+  const mount: MountContext = { router, opts, resolver, noStore: useEdgeMiddleware(router, opts), served: [], ...rateLimits(opts, config) };
+  for (const collection of config.collections) mountCollection(mount, collection, pluginOf(opts, collection));
+  // After every collection's routes, so one collection's path never hides another's method.
+  for (const [path, methods] of mount.served) router.all(path, methodNotAllowed(methods));
+  // A host app's default error page is HTML: the router answers its own errors as JSON.
+  router.use(jsonErrorHandler(opts.log));
+  return router;
+}
 
-  // Edge middleware, only on the sync routes (a host app's own routes are left alone).
+/** What mounting each collection's routes shares. */
+interface MountContext {
+  router: Router;
+  opts: SyncRouterOptions;
+  resolver: RoleResolver;
+  /** `Cache-Control: no-store` on list answers (with security headers on). */
+  noStore: RequestHandler;
+  /** Each route path and the methods it serves: any other method gets 405 + Allow. */
+  served: [string, string[]][];
+  counters: Map<string, ReturnType<typeof resolveCounters>>;
+  limiter: RateLimiter | null;
+}
+
+const passThrough = (_req: Request, _res: Response, next: NextFunction): void => next();
+
+/**
+ * The edge middleware, on the sync routes only (a host app's own routes are left alone):
+ * conditional requests, CORS, security headers, the request timeout. Returns the list routes'
+ * `no-store` middleware.
+ */
+function useEdgeMiddleware(router: Router, opts: SyncRouterOptions): RequestHandler {
   const syncPaths = ['/push', '/pull', '/list'];
   // Conditional requests are answered by pull alone, never by Express (edge/conditional.ts).
   router.use(syncPaths, noImplicitConditional);
   if (opts.cors) router.use(syncPaths, cors(opts.cors));
   const secure = opts.securityHeaders ?? true;
   if (secure) router.use(syncPaths, securityHeaders(secure));
-  if (opts.requestTimeoutMs && opts.requestTimeoutMs > 0) router.use(syncPaths, requestTimeout(opts.requestTimeoutMs, () => observer?.timedOut?.()));
-  const noStore = (_req: Request, res: Response, next: NextFunction): void => {
+  if (opts.requestTimeoutMs && opts.requestTimeoutMs > 0) router.use(syncPaths, requestTimeout(opts.requestTimeoutMs, () => opts.observer?.timedOut?.()));
+  return (_req, res, next) => {
     if (secure) res.setHeader('Cache-Control', 'no-store');
     next();
   };
+}
 
+/** Each collection's rate-limit counters, and the limiter (null when no collection is limited). */
+function rateLimits(opts: SyncRouterOptions, config: SyncConfig): Pick<MountContext, 'counters' | 'limiter'> {
+  const { observer } = opts;
   const counters = new Map(config.collections.map((c) => [c.name, resolveCounters(c, config.rateLimit)]));
   const limited = config.collections.some((c) => c.rateLimit?.appEvents) || [...counters.values()].some((a) => a.push.length + a.pull.length + a.list.length > 0);
+  if (!limited) return { counters, limiter: null };
   const store = opts.rateLimitStore;
-  const limiter = limited
-    ? new RateLimiter({
-        store: store === undefined ? new MemoryCounterStore() : 'hit' in store ? store : new RedisCounterStore(store),
-        keyPrefix: opts.rateLimitKeyPrefix ?? rateLimitKeyPrefix(),
-        trustedProxyHops: opts.trustedProxyHops ?? 0,
-        pushOnError: opts.rateLimitPushOnError ?? 'open',
-        observer: { limited: observer?.rateLimited, storeFailed: observer?.rateLimitStoreFailed, checkSeconds: observer?.rateLimitCheckSeconds },
-      })
-    : null;
-  const passThrough = (_req: Request, _res: Response, next: NextFunction): void => next();
-  /** Each route path and the methods it serves: any other method gets 405 + Allow. */
-  const served: [string, string[]][] = [];
-  const auditing = (action: 'push' | 'list' | 'pull', collection: string) =>
-    opts.auditLogger && (action !== 'push' || opts.auditPush) ? audit(action, collection, opts.auditLogger) : passThrough;
+  const limiter = new RateLimiter({
+    store: store === undefined ? new MemoryCounterStore() : 'hit' in store ? store : new RedisCounterStore(store),
+    keyPrefix: opts.rateLimitKeyPrefix ?? rateLimitKeyPrefix(),
+    trustedProxyHops: opts.trustedProxyHops ?? TRUSTED_PROXY_HOPS_DEFAULT,
+    pushOnError: opts.rateLimitPushOnError ?? RATE_LIMIT_PUSH_ON_ERROR_DEFAULT,
+    observer: { limited: observer?.rateLimited, storeFailed: observer?.rateLimitStoreFailed, checkSeconds: observer?.rateLimitCheckSeconds },
+  });
+  return { counters, limiter };
+}
 
-  for (const collection of config.collections) {
-    const plugin = opts.plugins.find((p) => p.collection === collection.name);
-    if (!plugin) throw new Error(`collection "${collection.name}" has no events plugin; pass createEventsServerPlugin({ collection: "${collection.name}", ... })`);
-    if (plugin.template.source !== collection.storagePath) {
-      throw new Error(`collection "${collection.name}": plugin storagePath "${plugin.template.source}" differs from the config's "${collection.storagePath}"`);
-    }
-    const t = plugin.template;
-    const full = routePattern(t.segments);
-    const prefixRoute = routePattern(t.segments.slice(0, -1));
-    const rules = counters.get(collection.name) ?? { push: [], pull: [], list: [] };
-    const limit = (action: RateAction) => (limiter && rules[action].length > 0 ? limiter.middleware(collection.name, rules[action]) : passThrough);
-    served.push([`/push/${full}`, ['POST']], [`/pull/${full}`, ['GET', 'HEAD']]);
-    if (collection.listable) served.push([`/list/${prefixRoute}`, ['GET', 'HEAD']]);
-
-    router.post(`/push/${full}`, auditing('push', collection.name), authenticate(collection.writeRoles, resolver), limit('push'), authorize(denied), pushHandler({ opts, plugin, collection, limiter }));
-
-    if (collection.listable) {
-      router.get(
-        `/list/${prefixRoute}`,
-        auditing('list', collection.name),
-        noStore,
-        authenticate(collection.readRoles, resolver),
-        limit('list'),
-        authorize(deniedRead),
-        async (req, res) => {
-          const params = paramsOf(req, t.prefixParams);
-          const limit = parseLimit(req.query.limit);
-          const after = parseAfter(req.query.after);
-          const result = await plugin.list(params, after, limit);
-          // After the listing (shared/rollup/retention.ts): a cursor older than what retention deleted gets 410.
-          const deletedThrough = await checkListCursor(plugin.store, listPrefix(t, params), after);
-          if (deletedThrough !== null) res.setHeader(RAW_DELETED_HEADER, deletedThrough);
-          res.status(200).json(result);
-        },
-      );
-    }
-
-    router.get(`/pull/${full}`, auditing('pull', collection.name), authenticate(collection.readRoles, resolver), limit('pull'), authorize(deniedRead), pullHandler(plugin));
+/** The events plugin of `collection`; throws when there is none or its storagePath differs from the config's. */
+function pluginOf(opts: SyncRouterOptions, collection: CollectionConfig): EventsServerPlugin {
+  const plugin = opts.plugins.find((p) => p.collection === collection.name);
+  if (!plugin) throw new Error(`collection "${collection.name}" has no events plugin; pass createEventsServerPlugin({ collection: "${collection.name}", ... })`);
+  if (plugin.template.source !== collection.storagePath) {
+    throw new Error(`collection "${collection.name}": plugin storagePath "${plugin.template.source}" differs from the config's "${collection.storagePath}"`);
   }
-  // After every collection's routes, so one collection's path never hides another's method.
-  for (const [path, methods] of served) router.all(path, methodNotAllowed(methods));
-  // A host app's default error page is HTML: the router answers its own errors as JSON.
-  router.use(jsonErrorHandler(opts.log));
-  return router;
+  return plugin;
+}
+
+/** One collection's push, list (when listable), rewritten listing and pull routes. */
+function mountCollection(m: MountContext, collection: CollectionConfig, plugin: EventsServerPlugin): void {
+  const { router, opts, resolver, noStore, limiter } = m;
+  const observer = opts.observer;
+  const denied = (status: 401 | 403): void => {
+    observer?.authDenied?.(status);
+    observer?.rejected?.(status === 401 ? 'unauthorized' : 'forbidden');
+  };
+  const deniedRead = (status: 401 | 403): void => observer?.authDenied?.(status);
+  const auditing = (action: 'push' | 'list' | 'pull'): RequestHandler =>
+    opts.auditLogger && (action !== 'push' || opts.auditPush) ? audit(action, collection.name, opts.auditLogger) : passThrough;
+  const rules = m.counters.get(collection.name) ?? { push: [], pull: [], list: [] };
+  const limit = (action: RateAction): RequestHandler => (limiter && rules[action].length > 0 ? limiter.middleware(collection.name, rules[action]) : passThrough);
+  const t = plugin.template;
+  const full = routePattern(t.segments);
+  const prefixRoute = routePattern(t.segments.slice(0, -1));
+  m.served.push([`/push/${full}`, ['POST']], [`/pull/${full}`, ['GET', 'HEAD']]);
+  if (collection.listable) m.served.push([`/list/${prefixRoute}`, ['GET', 'HEAD']]);
+
+  router.post(`/push/${full}`, auditing('push'), authenticate(collection.writeRoles, resolver), limit('push'), authorize(denied), pushHandler({ opts, plugin, collection, limiter }));
+  if (collection.listable) {
+    router.get(`/list/${prefixRoute}`, auditing('list'), noStore, authenticate(collection.readRoles, resolver), limit('list'), authorize(deniedRead), listHandler(plugin));
+  }
+  // The rewritten listing (issue 36) names one app: only for a storagePath with one list parameter.
+  const appParam = collection.listable && t.prefixParams.length === 1 ? t.prefixParams[0] : undefined;
+  if (appParam !== undefined) {
+    const path = `/list/${prefixRoute}/${REWRITTEN_ROUTE}`;
+    m.served.push([path, ['GET', 'HEAD']]);
+    router.get(path, auditing('list'), noStore, authenticate(rewrittenRoles(collection.readRoles), resolver), limit('list'), authorize(deniedRead), rewrittenHandler(plugin.store, collection.name, appParam));
+  }
+  router.get(`/pull/${full}`, auditing('pull'), authenticate(collection.readRoles, resolver), limit('pull'), authorize(deniedRead), pullHandler(plugin));
+}
+
+/** `GET /list/<prefix>` of one collection: a page of batch refs after `?after=`. */
+function listHandler(plugin: EventsServerPlugin): RequestHandler {
+  const t = plugin.template;
+  return async function list(req: Request, res: Response): Promise<void> {
+    const params = paramsOf(req, t.prefixParams);
+    const limit = parseLimit(req.query.limit);
+    const after = parseAfter(req.query.after);
+    const result = await plugin.list(params, after, limit);
+    // After the listing (shared/rollup/retention.ts): a cursor older than what retention deleted gets 410.
+    const deletedThrough = await checkListCursor(plugin.store, listPrefix(t, params), after);
+    if (deletedThrough !== null) res.setHeader(RAW_DELETED_HEADER, deletedThrough);
+    res.status(200).json(result);
+  };
 }

@@ -1,15 +1,17 @@
 /**
  * `npm run start:rollup`: one rollup process (planner + worker; run any number against the same
  * Redis and store). Its metrics are on METRICS_PORT. `npm run start:rollup -- --replay-failed`
- * moves dead-lettered rollup jobs back to the queue and exits.
+ * moves dead-lettered rollup and erasure jobs back to their queues and exits.
  */
 import { resolve } from 'node:path';
 import { Queue } from 'bullmq';
 import { ConfigError, parseEnv } from '../../shared/config.js';
+import { processSlice, redisSlice, rollupSlice, storeSlice } from '../../shared/config-slices.js';
 import { healthServer } from '../../shared/health-server.js';
 import { type Component, Lifecycle, runUntilSignal } from '../../shared/lifecycle.js';
 import { type RedisTarget, closeRedis, createRedisClient, redisTarget, waitReady } from '../../shared/redis.js';
 import { rollupQueueName, rollupQueuePrefix } from './queue.js';
+import { eraseQueueName } from './erasure/queue.js';
 import { exitOnStartupError } from '../../shared/runtime.js';
 import { recordedShardCount } from '../../shared/shards.js';
 import { withTimeout } from '../../shared/timeout.js';
@@ -22,15 +24,22 @@ async function replayFailed(target: RedisTarget, queueName: string): Promise<num
   const redis = createRedisClient(target, 'worker');
   const queue = new Queue(rollupQueueName(queueName), { connection: redis, prefix: rollupQueuePrefix(queueName, target.kind === 'cluster') });
   queue.on('error', () => undefined);
+  const erase = new Queue(eraseQueueName(queueName), { connection: redis, prefix: rollupQueuePrefix(queueName, target.kind === 'cluster') });
+  erase.on('error', () => undefined);
   try {
     await waitReady(redis, 15_000);
     const failed = await queue.getFailed(0, MAX_REPLAY - 1);
     for (const job of failed) await job.retry('failed');
     process.stdout.write(`${failed.length} rollup job(s) back in queue ${rollupQueueName(queueName)}\n`);
+    // Dead-lettered erasures too (their ids are still in their data: services/rollup/erasure/).
+    const erasures = await erase.getFailed(0, MAX_REPLAY - 1);
+    for (const job of erasures) await job.retry('failed');
+    process.stdout.write(`${erasures.length} erasure job(s) back in queue ${eraseQueueName(queueName)}\n`);
     return 0;
   } finally {
     // A one-shot command's clean-up: its outcome was printed; a failed close changes nothing.
     await queue.close().catch(() => undefined);
+    await erase.close().catch(() => undefined);
     await closeRedis(redis, 1000);
   }
 }
@@ -46,7 +55,7 @@ function shardCountCheck(ctx: StackContext): Component {
   return {
     name: 'shard count check',
     async start() {
-      const { env } = ctx;
+      const env = redisSlice(ctx.env);
       const redis = createRedisClient(ctx.target, 'worker');
       try {
         const recorded = await withTimeout(
@@ -71,17 +80,20 @@ function shardCountCheck(ctx: StackContext): Component {
 
 try {
   const env = parseEnv();
+  const redis = redisSlice(env);
   if (process.argv.includes('--replay-failed')) {
-    process.exit(await replayFailed(redisTarget(env), env.QUEUE_NAME));
+    process.exit(await replayFailed(redisTarget(redis), redis.QUEUE_NAME));
   }
-  if (env.ROLLUP === 'off') throw new ConfigError('environment variable ROLLUP: is "off"; start:rollup has nothing to do');
-  if (env.STORE === 'memory') throw new ConfigError('environment variable STORE: rollups need STORE=fs or STORE=s3 (a memory store lives in one process)');
+  const store = storeSlice(env);
+  if (rollupSlice(env).ROLLUP === 'off') throw new ConfigError('environment variable ROLLUP: is "off"; start:rollup has nothing to do');
+  if (store.STORE === 'memory') throw new ConfigError('environment variable STORE: rollups need STORE=fs or STORE=s3 (a memory store lives in one process)');
   const ctx = new StackContext(env, { name: 'rollup' });
   const rollup = rollupService(ctx, { required: true });
   // Listed before the service, so /healthz still answers while its jobs finish.
-  const health = healthServer({ registry: ctx.registry, port: env.METRICS_PORT, host: env.HOST, healthy: () => rollup.service?.worker.isRunning() ?? false });
+  const { METRICS_PORT, HOST } = processSlice(env);
+  const health = healthServer({ registry: ctx.registry, port: METRICS_PORT, host: HOST, healthy: () => rollup.service?.worker.isRunning() ?? false });
   await runUntilSignal(new Lifecycle([shardCountCheck(ctx), health, rollup], { logger: ctx.logger }), { logger: ctx.logger, graceMs: SHUTDOWN_GRACE_MS });
-  ctx.logger.info({ metrics: `${health.server?.url ?? ''}/metrics`, dataDir: env.STORE === 'fs' ? resolve(env.DATA_DIR) : undefined }, 'rollup process started');
+  ctx.logger.info({ metrics: `${health.server?.url ?? ''}/metrics`, dataDir: store.STORE === 'fs' ? resolve(store.DATA_DIR) : undefined }, 'rollup process started');
 } catch (err) {
   exitOnStartupError(err);
 }

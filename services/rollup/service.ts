@@ -8,7 +8,8 @@ import { withTimeout } from '../../shared/timeout.js';
 import { bestEffort } from '../../shared/best-effort.js';
 import { Queue, type Worker } from 'bullmq';
 import type { Registry } from 'prom-client';
-import type { Env, SyncConfig } from '../../shared/config.js';
+import type { SyncConfig } from '../../shared/config.js';
+import type { RollupSlice } from '../../shared/config-slices.js';
 import { BatchLedger } from '../../shared/ledger/ledger.js';
 import type { Logger } from '../../shared/logger.js';
 import { parseStoragePath } from '../../shared/paths.js';
@@ -26,11 +27,15 @@ import { type CollectionTemplate, RollupPlanner, planIntervalMs } from './planne
 import { IcebergCommitter } from './iceberg-committer.js';
 import { retainPrefix } from './retention.js';
 import { startRollWorker } from './roll-job.js';
+import { startEraseWorker } from './erasure/job.js';
+import { createEraseMetrics } from './erasure/metrics.js';
+import { eraseQueueName } from './erasure/queue.js';
 
 export { discoveryIntervalMs, planIntervalMs } from './planner.js';
 
 export interface RollupServiceOptions {
-  env: Env;
+  /** Its resolved slice of the environment (shared/config-slices.ts, `rollupSlice`). */
+  env: RollupSlice;
   config: SyncConfig;
   store: ObjectStore;
   /** One Redis or a Cluster (REDIS_URL / REDIS_CLUSTER_NODES); QUEUE_SHARDS comes from `env`. */
@@ -44,6 +49,8 @@ export interface RollupServiceOptions {
 export interface RollupService {
   queue: Queue;
   worker: Worker;
+  /** Runs erasure jobs (queue `<QUEUE_NAME>-erase`, ./erasure/). */
+  eraseWorker: Worker;
   metrics: RollupMetrics;
   /** The Iceberg committer (ICEBERG=on), else null. */
   iceberg: IcebergCommitter | null;
@@ -72,7 +79,7 @@ export async function startRollupService(o: RollupServiceOptions): Promise<Rollu
 
   const ns = env.QUEUE_NAME;
   const cluster = o.redis.kind === 'cluster';
-  const conns = { queue: createRedisClient(o.redis, 'worker'), worker: createRedisClient(o.redis, 'worker'), cmd: createRedisClient(o.redis, 'worker') };
+  const conns = { queue: createRedisClient(o.redis, 'worker'), worker: createRedisClient(o.redis, 'worker'), cmd: createRedisClient(o.redis, 'worker'), erase: createRedisClient(o.redis, 'worker') };
   const ledgers = shardLayouts(ns, env.QUEUE_SHARDS, cluster).map((l) => new BatchLedger(conns.cmd, l.namespace, { shard: { index: l.index, count: l.count } }));
   const deps: RollupDeps = { env, store, duck: db.duck, rootUrl, cmd: conns.cmd, ledgers, metrics, logger };
   const queuePrefix = rollupQueuePrefix(ns, cluster);
@@ -91,6 +98,12 @@ export async function startRollupService(o: RollupServiceOptions): Promise<Rollu
     // failing that, the planner's next pass plans it.
     onRolled: (prefix) => void bestEffort('plan_after_roll', planner.planOne(prefix), { logger, counter: metrics.bestEffortFailures }),
   });
+  // Its own DuckDB connection: an erasure runs beside roll jobs of other prefixes.
+  const eraseDuck = await db.instance.connect();
+  const eraseWorker = startEraseWorker(
+    { ...deps, duck: eraseDuck, eraseMetrics: createEraseMetrics(o.registry), tableOf: (prefix) => iceberg?.tableOf(prefix) ?? null, hashKey: env.ERASURE_HASH_KEY },
+    { queueName: eraseQueueName(ns), prefix: queuePrefix, connection: conns.erase },
+  );
   const loop = startPlanLoop(planner, logger, planIntervalMs(env.ROLLUP_PERIOD_SECONDS));
   iceberg?.start();
   logger.info({ queue: rollupQueueName(ns), queuePrefix, shards: ledgers.length, periodSeconds: env.ROLLUP_PERIOD_SECONDS, delaySeconds: env.ROLLUP_DELAY_SECONDS, store: store.describe(), iceberg: env.ICEBERG === 'on' ? `every ${env.ICEBERG_COMMIT_SECONDS} s` : 'off' }, 'rollup service started');
@@ -99,11 +112,12 @@ export async function startRollupService(o: RollupServiceOptions): Promise<Rollu
   return {
     queue,
     worker,
+    eraseWorker,
     metrics,
     iceberg,
     planOnce: loop.planOnce,
     close(graceMs = 15_000) {
-      closing ??= closeRollup({ loop, iceberg, worker, queue, conns: [conns.queue, conns.worker, conns.cmd], db }, graceMs);
+      closing ??= closeRollup({ loop, iceberg, worker, eraseWorker, queue, conns: [conns.queue, conns.worker, conns.erase, conns.cmd], db, eraseDuck }, graceMs);
       return closing;
     },
   };
@@ -165,7 +179,7 @@ function startPlanLoop(planner: RollupPlanner, logger: Logger, intervalMs: numbe
 }
 
 /** Stops the loop, lets the running job finish (forced after `graceMs`), then closes the queue, Redis and DuckDB. */
-async function closeRollup(p: { loop: PlanLoop; iceberg: IcebergCommitter | null; worker: Worker; queue: Queue; conns: RedisClient[]; db: DuckDb }, graceMs: number): Promise<void> {
+async function closeRollup(p: { loop: PlanLoop; iceberg: IcebergCommitter | null; worker: Worker; eraseWorker: Worker; queue: Queue; conns: RedisClient[]; db: DuckDb; eraseDuck: DuckDBConnection }, graceMs: number): Promise<void> {
   const planning = p.loop.stop();
   // Every wait is bounded: with Redis unreachable a pass, a QUIT or a close never finishes
   // (the connections queue commands while offline), and shutdown must not wait on them, nor
@@ -178,8 +192,12 @@ async function closeRollup(p: { loop: PlanLoop; iceberg: IcebergCommitter | null
     () => false,
   );
   if (!closed) await bounded(p.worker.close(true), Math.min(1000, graceMs), 'rollup worker force close');
+  // An erasure is resumable: one still running is forced closed after the grace and retried by the next process.
+  await bounded(p.eraseWorker.close(), graceMs, 'erasure worker close');
+  await bounded(p.eraseWorker.close(true), Math.min(1000, graceMs), 'erasure worker force close');
   await bounded(p.queue.close(), Math.min(5000, graceMs), 'rollup queue close');
   for (const c of p.conns) await closeRedis(c, 1000);
+  p.eraseDuck.closeSync();
   p.db.duck.closeSync();
   p.db.instance.closeSync();
 }

@@ -56,9 +56,9 @@ export function rollupFileKey(listPrefix: string, startMs: number, firstId: stri
   return `${partitionPrefix(listPrefix, startMs)}${firstId}_${lastId}.parquet`;
 }
 
-/** The first batch id of a rollup file key, or null when the key is not a rollup file name. */
+/** The first batch id of a rollup file key, or null when the key is not a rollup file name. An erasure's rewrite adds `~<hex>` before `.parquet`. */
 export function rollupFileFirstId(key: string): string | null {
-  const m = /\/(\d{13}-\d{4}-[0-9a-f]{6})_(\d{13}-\d{4}-[0-9a-f]{6})\.parquet$/.exec(key);
+  const m = /\/(\d{13}-\d{4}-[0-9a-f]{6})_(\d{13}-\d{4}-[0-9a-f]{6})(?:~[0-9a-f]{8})?\.parquet$/.exec(key);
   return m ? (m[1] as string) : null;
 }
 

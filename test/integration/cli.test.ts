@@ -81,7 +81,8 @@ class Proxy {
 
   private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
     const path = req.url ?? '/';
-    if (path.startsWith('/list/')) {
+    // The batch list only: sync's erasure listing (`/list/…/rewritten`) goes through untouched.
+    if (path.startsWith('/list/') && !path.includes('/rewritten')) {
       this.listCalls.push(Date.now());
       if (this.failLists > 0) {
         this.failLists--;

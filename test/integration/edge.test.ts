@@ -205,7 +205,7 @@ describe('edge: the service (CORS_ORIGINS, security headers, REQUEST_TIMEOUT_MS,
       return r.headers.etag ? r : null;
     }, 20_000, 'the batch file');
     expect(pulled.headers['access-control-allow-origin']).toBe(ORIGIN);
-    expect(pulled.headers['cache-control']).toMatch(/immutable/);
+    expect(pulled.headers['cache-control']).toBe('private, no-cache');
     const list = await request(app).get('/list/events/web').set(auth);
     expect(list.headers['cache-control']).toBe('no-store');
     expect(list.headers['x-content-type-options']).toBe('nosniff');

@@ -194,6 +194,11 @@ describe('keyspace: every key the stack writes is named by shared/keyspace.ts', 
     for (const app of apps) {
       await waitFor(async () => ((await readManifest(s.store, `events/${app}/`))?.watermarkMs ?? 0) >= endOf(app), Math.max(1000, deadline - Date.now()), `rollup of ${app}`);
     }
+    // An erasure (its job on the erase queue, the prefix lock), run to completion.
+    const erase = await fetch(`${s.url}/admin/erase/events/${apps[0] as string}`, { method: 'POST', headers: { Authorization: `Bearer ${ADMIN_TOKEN}`, 'Content-Type': 'application/json' }, body: '{"distinct_ids":["nobody"]}' });
+    expect(erase.status).toBe(202);
+    const eraseId = ((await erase.json()) as { id: string }).id;
+    await waitFor(async () => ((await (await fetch(`${s.url}/admin/erase/${eraseId}`, { headers: { Authorization: `Bearer ${ADMIN_TOKEN}` } })).json()) as { state: string }).state === 'completed', 60_000, 'the erasure');
     // Nothing left in flight, then one last look at the whole db.
     await waitFor(async () => {
       for (const l of shardLayouts(queueName, SHARDS, false)) if ((await redis.scard(ledgerKeys.prefixes(l.namespace))) > 0) return false;

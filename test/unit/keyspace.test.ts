@@ -19,6 +19,7 @@ import {
   rollupDirtyKey,
   rollupLockKey,
   rollupQueueName,
+  eraseQueueName,
   rollupQueuePrefix,
   shardMarkerKey,
 } from '../../shared/keyspace.js';
@@ -49,6 +50,8 @@ function samples(q: string, ns: string, qp: string): [KeyFamilyName, string][] {
     ['queue', queueKey(qp, q, `g-${ID}`)],
     ['rollup-queue', queueKey(rollupQueuePrefix(q, false), rollupQueueName(q), 'completed')],
     ['rollup-queue', queueKey(rollupQueuePrefix(q, true), rollupQueueName(q), 'roll|events/app/|1782932400000')],
+    ['erase-queue', queueKey(rollupQueuePrefix(q, false), eraseQueueName(q), 'completed')],
+    ['erase-queue', queueKey(rollupQueuePrefix(q, true), eraseQueueName(q), 'er-1782932400000-0123456789abcdef')],
     ['rate-limit', rateLimitKey(rateLimitKeyPrefix(q), 'events', 'push', 's', HEX24)],
     ['rate-limit', rateLimitKey(rateLimitKeyPrefix(q), 'my.coll~1', 'list', 'p', HEX24)],
     ['app-budget', appBudgetKey(rateLimitKeyPrefix(q), 'events', HEX24)],

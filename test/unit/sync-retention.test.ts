@@ -26,6 +26,11 @@ async function server(mark: () => number): Promise<{ url: string; lists: string[
   const lists: string[] = [];
   const srv = http.createServer((req, res) => {
     const url = new URL(req.url ?? '/', 'http://x');
+    // Sync's erasure listing, empty here (before mark(): it does not count as a list call).
+    if (url.pathname === '/list/events/app/rewritten') {
+      res.writeHead(200, { 'Content-Type': 'application/json' }).end(JSON.stringify({ items: [], next: null, hasMore: false }));
+      return;
+    }
     const m = mark();
     const headers: Record<string, string> = m > 0 ? { [RAW_DELETED_HEADER]: id(m) } : {};
     if (url.pathname === '/list/events/app') {
