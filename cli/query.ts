@@ -3,7 +3,7 @@
  * folder filled by `sync` or the store the server writes to (configured like the server); with
  * neither, the SQL runs as given (it names its files itself, like the README's queries).
  */
-import { existsSync, mkdirSync, readdirSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { type CollectionConfig, type Env, loadSyncConfig } from '../shared/config.js';
@@ -287,8 +287,34 @@ export async function runQuery(sql: string, source: QuerySource, opts: RunQueryO
   const connection = await instance.connect();
   let release = async (): Promise<void> => undefined;
   let s3: S3ObjectStore | undefined;
+  let tableCopyDir: string | undefined;
   try {
     let effective = source;
+    if (source.kind === 'table' && source.env.STORE === 's3') {
+      // As `--store`: DuckDB's httpfs when it loads; else a temporary copy of just the snapshot's files, fetched with the server's S3 client.
+      const problem = await httpfsProblem(connection);
+      if (problem !== null) {
+        tableCopyDir = mkdtempSync(path.join(os.tmpdir(), 'events-ingest-table-'));
+        const dir = tableCopyDir;
+        const setup = await (await import('./table.js')).tableViewStatements(source, {
+          dir,
+          onCopied: (files, bytes, ms) =>
+            opts.notice?.(
+              `events-ingest: DuckDB's httpfs extension is not available (${problem}), so query --table read the snapshot's ${files} data files (${formatBytes(bytes)}) ` +
+                `through a temporary local copy fetched with the server's S3 client in ${(ms / 1000).toFixed(1)} s (removed after the query)`,
+            ),
+        });
+        // The view is defined: nothing more to set up below.
+        effective = { kind: 'none' };
+        for (const [i, statement] of setup.entries()) {
+          try {
+            await connection.run(statement);
+          } catch (err) {
+            throw new CliError(`DuckDB failed ${statement.startsWith('CREATE VIEW') ? 'defining the events view' : `setup statement ${i + 1}`}: ${messageOf(err)}`);
+          }
+        }
+      }
+    }
     if (source.kind === 'store' && source.env.STORE === 's3') {
       const store = storeFromEnv(source.env);
       if (store instanceof S3ObjectStore) s3 = store;
@@ -324,6 +350,7 @@ export async function runQuery(sql: string, source: QuerySource, opts: RunQueryO
     instance.closeSync();
     s3?.destroy();
     await release();
+    if (tableCopyDir) rmSync(tableCopyDir, { recursive: true, force: true });
   }
 }
 

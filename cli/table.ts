@@ -11,6 +11,9 @@ import { rollupFileFirstId } from '../shared/rollup/layout.js';
 import { storeRootUrl } from '../shared/duckdb.js';
 import { VIEW_COLUMNS } from '../shared/rollup/view.js';
 import { storeFromEnv } from '../shared/store/from-env.js';
+import { FilesystemObjectStore } from '../shared/store/filesystem/index.js';
+import { DEFAULT_COPY_CONCURRENCY, fetchObject } from '../shared/rollup/view-copy.js';
+import path from 'node:path';
 import { S3ObjectStore } from '../shared/store/s3/index.js';
 import type { ObjectStore } from '../shared/store/types.js';
 import { CliError, EXIT, messageOf } from './errors.js';
@@ -65,15 +68,55 @@ export function pickSnapshot(meta: TableMetadata, asOf: string | undefined): Sna
   return s;
 }
 
-/** The statements that define `events` over the snapshot `t.asOf` names: its batch files and rollup files, with an `app` column. */
-export async function tableViewStatements(t: TableTarget): Promise<string[]> {
+/**
+ * Where the view reads the snapshot's files when DuckDB cannot open the store (S3 without httpfs):
+ * `dir`, a fresh folder the files are fetched into with the store's own client (the caller removes it).
+ */
+export interface TableLocalCopy {
+  dir: string;
+  /** Told once the files are fetched: how many and how many bytes (never contents). */
+  onCopied?: (files: number, bytes: number, ms: number) => void;
+}
+
+/** Fetches `keys` of `store` into `dir` (same keys as paths), a few at a time; returns the bytes fetched. */
+async function copyKeys(store: ObjectStore, keys: readonly string[], dir: string): Promise<number> {
+  let next = 0;
+  let bytes = 0;
+  let failure: CliError | undefined;
+  const worker = async (): Promise<void> => {
+    for (let i = next++; i < keys.length && !failure; i = next++) {
+      const key = keys[i] as string;
+      try {
+        bytes += await fetchObject(store, key, path.join(dir, ...key.split('/')));
+      } catch (err) {
+        // A snapshot's file can go once the snapshot expires (ICEBERG_SNAPSHOT_RETENTION_SECONDS after the next one).
+        failure ??= new CliError(`copying the snapshot's files from ${store.describe()} failed at ${key}: ${messageOf(err)}`);
+      }
+    }
+  };
+  // Every worker has stopped before this returns or throws: the caller removes the folder after.
+  await Promise.all(Array.from({ length: Math.min(DEFAULT_COPY_CONCURRENCY, keys.length) }, worker));
+  if (failure) throw failure;
+  return bytes;
+}
+
+/**
+ * The statements that define `events` over the snapshot `t.asOf` names: its batch files and rollup
+ * files, with an `app` column; read in the store, or in `local` (a copy of just those files).
+ */
+export async function tableViewStatements(t: TableTarget, local?: TableLocalCopy): Promise<string[]> {
   const { store, table } = openTable(t);
   try {
     const loaded = await table.load();
     if (!loaded) throw new CliError(`no Iceberg table for app ${JSON.stringify(t.app)} in ${store.describe()} (is ICEBERG=on on the rollup service, and has it committed yet?)`);
     const snap = pickSnapshot(loaded.metadata, t.asOf);
     const keys = await table.dataKeys(snap);
-    const { rootUrl, setup } = storeRootUrl(store);
+    if (local) {
+      const started = Date.now();
+      const bytes = await copyKeys(store, keys, local.dir);
+      local.onCopied?.(keys.length, bytes, Date.now() - started);
+    }
+    const { rootUrl, setup } = storeRootUrl(local ? new FilesystemObjectStore({ root: local.dir }) : store);
     const urls = (ks: string[]): string => `[${ks.map((k) => sqlStringLiteral(rootUrl + k)).join(', ')}]`;
     const rollups = keys.filter((k) => rollupFileFirstId(k) !== null);
     const batches = keys.filter((k) => rollupFileFirstId(k) === null);

@@ -14,7 +14,7 @@
  *    last id is at or below through-batch-id) and whose files in the table differ from the rollup
  *    manifest's: the period's files out, the manifest's in, one snapshot.
  * 3. **delete** (RETENTION_DAYS): files of periods that whole-period retention drops.
- * 4. **expire**: snapshots older than ICEBERG_SNAPSHOT_RETENTION_SECONDS; the data files no
+ * 4. **expire**: snapshots replaced more than ICEBERG_SNAPSHOT_RETENTION_SECONDS ago; the data files no
  *    retained snapshot references are deleted from the store once the rollup side is done with
  *    them (raw retention passed them, or the manifest no longer lists them).
  *

@@ -561,8 +561,9 @@ export class IcebergTable {
   // ---- maintenance ----
 
   /**
-   * Expires snapshots older than `olderThanMs` (the current one and the newest `retainLast` are
-   * always kept; spec "Snapshot Retention Policy"), as a new metadata version. Deletes the
+   * Expires snapshots replaced at or before `olderThanMs` (by the next snapshot's commit; the
+   * current one and the newest `retainLast` are always kept; spec "Snapshot Retention Policy",
+   * with the age counted from the replacement), as a new metadata version. Deletes the
    * manifests and manifest lists only expired snapshots referenced, and returns the data files no
    * retained snapshot references, for the caller to delete from the store.
    */
@@ -575,7 +576,12 @@ export class IcebergTable {
       const bySeq = [...meta.snapshots].sort((a, b) => a['sequence-number'] - b['sequence-number']);
       const keep = new Set<number>(bySeq.slice(-retainLast).map((s) => s['snapshot-id']));
       if (meta['current-snapshot-id'] !== undefined) keep.add(meta['current-snapshot-id']);
-      for (const s of bySeq) if (s['timestamp-ms'] >= olderThanMs) keep.add(s['snapshot-id']);
+      // A snapshot's age counts from when the next one replaced it (not from its own commit): a reader
+      // that loaded the current snapshot, however old, has the whole retention once a commit supersedes it.
+      bySeq.forEach((s, i) => {
+        const replacedAt = bySeq[i + 1]?.['timestamp-ms'];
+        if (replacedAt === undefined || replacedAt > olderThanMs) keep.add(s['snapshot-id']);
+      });
       const expired = bySeq.filter((s) => !keep.has(s['snapshot-id']));
       if (expired.length === 0) return { expiredSnapshotIds: [], unreferencedDataKeys: [], deletedMetadataFiles: 0, version: base.version };
       const retained = bySeq.filter((s) => keep.has(s['snapshot-id']));

@@ -26,7 +26,7 @@ function runSmoke(): Promise<{ code: number | null; stdout: string; stderr: stri
     child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
     child.stderr.on('data', (d: Buffer) => (stderr = (stderr + d.toString()).slice(-20_000)));
     // Bounded: a hung harness is killed rather than holding the suite.
-    const t = setTimeout(() => child.kill('SIGKILL'), 170_000);
+    const t = setTimeout(() => child.kill('SIGKILL'), 270_000);
     child.once('exit', (code) => {
       clearTimeout(t);
       done({ code, stdout, stderr });
@@ -35,7 +35,7 @@ function runSmoke(): Promise<{ code: number | null; stdout: string; stderr: stri
 }
 
 describe('npm run bench -- --smoke', () => {
-  it('writes a results file with a numeric row for every scenario', { timeout: 180_000 }, async () => {
+  it('writes a results file with a numeric row for every scenario', { timeout: 280_000 }, async () => {
     const before = new Set(existsSync(RESULTS) ? readdirSync(RESULTS) : []);
     const { code, stdout, stderr } = await runSmoke();
     expect(code, stderr).toBe(0);
