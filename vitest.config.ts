@@ -40,6 +40,8 @@ export const SYSTEM = [
   'test/integration/iceberg-acceptance.test.ts',
   // Erasure with real processes and two kill -9.
   'test/integration/erasure-kill.test.ts',
+  // Short form of npm run erasure-acceptance (real processes, the CLI, two kill -9, Iceberg, sync).
+  'test/integration/erasure-acceptance.test.ts',
 ];
 
 export default defineConfig({

@@ -88,6 +88,7 @@ export const ROLLUP_KEYS = [
   'RAW_RETENTION_SECONDS',
   'RETENTION_DAYS',
   'ERASURE_HASH_KEY',
+  'ERASURE_TEST_STEP_DELAY_MS',
   ...ICEBERG_KEYS,
 ] as const;
 export type RollupSlice = Pick<Env, (typeof ROLLUP_KEYS)[number]>;

@@ -427,6 +427,8 @@ export const EnvSchema = z
     ICEBERG_TEST_COMMIT_DELAY_MS: z.coerce.number().int().min(0).max(60_000).default(0),
     /** Erasure log (shared/erasure/log.ts): the HMAC-SHA256 key of the id hashes, at least 32 characters; unset: a random key kept in the store at `erasures/_hash-key`. */
     ERASURE_HASH_KEY: z.string().min(32).optional(),
+    /** Test-only (scripts/erasure-acceptance.ts kills the erasing process at a chosen step): each erasure step logs `erasure: test step delay` with its step and waits this long (the iceberg step: after its overwrite, before the expiry). 0 (the default) in production. */
+    ERASURE_TEST_STEP_DELAY_MS: z.coerce.number().int().min(0).max(60_000).default(0),
     LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   })
   .superRefine((e, ctx) => {

@@ -14,7 +14,7 @@ import type { ObjectStore } from '../../shared/store/types.js';
 import type { RollupMetrics } from './metrics.js';
 
 /** The settings the rollup service's parts read (their slice of Env). */
-export type RollupEnv = Pick<Env, 'QUEUE_NAME' | 'QUEUE_SHARDS' | 'ROLLUP_PERIOD_SECONDS' | 'ROLLUP_DELAY_SECONDS' | 'RAW_RETENTION_SECONDS' | 'RETENTION_DAYS' | 'ICEBERG' | 'ICEBERG_COMMIT_SECONDS' | 'ICEBERG_SNAPSHOT_RETENTION_SECONDS' | 'ICEBERG_TEST_COMMIT_DELAY_MS'> & Partial<Pick<Env, 'ERASURE_HASH_KEY'>>;
+export type RollupEnv = Pick<Env, 'QUEUE_NAME' | 'QUEUE_SHARDS' | 'ROLLUP_PERIOD_SECONDS' | 'ROLLUP_DELAY_SECONDS' | 'RAW_RETENTION_SECONDS' | 'RETENTION_DAYS' | 'ICEBERG' | 'ICEBERG_COMMIT_SECONDS' | 'ICEBERG_SNAPSHOT_RETENTION_SECONDS' | 'ICEBERG_TEST_COMMIT_DELAY_MS'> & Partial<Pick<Env, 'ERASURE_HASH_KEY' | 'ERASURE_TEST_STEP_DELAY_MS'>>;
 
 export interface RollupDeps {
   env: RollupEnv;

@@ -101,8 +101,11 @@ export function runCli(args: string[], env: Record<string, string>): Promise<{ c
     const child = spawn(process.execPath, ['bin/events-ingest.mjs', ...args], { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
-    child.stdout.on('data', (b: Buffer) => (stdout += b.toString()));
-    child.stderr.on('data', (b: Buffer) => (stderr += b.toString()));
+    // Decoded as a stream: a multi-byte character split across two chunks stays one character.
+    child.stdout.setEncoding('utf8');
+    child.stderr.setEncoding('utf8');
+    child.stdout.on('data', (b: string) => (stdout += b));
+    child.stderr.on('data', (b: string) => (stderr += b));
     const kill = setTimeout(() => child.kill('SIGKILL'), 90_000);
     child.on('close', (code) => {
       clearTimeout(kill);

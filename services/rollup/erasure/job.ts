@@ -127,6 +127,8 @@ export async function runEraseJob(deps: EraseDeps, job: Job): Promise<EraseProgr
   const at = async (s: EraseProgress['step']): Promise<void> => {
     step = s;
     await report();
+    // The iceberg step's hook runs inside it, after the overwrite (icebergStep).
+    if (s !== 'iceberg') await testStepDelay(deps, String(job.id), s);
   };
 
   await at('scan');
@@ -156,7 +158,7 @@ export async function runEraseJob(deps: EraseDeps, job: Job): Promise<EraseProgr
   deps.eraseMetrics.count(second.files, false);
 
   await at('iceberg');
-  const snapshots = await icebergStep(deps, data.prefix, String(job.id), new Set(files.filter((f) => f.kind === 'batch').map((f) => f.key)));
+  const snapshots = await icebergStep(deps, data.prefix, String(job.id), new Set(files.filter((f) => f.kind === 'batch').map((f) => f.key)), () => testStepDelay(deps, String(job.id), 'iceberg'));
 
   await at('log');
   const key = await erasureHashKey(deps.store, deps.hashKey);
@@ -189,6 +191,18 @@ export async function runEraseJob(deps: EraseDeps, job: Job): Promise<EraseProgr
   return out;
 }
 
+/**
+ * Test-only (ERASURE_TEST_STEP_DELAY_MS, 0 by default: nothing): logs that a step is under way and
+ * waits, so the acceptance harness (scripts/erasure-acceptance.ts) can `kill -9` this process at
+ * that step. The log line names the job and the step, never an id.
+ */
+async function testStepDelay(deps: EraseDeps, jobId: string, step: EraseProgress['step']): Promise<void> {
+  const ms = deps.env.ERASURE_TEST_STEP_DELAY_MS ?? 0;
+  if (ms <= 0) return;
+  deps.logger.info({ jobId, step, ms }, 'erasure: test step delay');
+  await new Promise((r) => setTimeout(r, ms));
+}
+
 /** Waits until every batch id of `prefix` below `requestedAt` is final (written or given up), polling every 500 ms. */
 async function waitForWatermark(deps: EraseDeps, prefix: string, requestedAt: number): Promise<void> {
   const deadline = Date.now() + WATERMARK_WAIT_MS;
@@ -208,7 +222,7 @@ async function waitForWatermark(deps: EraseDeps, prefix: string, requestedAt: nu
  * retry finds the table matching the store and commits nothing, and expiry of a table with one
  * snapshot does nothing.
  */
-async function icebergStep(deps: EraseDeps, prefix: string, owner: string, rewritten: ReadonlySet<string>): Promise<{ overwrite: string[]; expired: string[] }> {
+async function icebergStep(deps: EraseDeps, prefix: string, owner: string, rewritten: ReadonlySet<string>, afterOverwrite: () => Promise<void>): Promise<{ overwrite: string[]; expired: string[] }> {
   const table = deps.env.ICEBERG === 'on' ? (deps.tableOf?.(prefix) ?? null) : null;
   const out = { overwrite: [] as string[], expired: [] as string[] };
   if (!table) return out;
@@ -253,6 +267,7 @@ async function icebergStep(deps: EraseDeps, prefix: string, owner: string, rewri
       out.overwrite.push(String(r.snapshotId));
       deps.logger.info({ prefix, removed: removed.length, added: added.length }, 'erasure: iceberg overwrite committed');
     }
+    await afterOverwrite();
     await assertLocked();
     const exp = await table.expireSnapshots(Date.now() + 1, { retainLast: 1 });
     out.expired.push(...exp.expiredSnapshotIds.map(String));
