@@ -70,6 +70,145 @@ function progressOf(job: Job): EraseProgress | null {
   return typeof p === 'object' && p !== null && typeof p.files_scanned === 'number' ? (p as EraseProgress) : null;
 }
 
+/** The state of one attempt of an erasure job, reported as the job's progress after every change. */
+class EraseRun {
+  counts: EraseCounts;
+  state: EraseProgress['state'] = 'running';
+  step: EraseProgress['step'] = 'scan';
+  /** The batch whose rewritten file is being put (recorded in the rewritten log on resume if a crash hits). */
+  pending: string[];
+  pendingRows: number;
+  readonly files: RewrittenFile[] = [];
+  readonly ids: { distinctIds: string[]; anonymousIds: string[] };
+  readonly t0 = performance.now();
+
+  constructor(
+    readonly deps: EraseDeps,
+    readonly job: Job,
+    readonly data: EraseJob,
+    prior: EraseProgress | null,
+  ) {
+    this.ids = { distinctIds: data.distinctIds, anonymousIds: data.anonymousIds };
+    this.counts = prior ? { filesScanned: prior.files_scanned, filesRewritten: prior.files_rewritten, rowsErased: prior.rows_erased } : { filesScanned: 0, filesRewritten: 0, rowsErased: 0 };
+    this.pending = prior?.pending ?? [];
+    this.pendingRows = prior?.pending_rows ?? 0;
+  }
+
+  get jobId(): string {
+    return String(this.job.id);
+  }
+
+  async report(extra: Partial<EraseProgress> = {}): Promise<void> {
+    const c = this.counts;
+    const pending = this.pending.length > 0 ? { pending: this.pending, pending_rows: this.pendingRows } : {};
+    await this.job.updateProgress({ state: this.state, step: this.step, files_scanned: c.filesScanned, files_rewritten: c.filesRewritten, rows_erased: c.rowsErased, dry_run: this.data.dryRun, ...pending, ...extra } satisfies EraseProgress);
+  }
+
+  /**
+   * A crash between a batch file's put and its rewritten-log record: record it now (a duplicate is
+   * harmless). If the put landed (the file holds none of the rows now), its rows are counted here:
+   * the scan will not find the file again.
+   */
+  async resumePending(): Promise<void> {
+    if (this.pending.length === 0) return;
+    const key = `${this.data.prefix}${this.pending[0] as string}.parquet`;
+    const got = await this.deps.store.getBytes(key);
+    if (got && eraseRowsFromParquet(got.body, this.ids).erased === 0) {
+      this.counts = { ...this.counts, filesRewritten: this.counts.filesRewritten + 1, rowsErased: this.counts.rowsErased + this.pendingRows };
+    }
+    await recordRewritten(this.deps.store, this.data.collection, this.data.app, this.pending);
+    this.setPending([], 0);
+  }
+
+  private setPending(batchIds: string[], rows: number): void {
+    this.pending = batchIds;
+    this.pendingRows = rows;
+  }
+
+  context(): EraseContext {
+    const { deps, data } = this;
+    const mayDelete = deps.mayDelete;
+    return {
+      store: deps.store,
+      duck: deps.duck,
+      rootUrl: deps.rootUrl,
+      withPrefixLock: (fn) => withLock(deps, data.prefix, this.jobId, fn),
+      ...(mayDelete ? { mayDelete: (keys: readonly string[]) => mayDelete(data.prefix, keys) } : {}),
+      // The batch id is in the job's progress while its file is being put, so a crash before the
+      // rewritten log records it is recorded on resume (the retry finds the file already erased).
+      onBatchRewriting: async (batchId, rows) => {
+        this.setPending([batchId], rows);
+        await this.report();
+      },
+      onBatchRewritten: async (batchIds) => {
+        await recordRewritten(deps.store, data.collection, data.app, batchIds);
+        this.setPending([], 0);
+      },
+      onProgress: async (c) => {
+        this.counts = c;
+        await this.report();
+      },
+    };
+  }
+
+  async at(step: EraseProgress['step']): Promise<void> {
+    this.step = step;
+    await this.report();
+    // The iceberg step's hook runs inside it, after the overwrite (icebergStep).
+    if (step !== 'iceberg') await testStepDelay(this.deps, this.jobId, step);
+  }
+
+  /** One scan pass; its files and counts join the run's. */
+  async pass(ctx: EraseContext, opts: { dryRun?: boolean; skip?: Set<string> }): Promise<string[]> {
+    const r = await erasePass(ctx, this.data.prefix, this.ids, { ...opts, counts: this.counts });
+    this.files.push(...r.files);
+    this.counts = r.counts;
+    this.deps.eraseMetrics.count(r.files, opts.dryRun ?? false);
+    return r.scanned;
+  }
+
+  async finishDryRun(): Promise<EraseProgress> {
+    const c = this.counts;
+    const out: EraseProgress = { state: 'completed', step: 'done', files_scanned: c.filesScanned, files_rewritten: c.filesRewritten, rows_erased: c.rowsErased, dry_run: true, files: this.files.slice(0, 1000).map((f) => ({ key: f.key, rows: f.rowsErased })) };
+    await this.job.updateProgress(out);
+    this.deps.logger.info({ erasure: this.data.id, dryRun: true, filesScanned: c.filesScanned, files: c.filesRewritten, rows: c.rowsErased }, 'erasure dry run done');
+    return out;
+  }
+
+  async writeRecord(snapshots: { overwrite: string[]; expired: string[] }): Promise<void> {
+    const { deps, data, counts } = this;
+    const key = await erasureHashKey(deps.store, deps.hashKey);
+    await writeErasureRecord(deps.store, {
+      v: 1,
+      id: data.id,
+      collection: data.collection,
+      app: data.app,
+      requestedBy: data.requestedBy,
+      requestedAt: new Date(data.requestedAt).toISOString(),
+      completedAt: new Date().toISOString(),
+      distinctIdHashes: data.distinctIds.map((i) => hashId(key, i)),
+      anonymousIdHashes: data.anonymousIds.map((i) => hashId(key, i)),
+      filesScanned: counts.filesScanned,
+      filesRewritten: counts.filesRewritten,
+      rowsErased: counts.rowsErased,
+      files: this.files.map((f) => f.key),
+      snapshots,
+    });
+  }
+
+  async complete(snapshots: { overwrite: string[]; expired: string[] }): Promise<EraseProgress> {
+    const c = this.counts;
+    const out: EraseProgress = { state: 'completed', step: 'done', files_scanned: c.filesScanned, files_rewritten: c.filesRewritten, rows_erased: c.rowsErased, dry_run: false, snapshots };
+    await this.job.updateProgress(out);
+    // The ids leave Redis with the job's completion: only the record's hashes remain.
+    await this.job.updateData({ ...this.data, distinctIds: [], anonymousIds: [] });
+    const seconds = (performance.now() - this.t0) / 1000;
+    this.deps.eraseMetrics.duration.observe(seconds);
+    this.deps.logger.info({ erasure: this.data.id, filesScanned: c.filesScanned, files: c.filesRewritten, rows: c.rowsErased, snapshotsExpired: snapshots.expired.length, seconds: Math.round(seconds * 10) / 10 }, 'erasure completed');
+    return out;
+  }
+}
+
 /** Runs one erasure job (see the module comment); returns its final progress. */
 export async function runEraseJob(deps: EraseDeps, job: Job): Promise<EraseProgress> {
   const parsed = EraseJobSchema.safeParse(job.data);
@@ -77,118 +216,29 @@ export async function runEraseJob(deps: EraseDeps, job: Job): Promise<EraseProgr
   const data: EraseJob = parsed.data;
   const prior = progressOf(job);
   if (prior?.state === 'completed') return prior;
-  const ids = { distinctIds: data.distinctIds, anonymousIds: data.anonymousIds };
-  const t0 = performance.now();
-  let counts: EraseCounts = prior ? { filesScanned: prior.files_scanned, filesRewritten: prior.files_rewritten, rowsErased: prior.rows_erased } : { filesScanned: 0, filesRewritten: 0, rowsErased: 0 };
-  let state: EraseProgress['state'] = 'running';
-  let step: EraseProgress['step'] = 'scan';
-  let pending: string[] = prior?.pending ?? [];
-  let pendingRows = prior?.pending_rows ?? 0;
-  const report = async (extra: Partial<EraseProgress> = {}): Promise<void> => {
-    await job.updateProgress({ state, step, files_scanned: counts.filesScanned, files_rewritten: counts.filesRewritten, rows_erased: counts.rowsErased, dry_run: data.dryRun, ...(pending.length > 0 ? { pending, pending_rows: pendingRows } : {}), ...extra } satisfies EraseProgress);
-  };
-  if (pending.length > 0) {
-    // A crash between a batch file's put and its rewritten-log record: record it now (a duplicate is
-    // harmless). If the put landed (the file holds none of the rows now), its rows are counted here:
-    // the scan will not find the file again.
-    const key = `${data.prefix}${pending[0] as string}.parquet`;
-    const got = await deps.store.getBytes(key);
-    if (got && eraseRowsFromParquet(got.body, ids).erased === 0) {
-      counts = { ...counts, filesRewritten: counts.filesRewritten + 1, rowsErased: counts.rowsErased + pendingRows };
-    }
-    await recordRewritten(deps.store, data.collection, data.app, pending);
-    pending = [];
-    pendingRows = 0;
-  }
-  const files: RewrittenFile[] = [];
-  const ctx: EraseContext = {
-    store: deps.store,
-    duck: deps.duck,
-    rootUrl: deps.rootUrl,
-    withPrefixLock: (fn) => withLock(deps, data.prefix, String(job.id), fn),
-    ...(deps.mayDelete ? { mayDelete: (keys: readonly string[]) => (deps.mayDelete as NonNullable<RollupDeps['mayDelete']>)(data.prefix, keys) } : {}),
-    // The batch id is in the job's progress while its file is being put, so a crash before the
-    // rewritten log records it is recorded on resume (the retry finds the file already erased).
-    onBatchRewriting: async (batchId, rows) => {
-      pending = [batchId];
-      pendingRows = rows;
-      await report();
-    },
-    onBatchRewritten: async (batchIds) => {
-      await recordRewritten(deps.store, data.collection, data.app, batchIds);
-      pending = [];
-      pendingRows = 0;
-    },
-    onProgress: async (c) => {
-      counts = c;
-      await report();
-    },
-  };
-  const at = async (s: EraseProgress['step']): Promise<void> => {
-    step = s;
-    await report();
-    // The iceberg step's hook runs inside it, after the overwrite (icebergStep).
-    if (s !== 'iceberg') await testStepDelay(deps, String(job.id), s);
-  };
+  const run = new EraseRun(deps, job, data, prior);
+  await run.resumePending();
+  const ctx = run.context();
 
-  await at('scan');
-  const first = await erasePass(ctx, data.prefix, ids, { dryRun: data.dryRun, counts });
-  files.push(...first.files);
-  counts = first.counts;
-  deps.eraseMetrics.count(first.files, data.dryRun);
+  await run.at('scan');
+  const firstScanned = await run.pass(ctx, { dryRun: data.dryRun });
+  if (data.dryRun) return run.finishDryRun();
 
-  if (data.dryRun) {
-    state = 'completed';
-    step = 'done';
-    const out: EraseProgress = { state, step, files_scanned: counts.filesScanned, files_rewritten: counts.filesRewritten, rows_erased: counts.rowsErased, dry_run: true, files: files.slice(0, 1000).map((f) => ({ key: f.key, rows: f.rowsErased })) };
-    await job.updateProgress(out);
-    deps.logger.info({ erasure: data.id, dryRun: true, filesScanned: counts.filesScanned, files: counts.filesRewritten, rows: counts.rowsErased }, 'erasure dry run done');
-    return out;
-  }
-
-  state = 'waiting';
-  await at('wait');
+  run.state = 'waiting';
+  await run.at('wait');
   await waitForWatermark(deps, data.prefix, data.requestedAt);
-  state = 'running';
+  run.state = 'running';
 
-  await at('rescan');
-  const second = await erasePass(ctx, data.prefix, ids, { skip: new Set(first.scanned), counts });
-  files.push(...second.files);
-  counts = second.counts;
-  deps.eraseMetrics.count(second.files, false);
+  await run.at('rescan');
+  await run.pass(ctx, { skip: new Set(firstScanned) });
 
-  await at('iceberg');
-  const snapshots = await icebergStep(deps, data.prefix, String(job.id), new Set(files.filter((f) => f.kind === 'batch').map((f) => f.key)), () => testStepDelay(deps, String(job.id), 'iceberg'));
+  await run.at('iceberg');
+  const rewrittenBatches = new Set(run.files.filter((f) => f.kind === 'batch').map((f) => f.key));
+  const snapshots = await icebergStep(deps, data.prefix, run.jobId, rewrittenBatches, () => testStepDelay(deps, run.jobId, 'iceberg'));
 
-  await at('log');
-  const key = await erasureHashKey(deps.store, deps.hashKey);
-  await writeErasureRecord(deps.store, {
-    v: 1,
-    id: data.id,
-    collection: data.collection,
-    app: data.app,
-    requestedBy: data.requestedBy,
-    requestedAt: new Date(data.requestedAt).toISOString(),
-    completedAt: new Date().toISOString(),
-    distinctIdHashes: data.distinctIds.map((i) => hashId(key, i)),
-    anonymousIdHashes: data.anonymousIds.map((i) => hashId(key, i)),
-    filesScanned: counts.filesScanned,
-    filesRewritten: counts.filesRewritten,
-    rowsErased: counts.rowsErased,
-    files: files.map((f) => f.key),
-    snapshots,
-  });
-
-  state = 'completed';
-  step = 'done';
-  const out: EraseProgress = { state, step, files_scanned: counts.filesScanned, files_rewritten: counts.filesRewritten, rows_erased: counts.rowsErased, dry_run: false, snapshots };
-  await job.updateProgress(out);
-  // The ids leave Redis with the job's completion: only the record's hashes remain.
-  await job.updateData({ ...data, distinctIds: [], anonymousIds: [] });
-  const seconds = (performance.now() - t0) / 1000;
-  deps.eraseMetrics.duration.observe(seconds);
-  deps.logger.info({ erasure: data.id, filesScanned: counts.filesScanned, files: counts.filesRewritten, rows: counts.rowsErased, snapshotsExpired: snapshots.expired.length, seconds: Math.round(seconds * 10) / 10 }, 'erasure completed');
-  return out;
+  await run.at('log');
+  await run.writeRecord(snapshots);
+  return run.complete(snapshots);
 }
 
 /**
