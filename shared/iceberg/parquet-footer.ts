@@ -5,6 +5,7 @@
  * (parquet-format's parquet.thrift, `FileMetaData`: 1 version, 2 schema, 3 num_rows, ...); only
  * `num_rows` is decoded, every other field is skipped by type.
  */
+import { CompactReader, T_I64 } from '../parquet/thrift-compact.js';
 import type { ObjectStore } from '../store/types.js';
 
 /** Thrown when bytes are not a Parquet footer we can read. */
@@ -16,112 +17,18 @@ const MAGIC = 0x31524150; // "PAR1" little-endian
 /** Bytes read from the end on the first try: our batch and rollup footers are a few KB. */
 const TAIL_GUESS = 64 * 1024;
 
-class Reader {
-  at = 0;
-  constructor(private readonly b: Uint8Array) {}
-
-  byte(): number {
-    if (this.at >= this.b.length) throw new ParquetFooterError('footer ends early');
-    return this.b[this.at++] as number;
-  }
-
-  varint(): bigint {
-    let shift = 0n;
-    let out = 0n;
-    // A 64-bit varint has at most 10 bytes.
-    for (let i = 0; i < 10; i++) {
-      const b = this.byte();
-      out |= BigInt(b & 0x7f) << shift;
-      if ((b & 0x80) === 0) return out;
-      shift += 7n;
-    }
-    throw new ParquetFooterError('varint longer than 10 bytes');
-  }
-
-  zigzag(): bigint {
-    const v = this.varint();
-    return (v >> 1n) ^ -(v & 1n);
-  }
-
-  skip(n: number): void {
-    if (n < 0 || this.at + n > this.b.length) throw new ParquetFooterError('footer ends early');
-    this.at += n;
-  }
-
-  /** Skips one value of compact type `t` (depth-bounded: footers nest a few levels). */
-  skipValue(t: number, depth: number): void {
-    if (depth > 64) throw new ParquetFooterError('footer nests too deeply');
-    switch (t) {
-      case 1: // BOOLEAN_TRUE
-      case 2: // BOOLEAN_FALSE (as a field: the value is in the type)
-        return;
-      case 3: // BYTE
-        return this.skip(1);
-      case 4: // I16
-      case 5: // I32
-      case 6: // I64
-        this.varint();
-        return;
-      case 7: // DOUBLE
-        return this.skip(8);
-      case 8: // BINARY
-        return this.skip(Number(this.varint()));
-      case 9: // LIST
-      case 10: {
-        // SET
-        const h = this.byte();
-        const size = h >> 4 === 15 ? Number(this.varint()) : h >> 4;
-        const et = h & 0x0f;
-        for (let i = 0; i < size; i++) {
-          if (et === 1 || et === 2) this.skip(1);
-          else this.skipValue(et, depth + 1);
-        }
-        return;
-      }
-      case 11: {
-        // MAP
-        const size = Number(this.varint());
-        if (size === 0) return;
-        const kv = this.byte();
-        for (let i = 0; i < size; i++) {
-          for (const et of [kv >> 4, kv & 0x0f]) {
-            if (et === 1 || et === 2) this.skip(1);
-            else this.skipValue(et, depth + 1);
-          }
-        }
-        return;
-      }
-      case 12: // STRUCT
-        this.skipStruct(depth + 1);
-        return;
-      default:
-        throw new ParquetFooterError(`unknown Thrift compact type ${t}`);
-    }
-  }
-
-  skipStruct(depth: number): void {
-    for (;;) {
-      const h = this.byte();
-      if (h === 0) return;
-      // A zero delta means the field id follows in full (zigzag i16).
-      if (h >> 4 === 0) this.zigzag();
-      this.skipValue(h & 0x0f, depth);
-    }
-  }
-}
-
 /** `num_rows` of a Parquet `FileMetaData` (the footer's Thrift bytes, without length and magic). */
 export function footerRowCount(footer: Uint8Array): number {
-  const r = new Reader(footer);
+  const r = new CompactReader(footer, 0, footer.length, (m) => new ParquetFooterError(m));
   let id = 0;
   for (;;) {
     const h = r.byte();
     if (h === 0) break;
     const delta = h >> 4;
-    id = delta === 0 ? Number(r.zigzag()) : id + delta;
+    id = delta === 0 ? r.zigzag() : id + delta;
     const t = h & 0x0f;
-    if (id === 3 && t === 6) {
-      const rows = r.zigzag();
+    if (id === 3 && t === T_I64) {
+      const rows = r.zigzagBig();
       if (rows < 0n || rows > BigInt(Number.MAX_SAFE_INTEGER)) throw new ParquetFooterError(`num_rows out of range: ${rows}`);
       return Number(rows);
     }

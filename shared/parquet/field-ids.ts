@@ -19,125 +19,26 @@
  * moves; only the footer length before the closing `PAR1` changes.
  */
 
+import { CompactReader, T_BINARY, T_I32, T_LIST, T_STRUCT } from './thrift-compact.js';
+
 /** Thrown when bytes are not a Parquet file whose footer this module can edit. */
 export class ParquetSchemaEditError extends Error {
   override readonly name = 'ParquetSchemaEditError';
 }
 
 const MAGIC = 0x31524150; // "PAR1" little-endian
-const T_BOOL_TRUE = 1;
-const T_BOOL_FALSE = 2;
-const T_I32 = 5;
-const T_BINARY = 8;
-const T_LIST = 9;
-const T_STRUCT = 12;
 /** SchemaElement fields (parquet.thrift). */
 const SE_NAME = 4;
 const SE_NUM_CHILDREN = 5;
 const SE_FIELD_ID = 9;
 /** FileMetaData.schema. */
 const FMD_SCHEMA = 2;
-const MAX_DEPTH = 64;
 
 const utf8 = new TextDecoder('utf-8', { fatal: true });
 
-class Reader {
-  constructor(
-    private readonly b: Uint8Array,
-    public at: number,
-    private readonly end: number,
-  ) {}
-
-  byte(): number {
-    if (this.at >= this.end) throw new ParquetSchemaEditError('Parquet footer ends early');
-    return this.b[this.at++] as number;
-  }
-
-  varint(): number {
-    let out = 0;
-    let mul = 1;
-    // Lengths, counts and ids here fit in 2^53; a 64-bit varint has at most 10 bytes.
-    for (let i = 0; i < 10; i++) {
-      const b = this.byte();
-      out += (b & 0x7f) * mul;
-      if ((b & 0x80) === 0) return out;
-      mul *= 128;
-    }
-    throw new ParquetSchemaEditError('varint longer than 10 bytes');
-  }
-
-  zigzag(): number {
-    const v = this.varint();
-    return v % 2 === 0 ? v / 2 : -(v + 1) / 2;
-  }
-
-  skip(n: number): void {
-    if (n < 0 || this.at + n > this.end) throw new ParquetSchemaEditError('Parquet footer ends early');
-    this.at += n;
-  }
-
-  bytes(n: number): Uint8Array {
-    const start = this.at;
-    this.skip(n);
-    return this.b.subarray(start, start + n);
-  }
-
-  skipValue(t: number, depth: number): void {
-    if (depth > MAX_DEPTH) throw new ParquetSchemaEditError('Parquet footer nests too deeply');
-    switch (t) {
-      case T_BOOL_TRUE:
-      case T_BOOL_FALSE:
-        return;
-      case 3: // BYTE
-        return this.skip(1);
-      case 4: // I16
-      case 5: // I32
-      case 6: // I64
-        this.varint();
-        return;
-      case 7: // DOUBLE
-        return this.skip(8);
-      case T_BINARY:
-        return this.skip(this.varint());
-      case T_LIST:
-      case 10: {
-        // SET
-        const { size, elementType } = this.listHeader();
-        for (let i = 0; i < size; i++) {
-          if (elementType === T_BOOL_TRUE || elementType === T_BOOL_FALSE) this.skip(1);
-          else this.skipValue(elementType, depth + 1);
-        }
-        return;
-      }
-      case 11: {
-        // MAP
-        const size = this.varint();
-        if (size === 0) return;
-        const kv = this.byte();
-        for (let i = 0; i < size; i++) {
-          for (const et of [kv >> 4, kv & 0x0f]) {
-            if (et === T_BOOL_TRUE || et === T_BOOL_FALSE) this.skip(1);
-            else this.skipValue(et, depth + 1);
-          }
-        }
-        return;
-      }
-      case T_STRUCT:
-        for (;;) {
-          const h = this.byte();
-          if (h === 0) return;
-          if (h >> 4 === 0) this.zigzag();
-          this.skipValue(h & 0x0f, depth + 1);
-        }
-      default:
-        throw new ParquetSchemaEditError(`unknown Thrift compact type ${t}`);
-    }
-  }
-
-  listHeader(): { size: number; elementType: number } {
-    const h = this.byte();
-    return { size: h >> 4 === 15 ? this.varint() : h >> 4, elementType: h & 0x0f };
-  }
+/** The compact-protocol reader over `file[at, end)`, throwing this module's error. */
+function footerReader(file: Uint8Array, at: number, end: number): CompactReader {
+  return new CompactReader(file, at, end, (m) => new ParquetSchemaEditError(m));
 }
 
 function varintBytes(v: number, out: number[]): void {
@@ -169,7 +70,7 @@ interface Edit {
 }
 
 /** One SchemaElement read from `r` (positioned at its first field header), and the edit that gives it `id(name)`. */
-function schemaElement(r: Reader, idOf: (name: string) => number | undefined, topLevel: boolean): { numChildren: number; edit: Edit | undefined } {
+function schemaElement(r: CompactReader, idOf: (name: string) => number | undefined, topLevel: boolean): { numChildren: number; edit: Edit | undefined } {
   let lastId = 0;
   let name: string | undefined;
   let numChildren = 0;
@@ -246,7 +147,7 @@ function schemaPatch(file: Uint8Array, footerStart: number, footerEnd: number, i
     if (!Number.isSafeInteger(id) || id < 0 || id > 0x7fffffff) throw new RangeError(`field id of ${JSON.stringify(name)} is not an int32 >= 0: ${id}`);
     return id;
   };
-  const r = new Reader(file, footerStart, footerEnd);
+  const r = footerReader(file, footerStart, footerEnd);
   const edits: Edit[] = [];
   let lastId = 0;
   for (;;) {

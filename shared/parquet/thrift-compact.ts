@@ -1,0 +1,143 @@
+/**
+ * A reader of Thrift's compact protocol, the encoding of a Parquet footer (parquet-format's
+ * parquet.thrift): field headers, varints, zigzag integers, and skipping any value by its type,
+ * depth-bounded. Used by the footer's row-count reader (shared/iceberg/parquet-footer.ts) and the
+ * field-id editor (./field-ids.ts); each passes the error type it throws.
+ */
+
+/** Compact-protocol type codes (the low nibble of a field header). */
+export const T_BOOL_TRUE = 1;
+export const T_BOOL_FALSE = 2;
+export const T_I32 = 5;
+export const T_I64 = 6;
+export const T_BINARY = 8;
+export const T_LIST = 9;
+export const T_STRUCT = 12;
+/** Footers nest a few levels; anything deeper is refused. */
+const MAX_DEPTH = 64;
+
+export class CompactReader {
+  constructor(
+    private readonly b: Uint8Array,
+    public at: number,
+    private readonly end: number,
+    private readonly fail: (message: string) => Error,
+  ) {}
+
+  byte(): number {
+    if (this.at >= this.end) throw this.fail('Parquet footer ends early');
+    return this.b[this.at++] as number;
+  }
+
+  /** An unsigned varint as a number (lengths, counts and ids fit in 2^53; a 64-bit varint has at most 10 bytes). */
+  varint(): number {
+    let out = 0;
+    let mul = 1;
+    for (let i = 0; i < 10; i++) {
+      const b = this.byte();
+      out += (b & 0x7f) * mul;
+      if ((b & 0x80) === 0) return out;
+      mul *= 128;
+    }
+    throw this.fail('varint longer than 10 bytes');
+  }
+
+  /** An unsigned varint as a bigint (a full i64). */
+  varintBig(): bigint {
+    let shift = 0n;
+    let out = 0n;
+    for (let i = 0; i < 10; i++) {
+      const b = this.byte();
+      out |= BigInt(b & 0x7f) << shift;
+      if ((b & 0x80) === 0) return out;
+      shift += 7n;
+    }
+    throw this.fail('varint longer than 10 bytes');
+  }
+
+  zigzag(): number {
+    const v = this.varint();
+    return v % 2 === 0 ? v / 2 : -(v + 1) / 2;
+  }
+
+  zigzagBig(): bigint {
+    const v = this.varintBig();
+    return (v >> 1n) ^ -(v & 1n);
+  }
+
+  skip(n: number): void {
+    if (n < 0 || this.at + n > this.end) throw this.fail('Parquet footer ends early');
+    this.at += n;
+  }
+
+  bytes(n: number): Uint8Array {
+    const start = this.at;
+    this.skip(n);
+    return this.b.subarray(start, start + n);
+  }
+
+  listHeader(): { size: number; elementType: number } {
+    const h = this.byte();
+    return { size: h >> 4 === 15 ? this.varint() : h >> 4, elementType: h & 0x0f };
+  }
+
+  /** Skips one value of compact type `t`. */
+  skipValue(t: number, depth: number): void {
+    if (depth > MAX_DEPTH) throw this.fail('Parquet footer nests too deeply');
+    switch (t) {
+      case T_BOOL_TRUE:
+      case T_BOOL_FALSE: // as a field, the value is in the type
+        return;
+      case 3: // BYTE
+        return this.skip(1);
+      case 4: // I16
+      case T_I32:
+      case T_I64:
+        this.varint();
+        return;
+      case 7: // DOUBLE
+        return this.skip(8);
+      case T_BINARY:
+        return this.skip(this.varint());
+      case T_LIST:
+      case 10: {
+        // SET
+        const { size, elementType } = this.listHeader();
+        for (let i = 0; i < size; i++) this.skipElement(elementType, depth + 1);
+        return;
+      }
+      case 11: {
+        // MAP
+        const size = this.varint();
+        if (size === 0) return;
+        const kv = this.byte();
+        for (let i = 0; i < size; i++) {
+          this.skipElement(kv >> 4, depth + 1);
+          this.skipElement(kv & 0x0f, depth + 1);
+        }
+        return;
+      }
+      case T_STRUCT:
+        return this.skipStruct(depth + 1);
+      default:
+        throw this.fail(`unknown Thrift compact type ${t}`);
+    }
+  }
+
+  /** Skips the rest of a struct, up to and including its stop byte. */
+  skipStruct(depth: number): void {
+    for (;;) {
+      const h = this.byte();
+      if (h === 0) return;
+      // A zero delta means the field id follows in full (zigzag i16).
+      if (h >> 4 === 0) this.zigzag();
+      this.skipValue(h & 0x0f, depth);
+    }
+  }
+
+  /** A list or map element: a boolean element is one byte, unlike a boolean field. */
+  private skipElement(t: number, depth: number): void {
+    if (t === T_BOOL_TRUE || t === T_BOOL_FALSE) this.skip(1);
+    else this.skipValue(t, depth);
+  }
+}
