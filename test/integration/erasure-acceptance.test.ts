@@ -43,9 +43,9 @@ import { IcebergTable, THROUGH_BATCH_ID, currentSnapshot, storeRootUri } from '.
 import { batchIdMs } from '../../shared/ids.js';
 import { readManifest } from '../../shared/rollup/manifest.js';
 import { FilesystemObjectStore } from '../../shared/store/filesystem/index.js';
-import type { ObjectStore } from '../../shared/store/types.js';
 import { type Deployment, TOKEN, cleanupAll, deploy, onCleanup, runCli } from '../helpers/rollup-deploy.js';
 import { waitFor } from '../helpers/wait.js';
+import { canonical, serveStoreToIcebird } from '../helpers/icebird-store.js';
 
 const EVENTS = Number(process.env.ERASURE_ACCEPTANCE_EVENTS ?? 10_000);
 const BATCHES = Number(process.env.ERASURE_ACCEPTANCE_BATCHES ?? 200);
@@ -68,28 +68,8 @@ function log(line: string): void {
 }
 
 // icebird reads `file://` URLs through fetch: answered from the store.
-const realFetch = globalThis.fetch;
-const routes: { prefix: string; store: ObjectStore }[] = [];
-globalThis.fetch = (async (input: string | URL | Request, init?: RequestInit) => {
-  const url = typeof input === 'string' ? input : input instanceof URL ? input.href : input.url;
-  const route = routes.find((r) => url.startsWith(r.prefix));
-  if (!route) return realFetch(input, init);
-  const got = await route.store.getBytes(decodeURIComponent(url.slice(route.prefix.length)));
-  if (!got) return new Response(null, { status: 404 });
-  const headers = { 'content-length': String(got.body.byteLength) };
-  return new Response((init?.method ?? 'GET') === 'HEAD' ? null : Buffer.from(got.body), { status: 200, headers });
-}) as typeof fetch;
-afterAll(() => {
-  globalThis.fetch = realFetch;
-});
+const icebird = serveStoreToIcebird();
 
-/** Deep JSON with sorted keys (properties and context come back as JSON text). */
-function canonical(v: unknown): string {
-  const parsed = typeof v === 'string' && /^[[{]/.test(v) ? (JSON.parse(v) as unknown) : v;
-  const sort = (x: unknown): unknown =>
-    Array.isArray(x) ? x.map(sort) : x !== null && typeof x === 'object' ? Object.fromEntries(Object.keys(x).sort().map((k) => [k, sort((x as Record<string, unknown>)[k])])) : x;
-  return JSON.stringify(sort(parsed));
-}
 
 /** One event's values as a hash. */
 function fingerprint(e: Record<string, unknown>): string {
@@ -197,7 +177,7 @@ describe('erasure acceptance (issue 36)', () => {
     onCleanup(() => rmSync(dataDir, { recursive: true, force: true }));
     onCleanup(() => rmSync(syncDir, { recursive: true, force: true }));
     const store = new FilesystemObjectStore({ root: dataDir });
-    routes.push({ prefix: storeRootUri(store), store });
+    icebird.route(storeRootUri(store), store);
     const d: Deployment = await deploy({ STORE: 'fs', DATA_DIR: dataDir }, store, PERIOD, 1, { ICEBERG: 'on', ICEBERG_COMMIT_SECONDS: String(COMMIT_SECONDS), ERASURE_TEST_STEP_DELAY_MS: String(STEP_DELAY_MS) });
     const table = new IcebergTable({ store, collection: 'events', app: APP, rootUri: storeRootUri(store), createIfAbsent: () => Promise.reject(new Error('read only')) });
     const prefix = `events/${APP}/`;

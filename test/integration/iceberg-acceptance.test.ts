@@ -48,6 +48,7 @@ import { sampleEvent } from '../helpers/events.js';
 import { type Deployment, cleanupAll, deploy, onCleanup } from '../helpers/rollup-deploy.js';
 import { type RgwServer, rgwEnv, rgwStoreFor, startRgw } from '../helpers/rgw.js';
 import { S3RVER_CREDENTIALS, startS3Server } from '../helpers/s3.js';
+import { canonical, serveStoreToIcebird } from '../helpers/icebird-store.js';
 
 const SECONDS = Number(process.env.ICEBERG_ACCEPTANCE_SECONDS ?? 12);
 const RGW_SECONDS = Number(process.env.ICEBERG_ACCEPTANCE_RGW_SECONDS ?? Math.min(SECONDS, 8));
@@ -63,22 +64,7 @@ const MARKER = 'iceberg: test commit delay';
 
 afterAll(cleanupAll);
 
-const realFetch = globalThis.fetch;
-/** URL prefixes icebird may ask for, and the store that answers them. */
-const routes: { prefix: string; store: ObjectStore }[] = [];
-globalThis.fetch = (async (input: string | URL | Request, init?: RequestInit) => {
-  const url = typeof input === 'string' ? input : input instanceof URL ? input.href : input.url;
-  const route = routes.find((r) => url.startsWith(r.prefix));
-  if (!route) return realFetch(input, init);
-  const got = await route.store.getBytes(decodeURIComponent(url.slice(route.prefix.length)));
-  if (!got) return new Response(null, { status: 404 });
-  const headers = { 'content-length': String(got.body.byteLength) };
-  // The whole object (200) for a ranged GET too: hyparquet slices it itself.
-  return new Response((init?.method ?? 'GET') === 'HEAD' ? null : Buffer.from(got.body), { status: 200, headers });
-}) as typeof fetch;
-afterAll(() => {
-  globalThis.fetch = realFetch;
-});
+const icebird = serveStoreToIcebird();
 
 /** The URL prefix icebird uses for keys of `store` (it turns `s3://bucket/` into the AWS host name). */
 function readerPrefix(store: ObjectStore): string {
@@ -87,13 +73,6 @@ function readerPrefix(store: ObjectStore): string {
   return m ? `https://${m[1]}.s3.amazonaws.com/${m[2]}` : root;
 }
 
-/** Deep JSON with sorted keys (properties and context come back as JSON text). */
-function canonical(v: unknown): string {
-  const parsed = typeof v === 'string' && /^[[{]/.test(v) ? (JSON.parse(v) as unknown) : v;
-  const sort = (x: unknown): unknown =>
-    Array.isArray(x) ? x.map(sort) : x !== null && typeof x === 'object' ? Object.fromEntries(Object.keys(x).sort().map((k) => [k, sort((x as Record<string, unknown>)[k])])) : x;
-  return JSON.stringify(sort(parsed));
-}
 
 /** One event's values as a hash (failures print hashes, never event contents). */
 function fingerprint(e: Record<string, unknown>): string {
@@ -157,7 +136,7 @@ async function runAcceptance(label: string, d: Deployment, seconds: number, kill
   /** The first two kills wait for a commit's "manifests written" line; the third is at any moment. */
   const midCommitKills = Math.min(2, killCount);
   const { store } = d;
-  routes.push({ prefix: readerPrefix(store), store });
+  icebird.route(readerPrefix(store), store);
   const rootUri = storeRootUri(store);
   const apps = new Map<string, AppState>(
     APPS.map((app) => [app, { batches: new Map(), sent: new Map(), acked: 0, inFlight: 0, seen: 0, samples: 0, counts: new Set(), table: new IcebergTable({ store, collection: 'events', app, rootUri, createIfAbsent: () => Promise.reject(new Error('read only')) }) }]),
