@@ -37,9 +37,11 @@ async function replayFailed(target: RedisTarget, queueName: string): Promise<num
     process.stdout.write(`${erasures.length} erasure job(s) back in queue ${eraseQueueName(queueName)}\n`);
     return 0;
   } finally {
-    // A one-shot command's clean-up: its outcome was printed; a failed close changes nothing.
-    await queue.close().catch(() => undefined);
-    await erase.close().catch(() => undefined);
+    // A one-shot command's clean-up: its outcome was printed and the process exits next; a failed
+    // close changes nothing, but is said on stderr rather than dropped.
+    const closeFailed = (what: string) => (err: unknown) => void process.stderr.write(`closing the ${what} queue failed: ${err instanceof Error ? err.message : String(err)}\n`);
+    await queue.close().catch(closeFailed('rollup'));
+    await erase.close().catch(closeFailed('erase'));
     await closeRedis(redis, 1000);
   }
 }
