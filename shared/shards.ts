@@ -105,6 +105,7 @@ export class ShardSet {
       queue: new Queue(layout.queueName, { connection: client as ConnectionOptions, prefix: layout.queuePrefix, skipVersionCheck: true }),
       ledger: new BatchLedger(client, layout.namespace, { shard: { index: layout.index, count: layout.count } }),
     }));
+    // BullMQ re-emits `client`'s errors on each queue; the client's own listener logs them (throttled, shared/redis.ts).
     for (const s of shards) s.queue.on('error', () => undefined);
     return new ShardSet(shards, client, wait);
   }

@@ -70,6 +70,7 @@ export function createEraseRouter(o: EraseRouterOptions): Router {
   const queueOf = (): Queue => {
     if (!queue) {
       queue = new Queue(eraseQueueName(o.queueName), { connection: o.redis, prefix: eraseQueuePrefix(o.queueName, cluster) });
+      // BullMQ re-emits the connection's errors here; the API's Redis client logs them (throttled).
       queue.on('error', () => undefined);
     }
     return queue;

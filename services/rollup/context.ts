@@ -2,12 +2,13 @@
  * What the rollup service's parts (planner.ts, roll-job.ts, retention.ts) share: one process's
  * store, DuckDB connection, Redis command connection, the shards' ledgers and its settings.
  */
+import { randomBytes } from 'node:crypto';
 import type { DuckDBConnection } from '@duckdb/node-api';
 import type { Env } from '../../shared/config.js';
 import type { BatchLedger } from '../../shared/ledger/ledger.js';
 import type { Logger } from '../../shared/logger.js';
 import type { RedisClient } from '../../shared/redis.js';
-import type { PrefixLock } from '../../shared/rollup/redis-keys.js';
+import { type PrefixLock, acquirePrefixLock } from '../../shared/rollup/redis-keys.js';
 import { type RollContext, RollupNotReadyError } from './roll.js';
 import { recordedShardCount, shardIndex } from '../../shared/shards.js';
 import type { ObjectStore } from '../../shared/store/types.js';
@@ -52,6 +53,14 @@ export async function assertLayout(deps: RollupDeps): Promise<void> {
 }
 
 /** The context of rollPeriod and of retention on `prefix`, held under `lock` (checked before every manifest write). */
+/**
+ * Takes `prefix`'s rollup lock for `owner` (a random suffix added), or null when another job
+ * holds it; failed renewals and releases are logged and counted (ingest_best_effort_failures_total).
+ */
+export function takePrefixLock(deps: RollupDeps, prefix: string, owner: string): Promise<PrefixLock | null> {
+  return acquirePrefixLock(deps.cmd, deps.env.QUEUE_NAME, prefix, `${owner}:${randomBytes(6).toString('hex')}`, { logger: deps.logger, counter: deps.metrics.bestEffortFailures });
+}
+
 export function lockedRollContext(deps: RollupDeps, prefix: string, lock: PrefixLock): RollContext {
   return {
     store: deps.store,

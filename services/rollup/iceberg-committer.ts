@@ -22,7 +22,6 @@
  * says so (RollContext.mayDelete): no retained snapshot references it, and for a batch file the
  * table has taken it already. Whichever side sees both conditions last deletes it.
  */
-import { randomBytes } from 'node:crypto';
 import { S3Client } from '@aws-sdk/client-s3';
 import type { Registry } from 'prom-client';
 import { batchIdMs } from '../../shared/ids.js';
@@ -34,9 +33,9 @@ import { visibleUnder } from '../../shared/ledger/ledger.js';
 import { batchIdOfKey, periodStart, rollupFileFirstId } from '../../shared/rollup/layout.js';
 import { type Manifest, type RollupPeriod, manifestFiles, readManifest } from '../../shared/rollup/manifest.js';
 import { discoverPrefixes, prefixOfKey } from '../../shared/rollup/prefixes.js';
-import { type PrefixLock, acquirePrefixLock } from '../../shared/rollup/redis-keys.js';
+import type { PrefixLock } from '../../shared/rollup/redis-keys.js';
 import { S3ObjectStore } from '../../shared/store/s3/index.js';
-import { type RollupDeps, assertLayout, ledgerOf } from './context.js';
+import { type RollupDeps, assertLayout, ledgerOf, takePrefixLock } from './context.js';
 import { type IcebergMetrics, createIcebergMetrics } from './metrics.js';
 import type { CollectionTemplate } from './planner.js';
 
@@ -225,7 +224,7 @@ export class IcebergCommitter {
     const out: PrefixPass = { busy: false, appended: 0, replaced: 0, deleted: 0, expired: 0 };
     const table = this.tableOf(prefix);
     if (!table) return out;
-    const lock = await acquirePrefixLock(this.deps.cmd, this.deps.env.QUEUE_NAME, prefix, `iceberg:${randomBytes(6).toString('hex')}`);
+    const lock = await takePrefixLock(this.deps, prefix, 'iceberg');
     if (!lock) return { ...out, busy: true };
     try {
       await assertLayout(this.deps);

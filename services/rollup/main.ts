@@ -23,6 +23,8 @@ const MAX_REPLAY = 1000;
 async function replayFailed(target: RedisTarget, queueName: string): Promise<number> {
   const redis = createRedisClient(target, 'worker');
   const queue = new Queue(rollupQueueName(queueName), { connection: redis, prefix: rollupQueuePrefix(queueName, target.kind === 'cluster') });
+  // A one-shot command: an unreachable Redis fails waitReady below, which is reported; the queues'
+  // re-emitted connection errors add nothing to that.
   queue.on('error', () => undefined);
   const erase = new Queue(eraseQueueName(queueName), { connection: redis, prefix: rollupQueuePrefix(queueName, target.kind === 'cluster') });
   erase.on('error', () => undefined);

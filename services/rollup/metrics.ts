@@ -14,8 +14,11 @@ export function createRollupMetrics(registry: Registry) {
     bytes: new Counter({ name: `${P}rollup_bytes_total`, help: 'Bytes of rollup files written', registers }),
     failures: new Counter({ name: `${P}rollup_failures_total`, help: 'Failures outside rollup jobs, by stage: plan (reading a prefix\'s manifest, listing, queueing its job) or retention', labelNames: ['stage'], registers }),
     rawDeleted: new Counter({ name: `${P}rollup_raw_deleted_total`, help: 'Batch files deleted by raw retention after their rollup was durable', registers }),
-    /** `plan_after_roll`: planning a prefix's next period right after a roll (the next planner pass does it). */
-    bestEffortFailures: bestEffortCounter(registry, ['plan_after_roll']),
+    /**
+     * `plan_after_roll`: planning a prefix's next period right after a roll (the next planner pass does it);
+     * `rollup_lock_renew` / `rollup_lock_release`: a prefix lock's renewal or release (shared/rollup/redis-keys.ts).
+     */
+    bestEffortFailures: bestEffortCounter(registry, ['plan_after_roll', 'rollup_lock_renew', 'rollup_lock_release']),
     duration: new Histogram({ name: `${P}rollup_duration_seconds`, help: 'Time to roll one period (read, sort, write, manifest)', buckets: SLOW_BUCKETS, registers }),
   };
   for (const o of ['rolled', 'empty', 'noop', 'delayed', 'retried', 'failed']) m.jobs.inc({ outcome: o }, 0);

@@ -2,12 +2,10 @@
  * Retention, run by the planner's pass on each prefix: raw batch files after
  * RAW_RETENTION_SECONDS (once their rollup is durable), whole periods after RETENTION_DAYS.
  */
-import { randomBytes } from 'node:crypto';
 import { msKey } from '../../shared/rollup/layout.js';
 import { type Manifest, readManifest } from '../../shared/rollup/manifest.js';
-import { acquirePrefixLock } from '../../shared/rollup/redis-keys.js';
 import { type RollContext, dropOldPeriods, periodsPastRetention, pruneRawBatches, rawPeriodsDue } from './roll.js';
-import { type RollupDeps, type RollupEnv, ledgerOf, lockedRollContext } from './context.js';
+import { type RollupDeps, type RollupEnv, ledgerOf, lockedRollContext, takePrefixLock } from './context.js';
 
 /** Raw retention's periods per prefix and pass. */
 const RAW_PERIODS_PER_PASS = 24;
@@ -58,7 +56,7 @@ export async function retainPrefix(deps: RollupDeps, prefix: string, nowMs: numb
   const cutoffs = retentionCutoffs(env, nowMs);
   const manifest = await readManifest(store, prefix);
   if (!manifest || !retentionDue(manifest, cutoffs, nowMs)) return;
-  const lock = await acquirePrefixLock(deps.cmd, env.QUEUE_NAME, prefix, `retention:${randomBytes(6).toString('hex')}`);
+  const lock = await takePrefixLock(deps, prefix, 'retention');
   if (!lock) return;
   try {
     const ctx = lockedRollContext(deps, prefix, lock);

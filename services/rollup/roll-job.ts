@@ -3,14 +3,12 @@
  * rollPeriod) under the prefix lock; its worker delays a job that cannot run yet, retries a
  * failed one and takes over the job of a rollup process that died (BullMQ's stalled check).
  */
-import { randomBytes } from 'node:crypto';
 import { DelayedError, type Job, UnrecoverableError, Worker } from 'bullmq';
 import type { RedisClient } from '../../shared/redis.js';
 import { type RollupJob, RollupJobSchema } from './queue.js';
-import { acquirePrefixLock } from '../../shared/rollup/redis-keys.js';
 import { type RollOutcome, RollupNotReadyError, rollPeriod } from './roll.js';
 import { finalHorizon } from './plan.js';
-import { type RollupDeps, assertLayout, ledgerOf, lockedRollContext } from './context.js';
+import { type RollupDeps, assertLayout, ledgerOf, lockedRollContext, takePrefixLock } from './context.js';
 import { periodFinal } from './planner.js';
 
 /** A rollup job's BullMQ lock; a killed rollup process's job is retried after about this plus the stalled check. */
@@ -36,7 +34,7 @@ export async function rollJob(deps: RollupDeps, job: Job): Promise<RollJobResult
   const parsed = RollupJobSchema.safeParse(job.data);
   if (!parsed.success) throw new UnrecoverableError(`bad rollup job: ${parsed.error.issues[0]?.message ?? 'invalid'}`);
   const data = parsed.data;
-  const lock = await acquirePrefixLock(deps.cmd, deps.env.QUEUE_NAME, data.prefix, `${job.id ?? ''}:${randomBytes(6).toString('hex')}`);
+  const lock = await takePrefixLock(deps, data.prefix, job.id ?? '');
   if (!lock) throw new RollupNotReadyError(`prefix ${data.prefix} is being rolled by another job`);
   const t0 = performance.now();
   try {

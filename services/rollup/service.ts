@@ -79,7 +79,9 @@ export async function startRollupService(o: RollupServiceOptions): Promise<Rollu
 
   const ns = env.QUEUE_NAME;
   const cluster = o.redis.kind === 'cluster';
-  const conns = { queue: createRedisClient(o.redis, 'worker'), worker: createRedisClient(o.redis, 'worker'), cmd: createRedisClient(o.redis, 'worker'), erase: createRedisClient(o.redis, 'worker') };
+  // With the logger: connection errors are logged, throttled per Redis (shared/redis.ts), so the
+  // queue's re-emitted 'error' below needs no log of its own.
+  const conns = { queue: createRedisClient(o.redis, 'worker', logger), worker: createRedisClient(o.redis, 'worker', logger), cmd: createRedisClient(o.redis, 'worker', logger), erase: createRedisClient(o.redis, 'worker', logger) };
   const ledgers = shardLayouts(ns, env.QUEUE_SHARDS, cluster).map((l) => new BatchLedger(conns.cmd, l.namespace, { shard: { index: l.index, count: l.count } }));
   const deps: RollupDeps = { env, store, duck: db.duck, rootUrl, cmd: conns.cmd, ledgers, metrics, logger };
   const queuePrefix = rollupQueuePrefix(ns, cluster);

@@ -10,6 +10,7 @@
  *   of the replayed batch's shard (`<QUEUE_NAME>` with one shard on one Redis), so the replay
  *   writes it beside the shard's other keys and the planner reads one set per shard.
  */
+import { type BestEffortSink, bestEffort } from '../best-effort.js';
 import { rollupDirtyKey, rollupLockKey } from '../keyspace.js';
 import type { RedisClient } from '../redis.js';
 
@@ -29,18 +30,24 @@ export interface PrefixLock {
   release(): Promise<void>;
 }
 
-/** Takes the prefix's lock, or returns null when another job holds it. Renewed every third of its TTL until released. */
-export async function acquirePrefixLock(redis: RedisClient, ns: string, prefix: string, token: string): Promise<PrefixLock | null> {
+/**
+ * Takes the prefix's lock, or returns null when another job holds it. Renewed every third of its
+ * TTL until released. A renewal or a release that fails goes to `sink` (`rollup_lock_renew`,
+ * `rollup_lock_release`): a missed renewal shows in `held()` once the key expires, a failed
+ * release leaves the lock to expire (LOCK_TTL_MS), so the next job of the prefix waits that long at most.
+ */
+export async function acquirePrefixLock(redis: RedisClient, ns: string, prefix: string, token: string, sink: BestEffortSink): Promise<PrefixLock | null> {
   const key = lockKey(ns, prefix);
   const ok = await redis.set(key, token, 'PX', LOCK_TTL_MS, 'NX');
   if (ok !== 'OK') return null;
   let lost = false;
   const timer = setInterval(() => {
-    redis.eval(RENEW, 1, key, token, String(LOCK_TTL_MS)).then(
-      (r) => {
+    void bestEffort(
+      'rollup_lock_renew',
+      redis.eval(RENEW, 1, key, token, String(LOCK_TTL_MS)).then((r) => {
         if (r !== 1) lost = true;
-      },
-      () => undefined,
+      }),
+      sink,
     );
   }, Math.floor(LOCK_TTL_MS / 3));
   timer.unref();
@@ -51,8 +58,7 @@ export async function acquirePrefixLock(redis: RedisClient, ns: string, prefix: 
     },
     async release() {
       clearInterval(timer);
-      // A release that fails leaves the lock to expire (LOCK_TTL_MS); the next job of the prefix waits that long at most.
-      await redis.eval(RELEASE, 1, key, token).catch(() => undefined);
+      await bestEffort('rollup_lock_release', redis.eval(RELEASE, 1, key, token), sink);
     },
   };
 }

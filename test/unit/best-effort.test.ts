@@ -2,6 +2,8 @@ import { Registry } from 'prom-client';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { BEST_EFFORT_FAILURES, BEST_EFFORT_LOG_MS, bestEffort, bestEffortCounter } from '../../shared/best-effort.js';
 import { createLogger } from '../../shared/logger.js';
+import type { RedisClient } from '../../shared/redis.js';
+import { LOCK_TTL_MS, acquirePrefixLock } from '../../shared/rollup/redis-keys.js';
 
 /** A logger whose JSON lines land in `lines` (pino writes to a custom stream synchronously). */
 function capture(): { logger: ReturnType<typeof createLogger>; lines: Record<string, unknown>[] } {
@@ -79,5 +81,35 @@ describe('bestEffort: failed best-effort work is logged (throttled) and counted,
     const b = bestEffortCounter(registry, ['queue_gauges']);
     expect(b).toBe(a);
     expect(registry.getMetricsAsArray().filter((m) => m.name === BEST_EFFORT_FAILURES)).toHaveLength(1);
+  });
+});
+
+describe('the rollup prefix lock: a failed renewal or release is logged and counted', () => {
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it('counts rollup_lock_renew and rollup_lock_release when Redis fails them, and release still resolves', async () => {
+    vi.useFakeTimers({ toFake: ['setInterval', 'clearInterval'] });
+    const registry = new Registry();
+    const counter = bestEffortCounter(registry, ['rollup_lock_renew', 'rollup_lock_release']);
+    const { logger, lines } = capture();
+    const calls: string[] = [];
+    // Pure logic over a stand-in: SET NX succeeds, every script call fails as a closed connection does.
+    const redis = {
+      set: () => Promise.resolve('OK'),
+      eval: (script: string) => {
+        calls.push(script.includes('PEXPIRE') ? 'renew' : 'release');
+        return Promise.reject(new Error('Connection is closed.'));
+      },
+    } as unknown as RedisClient;
+    const lock = await acquirePrefixLock(redis, 'q', 'events/app=a', 'job-1', { logger, counter });
+    expect(lock).not.toBeNull();
+    vi.advanceTimersByTime(Math.floor(LOCK_TTL_MS / 3));
+    await vi.waitFor(async () => expect((await failures(registry)).rollup_lock_renew).toBe(1));
+    await expect(lock!.release()).resolves.toBeUndefined();
+    expect(calls).toEqual(['renew', 'release']);
+    expect(await failures(registry)).toEqual({ rollup_lock_renew: 1, rollup_lock_release: 1 });
+    expect(lines.map((l) => l.what)).toEqual(['rollup_lock_renew', 'rollup_lock_release']);
   });
 });

@@ -14,18 +14,16 @@
  * `kill -9` continues them; the rewrite itself is idempotent (a rewritten file holds none of the
  * rows), so a retry redoes only what is left. Logs carry counts, never ids.
  */
-import { randomBytes } from 'node:crypto';
 import { type Job, UnrecoverableError, Worker } from 'bullmq';
 import { erasureHashKey, hashId, writeErasureRecord } from '../../../shared/erasure/log.js';
 import { recordRewritten } from '../../../shared/erasure/rewritten.js';
 import { eraseRowsFromParquet, parquetToArrow } from '../../../shared/erasure/rows.js';
 import { batchTableFile, rollupTableFile, type IcebergTable, type TableFile } from '../../../shared/iceberg/table.js';
 import type { RedisClient } from '../../../shared/redis.js';
-import { acquirePrefixLock } from '../../../shared/rollup/redis-keys.js';
 import { batchIdOfKey, periodStart, rollupFileFirstId } from '../../../shared/rollup/layout.js';
 import { batchIdMs } from '../../../shared/ids.js';
 import { readManifest } from '../../../shared/rollup/manifest.js';
-import { type RollupDeps, ledgerOf } from '../context.js';
+import { type RollupDeps, ledgerOf, takePrefixLock } from '../context.js';
 import { finalHorizon } from '../plan.js';
 import { type EraseContext, type EraseCounts, type RewrittenFile, erasePass } from './erase.js';
 import type { EraseMetrics } from './metrics.js';
@@ -50,7 +48,7 @@ export interface EraseDeps extends RollupDeps {
 async function withLock<T>(deps: EraseDeps, prefix: string, owner: string, fn: (assertLocked: () => Promise<void>) => Promise<T>): Promise<T> {
   const deadline = Date.now() + LOCK_WAIT_MS;
   for (;;) {
-    const lock = await acquirePrefixLock(deps.cmd, deps.env.QUEUE_NAME, prefix, `${owner}:${randomBytes(6).toString('hex')}`);
+    const lock = await takePrefixLock(deps, prefix, owner);
     if (lock) {
       try {
         return await fn(async () => {
