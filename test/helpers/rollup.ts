@@ -5,8 +5,13 @@
  */
 import { mkdir, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
+import { Queue } from 'bullmq';
+import type { Redis } from 'ioredis';
 import { expect } from 'vitest';
+import { LEGACY_QUEUE_PREFIX, rollupQueuePrefix } from '../../shared/bullmq-keys.js';
 import { duckdbReadParquetSql } from '../../shared/duckdb.js';
+import { rollupQueueName } from '../../shared/keyspace.js';
+import { BatchLedger } from '../../shared/ledger/ledger.js';
 import { parseStoragePath, listPrefix } from '../../shared/paths.js';
 import { ROLLUP_ROOT } from '../../shared/rollup/layout.js';
 import { type Manifest, manifestFiles, readManifest } from '../../shared/rollup/manifest.js';
@@ -131,4 +136,34 @@ export async function mirrorStore(store: ObjectStore, root: string): Promise<Fil
   };
   await Promise.all(Array.from({ length: Math.min(16, keys.length) }, worker));
   return new FilesystemObjectStore({ root });
+}
+
+/**
+ * What a rollup that did not arrive in time was waiting on, for a failure message: each prefix's
+ * manifest watermark and ledger bound (an in-flight id holds its period back), the encoder and
+ * rollup queues' counts, and the rollup jobs not yet done with their attempts and last error.
+ * Keys, ids and counts only.
+ */
+export async function rollupStallReport(redis: Redis, queueName: string, store: ObjectStore, prefixes: readonly string[]): Promise<string> {
+  const lines: string[] = [];
+  const ledger = new BatchLedger(redis, queueName);
+  for (const prefix of prefixes) {
+    const m = await readManifest(store, prefix);
+    const { bound, nowMs } = await ledger.listBoundAt(prefix);
+    lines.push(`${prefix}: watermark ${m?.watermarkMs ?? 'none'}, ledger bound ${bound.kind} ${bound.id} at Redis time ${nowMs}`);
+  }
+  const encoder = new Queue(queueName, { connection: redis, prefix: LEGACY_QUEUE_PREFIX });
+  const rollup = new Queue(rollupQueueName(queueName), { connection: redis, prefix: rollupQueuePrefix(queueName, false) });
+  try {
+    const kinds = ['waiting', 'active', 'delayed', 'failed', 'completed'] as const;
+    lines.push(`encoder queue: ${JSON.stringify(await encoder.getJobCounts(...kinds))}`);
+    lines.push(`rollup queue: ${JSON.stringify(await rollup.getJobCounts(...kinds))}`);
+    for (const job of await rollup.getJobs(['waiting', 'active', 'delayed', 'failed'], 0, 19)) {
+      lines.push(`rollup job ${String(job.id)}: ${await job.getState()}, attempts ${job.attemptsMade}, delay ${job.delay}${job.failedReason ? `, last error ${job.failedReason.slice(0, 200)}` : ''}`);
+    }
+  } finally {
+    await encoder.close();
+    await rollup.close();
+  }
+  return lines.join('\n');
 }

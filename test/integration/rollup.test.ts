@@ -21,7 +21,7 @@ import { batchBody, sampleEvent } from '../helpers/events.js';
 import { uniqueName } from '../helpers/names.js';
 import { waitFor } from '../helpers/proc.js';
 import { monitorRedis } from '../helpers/redis-server.js';
-import { expectManifestMatchesStore, expectViewEqualsBatches, viewCount, viewQuery, waitForRetentionPast } from '../helpers/rollup.js';
+import { expectManifestMatchesStore, expectViewEqualsBatches, rollupStallReport, viewCount, viewQuery, waitForRetentionPast } from '../helpers/rollup.js';
 import { ADMIN_TOKEN, type TestStack, startTestStack } from '../helpers/stack.js';
 
 async function push(url: string, app: string, n: number): Promise<string> {
@@ -42,7 +42,7 @@ describe('rollups (in process, 2 s periods)', () => {
     await stack.shutdown();
   });
 
-  it('rolls closed periods into sorted files; the view equals the batch files; manifest and store agree', { timeout: 120_000 }, async () => {
+  it('rolls closed periods into sorted files; the view equals the batch files; manifest and store agree', { timeout: 180_000 }, async () => {
     const apps = ['ra', 'rb'];
     let pushed = 0;
     const ids: string[] = [];
@@ -59,10 +59,19 @@ describe('rollups (in process, 2 s periods)', () => {
     // queueing its job, so jobs found the lock taken (3 or 4 of 6 jobs in an unloaded run) and came
     // back 2 s later, when a later pass could hold it again. Retention now takes the lock only with
     // work due (the next test checks that; 0 jobs delayed in three runs) and the retry is jittered.
-    // The bound stays a minute for both apps together.
-    const deadline = Date.now() + 60_000;
+    // One more loaded run (Node 24, unit and integration tiers together, 2026-12-04) passed the
+    // minute for the first app; alone (three runs), in that tier again and beside that run's
+    // neighbours (two runs) it took 7-8 s. The product promises no rollup time (the lag is a
+    // metric and an alert), so the bound is two minutes for both apps together, and past it the
+    // failure says what the rollup was waiting on (an id in flight, a job delayed or retrying):
+    // rollupStallReport.
+    const deadline = Date.now() + 120_000;
     for (const app of apps) {
-      await waitFor(async () => ((await readManifest(stack.store, `events/${app}/`))?.watermarkMs ?? 0) >= lastEnd, Math.max(1000, deadline - Date.now()), `rollup of ${app} through ${lastEnd}`);
+      try {
+        await waitFor(async () => ((await readManifest(stack.store, `events/${app}/`))?.watermarkMs ?? 0) >= lastEnd, Math.max(1000, deadline - Date.now()), `rollup of ${app} through ${lastEnd}`);
+      } catch (err) {
+        throw new Error(`${(err as Error).message}\n${await rollupStallReport(redis, stack.queueName, stack.store, apps.map((a) => `events/${a}/`))}`);
+      }
     }
     let total = 0;
     const { rootUrl } = storeRootUrl(stack.store);
