@@ -1,20 +1,44 @@
 import type { ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { spawnRedisServer } from '../../shared/private-redis.js';
 
-/** A free TCP port on 127.0.0.1 (the OS picks it). */
+/**
+ * A free TCP port on 127.0.0.1 for a server a test starts itself (a spawned service, a
+ * redis-server), taken at random below the kernel's ephemeral range
+ * (/proc/sys/net/ipv4/ip_local_port_range; 32768 when unreadable) and checked by binding it.
+ * Not a port the OS picks (`listen(0)`): that one is free again once the check closes it, and the
+ * OS hands it to the next `listen(0)` or outgoing connection of any process. A clean-clone run
+ * lost a test that way: another file's in-process API was given the port first and answered the
+ * spawned API's pushes. Below the range only another freePort caller can pick the same port.
+ */
 export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
+  const high = ephemeralLow();
+  const low = Math.max(1024, high - 12_000);
+  for (let attempt = 0; attempt < 50; attempt++) {
+    const port = low + Math.floor(Math.random() * (high - low));
+    if (await bindable(port)) return port;
+  }
+  throw new Error(`no free port found in ${low}-${high - 1} after 50 tries`);
+}
+
+function ephemeralLow(): number {
+  try {
+    const low = Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]);
+    return Number.isInteger(low) && low > 2048 ? low : 32768;
+  } catch {
+    return 32768;
+  }
+}
+
+function bindable(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
     const srv = net.createServer();
     srv.unref();
-    srv.on('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const port = (srv.address() as net.AddressInfo).port;
-      srv.close(() => resolve(port));
-    });
+    srv.once('error', () => resolve(false));
+    srv.listen(port, '127.0.0.1', () => srv.close(() => resolve(true)));
   });
 }
 

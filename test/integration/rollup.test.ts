@@ -61,10 +61,12 @@ describe('rollups (in process, 2 s periods)', () => {
     // work due (the next test checks that; 0 jobs delayed in three runs) and the retry is jittered.
     // One more loaded run (Node 24, unit and integration tiers together, 2026-12-04) passed the
     // minute for the first app; alone (three runs), in that tier again and beside that run's
-    // neighbours (two runs) it took 7-8 s. The product promises no rollup time (the lag is a
-    // metric and an alert), so the bound is two minutes for both apps together, and past it the
-    // failure says what the rollup was waiting on (an id in flight, a job delayed or retrying):
-    // rollupStallReport.
+    // neighbours (two runs) it took 7-8 s. A likely cause, found later: freePort handed out ports
+    // the OS also gives to `listen(0)`, so another file's spawned service could be answered by
+    // this stack's API and push into its store (seen in shards.test.ts; see freePort). The
+    // product promises no rollup time (the lag is a metric and an alert), so the bound is two
+    // minutes for both apps together, and past it the failure says what the rollup was waiting
+    // on (an id in flight, a job delayed or retrying): rollupStallReport.
     const deadline = Date.now() + 120_000;
     for (const app of apps) {
       try {
