@@ -64,13 +64,7 @@ export async function startRedisCluster(opts: { masters?: number; replicas?: num
     rmSync(root, { recursive: true, force: true });
   };
   try {
-    for (let i = 0; i < masters * (1 + replicas); i++) {
-      const port = await freePort();
-      const dir = join(root, String(port));
-      mkdirSync(dir);
-      const server = await spawnRedisServer({ port, dir, args: nodeArgs });
-      all.push({ port, dir, server });
-    }
+    for (let i = 0; i < masters * (1 + replicas); i++) all.push(await startNode(root, nodeArgs));
     const created = spawnSync(
       'redis-cli',
       ['--cluster', 'create', ...all.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', String(replicas), '--cluster-yes'],
@@ -140,4 +134,26 @@ export async function startRedisCluster(opts: { masters?: number; replicas?: num
       return (stopping ??= stop());
     },
   };
+}
+
+/** A node's cluster bus listens on its port + 10,000 (Redis' default `cluster-port`). */
+const CLUSTER_BUS_OFFSET = 10_000;
+
+/**
+ * One cluster node on a port whose bus port is free too. A port can still be taken between the
+ * check and redis-server's bind (by another test's freePort): then the node is started again on
+ * another port, at most three times.
+ */
+async function startNode(root: string, args: string[]): Promise<ClusterNode> {
+  for (let attempt = 1; ; attempt++) {
+    const port = await freePort({ alsoFree: CLUSTER_BUS_OFFSET });
+    const dir = join(root, String(port));
+    mkdirSync(dir);
+    try {
+      return { port, dir, server: await spawnRedisServer({ port, dir, args }) };
+    } catch (err) {
+      rmSync(dir, { recursive: true, force: true });
+      if (attempt >= 3) throw err;
+    }
+  }
 }

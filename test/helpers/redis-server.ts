@@ -14,12 +14,14 @@ import { spawnRedisServer } from '../../shared/private-redis.js';
  * lost a test that way: another file's in-process API was given the port first and answered the
  * spawned API's pushes. Below the range only another freePort caller can pick the same port.
  */
-export async function freePort(): Promise<number> {
-  const high = ephemeralLow();
+export async function freePort(opts: { alsoFree?: number } = {}): Promise<number> {
+  // `alsoFree`: port + alsoFree must be free and below the range too (a Redis Cluster node's bus port).
+  const extra = opts.alsoFree ?? 0;
+  const high = ephemeralLow() - extra;
   const low = Math.max(1024, high - 12_000);
   for (let attempt = 0; attempt < 50; attempt++) {
     const port = low + Math.floor(Math.random() * (high - low));
-    if (await bindable(port)) return port;
+    if ((await bindable(port)) && (extra === 0 || (await bindable(port + extra)))) return port;
   }
   throw new Error(`no free port found in ${low}-${high - 1} after 50 tries`);
 }
