@@ -55,11 +55,42 @@ describe('group commit of enqueues (QUEUE_GROUP_MAX)', () => {
   }
   const adminAuth = { Authorization: `Bearer ${ADMIN_TOKEN}` };
 
+  /**
+   * Holds this stack's queue adds (this test file's process only) until `ready()` holds, plus a
+   * moment for the pushes that minted to submit, or 30 s; returns a function that ends the hold.
+   */
+  function holdAddsUntil(ready: () => Promise<boolean>): () => void {
+    const add = Queue.prototype.add;
+    let open: () => void = () => undefined;
+    const gate = new Promise<void>((resolve) => {
+      open = resolve;
+    });
+    // Not ready in time: the hold ends anyway and the assertions on the queue say what happened.
+    void waitFor(ready, 30_000, 'every push minted')
+      .then(
+        () => new Promise((r) => setTimeout(r, 200)),
+        () => undefined,
+      )
+      .finally(open);
+    Queue.prototype.add = async function held(this: Queue, ...args: Parameters<Queue['add']>) {
+      if (this.name === stack.queueName) await gate;
+      return add.apply(this, args);
+    } as Queue['add'];
+    return () => {
+      open();
+      Queue.prototype.add = add;
+    };
+  }
+
   it('pushes that arrive together ride in group jobs; each batch is still its own id and file, listed in order', { timeout: 120_000 }, async () => {
     await pause();
     const app = 'grp';
     const bodies = Array.from({ length: PUSHES }, (_, i) => batchBody(1 + (i % 3)));
-    const answers = await Promise.all(bodies.map((b, i) => push(app, b, `grp-${i}`)));
+    // "Together" made certain: the API's first add is held until every push has minted its id, so
+    // the others are submitted while it runs. Left to timing, 40 concurrent pushes made 37 jobs (2
+    // groups) on a quiet machine and no group at all in one CI run on Node 24.
+    const release = holdAddsUntil(async () => (await ledger.oldestPending(`events/${app}/`, PUSHES + 1)).length >= PUSHES);
+    const answers = await Promise.all(bodies.map((b, i) => push(app, b, `grp-${i}`))).finally(release);
     expect(answers.map((a) => a.status)).toEqual(bodies.map(() => 200));
     const ids = answers.map((a) => a.batchId as string);
     expect(new Set(ids).size).toBe(PUSHES);
