@@ -96,7 +96,7 @@ describe('the package as others install it', () => {
   it('npm pack → install with production deps only: plain-node ESM import and the setup snippet (push → file), the bin, and a TypeScript consumer', async () => {
     // Stage what `npm pack` would pack after `prepare`.
     const stage = tempDir('pack-stage-');
-    for (const f of ['package.json', 'README.md']) cpSync(join(ROOT, f), join(stage, f));
+    for (const f of ['package.json', 'README.md', 'LICENSE', 'NOTICE']) cpSync(join(ROOT, f), join(stage, f));
     for (const d of ['bin', 'docs']) cpSync(join(ROOT, d), join(stage, d), { recursive: true });
     cpSync(dist, join(stage, 'dist'), { recursive: true, filter: (src) => !src.endsWith('.sources-sha256') });
     const packed = JSON.parse(npm(['pack', '--ignore-scripts', '--json', '--pack-destination', stage], stage)) as { filename: string; files: { path: string }[] }[];
@@ -106,7 +106,23 @@ describe('the package as others install it', () => {
     expect(files).toContain('dist/index.d.ts');
     expect(files).toContain('dist/shared/ledger/mint_batch-4.lua');
     expect(files).toContain('bin/events-ingest.mjs');
-    expect(files.filter((f) => !/^(dist\/.*\.(js|d\.ts|js\.map|d\.ts\.map|lua)|bin\/events-ingest\.mjs|docs\/.*\.md|README\.md|package\.json)$/.test(f))).toEqual([]);
+    expect(files).toContain('dist/cli/main.js');
+    // Apache-2.0: the licence and the notices travel with every copy.
+    expect(files).toEqual(expect.arrayContaining(['LICENSE', 'NOTICE']));
+    expect(files.filter((f) => !/^(dist\/.*\.(js|d\.ts|js\.map|d\.ts\.map|lua)|bin\/events-ingest\.mjs|docs\/.*\.md|README\.md|LICENSE|NOTICE|package\.json)$/.test(f))).toEqual([]);
+    // No tests, benchmarks or TypeScript sources (the maps carry the sources inline, as the README says).
+    expect(files.filter((f) => /(^|\/)(test|bench)\/|\.test\.|(?<!\.d)\.ts$/.test(f))).toEqual([]);
+    const manifest = JSON.parse(readFileSync(join(stage, 'package.json'), 'utf8')) as { license?: string; private?: boolean; optionalDependencies?: Record<string, string> };
+    expect(manifest).toMatchObject({ license: 'Apache-2.0' });
+    expect(manifest.private).toBeUndefined();
+    // The Starfish protocol package declares no licence: optional, loaded only with cap auth on (NOTICE).
+    expect(Object.keys(manifest.optionalDependencies ?? {})).toContain('@drakkar.software/starfish-protocol');
+    // What `npm publish` would do, without publishing.
+    const dry = spawnSync('npm', ['publish', '--dry-run', '--ignore-scripts', '--json'], { cwd: stage, encoding: 'utf8', timeout: NPM_TIMEOUT_MS });
+    expect(dry.status, dry.stderr).toBe(0);
+    // npm 11 keys the answer by package name; earlier versions answer the package itself.
+    const published = JSON.parse(dry.stdout) as { name?: string; 'events-ingest'?: { name: string } };
+    expect(published['events-ingest']?.name ?? published.name).toBe('events-ingest');
 
     const consumer = tempDir('consumer-');
     writeFileSync(join(consumer, 'package.json'), JSON.stringify({ name: 'consumer', version: '1.0.0', private: true, type: 'module' }));
