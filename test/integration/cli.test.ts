@@ -384,7 +384,7 @@ describe('events-ingest CLI against the running product', () => {
 
     // The commands exactly as the README prints them, with its folder and app replaced by this test's.
     const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
-    const commands = [...readme.matchAll(/^npx events-ingest query "([^"]+)"$/gm)].map((m) => m[1] as string);
+    const commands = [...readme.matchAll(/^node bin\/events-ingest\.mjs query "([^"]+)"$/gm)].map((m) => m[1] as string);
     expect(commands.length).toBe(2);
     for (const shown of commands) {
       expect(shown).toContain("read_parquet('$PWD/data/events/myapp/**/*.parquet')");

@@ -105,7 +105,7 @@ describe('values exactly as sent: push → Parquet → DuckDB', () => {
         `FROM read_parquet(${file}) LIMIT 1`,
     );
     expect(json).toEqual({ valid: true, n: HARD_NUMBERS[0], s: decodedString(HARD_STRINGS[0]) });
-    // The README says so: text holding a lone escaped surrogate is not JSON to DuckDB.
+    // docs/analysts.md ("Columns") says so: text holding a lone escaped surrogate is not JSON to DuckDB.
     expect(await duckQuery(`SELECT bool_or(json_valid(properties)) AS any_valid FROM read_parquet(${file})`)).toEqual([{ any_valid: false }]);
     await expect(duckQuery(`SELECT json_extract(properties, '$.k0') FROM read_parquet(${file})`)).rejects.toThrow(/surrogate/);
 

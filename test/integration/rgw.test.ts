@@ -89,7 +89,7 @@ describe('the product on Ceph RGW (API and encoder as separate processes)', () =
     return out;
   };
 
-  it('RGW 16 and the S3 features the store relies on (what the README S3 section says)', async () => {
+  it('RGW 16 and the S3 features the store relies on (what docs/configuration.md, "S3 and S3-compatible servers", says)', async () => {
     const client = (settings: Partial<S3ClientConfig>): S3Client =>
       new S3Client({ region: rgw.region, endpoint: rgw.endpoint, forcePathStyle: true, credentials: { accessKeyId: rgw.accessKeyId, secretAccessKey: rgw.secretAccessKey }, maxAttempts: 1, ...settings });
     const sdkDefaults = client({});

@@ -1,6 +1,6 @@
 /**
  * The published Starfish TypeScript client against the real API over a real port (issue 33):
- * the README's "Starfish clients" calls, and v3 cap-cert auth (CAP_AUTH=on) with nonces shared
+ * the calls of docs/http-api.md, "Starfish clients", and v3 cap-cert auth (CAP_AUTH=on) with nonces shared
  * by two API instances on one Redis.
  */
 import { createHash } from 'node:crypto';
@@ -77,8 +77,8 @@ describe('published Starfish client (CAP_AUTH=on, two API instances on one Redis
   });
 
   let batchId = '';
-  it('fetchServerConfig, push, then a cap-signed list and pullParquet (the README snippet)', async () => {
-    // README "Starfish clients": the same calls.
+  it('fetchServerConfig, push, then a cap-signed list and pullParquet (the docs/http-api.md snippet)', async () => {
+    // docs/http-api.md, "Starfish clients": the same calls.
     const config = await fetchServerConfig(a.url);
     expect(config.collections).toEqual([{ name: 'events', maxBodyBytes: 8_000_000, encryption: 'none', allowedMimeTypes: ['application/json'], maxEventsPerBatch: 100_000 }]);
 
