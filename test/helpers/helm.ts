@@ -3,6 +3,8 @@ import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, writeFileSy
 import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
 import { unzipSync } from 'fflate';
+import type { Cluster, Redis } from 'ioredis';
+import { parseAllDocuments } from 'yaml';
 
 /**
  * Helm for the chart tests, from the npm registry and pinned by package-lock.json: the
@@ -74,4 +76,54 @@ export function helm(args: readonly string[], timeoutMs = 30_000): Promise<HelmR
       resolvePromise({ code, stdout, stderr: err && err.killed ? `${stderr}\nkilled after ${timeoutMs} ms` : stderr });
     });
   });
+}
+
+/** A rendered Kubernetes object, as far as the tests read it. */
+export interface K8sObject {
+  apiVersion: string;
+  kind: string;
+  metadata: { name: string; labels?: Record<string, string> };
+  spec?: Record<string, unknown>;
+  data?: Record<string, string>;
+}
+
+/** The parts of a rendered KEDA ScaledObject's spec the tests read. */
+export interface ScaledObjectSpec {
+  triggers: { type: string; name: string; metadata: Record<string, string> }[];
+  advanced: { scalingModifiers: { formula: string; target: string } };
+}
+
+/**
+ * `helm template` of the chart with a ci/ values file (or the defaults) and --set pairs, parsed
+ * into objects; rejects with helm's stderr when it fails.
+ */
+export async function render(valuesFile: string | undefined, sets: readonly string[] = []): Promise<K8sObject[]> {
+  const args = ['template', 'rel', CHART_DIR, '--namespace', 'ingest'];
+  if (valuesFile) args.push('-f', join(CHART_DIR, 'ci', valuesFile));
+  for (const s of sets) args.push('--set', s);
+  const r = await helm(args);
+  if (r.code !== 0) throw new Error(`helm template ${valuesFile ?? '(defaults)'} ${sets.join(' ')} failed:\n${r.stderr}`);
+  return parseAllDocuments(r.stdout)
+    .map((d) => d.toJS() as K8sObject | null)
+    .filter((o): o is K8sObject => o !== null);
+}
+
+/** The key names of the rendered ScaledObject's Redis triggers. */
+export function scaledObjectKeys(objs: readonly K8sObject[]): string[] {
+  const so = objs.find((o) => o.kind === 'ScaledObject') as (K8sObject & { spec: ScaledObjectSpec }) | undefined;
+  if (!so) throw new Error('no ScaledObject rendered');
+  return so.spec.triggers.map((t) => t.metadata.listName ?? '');
+}
+
+/**
+ * One key as KEDA's Redis scaler reads it: by its type (LLEN for a list, ZCARD for a zset). KEDA
+ * reads a missing key as 0; here that is an error unless `allowMissing` (an emptied list is
+ * deleted by Redis, so after a drain a missing key is the 0 it stands for).
+ */
+export async function kedaRead(redis: Redis | Cluster, key: string, allowMissing: boolean): Promise<number> {
+  const type = await redis.type(key);
+  if (type === 'list') return redis.llen(key);
+  if (type === 'zset') return redis.zcard(key);
+  if (type === 'none' && allowMissing) return 0;
+  throw new Error(`the ScaledObject names ${key}, which is ${type === 'none' ? 'not in Redis' : `a ${type}`}`);
 }

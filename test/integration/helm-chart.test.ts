@@ -1,9 +1,10 @@
 import { readFileSync, readdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { Queue } from 'bullmq';
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
+import { Redis as RedisClient } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { parse, parseAllDocuments } from 'yaml';
+import { parse } from 'yaml';
 import { ScaledObject, TriggerAuthentication } from '@kubernetes-models/keda/keda.sh/v1alpha1';
 import { PodMonitor, PrometheusRule, ServiceMonitor } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1';
 import { Deployment } from 'kubernetes-models/apps/v1';
@@ -14,7 +15,7 @@ import { ConfigMap, type IContainer, type IPodSpec, Secret, Service, ServiceAcco
 import { EnvSchema } from '../../shared/config.js';
 import { shardLayouts } from '../../shared/shards.js';
 import { SHUTDOWN_GRACE_MS } from '../../services/stack.js';
-import { CHART_DIR, helm } from '../helpers/helm.js';
+import { CHART_DIR, type K8sObject, type ScaledObjectSpec, helm, kedaRead, render } from '../helpers/helm.js';
 import { batchBody, sampleEvent } from '../helpers/events.js';
 import { type TestStack, startTestStack } from '../helpers/stack.js';
 import { waitFor } from '../helpers/wait.js';
@@ -27,14 +28,6 @@ import { waitFor } from '../helpers/wait.js';
  */
 const ROOT = resolve(import.meta.dirname, '../..');
 const CI_FILES = readdirSync(join(CHART_DIR, 'ci')).filter((f) => f.endsWith('-values.yaml')).sort();
-
-interface K8sObject {
-  apiVersion: string;
-  kind: string;
-  metadata: { name: string; labels?: Record<string, string> };
-  spec?: Record<string, unknown>;
-  data?: Record<string, string>;
-}
 
 /** A model class per apiVersion/kind the chart may render; any other kind fails the test. */
 type Model = new (data: never) => { validate(): void };
@@ -56,18 +49,6 @@ const MODELS: Record<string, Model> = {
 
 const MONITORING_ON = ['monitoring.podMonitor.enabled=true', 'monitoring.prometheusRule.enabled=true', 'monitoring.dashboards.enabled=true'];
 const MONITORING_OFF = ['monitoring.podMonitor.enabled=false', 'monitoring.prometheusRule.enabled=false', 'monitoring.dashboards.enabled=false'];
-
-/** `helm template` with a values file and --set pairs; fails the test with helm's stderr when it fails. */
-async function render(valuesFile: string | undefined, sets: readonly string[] = []): Promise<K8sObject[]> {
-  const args = ['template', 'rel', CHART_DIR, '--namespace', 'ingest'];
-  if (valuesFile) args.push('-f', join(CHART_DIR, 'ci', valuesFile));
-  for (const s of sets) args.push('--set', s);
-  const r = await helm(args);
-  if (r.code !== 0) throw new Error(`helm template ${valuesFile ?? '(defaults)'} ${sets.join(' ')} failed:\n${r.stderr}`);
-  return parseAllDocuments(r.stdout)
-    .map((d) => d.toJS() as K8sObject | null)
-    .filter((o): o is K8sObject => o !== null);
-}
 
 function validate(o: K8sObject): void {
   const Model = MODELS[`${o.apiVersion}/${o.kind}`];
@@ -220,7 +201,7 @@ describe('Helm chart (deploy/helm/events-ingest)', { timeout: 180_000 }, () => {
   ] as const)('the ScaledObject names the wait list and prioritized zset of every shard (%s Redis, %i shard(s)), as shared/shards.ts lays them out', async (mode, shards, extra) => {
     const queue = 'orders-x_1';
     const objs = await render(undefined, ['encoder.keda.enabled=true', `redis.mode=${mode}`, `queue.shards=${shards}`, `queue.name=${queue}`, ...extra]);
-    const so = byKind(objs, 'ScaledObject')[0] as K8sObject & { spec: { triggers: { type: string; name: string; metadata: Record<string, string> }[]; advanced: { scalingModifiers: { formula: string; target: string } } } };
+    const so = byKind(objs, 'ScaledObject')[0] as K8sObject & { spec: ScaledObjectSpec };
     const expected = shardLayouts(queue, shards, mode === 'cluster').flatMap((l) => [`${l.queuePrefix}:${queue}:wait`, `${l.queuePrefix}:${queue}:prioritized`]);
     expect(so.spec.triggers.map((t) => t.metadata.listName)).toEqual(expected);
     expect(new Set(so.spec.triggers.map((t) => t.type))).toEqual(new Set([mode === 'cluster' ? 'redis-cluster' : 'redis']));
@@ -242,18 +223,6 @@ describe('Helm chart (deploy/helm/events-ingest)', { timeout: 180_000 }, () => {
   });
 });
 
-/**
- * KEDA's Redis scaler reads a key by its type (LLEN, ZCARD, SCARD, HLEN) and reads a missing key
- * as 0. Here a missing key is an error: a misspelt name would otherwise read as "no backlog".
- */
-async function kedaRead(redis: Redis, key: string, allowMissing: boolean): Promise<number> {
-  const type = await redis.type(key);
-  if (type === 'list') return redis.llen(key);
-  if (type === 'zset') return redis.zcard(key);
-  if (type === 'none' && allowMissing) return 0;
-  throw new Error(`the ScaledObject names ${key}, which is ${type === 'none' ? 'not in Redis' : `a ${type}`}`);
-}
-
 describe.each([1, 3])('acceptance 2: the rendered ScaledObject reads the backlog of the running product (one Redis, %i shard(s))', (shards) => {
   let api: TestStack | undefined;
   let redis: Redis | undefined;
@@ -261,9 +230,9 @@ describe.each([1, 3])('acceptance 2: the rendered ScaledObject reads the backlog
 
   beforeAll(async () => {
     api = await startTestStack({ ROLLUP: 'off', QUEUE_SHARDS: String(shards), API_ENCODE_MAX_BYTES: '0' }, { api: true, encoder: false });
-    redis = new Redis(inject('redisUrl'));
+    redis = new RedisClient(inject('redisUrl'));
     const objs = await render(undefined, ['encoder.keda.enabled=true', `queue.name=${api.queueName}`, `queue.shards=${shards}`]);
-    const so = byKind(objs, 'ScaledObject')[0] as K8sObject & { spec: { triggers: { metadata: { listName: string } }[] } };
+    const so = byKind(objs, 'ScaledObject')[0] as K8sObject & { spec: ScaledObjectSpec };
     keys = so.spec.triggers.map((t) => t.metadata.listName);
   });
   afterAll(async () => {
