@@ -84,7 +84,7 @@ function expectRestricted(pod: IPodSpec, where: string): void {
   }
 }
 
-/** The env names the product reads (EnvSchema), plus those read by the AWS SDK and the Sentinel support of issue 45. */
+/** The env names the product reads (EnvSchema), plus the AWS SDK's, REDIS_PASSWORD (spliced into REDIS_URL by Kubernetes) and the Sentinel support's of issue 45 (item 2). */
 const KNOWN_ENV = new Set([...Object.keys(EnvSchema.shape), 'AWS_ACCESS_KEY_ID', 'AWS_SECRET_ACCESS_KEY', 'REDIS_PASSWORD', 'REDIS_SENTINELS', 'REDIS_SENTINEL_NAME']);
 
 /** Every value set the chart is rendered with: defaults and each ci/ file, KEDA and monitoring each on and off. */
@@ -186,6 +186,7 @@ describe('Helm chart (deploy/helm/events-ingest)', { timeout: 180_000 }, () => {
     ['zero queue shards', ['queue.shards=0'], '/queue/shards'],
     ['a queue name BullMQ refuses', ['queue.name=a:b'], '/queue/name'],
     ['an unknown KEDA trigger', ['encoder.keda.trigger=cpu'], '/encoder/keda/trigger'],
+    ['a unix socket for REDIS_URL', ['redis.url=unix:///tmp/redis.sock'], '/redis/url'],
   ])('a bad value fails helm template via the schema: %s', async (_label, sets, path) => {
     const r = await helm(['template', 'rel', CHART_DIR, ...sets.flatMap((s) => ['--set', s])]);
     expect(r.code).not.toBe(0);
