@@ -26,6 +26,8 @@ export const SYSTEM = [
   // Redis Cluster.
   'test/integration/cluster.test.ts',
   'test/integration/cluster-failover.test.ts',
+  // The Helm chart's ScaledObject against a 3-master Redis Cluster (issue 45, acceptance 2).
+  'test/integration/helm-keda-cluster.test.ts',
   // Chromium.
   'test/integration/browser.test.ts',
   // Prometheus and promtool.
