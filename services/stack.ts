@@ -1,6 +1,6 @@
 import http from 'node:http';
 import type { Registry } from 'prom-client';
-import { ConfigError, type Env, type SyncConfig, loadSyncConfig, loadTokens } from '../shared/config.js';
+import { ConfigError, type Env, type SyncConfig, compressionOfCollections, loadSyncConfig, loadTokens } from '../shared/config.js';
 import { RedisUnavailable, TimeoutError } from '../shared/errors.js';
 import { BatchLedger } from '../shared/ledger/ledger.js';
 import { type Logger, createLogger } from '../shared/logger.js';
@@ -194,6 +194,7 @@ export function encoderWorkers(ctx: StackContext, o: { burst?: BurstOptions } = 
         lockDurationMs: env.ENCODER_LOCK_SECONDS * 1000,
         listIndexSeconds: env.LIST_INDEX_SECONDS,
         maxInflightBytes: env.ENCODER_MAX_INFLIGHT_BYTES,
+        compressionOf: compressionOfCollections(ctx.config.collections),
         ...(o.burst ? { burst: o.burst } : {}),
       });
     },

@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
+import { PARQUET_COMPRESSIONS, PARQUET_COMPRESSION_DEFAULT, type ParquetCompression } from './parquet/compression.js';
 import { parseStoragePath } from './paths.js';
 import { redisUrlProblem } from './redis-url.js';
 
@@ -83,6 +84,12 @@ const CollectionSchema = z
     maxEventsPerBatch: z.number().int().positive().max(10_000_000).default(MAX_EVENTS_PER_BATCH_DEFAULT),
     listable: z.boolean().default(false),
     rateLimit: CollectionRateLimitSchema.nullish(),
+    /**
+     * Our own addition: the codec of the collection's batch files (unset: PARQUET_COMPRESSION_DEFAULT,
+     * `snappy`, which every Parquet reader opens without add-ons; docs/decisions/0022-batch-file-codec.md).
+     * Rollup files keep the analysts' codec.
+     */
+    parquetCompression: z.enum(PARQUET_COMPRESSIONS).optional(),
   })
   .superRefine((c, ctx) => {
     try {
@@ -155,6 +162,16 @@ export const SyncConfigSchema = z
 
 export type SyncConfig = z.infer<typeof SyncConfigSchema>;
 export type CollectionConfig = SyncConfig['collections'][number];
+/**
+ * The batch-file codec of each collection by name (unset: PARQUET_COMPRESSION_DEFAULT): what an
+ * encoder uses for a job, which names its collection. A name the config does not have gets the
+ * default too (a job queued under an older config).
+ */
+export function compressionOfCollections(collections: readonly Pick<CollectionConfig, 'name' | 'parquetCompression'>[]): (collection: string) => ParquetCompression {
+  const byName = new Map(collections.map((c) => [c.name, c.parquetCompression ?? PARQUET_COMPRESSION_DEFAULT]));
+  return (collection) => byName.get(collection) ?? PARQUET_COMPRESSION_DEFAULT;
+}
+
 /** What callers may pass (defaults filled in by parsing). */
 export type SyncConfigInput = z.input<typeof SyncConfigSchema>;
 

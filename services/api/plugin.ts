@@ -6,7 +6,7 @@ import { HttpError } from '../../shared/errors.js';
 import { parseBatchRef } from '../../shared/ids.js';
 import type { BatchLedger } from '../../shared/ledger/ledger.js';
 import { MemoryLedger } from '../../shared/ledger/memory.js';
-import { PARQUET_MIME_TYPE, type PreparedBatch } from '../../shared/parquet/encode.js';
+import { PARQUET_COMPRESSION_DEFAULT, PARQUET_MIME_TYPE, type ParquetCompression, type PreparedBatch } from '../../shared/parquet/encode.js';
 import type { ParquetEncodeThread } from '../../shared/parquet/encode-thread-pool.js';
 import { type StoragePathTemplate, batchKey, parseStoragePath } from '../../shared/paths.js';
 import { API_ENCODE_MIN_BYTES } from '../../shared/queue.js';
@@ -70,6 +70,12 @@ export interface EventsPluginOptions {
   storagePath: string;
   /** Without a queue the plugin encodes inside the push (single process, no Redis). */
   queue?: QueueBinding;
+  /**
+   * The codec of the batch files this plugin encodes (inline, or the API's own encode of large
+   * bodies). Default: the collection config's `parquetCompression`, else PARQUET_COMPRESSION_DEFAULT.
+   * Give an encoder of the same collection the same setting (the services read both from the config).
+   */
+  parquetCompression?: ParquetCompression;
   /** Where a failed give-back of a batch id is logged and counted (`push_release`); default: nowhere (the reaper repairs it). */
   bestEffort?: BestEffortSink;
   /** Observers for metrics; all optional. */
@@ -134,7 +140,8 @@ function httpError(outcome: PushOutcome): HttpError {
 /** The push path of a plugin: queued (PushService over Redis and BullMQ) or inline (no Redis). */
 function pushPathOf(opts: EventsPluginOptions, collection: string, template: StoragePathTemplate, inlineLedger: MemoryLedger | null): PushService | InlinePush {
   const { store, queue } = opts;
-  if (!queue) return new InlinePush({ template, store, ledger: inlineLedger as MemoryLedger });
+  const compression = opts.parquetCompression ?? (typeof opts.collection === 'string' ? undefined : opts.collection.parquetCompression) ?? PARQUET_COMPRESSION_DEFAULT;
+  if (!queue) return new InlinePush({ template, store, ledger: inlineLedger as MemoryLedger, compression });
   const observe = opts.observe ?? {};
   return new PushService({
     collection,
@@ -146,6 +153,7 @@ function pushPathOf(opts: EventsPluginOptions, collection: string, template: Sto
     bodyWindowSeconds: queue.bodyDedupWindowSeconds ?? DEFAULT_BODY_DEDUP_WINDOW_SECONDS,
     enqueueTimeoutMs: queue.enqueueTimeoutMs ?? 3000,
     encodeThread: queue.encodeThread,
+    compression,
     observe,
     bestEffort: opts.bestEffort,
   });

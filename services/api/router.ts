@@ -419,7 +419,11 @@ export function createSyncRouter(opts: SyncRouterOptions): Router {
     router.all('/config', methodNotAllowed(['GET', 'HEAD']));
   }
   const mount: MountContext = { router, opts, resolver, noStore: useEdgeMiddleware(router, opts), served: [], ...rateLimits(opts, config) };
-  for (const collection of config.collections) mountCollection(mount, collection, pluginOf(opts, collection));
+  for (const collection of config.collections) {
+    const plugin = pluginOf(opts, collection);
+    // No plugin: no route, so the host app's next handler (its own Starfish router) serves it.
+    if (plugin) mountCollection(mount, collection, plugin);
+  }
   // After every collection's routes, so one collection's path never hides another's method.
   for (const [path, methods] of mount.served) router.all(path, methodNotAllowed(methods));
   // A host app's default error page is HTML: the router answers its own errors as JSON.
@@ -478,10 +482,10 @@ function rateLimits(opts: SyncRouterOptions, config: SyncConfig): Pick<MountCont
   return { counters, limiter };
 }
 
-/** The events plugin of `collection`; throws when there is none or its storagePath differs from the config's. */
-function pluginOf(opts: SyncRouterOptions, collection: CollectionConfig): EventsServerPlugin {
+/** The events plugin of `collection` (none: the collection is left to the host app's next handler); throws when its storagePath differs from the config's. */
+function pluginOf(opts: SyncRouterOptions, collection: CollectionConfig): EventsServerPlugin | undefined {
   const plugin = opts.plugins.find((p) => p.collection === collection.name);
-  if (!plugin) throw new Error(`collection "${collection.name}" has no events plugin; pass createEventsServerPlugin({ collection: "${collection.name}", ... })`);
+  if (!plugin) return undefined;
   if (plugin.template.source !== collection.storagePath) {
     throw new Error(`collection "${collection.name}": plugin storagePath "${plugin.template.source}" differs from the config's "${collection.storagePath}"`);
   }

@@ -1,5 +1,5 @@
 import { StoreError } from '../../shared/errors.js';
-import { PARQUET_MIME_TYPE, encodeBatch, encodeBatchToIpc, ipcToParquet } from '../../shared/parquet/encode.js';
+import { PARQUET_MIME_TYPE, type ParquetWriteOptions, encodeBatch, encodeBatchToIpc, ipcToParquet } from '../../shared/parquet/encode.js';
 import type { ParquetEncodeThread } from '../../shared/parquet/encode-thread-pool.js';
 import { type BatchGroupJob, BatchGroupJobSchema, type BatchJob, BatchJobSchema, unpackBody } from '../../shared/queue.js';
 import type { z } from 'zod';
@@ -37,11 +37,11 @@ export async function restoreBody(job: BatchJob): Promise<Step<Buffer>> {
 /**
  * Step 3: scan (the API's own validator, shared/envelope.ts) → column bytes as sent → Arrow →
  * Parquet. A `parquet` payload is the file the API encoded from the body it validated: it is
- * written as it is.
+ * written as it is. `writer.compression`: the codec of the job's collection.
  */
-export function encode(job: BatchJob, body: Buffer): Step<{ bytes: Uint8Array; rows: number }> {
+export function encode(job: BatchJob, body: Buffer, writer: ParquetWriteOptions = {}): Step<{ bytes: Uint8Array; rows: number }> {
   if (job.encoding === 'parquet') return { ok: true, value: { bytes: body, rows: job.events } };
-  const r = encodeBatch(body, job.receivedAt);
+  const r = encodeBatch(body, job.receivedAt, writer);
   return r.ok ? { ok: true, value: { bytes: r.bytes, rows: r.rows } } : { ok: false, reason: r.reason };
 }
 
@@ -59,13 +59,13 @@ export const THREAD_ENCODE_MIN_IPC_BYTES = 1024 * 1024;
  * its IPC stream moves there without a copy. `body` is not used once the stream is built, so a
  * caller that drops its own reference frees it while the thread encodes.
  */
-export function encodeOffThread(job: BatchJob, body: Buffer, thread: () => ParquetEncodeThread): Step<{ bytes: Uint8Array; rows: number } | Promise<{ bytes: Uint8Array; rows: number }>> {
+export function encodeOffThread(job: BatchJob, body: Buffer, thread: () => ParquetEncodeThread, writer: ParquetWriteOptions = {}): Step<{ bytes: Uint8Array; rows: number } | Promise<{ bytes: Uint8Array; rows: number }>> {
   if (job.encoding === 'parquet') return encode(job, body);
   const r = encodeBatchToIpc(body, job.receivedAt);
   if (!r.ok) return { ok: false, reason: r.reason };
   const { ipc, rows } = r;
-  if (ipc.byteLength < THREAD_ENCODE_MIN_IPC_BYTES) return { ok: true, value: { bytes: ipcToParquet(ipc), rows } };
-  return { ok: true, value: thread().encode(ipc, { transfer: true }).then((bytes) => ({ bytes, rows })) };
+  if (ipc.byteLength < THREAD_ENCODE_MIN_IPC_BYTES) return { ok: true, value: { bytes: ipcToParquet(ipc, writer), rows } };
+  return { ok: true, value: thread().encode(ipc, { transfer: true, ...(writer.compression === undefined ? {} : { compression: writer.compression }) }).then((bytes) => ({ bytes, rows })) };
 }
 
 /** Step 4: the file under its final key (the key is a function of the batch id, so a retry overwrites). */

@@ -11,6 +11,7 @@ import { ENCODER_LOCK_SECONDS_DEFAULT, LIST_INDEX_SECONDS_DEFAULT } from '../../
 import { bestEffort } from '../../shared/best-effort.js';
 import { createEncoderMetrics, type EncoderMetrics } from './metrics.js';
 import { EncodeThreadHolder, type ParquetEncodeThread, RETIRE_ABOVE_WASM_BYTES } from '../../shared/parquet/encode-thread-pool.js';
+import type { ParquetCompression } from '../../shared/parquet/compression.js';
 import { type Step, decodeGroupJob, decodeJob, encodeOffThread, restoreBody, write } from './pipeline.js';
 
 export interface EncoderOptions {
@@ -53,6 +54,12 @@ export interface EncoderOptions {
    * thread leaves the cores to the API; during and after a burst it encodes on the other core.
    */
   burst?: BurstOptions;
+  /**
+   * The batch-file codec of a job's collection (`BatchJob.collection`): the services pass their
+   * SyncConfig's (`compressionOfCollections`). Default: every collection gets PARQUET_COMPRESSION_DEFAULT.
+   * A file the API encoded is written as it came (the API used the same setting).
+   */
+  compressionOf?: (collection: string) => ParquetCompression;
 }
 
 /** See EncoderOptions.burst. */
@@ -241,7 +248,8 @@ async function encodeBatch(data: BatchJob, o: ShardOptions, m: EncoderMetrics): 
   if (!body.ok) throw new UnrecoverableError(body.reason);
 
   const startedAt = performance.now();
-  const staged = encodeOffThread(data, body.value, o.encodeThread);
+  const compression = o.compressionOf?.(data.collection);
+  const staged = encodeOffThread(data, body.value, o.encodeThread, compression === undefined ? {} : { compression });
   // The body is in the IPC stream now: not held while a thread encodes it.
   body = undefined;
   if (!staged.ok) throw new UnrecoverableError(`bad batch data: ${staged.reason}`);

@@ -2,12 +2,12 @@
  * Erasing a person's rows from one batch file, in memory, through the encoder's own write path
  * (parquet-wasm read → Arrow → shared/parquet/encode.ts `arrowToParquet`, as a dead-letter
  * reissue restamps a file): every kept row keeps every value exactly as stored, the file keeps
- * the events schema and the Iceberg field ids; a file whose every row is erased becomes a
+ * the events schema, the Iceberg field ids and its codec; a file whose every row is erased becomes a
  * zero-row Parquet file with the same schema. Pure: no store, no Redis.
  */
 import * as arrow from 'apache-arrow';
 import { readParquet } from 'parquet-wasm';
-import { arrowToParquet } from '../parquet/encode.js';
+import { arrowToParquet, sameCompression } from '../parquet/encode.js';
 
 /** Whom to erase: rows whose `distinct_id` is one of `distinctIds` or whose `anonymous_id` is one of `anonymousIds`. */
 export interface ErasureIds {
@@ -58,5 +58,5 @@ export function eraseRowsFromParquet(file: Uint8Array, ids: ErasureIds): Filtere
     const parts = runs.map(([s, e]) => table.slice(s, e));
     kept = (parts[0] as arrow.Table).concat(...parts.slice(1));
   }
-  return { file: arrowToParquet(kept), rows: table.numRows, erased };
+  return { file: arrowToParquet(kept, sameCompression(file)), rows: table.numRows, erased };
 }

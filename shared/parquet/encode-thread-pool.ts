@@ -7,7 +7,8 @@
  * given back when the thread is retired (EncodeThreadOptions.retireAboveWasmBytes).
  */
 import { Worker } from 'node:worker_threads';
-import type { EncodeReply } from './encode-thread.js';
+import type { ParquetCompression } from './compression.js';
+import type { EncodeReply, EncodeRequest } from './encode-thread.js';
 
 type Pending = { resolve(file: Uint8Array): void; reject(err: Error): void };
 
@@ -95,9 +96,9 @@ export class ParquetEncodeThread {
   /**
    * The Parquet file of a stamped IPC stream. The bytes are copied to the thread and the caller
    * keeps its own; with `transfer` (a stream that fills its whole ArrayBuffer) they move without a
-   * copy, and `ipc` is left empty.
+   * copy, and `ipc` is left empty. `compression`: the collection's codec (default: the writer's default).
    */
-  async encode(ipc: Uint8Array, opts: { transfer?: boolean } = {}): Promise<Uint8Array> {
+  async encode(ipc: Uint8Array, opts: { transfer?: boolean; compression?: ParquetCompression } = {}): Promise<Uint8Array> {
     if (this.failure) throw this.failure;
     await this.ready;
     if (this.failure) throw this.failure;
@@ -106,7 +107,7 @@ export class ParquetEncodeThread {
     const movable = opts.transfer === true && ipc.byteOffset === 0 && ipc.byteLength === ipc.buffer.byteLength && ipc.buffer instanceof ArrayBuffer;
     return new Promise<Uint8Array>((resolve, reject) => {
       this.pending.set(id, { resolve, reject });
-      this.worker.postMessage({ id, ipc }, movable ? [ipc.buffer as ArrayBuffer] : []);
+      this.worker.postMessage({ id, ipc, ...(opts.compression === undefined ? {} : { compression: opts.compression }) } satisfies EncodeRequest, movable ? [ipc.buffer as ArrayBuffer] : []);
     });
   }
 

@@ -5,11 +5,13 @@
  */
 import { parentPort } from 'node:worker_threads';
 import { wasmMemory } from 'parquet-wasm';
-import { ipcToParquet } from './encode.js';
+import { type ParquetCompression, ipcToParquet } from './encode.js';
 
 export interface EncodeRequest {
   id: number;
   ipc: Uint8Array;
+  /** The collection's codec; absent: the default. */
+  compression?: ParquetCompression;
 }
 /** `wasmBytes`: parquet-wasm's memory after the encode (it grows to the largest batch and never shrinks). */
 export type EncodeReply = { id: number; ok: true; file: Uint8Array; wasmBytes: number } | { id: number; ok: false; error: string; wasmBytes: number };
@@ -19,7 +21,7 @@ if (!port) throw new Error('encode-thread.ts runs as a worker thread only');
 port.on('message', (m: EncodeRequest) => {
   let reply: EncodeReply;
   try {
-    reply = { id: m.id, ok: true, file: ipcToParquet(m.ipc), wasmBytes: wasmBytes() };
+    reply = { id: m.id, ok: true, file: ipcToParquet(m.ipc, m.compression === undefined ? {} : { compression: m.compression }), wasmBytes: wasmBytes() };
   } catch (err) {
     port.postMessage({ id: m.id, ok: false, error: (err as Error).message, wasmBytes: wasmBytes() } satisfies EncodeReply);
     return;

@@ -32,11 +32,13 @@ import {
 import { FIELD_IDS } from '../iceberg/schema.js';
 import { EVENT_COLUMNS, type EventColumnName } from './columns.js';
 import { withFieldIds } from './field-ids.js';
+import { PARQUET_COMPRESSION_DEFAULT, type ParquetCompression, parquetFileCompression } from './compression.js';
 
 /** Media type of every file the encoder writes (and of pull responses). */
 export const PARQUET_MIME_TYPE = 'application/vnd.apache.parquet';
 
 export { EVENT_COLUMNS, type EventColumnName };
+export { PARQUET_COMPRESSIONS, PARQUET_COMPRESSION_DEFAULT, type ParquetCompression } from './compression.js';
 
 /**
  * One column as Arrow Utf8 buffers: `offsets` (rows + 1 int32 byte offsets) into `data` (UTF-8),
@@ -72,7 +74,16 @@ export type EncodeResult =
 export interface ParquetWriteOptions {
   /** Rows per row group. Default: the writer's (1,048,576), i.e. one row group per batch. */
   readonly maxRowGroupSize?: number;
+  /** The codec of every column (a collection's `parquetCompression`). Default: {@link PARQUET_COMPRESSION_DEFAULT}. */
+  readonly compression?: ParquetCompression;
 }
+
+/** parquet-wasm's codec of each setting. */
+const WASM_COMPRESSION: Readonly<Record<ParquetCompression, Compression>> = {
+  zstd: Compression.ZSTD,
+  snappy: Compression.SNAPPY,
+  uncompressed: Compression.UNCOMPRESSED,
+};
 
 const COLUMN_BYTES: readonly Uint8Array[] = EVENT_COLUMNS.map((name) => new TextEncoder().encode(name));
 const INT32_MAX = 0x7fffffff;
@@ -457,7 +468,7 @@ const STATISTICS_COLUMNS: readonly string[] = ['event_type', 'event', 'ts', 'dt'
  */
 function buildWriterProperties(opts: ParquetWriteOptions): WriterProperties {
   let builder = new WriterPropertiesBuilder()
-    .setCompression(Compression.ZSTD)
+    .setCompression(WASM_COMPRESSION[opts.compression ?? PARQUET_COMPRESSION_DEFAULT])
     .setDictionaryEnabled(false)
     // Chunk (row-group) min/max is what DuckDB uses to skip row groups; page-level statistics
     // add a column/offset index to every small file for no reader we have (and wrote slower).
@@ -469,7 +480,8 @@ function buildWriterProperties(opts: ParquetWriteOptions): WriterProperties {
 }
 
 /**
- * Serialises an Arrow table to Parquet bytes with parquet-wasm: ZSTD, dictionary encoding on the
+ * Serialises an Arrow table to Parquet bytes with parquet-wasm: `opts.compression` (default
+ * {@link PARQUET_COMPRESSION_DEFAULT}), dictionary encoding on the
  * low-cardinality columns, chunk statistics on the columns queries filter on, and each column's
  * Iceberg field id (shared/iceberg/schema.ts) in the Parquet schema (./field-ids.ts). Wasm-side objects
  * are consumed or freed before returning, so repeated calls do not grow wasm memory beyond what
@@ -501,13 +513,14 @@ export function ipcToParquet(ipc: Uint8Array, opts: ParquetWriteOptions = {}): U
  *
  * @param body - The push body as received.
  * @param receivedAtMs - The batch id's instant (epoch ms), stamped on every row.
+ * @param opts - Writer settings; `compression` is the collection's codec.
  * @returns Parquet bytes and row count, or the reason the data is unusable. An empty `events`
  *   array yields a valid zero-row file.
  */
-export function encodeBatch(body: string | Uint8Array, receivedAtMs: number): EncodeResult {
+export function encodeBatch(body: string | Uint8Array, receivedAtMs: number, opts: ParquetWriteOptions = {}): EncodeResult {
   const ipc = encodeBatchToIpc(body, receivedAtMs);
   if (!ipc.ok) return ipc;
-  return { ok: true, bytes: ipcToParquet(ipc.ipc), rows: ipc.rows };
+  return { ok: true, bytes: ipcToParquet(ipc.ipc, opts), rows: ipc.rows };
 }
 
 /**
@@ -541,7 +554,7 @@ export interface PreparedBatch {
   /** The Arrow IPC stream with every row's `received_at` set to `receivedAtMs` (the held bytes, stamped in place). */
   stamp(receivedAtMs: number): Uint8Array;
   /** The Parquet file, every row's `received_at` set to `receivedAtMs`: the same bytes {@link encodeBatch} gives for the body. */
-  toParquet(receivedAtMs: number): Uint8Array;
+  toParquet(receivedAtMs: number, opts?: ParquetWriteOptions): Uint8Array;
 }
 
 /** Outcome of {@link prepareBatch}; `everyEventHasMessageId` and `code` as in {@link scanEnvelope}'s result. */
@@ -573,8 +586,8 @@ export function prepareBatch(body: Uint8Array): PrepareResult {
         stampRows(new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength), stampAt, rows, receivedAtMs);
         return bytes;
       },
-      toParquet(receivedAtMs) {
-        return ipcToParquet(this.stamp(receivedAtMs));
+      toParquet(receivedAtMs, opts = {}) {
+        return ipcToParquet(this.stamp(receivedAtMs), opts);
       },
     },
   };
@@ -585,13 +598,24 @@ export function prepareBatch(body: Uint8Array): PrepareResult {
  * batch whose file the API encoded (a `parquet` job payload) and that an operator queues again
  * under a new id (`replay --reissue`), whose instant every row must carry. Rare, so it goes the
  * long way: parquet-wasm reads the file, apache-arrow swaps the column, the file is written again
- * with the same writer settings.
+ * with the same writer settings and the codec it was written with ({@link sameCompression}).
  */
 export function restampParquet(file: Uint8Array, receivedAtMs: number): Uint8Array {
   if (!Number.isSafeInteger(receivedAtMs)) throw new RangeError(`receivedAtMs must be an integer epoch-ms, got ${receivedAtMs}`);
   const table = arrow.tableFromIPC(readParquet(file).intoIPCStream());
   const stamps = arrow.makeVector(arrow.makeData({ type: RECEIVED_AT_TYPE, length: table.numRows, nullCount: 0, data: new BigInt64Array(table.numRows).fill(BigInt(receivedAtMs)) }));
-  return arrowToParquet(table.setChild('received_at', stamps));
+  return arrowToParquet(table.setChild('received_at', stamps), sameCompression(file));
+}
+
+/**
+ * Writer settings that keep a rewritten file's codec (a reissue's restamp, an erasure's rewrite):
+ * the file was written under its collection's `parquetCompression` at the time, and a rewrite
+ * changes rows, not how the file is read. A zero-row file (no column chunk names a codec) gets
+ * the default.
+ */
+export function sameCompression(file: Uint8Array): ParquetWriteOptions {
+  const compression = parquetFileCompression(file);
+  return compression === undefined ? {} : { compression };
 }
 
 /*

@@ -1,6 +1,7 @@
 import type { BestEffortSink } from '../../../shared/best-effort.js';
 import type { IdempotencyClaim } from '../../../shared/ledger/ledger.js';
 import type { ParquetEncodeThread } from '../../../shared/parquet/encode-thread-pool.js';
+import type { ParquetCompression } from '../../../shared/parquet/compression.js';
 import type { StoragePathTemplate } from '../../../shared/paths.js';
 import type { BatchJob } from '../../../shared/queue.js';
 import type { PushRequest } from './outcome.js';
@@ -36,6 +37,8 @@ export interface PushDeps {
   readonly enqueueTimeoutMs: number;
   /** The worker thread prepared bodies are encoded on; without it, the event loop. */
   readonly encodeThread?: () => ParquetEncodeThread;
+  /** The codec of the batch files encoded here (the collection's `parquetCompression`); default: the writer's default. */
+  readonly compression?: ParquetCompression;
   readonly observe: PushObserver;
   /** Where a failed give-back of an id (`push_release`) is logged and counted; the reaper repairs it. */
   readonly bestEffort: BestEffortSink;

@@ -1,7 +1,7 @@
 import { StoreError } from '../../../shared/errors.js';
 import { batchIdMs } from '../../../shared/ids.js';
 import type { MemoryLedger } from '../../../shared/ledger/memory.js';
-import { PARQUET_MIME_TYPE, encodeBatch } from '../../../shared/parquet/encode.js';
+import { PARQUET_MIME_TYPE, type ParquetCompression, encodeBatch } from '../../../shared/parquet/encode.js';
 import { type StoragePathTemplate, batchKey, listPrefix } from '../../../shared/paths.js';
 import type { ObjectStore } from '../../../shared/store/types.js';
 import { type PushOutcome, type PushRequest, unavailable } from './outcome.js';
@@ -11,7 +11,7 @@ import { type PushOutcome, type PushRequest, unavailable } from './outcome.js';
  * ledger, the file encoded and written inside the push. The same outcomes as {@link PushService}.
  */
 export class InlinePush {
-  constructor(private readonly opts: { template: StoragePathTemplate; store: ObjectStore; ledger: MemoryLedger }) {}
+  constructor(private readonly opts: { template: StoragePathTemplate; store: ObjectStore; ledger: MemoryLedger; compression?: ParquetCompression }) {}
 
   async accept(req: PushRequest): Promise<PushOutcome> {
     if (req.events === 0) return { kind: 'empty', hash: req.hash };
@@ -19,7 +19,7 @@ export class InlinePush {
     const prefix = listPrefix(template, req.params);
     const { batchId } = await ledger.mint(prefix);
     try {
-      const encoded = encodeBatch(req.text ?? '', batchIdMs(batchId));
+      const encoded = encodeBatch(req.text ?? '', batchIdMs(batchId), { compression: this.opts.compression });
       if (!encoded.ok) return { kind: 'rejected', reason: encoded.reason };
       await store.putBytes(batchKey(template, req.params, batchId), encoded.bytes, { contentType: PARQUET_MIME_TYPE });
     } catch (err) {

@@ -17,9 +17,10 @@ export function buildPayload(deps: PushDeps): Step<Claimed, Built> {
       const t0 = performance.now();
       try {
         const thread = deps.encodeThread?.();
+        const writer = deps.compression === undefined ? {} : { compression: deps.compression };
         // A thread that does not answer in time (stuck, or far behind) costs the push its shortcut, not its answer.
         // The stamped stream moves to the thread (no copy): a failure falls back to the JSON, not to it.
-        return packParquet(thread ? await deps.clock.within(thread.encode(prepared.stamp(receivedAt), { transfer: true }), deps.enqueueTimeoutMs, 'Parquet encode') : prepared.toParquet(receivedAt), body.length);
+        return packParquet(thread ? await deps.clock.within(thread.encode(prepared.stamp(receivedAt), { transfer: true, ...writer }), deps.enqueueTimeoutMs, 'Parquet encode') : prepared.toParquet(receivedAt, writer), body.length);
       } catch (err) {
         // Falls through to the JSON payload.
         deps.observe.encodeFailed?.(err as Error);
