@@ -17,7 +17,7 @@ export type { AuditEntry, AuditLogger } from './services/api/edge/audit.js';
 export { MemoryCounterStore, RedisCounterStore } from './services/api/edge/counters.js';
 export type { CounterStore } from './services/api/edge/counters.js';
 export { FilesystemObjectStore, MemoryObjectStore, S3ObjectStore } from './shared/store/index.js';
-export type { ObjectStore, StoredObject, PutOptions, ListOptions, ObjectMeta, ByteRange } from './shared/store/index.js';
+export type { ObjectStore, StoredObject, PutOptions, ListOptions, ObjectMeta, ByteRange, StoreLocation, StoreCredentials } from './shared/store/index.js';
 export { StoreError, HttpError } from './shared/errors.js';
 export { DEFAULT_SYNC_CONFIG, parseSyncConfig, parseEnv } from './shared/config.js';
 export type { SyncConfig, SyncConfigInput, CollectionConfig, Env } from './shared/config.js';

@@ -23,6 +23,7 @@ export const SYSTEM = [
   // Ceph RADOS Gateway.
   'test/integration/rgw.test.ts',
   'test/integration/store-conformance.test.ts',
+  'test/integration/rgw-iceberg-credentials.test.ts',
   // Redis Cluster.
   'test/integration/cluster.test.ts',
   'test/integration/cluster-failover.test.ts',

@@ -12,7 +12,7 @@ import { checkParamValue, parseStoragePath } from '../shared/paths.js';
 import { type ViewCopyProgress, type ViewCopyResult, defaultViewCopyDir, refreshViewCopy } from '../shared/rollup/view-copy.js';
 import { rollupViewSql } from '../shared/rollup/view.js';
 import { storeFromEnv } from '../shared/store/from-env.js';
-import { S3ObjectStore } from '../shared/store/s3/index.js';
+import { closeStore } from '../shared/store/optional.js';
 import type { ObjectStore } from '../shared/store/types.js';
 import { CliError, EXIT, messageOf } from './errors.js';
 import { formatCsv, formatJsonLines, formatTable } from './format.js';
@@ -151,7 +151,7 @@ async function noEventsReason(source: Extract<QuerySource, { kind: 'store' }>, w
     // Cannot tell: DuckDB's error is shown as it is.
     return null;
   } finally {
-    if (store instanceof S3ObjectStore) store.destroy();
+    await closeStore(store);
   }
 }
 
@@ -286,7 +286,8 @@ export async function runQuery(sql: string, source: QuerySource, opts: RunQueryO
   const instance = await duck.DuckDBInstance.create(':memory:');
   const connection = await instance.connect();
   let release = async (): Promise<void> => undefined;
-  let s3: S3ObjectStore | undefined;
+  /** The S3 store `--store` opened (closed at the end). */
+  let s3: ObjectStore | undefined;
   let tableCopyDir: string | undefined;
   try {
     let effective = source;
@@ -317,7 +318,7 @@ export async function runQuery(sql: string, source: QuerySource, opts: RunQueryO
     }
     if (source.kind === 'store' && source.env.STORE === 's3') {
       const store = storeFromEnv(source.env);
-      if (store instanceof S3ObjectStore) s3 = store;
+      s3 = store;
       const dir = path.resolve(source.cacheDir ?? defaultViewCopyDir(store, opts.env ?? process.env, os.homedir()));
       const copy = source.copy === true || (await httpfsOrCopy(connection, source.copy === false, dir, opts.notice)) === 'copy';
       if (copy) {
@@ -348,7 +349,7 @@ export async function runQuery(sql: string, source: QuerySource, opts: RunQueryO
   } finally {
     connection.closeSync();
     instance.closeSync();
-    s3?.destroy();
+    if (s3) await closeStore(s3);
     await release();
     if (tableCopyDir) rmSync(tableCopyDir, { recursive: true, force: true });
   }

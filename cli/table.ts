@@ -11,10 +11,10 @@ import { rollupFileFirstId } from '../shared/rollup/layout.js';
 import { storeRootUrl } from '../shared/duckdb.js';
 import { VIEW_COLUMNS } from '../shared/rollup/view.js';
 import { storeFromEnv } from '../shared/store/from-env.js';
-import { FilesystemObjectStore } from '../shared/store/filesystem/index.js';
+import { createStore } from '../shared/store/create.js';
+import { closeStore } from '../shared/store/optional.js';
 import { DEFAULT_COPY_CONCURRENCY, fetchObject } from '../shared/rollup/view-copy.js';
 import path from 'node:path';
-import { S3ObjectStore } from '../shared/store/s3/index.js';
 import type { ObjectStore } from '../shared/store/types.js';
 import { CliError, EXIT, messageOf } from './errors.js';
 
@@ -26,7 +26,7 @@ export interface TableTarget {
   asOf?: string;
 }
 
-/** The store and the table of `--app` in `--collection` (default the first). Destroy the store after use. */
+/** The store and the table of `--app` in `--collection` (default the first). Close the store after use (closeStore). */
 export function openTable(t: TableTarget): { store: ObjectStore; table: IcebergTable; collection: CollectionConfig } {
   const config = loadSyncConfig(t.env);
   const collection = t.collection === undefined ? config.collections[0] : config.collections.find((c) => c.name === t.collection);
@@ -44,7 +44,8 @@ export function openTable(t: TableTarget): { store: ObjectStore; table: IcebergT
     });
     return { store, table, collection };
   } catch (err) {
-    if (store instanceof S3ObjectStore) store.destroy();
+    // Closing only releases sockets; the error to report is the one above.
+    void closeStore(store).catch(() => undefined);
     throw new CliError(messageOf(err));
   }
 }
@@ -116,7 +117,7 @@ export async function tableViewStatements(t: TableTarget, local?: TableLocalCopy
       const bytes = await copyKeys(store, keys, local.dir);
       local.onCopied?.(keys.length, bytes, Date.now() - started);
     }
-    const { rootUrl, setup } = storeRootUrl(local ? new FilesystemObjectStore({ root: local.dir }) : store);
+    const { rootUrl, setup } = storeRootUrl(local ? createStore({ kind: 'filesystem', root: local.dir }) : store);
     const urls = (ks: string[]): string => `[${ks.map((k) => sqlStringLiteral(rootUrl + k)).join(', ')}]`;
     const rollups = keys.filter((k) => rollupFileFirstId(k) !== null);
     const batches = keys.filter((k) => rollupFileFirstId(k) === null);
@@ -132,7 +133,7 @@ export async function tableViewStatements(t: TableTarget, local?: TableLocalCopy
     }
     return [...setup, `CREATE VIEW events AS ${parts.map((p) => `(${p})`).join(' UNION ALL ')}`];
   } finally {
-    if (store instanceof S3ObjectStore) store.destroy();
+    await closeStore(store);
   }
 }
 
@@ -157,6 +158,6 @@ export async function tableSnapshots(t: TableTarget): Promise<{ columns: string[
       ]);
     return { columns: ['snapshot_id', 'time', 'operation', 'files', 'rows', 'through_batch_id', 'current'], rows };
   } finally {
-    if (store instanceof S3ObjectStore) store.destroy();
+    await closeStore(store);
   }
 }

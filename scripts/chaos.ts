@@ -25,7 +25,7 @@ import type { Redis } from 'ioredis';
 import { type RedisClient, createRedis, createRedisClient } from '../shared/redis.js';
 import { ShardSet, shardLayouts } from '../shared/shards.js';
 import { type RedisCluster, clusterView, startRedisCluster } from '../test/helpers/redis-cluster.js';
-import type { S3ObjectStore } from '../shared/store/s3/index.js';
+import type { ObjectStore } from '../shared/store/types.js';
 import { duckQuery, sqlString } from '../test/helpers/duckdb.js';
 import { type RedisServer, freePort, startRedisServer } from '../test/helpers/redis-server.js';
 import { type RgwServer, rgwEnv, rgwStoreFor, startRgw } from '../test/helpers/rgw.js';
@@ -311,7 +311,7 @@ async function listAll(): Promise<string[]> {
   return out;
 }
 
-async function drained(store: S3ObjectStore, ackedIds: Set<string>): Promise<boolean> {
+async function drained(store: ObjectStore, ackedIds: Set<string>): Promise<boolean> {
   const counts = await (monitor as Queue).getJobCounts('waiting', 'active', 'delayed', 'prioritized');
   if (Object.values(counts).some((n) => n > 0)) return false;
   const keys = new Set(await store.listKeys(`events/${APP}/`));
@@ -319,7 +319,7 @@ async function drained(store: S3ObjectStore, ackedIds: Set<string>): Promise<boo
   return (await listAll()).length >= keys.size;
 }
 
-async function verify(store: S3ObjectStore): Promise<Report> {
+async function verify(store: ObjectStore): Promise<Report> {
   const keys = await store.listKeys(`events/${APP}/`);
   const pulled = join(tmp, 'pulled');
   mkdirSync(pulled);

@@ -5,9 +5,7 @@
  */
 import path from 'node:path';
 import { checkParamValue, listPrefix, parseStoragePath } from './paths.js';
-import { FilesystemObjectStore } from './store/filesystem/index.js';
-import { S3ObjectStore } from './store/s3/index.js';
-import type { ObjectStore } from './store/types.js';
+import type { ObjectStore, StoreLocation } from './store/types.js';
 
 /** Matches every value of a prefix param (all apps, for example). */
 export const ANY_PARAM = '*';
@@ -20,13 +18,13 @@ export interface DuckdbS3Credentials {
 }
 
 export interface DuckdbReadParquetOptions {
-  /** A `FilesystemObjectStore` or `S3ObjectStore` (any other store has no files DuckDB can open). */
+  /** A store whose location (ObjectStore.location) is a folder or S3 (any other store has no files DuckDB can open). */
   store: ObjectStore;
   /** The collection: its config (anything with a `storagePath`) or the storagePath itself. */
   collection: { storagePath: string } | string;
   /** Values of the list-prefix params (`{ app: 'myapp' }`); `'*'` matches every value. Missing params are an error. */
   params?: Readonly<Record<string, string>>;
-  /** S3 only: explicit credentials; otherwise `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`/`AWS_SESSION_TOKEN` from `env`. */
+  /** S3 only: explicit credentials; otherwise those the store was given (its location's), else `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`/`AWS_SESSION_TOKEN` from `env`. */
   credentials?: DuckdbS3Credentials;
   /** S3 only: where to look for credentials when none are given (default `process.env`). */
   env?: Readonly<Record<string, string | undefined>>;
@@ -61,6 +59,7 @@ export function sqlStringLiteral(value: string): string {
  *   `INSTALL httpfs`, `LOAD httpfs` and a `CREATE OR REPLACE SECRET` (TYPE s3) scoped to the bucket with the
  *   region, the endpoint (`host:port`, for MinIO/R2), `URL_STYLE 'path'` when the store uses path-style
  *   URLs, `USE_SSL false` for an `http://` endpoint, and the credentials when any are known.
+ * The store says which through ObjectStore.location.
  *
  * Throws an Error naming the problem for any other store, a bad storagePath, a missing or invalid
  * param, or a root/prefix holding glob characters.
@@ -80,47 +79,48 @@ export function duckdbReadParquetSql(opts: DuckdbReadParquetOptions): DuckdbRead
   }
   // Params are [A-Za-z0-9._~-] or the wildcard, and literals are checked by parseStoragePath, so the prefix is glob-safe.
   const prefix = listPrefix(template, params);
-  const { store } = opts;
+  const location = opts.store.location?.();
+  if (location?.kind === 'file') return fileRead(location.dir, prefix);
+  if (location?.kind === 's3') return s3Read(location, prefix, opts);
+  throw new Error(`duckdbReadParquetSql: store ${opts.store.describe()} keeps no files DuckDB can open; use a filesystem or an S3 store`);
+}
 
-  if (store instanceof FilesystemObjectStore) {
-    const root = path.resolve(store.root).split(path.sep).join('/');
-    if (GLOB_META_RE.test(root)) throw new Error(`duckdbReadParquetSql: filesystem root ${JSON.stringify(root)} contains glob characters (*?[]{}); DuckDB would misread it`);
-    const glob = `${root.replace(/\/$/, '')}/${prefix}*.parquet`;
-    return { setup: [], from: `read_parquet(${sqlStringLiteral(glob)})`, glob };
+/** `read_parquet` of the files under `prefix` in the folder `dir`: no setup. */
+function fileRead(dir: string, prefix: string): DuckdbReadParquet {
+  const root = path.resolve(dir).split(path.sep).join('/');
+  if (GLOB_META_RE.test(root)) throw new Error(`duckdbReadParquetSql: filesystem root ${JSON.stringify(root)} contains glob characters (*?[]{}); DuckDB would misread it`);
+  const glob = `${root.replace(/\/$/, '')}/${prefix}*.parquet`;
+  return { setup: [], from: `read_parquet(${sqlStringLiteral(glob)})`, glob };
+}
+
+/** `read_parquet` of the files under `prefix` in an S3 store, after httpfs and a secret scoped to the store's bucket and prefix. */
+function s3Read(s3: Extract<StoreLocation, { kind: 's3' }>, prefix: string, opts: DuckdbReadParquetOptions): DuckdbReadParquet {
+  if (GLOB_META_RE.test(s3.prefix) || GLOB_META_RE.test(s3.bucket)) {
+    throw new Error(`duckdbReadParquetSql: S3 bucket/prefix ${JSON.stringify(`${s3.bucket}/${s3.prefix}`)} contains glob characters (*?[]{})`);
   }
-
-  if (store instanceof S3ObjectStore) {
-    if (GLOB_META_RE.test(store.prefix) || GLOB_META_RE.test(store.bucket)) {
-      throw new Error(`duckdbReadParquetSql: S3 bucket/prefix ${JSON.stringify(`${store.bucket}/${store.prefix}`)} contains glob characters (*?[]{})`);
-    }
-    const glob = `s3://${store.bucket}/${store.prefix}${prefix}*.parquet`;
-    const secretName = opts.secretName ?? 'events_ingest';
-    if (!SECRET_NAME_RE.test(secretName)) throw new Error(`duckdbReadParquetSql: secretName ${JSON.stringify(secretName)} must be an identifier`);
-    const fields: string[] = ['TYPE s3'];
-    const creds = opts.credentials ?? credentialsFromEnv(opts.env ?? process.env);
-    if (creds) {
-      fields.push(`KEY_ID ${sqlStringLiteral(creds.accessKeyId)}`, `SECRET ${sqlStringLiteral(creds.secretAccessKey)}`);
-      if (creds.sessionToken) fields.push(`SESSION_TOKEN ${sqlStringLiteral(creds.sessionToken)}`);
-    }
-    fields.push(`REGION ${sqlStringLiteral(store.region)}`);
-    if (store.endpoint !== undefined) {
-      const endpoint = endpointParts(store.endpoint);
-      fields.push(`ENDPOINT ${sqlStringLiteral(endpoint.host)}`);
-      if (!endpoint.tls) fields.push('USE_SSL false');
-    }
-    if (store.forcePathStyle) fields.push(`URL_STYLE 'path'`);
-    // Scoped so this secret is only used for our bucket, whatever other secrets the session holds.
-    fields.push(`SCOPE ${sqlStringLiteral(`s3://${store.bucket}/${store.prefix}`)}`);
-    return {
-      setup: ['INSTALL httpfs', 'LOAD httpfs', `CREATE OR REPLACE SECRET ${secretName} (${fields.join(', ')})`],
-      from: `read_parquet(${sqlStringLiteral(glob)})`,
-      glob,
-    };
+  const glob = `s3://${s3.bucket}/${s3.prefix}${prefix}*.parquet`;
+  const secretName = opts.secretName ?? 'events_ingest';
+  if (!SECRET_NAME_RE.test(secretName)) throw new Error(`duckdbReadParquetSql: secretName ${JSON.stringify(secretName)} must be an identifier`);
+  const fields: string[] = ['TYPE s3'];
+  const creds = opts.credentials ?? s3.credentials ?? credentialsFromEnv(opts.env ?? process.env);
+  if (creds) {
+    fields.push(`KEY_ID ${sqlStringLiteral(creds.accessKeyId)}`, `SECRET ${sqlStringLiteral(creds.secretAccessKey)}`);
+    if (creds.sessionToken) fields.push(`SESSION_TOKEN ${sqlStringLiteral(creds.sessionToken)}`);
   }
-
-  throw new Error(
-    `duckdbReadParquetSql: store ${store.describe()} keeps no files DuckDB can open; use a FilesystemObjectStore or an S3ObjectStore`,
-  );
+  fields.push(`REGION ${sqlStringLiteral(s3.region)}`);
+  if (s3.endpoint !== undefined) {
+    const endpoint = endpointParts(s3.endpoint);
+    fields.push(`ENDPOINT ${sqlStringLiteral(endpoint.host)}`);
+    if (!endpoint.tls) fields.push('USE_SSL false');
+  }
+  if (s3.forcePathStyle) fields.push(`URL_STYLE 'path'`);
+  // Scoped so this secret is only used for our bucket, whatever other secrets the session holds.
+  fields.push(`SCOPE ${sqlStringLiteral(`s3://${s3.bucket}/${s3.prefix}`)}`);
+  return {
+    setup: ['INSTALL httpfs', 'LOAD httpfs', `CREATE OR REPLACE SECRET ${secretName} (${fields.join(', ')})`],
+    from: `read_parquet(${sqlStringLiteral(glob)})`,
+    glob,
+  };
 }
 
 /**

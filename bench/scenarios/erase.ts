@@ -16,7 +16,7 @@ import { encodeBatch } from '../../shared/parquet/encode.js';
 import { msKey } from '../../shared/rollup/layout.js';
 import { rollPeriod } from '../../services/rollup/roll.js';
 import { erasePass } from '../../services/rollup/erasure/erase.js';
-import { FilesystemObjectStore } from '../../shared/store/filesystem/index.js';
+import { createStore } from '../../shared/store/create.js';
 import { bodyFactory } from '../lib.js';
 import type { BenchContext, BenchRow } from '../types.js';
 
@@ -29,7 +29,7 @@ const PERSON = 'bench-person-to-erase';
 export async function run(ctx: BenchContext): Promise<BenchRow[]> {
   const batches = ctx.smoke ? 200 : 10_000;
   const dir = mkdtempSync(join(tmpdir(), 'bench-erase-'));
-  const store = new FilesystemObjectStore({ root: dir });
+  const store = createStore({ kind: 'filesystem', root: dir });
   const prefix = 'events/bench/';
   const t0 = Math.floor(Date.now() / HOUR_MS) * HOUR_MS - (HOURS + 1) * HOUR_MS;
   const every = Math.floor(batches / 12);

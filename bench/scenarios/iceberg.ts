@@ -13,12 +13,11 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fsCreateIfAbsent } from '../../shared/iceberg/create-if-absent.js';
 import { parquetFacts } from '../../shared/iceberg/parquet-footer.js';
 import { IcebergTable, type TableFile, batchTableFile, storeRootUri } from '../../shared/iceberg/table.js';
 import { encodeBatch } from '../../shared/parquet/encode.js';
 import { batchIdOfKey, msKey } from '../../shared/rollup/layout.js';
-import { FilesystemObjectStore } from '../../shared/store/filesystem/index.js';
+import { createStore } from '../../shared/store/create.js';
 import { bodyFactory, median, row } from '../lib.js';
 import type { BenchContext, BenchRow } from '../types.js';
 
@@ -29,7 +28,7 @@ const RUNS = 3;
 export async function run(ctx: BenchContext): Promise<BenchRow[]> {
   const perCommit = ctx.smoke ? 100 : 1000;
   const dir = mkdtempSync(join(tmpdir(), 'bench-iceberg-'));
-  const store = new FilesystemObjectStore({ root: dir });
+  const store = createStore({ kind: 'filesystem', root: dir });
   const prefix = 'events/bench/';
   // Every file in one hour (batch ids spread over its first 50 minutes), as a busy app's hour.
   const hour = Math.floor(Date.now() / 3_600_000) * 3_600_000 - 3_600_000;
@@ -47,7 +46,7 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
       if (i % 500 === 0) ctx.progress(`iceberg: writing batch files ${i}/${total}`);
     }
     keys.sort();
-    const table = new IcebergTable({ store, collection: 'events', app: 'bench', rootUri: storeRootUri(store), createIfAbsent: fsCreateIfAbsent(store.root) });
+    const table = new IcebergTable({ store, collection: 'events', app: 'bench', rootUri: storeRootUri(store) });
     // The committer's way to a table entry: the footer's row count and the file's size, 16 reads at a time.
     const filesOf = async (batch: readonly string[]): Promise<TableFile[]> => {
       const out: TableFile[] = new Array(batch.length);

@@ -13,7 +13,7 @@ import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { createEventsServerPlugin } from '../../services/api/plugin.js';
 import { BatchLedger } from '../../shared/ledger/ledger.js';
-import { FilesystemObjectStore } from '../../shared/store/filesystem/index.js';
+import { createStore } from '../../shared/store/create.js';
 import type { ObjectStore } from '../../shared/store/types.js';
 import { startRedisServer } from '../../test/helpers/redis-server.js';
 import { rgwStoreFor, startRgw } from '../../test/helpers/rgw.js';
@@ -85,7 +85,7 @@ function filesystem(busy: boolean): Backend {
       const root = await mkdtemp(join(tmpdir(), 'bench-list-fs-'));
       const dir = join(root, 'events', APP);
       return {
-        store: new FilesystemObjectStore({ root }),
+        store: createStore({ kind: 'filesystem', root }),
         async populate(ids, progress) {
           await mkdir(dir, { recursive: true });
           // Same file names the store writes (key -> path), without the per-file fsyncs.

@@ -23,7 +23,7 @@ import { readManifest } from '../../shared/rollup/manifest.js';
 import { storeRootUrl } from '../../shared/duckdb.js';
 import { ROLLUP_ROW_GROUP_ROWS, ROLLUP_SORT, rollPeriod } from '../../services/rollup/roll.js';
 import { rollupViewSql } from '../../shared/rollup/view.js';
-import { FilesystemObjectStore } from '../../shared/store/filesystem/index.js';
+import { createStore } from '../../shared/store/create.js';
 import { bodyFactory, median, row } from '../lib.js';
 import type { BenchContext, BenchRow } from '../types.js';
 
@@ -34,7 +34,7 @@ const EVENTS_PER_BATCH = 100;
 export async function run(ctx: BenchContext): Promise<BenchRow[]> {
   const batches = ctx.smoke ? 200 : 10_000;
   const dir = mkdtempSync(join(tmpdir(), 'bench-rollup-'));
-  const store = new FilesystemObjectStore({ root: dir });
+  const store = createStore({ kind: 'filesystem', root: dir });
   const prefix = 'events/bench/';
   const t0 = Math.floor(Date.now() / HOUR_MS) * HOUR_MS - (HOURS + 1) * HOUR_MS;
   try {

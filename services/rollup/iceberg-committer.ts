@@ -22,11 +22,9 @@
  * says so (RollContext.mayDelete): no retained snapshot references it, and for a batch file the
  * table has taken it already. Whichever side sees both conditions last deletes it.
  */
-import { S3Client } from '@aws-sdk/client-s3';
 import type { Registry } from 'prom-client';
 import { batchIdMs } from '../../shared/ids.js';
 import { throttledWarn } from '../../shared/logger.js';
-import { type CreateIfAbsent, createIfAbsentFor } from '../../shared/iceberg/create-if-absent.js';
 import { parquetFacts } from '../../shared/iceberg/parquet-footer.js';
 import { IcebergTable, type Snapshot, THROUGH_BATCH_ID, type TableFile, batchTableFile, currentSnapshot, rollupTableFile, storeRootUri, tableAppName } from '../../shared/iceberg/table.js';
 import { visibleUnder } from '../../shared/ledger/ledger.js';
@@ -34,7 +32,8 @@ import { batchIdOfKey, periodStart, rollupFileFirstId } from '../../shared/rollu
 import { type Manifest, type RollupPeriod, manifestFiles, readManifest } from '../../shared/rollup/manifest.js';
 import { discoverPrefixes, prefixOfKey } from '../../shared/rollup/prefixes.js';
 import type { PrefixLock } from '../../shared/rollup/redis-keys.js';
-import { S3ObjectStore } from '../../shared/store/s3/index.js';
+import { requireCreateIfAbsent } from '../../shared/store/optional.js';
+import type { CreateIfAbsent } from '../../shared/store/types.js';
 import { type RollupDeps, assertLayout, ledgerOf, takePrefixLock } from './context.js';
 import { type IcebergMetrics, createIcebergMetrics } from './metrics.js';
 import type { CollectionTemplate } from './planner.js';
@@ -53,7 +52,7 @@ export interface IcebergCommitterOptions {
   /** The list prefixes to commit (the planner's known prefixes). */
   prefixes: () => Iterable<string>;
   registry: Registry;
-  /** Test hook: the exclusive create (default: the store's own, ./create-if-absent.ts). */
+  /** Test hook: the exclusive create (default: the store's own, ObjectStore.createIfAbsent). */
   createIfAbsent?: CreateIfAbsent;
 }
 
@@ -103,7 +102,6 @@ export class IcebergCommitter {
   private readonly caughtUpAt = new Map<string, number>();
   private readonly createIfAbsent: CreateIfAbsent;
   private readonly rootUri: string;
-  private readonly s3Client: S3Client | undefined;
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
   private stopped = false;
@@ -117,9 +115,8 @@ export class IcebergCommitter {
     const { store } = deps;
     this.metrics = createIcebergMetrics(o.registry, { intervalSeconds: deps.env.ICEBERG_COMMIT_SECONDS, lagSeconds: () => this.lagSeconds() });
     this.rootUri = storeRootUri(store);
-    // The S3 store keeps its client private: the conditional put gets one with the same settings (credentials from the SDK's chain, as the store's).
-    this.s3Client = !o.createIfAbsent && store instanceof S3ObjectStore ? new S3Client({ region: store.region, endpoint: store.endpoint, forcePathStyle: store.forcePathStyle }) : undefined;
-    this.createIfAbsent = o.createIfAbsent ?? createIfAbsentFor(store, { s3Client: this.s3Client });
+    // The store's own conditional create, through its own client and credentials; a store without one fails here, at start-up.
+    this.createIfAbsent = o.createIfAbsent ?? requireCreateIfAbsent(store);
     const warns = { version_hint: throttledWarn(deps.logger, 'iceberg: version-hint.text not rewritten after a commit'), cleanup: throttledWarn(deps.logger, 'iceberg: files of a lost or failed commit not deleted (the orphan sweep takes them)') };
     this.quietFailure = (what, err) => {
       this.metrics.failures.inc({ stage: what });
@@ -178,7 +175,7 @@ export class IcebergCommitter {
   stop(): Promise<void> {
     this.stopped = true;
     clearTimeout(this.timer);
-    return (this.running ?? Promise.resolve()).finally(() => this.s3Client?.destroy());
+    return this.running ?? Promise.resolve();
   }
 
   /** One pass over every known prefix (never rejects: failures are counted and logged per prefix). */

@@ -18,8 +18,6 @@ import { rollupQueueName, rollupQueuePrefix } from './queue.js';
 import { storeRootUrl } from '../../shared/duckdb.js';
 import { removeStaleTempFiles } from './roll.js';
 import { shardLayouts } from '../../shared/shards.js';
-import { FilesystemObjectStore } from '../../shared/store/filesystem/index.js';
-import { MemoryObjectStore } from '../../shared/store/memory/index.js';
 import type { ObjectStore } from '../../shared/store/types.js';
 import type { RollupDeps } from './context.js';
 import { type RollupMetrics, createRollupMetrics } from './metrics.js';
@@ -66,12 +64,13 @@ export const ROLLUP_NEEDS_DUCKDB = 'rollups need the @duckdb/node-api package (n
 export async function startRollupService(o: RollupServiceOptions): Promise<RollupService | null> {
   const { env, logger, store } = o;
   if (env.ROLLUP === 'off') return null;
-  if (store instanceof MemoryObjectStore) {
+  const location = store.location?.();
+  if (location?.kind === 'memory') {
     logger.warn({ store: store.describe() }, 'rollups need a filesystem or S3 store (DuckDB cannot read a memory store); rollups are off');
     return null;
   }
   // DuckDB opens filesystem keys in place; any other store's objects are copied to a local stage first.
-  const rootUrl = store instanceof FilesystemObjectStore ? storeRootUrl(store).rootUrl : null;
+  const rootUrl = location?.kind === 'file' ? storeRootUrl(store).rootUrl : null;
   const metrics = createRollupMetrics(o.registry);
   const templates: CollectionTemplate[] = o.config.collections.map((c) => ({ name: c.name, template: parseStoragePath(c.storagePath) }));
   const db = await openDuckDb(o);

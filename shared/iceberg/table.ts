@@ -10,7 +10,7 @@
  *
  * Data files are the batch and rollup files already in the store, referenced in place by absolute
  * URI (`rootUri` + key). A commit writes its manifests and manifest list, then creates
- * `v<N+1>.metadata.json` only if it does not exist (./create-if-absent.ts): that create is the
+ * `v<N+1>.metadata.json` only if it does not exist (the store's own createIfAbsent): that create is the
  * commit point. A committer that loses the race deletes what it wrote, re-reads and retries (a
  * bounded number of times); one whose create failed with an unknown outcome leaves its files for
  * {@link IcebergTable.cleanOrphans}, which deletes unreferenced metadata files older than a grace
@@ -21,12 +21,10 @@
  * keeps commits from racing at all; the exclusive create keeps a race safe), the choice of which
  * batch files to append, and deleting data files that {@link IcebergTable.expireSnapshots} returns.
  */
-import { pathToFileURL } from 'node:url';
 import { batchIdMs, randomHex } from '../ids.js';
 import type { RollupFile } from '../rollup/manifest.js';
-import { FilesystemObjectStore } from '../store/filesystem/index.js';
-import { S3ObjectStore } from '../store/s3/index.js';
-import type { ObjectStore } from '../store/types.js';
+import { requireCreateIfAbsent } from '../store/optional.js';
+import type { CreateIfAbsent, ObjectStore } from '../store/types.js';
 import {
   type DataFile,
   type ManifestEntry,
@@ -40,7 +38,6 @@ import {
   writeManifest,
   writeManifestList,
 } from './avro.js';
-import type { CreateIfAbsent } from './create-if-absent.js';
 import {
   EVENTS_SCHEMA,
   type IcebergSchema,
@@ -150,7 +147,8 @@ export interface IcebergTableOptions {
   app: string;
   /** URI of the store's root, ending with `/`: data file URIs are this plus the key ({@link storeRootUri}). */
   rootUri: string;
-  createIfAbsent: CreateIfAbsent;
+  /** The commit point's exclusive create (default: the store's own, ObjectStore.createIfAbsent; a commit on a store without one fails). */
+  createIfAbsent?: CreateIfAbsent;
   now?: () => number;
   /** Commit attempts before giving up with IcebergCommitRaceError (default 5). */
   maxAttempts?: number;
@@ -168,11 +166,11 @@ export interface IcebergTableOptions {
   onQuietFailure?: (what: 'version_hint' | 'cleanup', err: unknown) => void;
 }
 
-/** The URI of a store's root (ending with `/`) as data file paths in manifests use it. */
+/** The URI of a store's root (ending with `/`) as data file paths in manifests use it (ObjectStore.location). */
 export function storeRootUri(store: ObjectStore): string {
-  if (store instanceof FilesystemObjectStore) return `${pathToFileURL(store.root).href}/`;
-  if (store instanceof S3ObjectStore) return `s3://${store.bucket}/${store.prefix}`;
-  throw new Error(`${store.describe()}: no absolute URI for its files (Iceberg needs the filesystem or S3 store)`);
+  const location = store.location?.();
+  if (!location) throw new Error(`${store.describe()}: no absolute URI for its files (Iceberg needs a store with a location: the filesystem, S3 or memory store)`);
+  return location.rootUri;
 }
 
 /** The app name of a list prefix's table: its params' values (`events/{app}/` → the app), joined by `.`. */
@@ -232,7 +230,8 @@ export class IcebergTable {
     this.prefix = tablePrefix(o.collection, o.app);
     this.rootUri = o.rootUri;
     this.location = o.rootUri + this.prefix.slice(0, -1);
-    this.createIfAbsent = o.createIfAbsent;
+    // Resolved at the commit: a table only read needs no conditional create.
+    this.createIfAbsent = o.createIfAbsent ?? (async (key, body, opts) => requireCreateIfAbsent(o.store)(key, body, opts));
     this.now = o.now ?? Date.now;
     this.maxAttempts = o.maxAttempts ?? 5;
     this.mergeAbove = o.mergeManifestsAbove ?? 100;
@@ -522,7 +521,7 @@ export class IcebergTable {
         };
         if (this.beforeMetadataCreate) await this.beforeMetadataCreate(version);
         metadataCreateStarted = true;
-        if (await this.createIfAbsent(this.metadataKey(`v${version}.metadata.json`), encodeJson(next), JSON_TYPE)) {
+        if (await this.createIfAbsent(this.metadataKey(`v${version}.metadata.json`), encodeJson(next), { contentType: JSON_TYPE })) {
           return { version, snapshotId, sequenceNumber: seq, attempts: attempt, hintWritten: await this.writeHint(version) };
         }
       } catch (err) {
@@ -616,7 +615,7 @@ export class IcebergTable {
         'metadata-log': [...meta['metadata-log'], { 'timestamp-ms': meta['last-updated-ms'], 'metadata-file': this.uriOf(this.metadataKey(`v${base.version}.metadata.json`)) }].slice(-this.metadataLogMax),
       };
       const version = base.version + 1;
-      if (await this.createIfAbsent(this.metadataKey(`v${version}.metadata.json`), encodeJson(next), JSON_TYPE)) {
+      if (await this.createIfAbsent(this.metadataKey(`v${version}.metadata.json`), encodeJson(next), { contentType: JSON_TYPE })) {
         await this.writeHint(version);
         const metaKeys = [...freedMeta].map((u) => this.keyOf(u));
         if (metaKeys.length > 0 && this.store.deleteKeys) await this.store.deleteKeys(metaKeys);

@@ -24,7 +24,7 @@ import { pipeline } from 'node:stream/promises';
 import { z } from 'zod';
 import { StoreError } from '../errors.js';
 import { listPrefix, parseStoragePath } from '../paths.js';
-import { FilesystemObjectStore } from '../store/filesystem/index.js';
+import { createStore } from '../store/create.js';
 import type { ObjectStore } from '../store/types.js';
 import { manifestKey, msKey, rollupPrefix } from './layout.js';
 import { type Manifest, readManifest } from './manifest.js';
@@ -54,7 +54,7 @@ export interface ViewCopyProgress {
 }
 
 export interface ViewCopyResult extends ViewCopyProgress {
-  /** Root of the local copy: a `FilesystemObjectStore` root with the store's keys. */
+  /** Root of the local copy: a filesystem store's root with the store's keys. */
   root: string;
   /** List prefixes copied. */
   prefixes: number;
@@ -63,7 +63,7 @@ export interface ViewCopyResult extends ViewCopyProgress {
 }
 
 export interface ViewCopyOptions {
-  /** The store the view reads (an S3ObjectStore in practice; any ObjectStore works). */
+  /** The store the view reads (an S3 store in practice; any ObjectStore works). */
   store: ObjectStore;
   /** The collection (its config or storagePath). */
   collection: { storagePath: string } | string;
@@ -195,7 +195,7 @@ async function prune(root: string, prefix: string, batches: ReadonlySet<string>,
 
 /** List prefixes present in the local copy that match `params`. */
 async function discoverLocal(root: string, template: ReturnType<typeof parseStoragePath>, params: Readonly<Record<string, string>>, which: 'batches' | 'rollups'): Promise<string[]> {
-  return discoverPrefixes(new FilesystemObjectStore({ root }), template, { root: which, match: params });
+  return discoverPrefixes(createStore({ kind: 'filesystem', root }), template, { root: which, match: params });
 }
 
 /** Reads of one object the copy makes before it gives up on a connection that keeps dropping. */

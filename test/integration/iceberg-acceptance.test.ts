@@ -22,7 +22,7 @@
  *    create is checked to be absent afterwards. 1 and 2 still hold; metadata versions are
  *    v1..vN with no gap and version-hint.text says N.
  * 4. The same on Ceph RGW; and which S3 servers honour `If-None-Match: *` on PutObject (the
- *    conditional put shared/iceberg/create-if-absent.ts relies on): RGW does (412), s3rver does not.
+ *    conditional put S3ObjectStore.createIfAbsent relies on): RGW does (412), s3rver does not.
  *
  * `npm run iceberg-acceptance` (scripts/iceberg-acceptance.ts) runs the issue's form: 40 s of
  * pushes, 10 s periods, three kills, on both stores. `npm test` runs the same assertions in a short

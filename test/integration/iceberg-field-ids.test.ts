@@ -15,7 +15,6 @@ import { icebergRead } from 'icebird';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { rollPeriod } from '../../services/rollup/roll.js';
 import { storeRootUrl } from '../../shared/duckdb.js';
-import { fsCreateIfAbsent } from '../../shared/iceberg/create-if-absent.js';
 import { parquetFacts } from '../../shared/iceberg/parquet-footer.js';
 import { FIELD_IDS } from '../../shared/iceberg/schema.js';
 import { IcebergTable, batchTableFile, rollupTableFile, storeRootUri } from '../../shared/iceberg/table.js';
@@ -126,7 +125,7 @@ describe('Iceberg field ids in the data files', () => {
     expect(before.map((r) => Number(r.received_at))).toEqual([...Array(3).fill((H8 + 1_000) * 1000), ...Array(2).fill((H8 + 2_500) * 1000)]);
 
     // icebird reads the ms batch files and the µs rollup as the same instants and values.
-    const table = new IcebergTable({ store, collection: 'events', app: 'f', rootUri, createIfAbsent: fsCreateIfAbsent(store.root) });
+    const table = new IcebergTable({ store, collection: 'events', app: 'f', rootUri });
     await table.append(batches);
     await table.replace(batches.map((b) => b.key), rolled.files.map(rollupTableFile));
     const read = async (n: number): Promise<Record<string, unknown>[]> => {
@@ -145,7 +144,7 @@ describe('Iceberg field ids in the data files', () => {
 
   it('why the table has no app column: icebird reads a table column that its data files lack as undefined', async () => {
     const batch = await writeBatch(H8 + 9_000, 0, 2);
-    const table = new IcebergTable({ store, collection: 'events', app: 'appcol', rootUri, createIfAbsent: fsCreateIfAbsent(store.root) });
+    const table = new IcebergTable({ store, collection: 'events', app: 'appcol', rootUri });
     await table.append([batch]);
     const tableUrl = `${httpBase}${table.prefix.slice(0, -1)}`;
     expect(await icebergRead({ tableUrl, metadataFileName: 'v1.metadata.json' })).toHaveLength(2);

@@ -15,7 +15,6 @@ import { fileURLToPath } from 'node:url';
 import { DuckDBInstance, type DuckDBConnection } from '@duckdb/node-api';
 import { icebergRead } from 'icebird';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fsCreateIfAbsent } from '../../shared/iceberg/create-if-absent.js';
 import { parquetFacts } from '../../shared/iceberg/parquet-footer.js';
 import { IcebergTable, THROUGH_BATCH_ID, batchTableFile, currentSnapshot, rollupTableFile, storeRootUri } from '../../shared/iceberg/table.js';
 import { encodeBatch } from '../../shared/parquet/index.js';
@@ -129,7 +128,7 @@ afterAll(async () => {
 
 describe('Iceberg table over the filesystem store', () => {
   it('append, replace (rollup) and delete snapshots read the same rows in icebird and DuckDB', async () => {
-    const table = new IcebergTable({ store, collection: 'events', app: 'a', rootUri, createIfAbsent: fsCreateIfAbsent(store.root) });
+    const table = new IcebergTable({ store, collection: 'events', app: 'a', rootUri });
     const h8 = [await writeBatch(H8 + 1_000, 0, 3), await writeBatch(H8 + 2_000, 1, 2), await writeBatch(H8 + 2_000, 2, 4)];
     const h9 = [await writeBatch(H9 + 5_000, 0, 2), await writeBatch(H9 + 6_000, 0, 1)];
     const all = [...h8, ...h9];
@@ -189,7 +188,7 @@ describe('Iceberg table over the filesystem store', () => {
       if (++arrived === 2) release();
       await gate;
     };
-    const mk = (): IcebergTable => new IcebergTable({ store: store2, collection: 'events', app: 'race', rootUri, createIfAbsent: fsCreateIfAbsent(store2.root), beforeMetadataCreate: hook });
+    const mk = (): IcebergTable => new IcebergTable({ store: store2, collection: 'events', app: 'race', rootUri, beforeMetadataCreate: hook });
     const [x, y] = [mk(), mk()];
     const [fx, fy] = [await writeBatch(H8 + 10_000, 0, 2), await writeBatch(H8 + 11_000, 0, 3)];
     const [rx, ry] = await Promise.all([x.append([fx]), y.append([fy])]);
@@ -206,7 +205,7 @@ describe('Iceberg table over the filesystem store', () => {
 
   it('a committer that stops between its manifests and its metadata leaves the last version readable; the next one cleans up and goes on', async () => {
     const mk = (o: Partial<ConstructorParameters<typeof IcebergTable>[0]> = {}): IcebergTable =>
-      new IcebergTable({ store, collection: 'events', app: 'crash', rootUri, createIfAbsent: fsCreateIfAbsent(store.root), ...o });
+      new IcebergTable({ store, collection: 'events', app: 'crash', rootUri, ...o });
     const f1 = await writeBatch(H9 + 20_000, 0, 2);
     await mk().append([f1]);
     let reached!: () => void;

@@ -11,7 +11,6 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { eraseRowsFromParquet, parquetToArrow } from '../../shared/erasure/rows.js';
 import { erasureHashKey, erasureLogKey, hashId, writeErasureRecord, type ErasureRecord } from '../../shared/erasure/log.js';
 import { encodeBatch } from '../../shared/parquet/encode.js';
-import { memoryCreateIfAbsent } from '../../shared/iceberg/create-if-absent.js';
 import { IcebergConflictError, IcebergTable, type TableFile, batchTableFile, currentSnapshot } from '../../shared/iceberg/table.js';
 import { rollupFileFirstId } from '../../shared/rollup/layout.js';
 import { keyFamily, eraseQueueName, rollupQueuePrefix, queueKey } from '../../shared/keyspace.js';
@@ -150,7 +149,7 @@ describe('IcebergTable.overwrite (erasure)', () => {
   it('replaces a file rewritten in place (same key) with its new size and count in one overwrite snapshot; expiry keeps the key', async () => {
     const store = new MemoryObjectStore();
     let clock = H8 + 10 * 3_600_000;
-    const t = new IcebergTable({ store, collection: 'events', app: 'a', rootUri: 'mem://root/', createIfAbsent: memoryCreateIfAbsent(store), now: () => clock++ });
+    const t = new IcebergTable({ store, collection: 'events', app: 'a', rootUri: 'mem://root/', now: () => clock++ });
     await t.append([file(1, 10, 1000), file(2, 5, 900)], { throughBatchId: bid(2) });
     await expect(t.append([file(1, 9, 950)])).rejects.toBeInstanceOf(IcebergConflictError);
     const c = await t.overwrite([`events/a/${bid(1)}.parquet`], [file(1, 7, 800)]);

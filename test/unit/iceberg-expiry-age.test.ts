@@ -5,7 +5,6 @@
  * keeps the snapshot before it, and the files only it names, for the whole retention.
  */
 import { describe, expect, it } from 'vitest';
-import { memoryCreateIfAbsent } from '../../shared/iceberg/create-if-absent.js';
 import { IcebergTable, type TableFile, batchTableFile } from '../../shared/iceberg/table.js';
 import { MemoryObjectStore } from '../../shared/store/memory/index.js';
 
@@ -18,7 +17,7 @@ describe('IcebergTable.expireSnapshots: age from the replacement', () => {
   it('keeps a snapshot that was current for hours until the retention has passed since the next one replaced it', async () => {
     const store = new MemoryObjectStore();
     let clock = H8 + 10 * HOUR;
-    const t = new IcebergTable({ store, collection: 'events', app: 'a', rootUri: 'mem://root/', createIfAbsent: memoryCreateIfAbsent(store), now: () => clock });
+    const t = new IcebergTable({ store, collection: 'events', app: 'a', rootUri: 'mem://root/', now: () => clock });
     const [old, recent] = [batch(H8 + 1, 0), batch(H8 + HOUR + 1, 0)] as [TableFile, TableFile];
     const appended = await t.append([old, recent], { throughBatchId: recent.key });
     // Idle for 3 hours, then retention drops the old batch.

@@ -6,7 +6,6 @@
  */
 import { describe, expect, it } from 'vitest';
 import { STATUS_ADDED, STATUS_DELETED, STATUS_EXISTING } from '../../shared/iceberg/avro.js';
-import { memoryCreateIfAbsent } from '../../shared/iceberg/create-if-absent.js';
 import { IcebergConflictError, IcebergTable, THROUGH_BATCH_ID, type TableFile, batchTableFile, currentSnapshot, snapshotAsOf } from '../../shared/iceberg/table.js';
 import { MemoryObjectStore } from '../../shared/store/memory/index.js';
 
@@ -16,7 +15,7 @@ const batch = (ms: number, n: number, rows = 10): TableFile => batchTableFile(`e
 
 function tableOn(store: MemoryObjectStore, o: Partial<ConstructorParameters<typeof IcebergTable>[0]> = {}): IcebergTable {
   let clock = H8 + 10 * 3_600_000;
-  return new IcebergTable({ store, collection: 'events', app: 'a', rootUri: 'mem://root/', createIfAbsent: memoryCreateIfAbsent(store), now: () => clock++, ...o });
+  return new IcebergTable({ store, collection: 'events', app: 'a', rootUri: 'mem://root/', now: () => clock++, ...o });
 }
 
 async function metadataAvro(store: MemoryObjectStore): Promise<string[]> {

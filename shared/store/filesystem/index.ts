@@ -2,13 +2,15 @@ import { createHash } from 'node:crypto';
 import { constants as fsConstants, promises as fs } from 'node:fs';
 import type { BigIntStats, Dirent } from 'node:fs';
 import path from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { StoreError } from '../../errors.js';
 import { randomHex } from '../../ids.js';
 import { DirSyncGroup, errnoCode, type FileVersion, fsyncDir, unlinkQuietly, writeFileDurably } from '../durable.js';
 import { compareKeys, prefixCanMatchKeys, resolveListLimit, validateKey } from '../keys.js';
 import { checkOptionNames } from '../options.js';
 import type { Readable } from 'node:stream';
-import type { ByteRange, ListOptions, ObjectMeta, ObjectStore, PutOptions, StoredObject } from '../types.js';
+import type { ByteRange, ListOptions, ObjectMeta, ObjectStore, PutOptions, StoreLocation, StoredObject } from '../types.js';
+import { createFileIfAbsent } from './create-if-absent.js';
 
 /**
  * In-flight writes live next to their final file under this name prefix, so
@@ -348,6 +350,29 @@ export class FilesystemObjectStore implements ObjectStore {
   describe(): string {
     return `fs:${this.root}`;
   }
+
+  /** The root folder, and its `file://` URI. */
+  location(): StoreLocation {
+    return { kind: 'file', rootUri: `${pathToFileURL(this.root).href}/`, dir: this.root };
+  }
+
+  /**
+   * Creates `key` only if no file is there (./create-if-absent.ts: temp file, fsync, link, fsync
+   * the folder). No sidecar is written: `head` hashes the file (it is small: Iceberg metadata), and
+   * the content type is not kept, as with every object here.
+   */
+  async createIfAbsent(key: string, body: Uint8Array): Promise<boolean> {
+    const file = this.pathFor(key);
+    try {
+      await this.ensureDir(path.dirname(file));
+      return await createFileIfAbsent(file, body, `${TEMP_PREFIX}${randomHex(8)}`);
+    } catch (err) {
+      throw toStoreError('create', key, err);
+    }
+  }
+
+  /** Nothing to release: every call opens and closes its own files. */
+  async close(): Promise<void> {}
 
   /** Absolute path for a key, refusing anything that is not a valid key or would land outside the root. */
   private pathFor(key: string): string {

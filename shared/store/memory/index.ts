@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { Readable } from 'node:stream';
-import type { ByteRange, ListOptions, ObjectMeta, ObjectStore, PutOptions, StoredObject } from '../types.js';
+import { randomHex } from '../../ids.js';
+import type { ByteRange, ListOptions, ObjectMeta, ObjectStore, PutOptions, StoreLocation, StoredObject } from '../types.js';
 import { compareKeys, prefixCanMatchKeys, resolveListLimit, validateKey } from '../keys.js';
 
 interface MemoryEntry {
@@ -17,13 +18,24 @@ interface MemoryEntry {
  */
 export class MemoryObjectStore implements ObjectStore {
   private readonly objects = new Map<string, MemoryEntry>();
+  /** Tells this store's URIs from another's (two memory stores in one process hold different objects). */
+  private readonly rootUri = `memory://${randomHex(8)}/`;
 
   /** Stores a copy of `body` under `key`, replacing any earlier object. */
   async putBytes(key: string, body: Uint8Array, opts: PutOptions = {}): Promise<void> {
     validateKey(key);
-    const entry: MemoryEntry = { body: new Uint8Array(body), sha256: createHash('sha256').update(body).digest('hex') };
-    if (opts.contentType !== undefined) entry.contentType = opts.contentType;
-    this.objects.set(key, entry);
+    this.objects.set(key, entryOf(body, opts));
+  }
+
+  /**
+   * Stores a copy of `body` under `key` unless an object is there. The check and the set run in
+   * one turn of the event loop (no await between them), so of concurrent callers exactly one wins.
+   */
+  async createIfAbsent(key: string, body: Uint8Array, opts: PutOptions = {}): Promise<boolean> {
+    validateKey(key);
+    if (this.objects.has(key)) return false;
+    this.objects.set(key, entryOf(body, opts));
+    return true;
   }
 
   /** A copy of the object under `key`, or null. */
@@ -82,4 +94,19 @@ export class MemoryObjectStore implements ObjectStore {
   describe(): string {
     return 'memory';
   }
+
+  /** A `memory://` URI of its own: no engine outside this store can open the objects. */
+  location(): StoreLocation {
+    return { kind: 'memory', rootUri: this.rootUri };
+  }
+
+  /** Nothing to release (the objects stay readable until the store is dropped). */
+  async close(): Promise<void> {}
+}
+
+/** A stored copy of `body` with its sha256 and content type. */
+function entryOf(body: Uint8Array, opts: PutOptions): MemoryEntry {
+  const entry: MemoryEntry = { body: new Uint8Array(body), sha256: createHash('sha256').update(body).digest('hex') };
+  if (opts.contentType !== undefined) entry.contentType = opts.contentType;
+  return entry;
 }

@@ -13,7 +13,7 @@ import {
 import { StoreError } from '../../errors.js';
 import { checkOptionNames } from '../options.js';
 import { isValidKey, prefixCanMatchKeys, resolveListLimit, validateKey } from '../keys.js';
-import type { ByteRange, ListOptions, ObjectMeta, ObjectStore, PutOptions, StoredObject } from '../types.js';
+import type { ByteRange, ListOptions, ObjectMeta, ObjectStore, PutOptions, StoreCredentials, StoreLocation, StoredObject } from '../types.js';
 
 /**
  * Few attempts with the SDK's backoff: enough to ride out a blip, short enough
@@ -128,6 +128,8 @@ export class S3ObjectStore implements ObjectStore {
   readonly region: string;
   readonly forcePathStyle: boolean;
   private readonly client: S3Client;
+  /** The credentials given to the constructor (not those of a client passed in, nor the SDK's chain). */
+  private readonly credentials: StoreCredentials | undefined;
   private readonly ownsClient: boolean;
   private destroyed = false;
   private readonly legacyHashes = new Map<string, string>();
@@ -144,6 +146,7 @@ export class S3ObjectStore implements ObjectStore {
     this.region = opts.region ?? 'us-east-1';
     this.forcePathStyle = opts.forcePathStyle ?? opts.accessKeyId !== undefined;
     this.ownsClient = opts.client === undefined;
+    this.credentials = opts.client === undefined && credentials !== undefined ? { ...credentials } : undefined;
     this.client =
       opts.client ??
       new S3Client({
@@ -179,6 +182,35 @@ export class S3ObjectStore implements ObjectStore {
       );
     } catch (err) {
       throw toStoreError('put', key, err);
+    }
+  }
+
+  /**
+   * PutObject with `If-None-Match: *` through this store's own client (its endpoint and
+   * credentials): S3 answers 412 when the key exists, and of concurrent creators exactly one
+   * succeeds. AWS S3 honours it (since 2024-08), as Ceph RGW 16.2 does (the conformance suite on
+   * RGW proves it); s3rver ignores the header and overwrites, so on such a server concurrent
+   * creators must be kept apart by a lock (the Iceberg committer holds the prefix's rollup lock).
+   */
+  async createIfAbsent(key: string, body: Uint8Array, opts: PutOptions = {}): Promise<boolean> {
+    validateKey(key);
+    try {
+      await this.client.send(
+        new PutObjectCommand({
+          Bucket: this.bucket,
+          Key: this.prefix + key,
+          Body: Buffer.from(body.buffer, body.byteOffset, body.byteLength),
+          ContentType: opts.contentType,
+          Metadata: { [SHA256_META]: createHash('sha256').update(body).digest('hex') },
+          IfNoneMatch: '*',
+        }),
+      );
+      return true;
+    } catch (err) {
+      const { name, status } = errorFacts(err);
+      // 412: the key exists. 409 ConditionalRequestConflict (AWS): a concurrent conditional put of the key is in flight, i.e. another creator.
+      if (status === 412 || status === 409 || name === 'PreconditionFailed') return false;
+      throw toStoreError('conditional create', key, err);
     }
   }
 
@@ -343,6 +375,28 @@ export class S3ObjectStore implements ObjectStore {
   describe(): string {
     const where = `s3://${this.bucket}${this.prefix === '' ? '' : `/${this.prefix}`}`;
     return this.endpoint === undefined ? where : `${where} (${this.endpoint})`;
+  }
+
+  /**
+   * The bucket, prefix and connection settings (DuckDB's S3 secret is built from them), with the
+   * credentials this store was given: never log the result.
+   */
+  location(): StoreLocation {
+    return {
+      kind: 's3',
+      rootUri: `s3://${this.bucket}/${this.prefix}`,
+      bucket: this.bucket,
+      prefix: this.prefix,
+      region: this.region,
+      ...(this.endpoint === undefined ? {} : { endpoint: this.endpoint }),
+      forcePathStyle: this.forcePathStyle,
+      ...(this.credentials === undefined ? {} : { credentials: { ...this.credentials } }),
+    };
+  }
+
+  /** The contract's name for {@link S3ObjectStore.destroy}. */
+  async close(): Promise<void> {
+    this.destroy();
   }
 
   /**
