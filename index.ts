@@ -18,7 +18,9 @@ export { MemoryCounterStore, RedisCounterStore } from './services/api/edge/count
 export type { CounterStore } from './services/api/edge/counters.js';
 export { FilesystemObjectStore, MemoryObjectStore, S3ObjectStore } from './shared/store/index.js';
 export type { ObjectStore, StoredObject, PutOptions, ListOptions, ObjectMeta, ByteRange, StoreLocation, StoreCredentials } from './shared/store/index.js';
-export { StoreError, HttpError } from './shared/errors.js';
+export { StoreError } from './shared/errors.js';
+export { ApiError, ERROR_CODES, ERROR_CODE_LIST, HttpError } from './services/api/error-map.js';
+export type { ErrorCode } from './services/api/error-map.js';
 export { DEFAULT_SYNC_CONFIG, parseSyncConfig, parseEnv } from './shared/config.js';
 export type { SyncConfig, SyncConfigInput, CollectionConfig, Env } from './shared/config.js';
 export { BatchLedger } from './shared/ledger/ledger.js';

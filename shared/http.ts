@@ -1,7 +1,6 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { RequestListener } from 'node:http';
-import { HttpError } from './errors.js';
 
 /** Timeouts chosen so a slow or stalled client cannot hold a socket for long. */
 export const SERVER_LIMITS = {
@@ -18,10 +17,10 @@ export const SERVER_LIMITS = {
   maxHeaderSize: 16 * 1024,
 } as const;
 
-/** A request refused before `100 Continue` (Node's `checkContinue`): its status and JSON error. */
+/** A request refused before `100 Continue` (Node's `checkContinue`): its status and JSON error body, as the HTTP layer's error map made them. */
 export interface ContinueRefusal {
   status: number;
-  error: string;
+  body: { error: string; code: string };
 }
 
 export interface ListenOptions {
@@ -62,7 +61,7 @@ export async function listen(handler: RequestListener, port: number, host: strin
         handler(req, res);
         return;
       }
-      const body = JSON.stringify({ error: refusal.error });
+      const body = JSON.stringify(refusal.body);
       res.writeHead(refusal.status, {
         'Content-Type': 'application/json; charset=utf-8',
         'Content-Length': Buffer.byteLength(body),
@@ -102,16 +101,4 @@ export async function listen(handler: RequestListener, port: number, host: strin
       return closing;
     },
   };
-}
-
-/**
- * The one parser of integer query parameters (`limit` and the like) of every route: decimal
- * digits only (no sign, exponent, fraction, space or repeated parameter), within `[min, max]`;
- * absent → `fallback`. Anything else is a 400 naming the parameter and its range.
- */
-export function parseIntegerParam(raw: unknown, o: { name: string; min: number; max: number; fallback: number }): number {
-  if (raw === undefined) return o.fallback;
-  const n = typeof raw === 'string' && /^\d{1,15}$/.test(raw) ? Number(raw) : NaN;
-  if (!(n >= o.min && n <= o.max)) throw new HttpError(400, `${o.name} must be an integer from ${o.min} to ${o.max}`);
-  return n;
 }

@@ -1,10 +1,11 @@
 import express, { type NextFunction, type Request, type Response, type Router } from 'express';
 import type { Job, Queue } from 'bullmq';
-import { type RedisClient, isRedisUnavailable } from '../../shared/redis.js';
+import { type RedisClient, asRedisUnavailable } from '../../shared/redis.js';
 import type { ShardSet } from '../../shared/shards.js';
-import { HttpError, TimeoutError } from '../../shared/errors.js';
+import { RedisUnavailable, TimeoutError } from '../../shared/errors.js';
+import { ApiError } from './error-map.js';
 import { type BestEffortSink, bestEffort } from '../../shared/best-effort.js';
-import { parseIntegerParam } from '../../shared/http.js';
+import { parseIntegerParam } from './params.js';
 import { withTimeout } from '../../shared/timeout.js';
 import { batchIdMs, isBatchId } from '../../shared/ids.js';
 import type { BatchLedger } from '../../shared/ledger/ledger.js';
@@ -39,11 +40,14 @@ export interface ReplayOutcome {
 /** An admin call that has not finished by then (Redis hung or unreachable) answers 503. */
 const ADMIN_TIMEOUT_MS = 10_000;
 
-/** True when `err` comes from an unreachable or hung Redis rather than from the request (an admin call is Redis work). */
-function redisDown(err: unknown, redis: RedisClient): boolean {
-  if (err instanceof HttpError) return false;
-  if (redis.status !== 'ready') return true;
-  return err instanceof TimeoutError || isRedisUnavailable(err);
+/**
+ * An admin or erase call's error, by type: a call that did not finish in time, or a driver error
+ * that says Redis is unreachable (made a `RedisUnavailable` here, at the call), is the queue being
+ * unavailable; anything else is left as it is.
+ */
+export function queueCallError(err: unknown): unknown {
+  const typed = asRedisUnavailable(err);
+  return typed instanceof TimeoutError || typed instanceof RedisUnavailable ? new ApiError('unavailable', 'queue unavailable (Redis); retry later', { 'Retry-After': '1' }) : typed;
 }
 
 /** `reissue`: under new ids. `bestEffort`: where a failed clean-up (a release, the old job's removal) is logged and counted. */
@@ -170,7 +174,7 @@ export async function replayFailed(queue: Queue, ledger: BatchLedger, ids: reado
 export interface AdminRouterOptions {
   queue: Queue;
   ledger: BatchLedger;
-  /** The connection the queue uses: its status tells a Redis outage from a bad request. */
+  /** The connection the queue uses (kept for callers; an outage is told from a call's error type, never from the connection's state). */
   redis: RedisClient;
   /** QUEUE_SHARDS: dead letters are listed and replayed on every shard (a batch id names its shard). */
   shards?: ShardSet;
@@ -196,7 +200,7 @@ export function createAdminRouter(o: AdminRouterOptions): Router {
   const wrap =
     (fn: (req: Request, res: Response) => Promise<void>) =>
     (req: Request, res: Response, next: NextFunction): void => {
-      withTimeout(fn(req, res), ADMIN_TIMEOUT_MS, 'admin call').catch((err: unknown) => next(redisDown(err, o.redis) ? new HttpError(503, 'queue unavailable (Redis); retry later', { 'Retry-After': '1' }) : err));
+      withTimeout(fn(req, res), ADMIN_TIMEOUT_MS, 'admin call').catch((err: unknown) => next(queueCallError(err)));
     };
   const reissueOf = (req: Request): boolean => req.query.reissue === '1' || req.query.reissue === 'true';
 
@@ -216,10 +220,10 @@ export function createAdminRouter(o: AdminRouterOptions): Router {
     admin,
     wrap(async (req, res) => {
       const id = String(req.params.batchId);
-      if (!isBatchId(id) && !isGroupJobId(id)) throw new HttpError(400, 'batchId must be a batch id like 1782933157690-0000-735223 (or a group job id, g-<batch id>)');
+      if (!isBatchId(id) && !isGroupJobId(id)) throw new ApiError('bad_param', 'batchId must be a batch id like 1782933157690-0000-735223 (or a group job id, g-<batch id>)');
       const shard = o.shards?.forBatchId(isGroupJobId(id) ? id.slice(2) : id) ?? o;
       const [r] = await replayFailed(shard.queue, shard.ledger, [id], { reissue: reissueOf(req), bestEffort: o.bestEffort });
-      if (r?.outcome === 'not-failed') throw new HttpError(404, `batch ${id} is not in the failed set`);
+      if (r?.outcome === 'not-failed') throw new ApiError('not_found', `batch ${id} is not in the failed set`);
       res.json(r);
     }),
   );

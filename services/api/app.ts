@@ -1,4 +1,4 @@
-import express, { type ErrorRequestHandler, type Express, type NextFunction, type Request, type RequestHandler, type Response, type Router } from 'express';
+import express, { type Express, type NextFunction, type Request, type RequestHandler, type Response, type Router } from 'express';
 import type { IncomingMessage } from 'node:http';
 import type { Queue } from 'bullmq';
 import type { Registry } from 'prom-client';
@@ -6,10 +6,9 @@ import { ShardSet } from '../../shared/shards.js';
 import type { ApiSlice } from '../../shared/config-slices.js';
 import { API_ENCODE_MAX_BYTES_DEFAULT, MAX_INFLIGHT_BYTES_DEFAULT, QUEUE_GROUP_MAX_DEFAULT, type SyncConfig } from '../../shared/config.js';
 import { ByteBudget, DRAIN_COLLECT_MIN_PEAK, DrainCollector } from '../../shared/byte-budget.js';
-import { HttpError, StoreError } from '../../shared/errors.js';
 import type { BatchLedger } from '../../shared/ledger/ledger.js';
 import { type Logger, type ThrottledWarn, throttledWarn } from '../../shared/logger.js';
-import { type RedisClient, isRedisUnavailable, redisAddress } from '../../shared/redis.js';
+import type { RedisClient } from '../../shared/redis.js';
 import type { ContinueRefusal } from '../../shared/http.js';
 import type { ObjectStore } from '../../shared/store/types.js';
 import { TokenRoles } from './auth.js';
@@ -20,7 +19,8 @@ import { createApiMetrics, type ApiMetrics } from './metrics.js';
 import { type EventsPluginOptions, type QueueBinding, createEventsServerPlugin } from './plugin.js';
 import { createAdminRouter } from './admin.js';
 import { createEraseRouter } from './erase.js';
-import { type RouterObserver, createSyncRouter, jsonErrorHandler } from './router.js';
+import { type RouterObserver, createSyncRouter } from './router.js';
+import { ApiError, jsonErrorHandler } from './error-map.js';
 import { createHealthRouter } from './health-routes.js';
 import { Upkeep } from './upkeep.js';
 import { LoadShedder } from './shedder.js';
@@ -224,8 +224,7 @@ function expressApp(p: AppParts): Express {
   app.use(p.health);
   app.use(p.basePath || '/', p.sync);
   app.use(p.basePath || '/', ...p.admin);
-  app.use((req, _res, next) => next(new HttpError(404, `no route for ${req.method} ${req.path}`)));
-  app.use(redisDownErrors(p.redis, p.logger));
+  app.use((req, _res, next) => next(new ApiError('not_found', `no route for ${req.method} ${req.path}`)));
   app.use(jsonErrorHandler(p.logger));
   return app;
 }
@@ -243,20 +242,6 @@ function accessLog(metrics: ApiMetrics, logger: Logger): RequestHandler {
       else logger.info(line, 'request');
     });
     next();
-  };
-}
-
-/** Any route that reached Redis while it is away (or whose error says so): an outage, not a bug. */
-function redisDownErrors(redis: RedisClient, logger: Logger): ErrorRequestHandler {
-  return function redisDownErrors(err: unknown, _req: Request, res: Response, next: NextFunction) {
-    const status = (err as { status?: unknown }).status;
-    const known = err instanceof HttpError || err instanceof StoreError || (typeof status === 'number' && status >= 400 && status < 500);
-    if (!known && !res.headersSent && (isRedisUnavailable(err) || redis.status !== 'ready')) {
-      logger.warn({ err: err instanceof Error ? err.name : 'unknown', redis: redisAddress(redis) }, 'request failed: Redis unavailable');
-      res.status(503).set('Retry-After', '5').json({ error: 'Redis unavailable; retry later' });
-      return;
-    }
-    next(err);
   };
 }
 

@@ -1,6 +1,6 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
-import { HttpError } from '../../shared/errors.js';
+import { ApiError } from './error-map.js';
 
 /** Who is calling and with which roles: what a role resolver answers. */
 export interface AuthResult {
@@ -166,14 +166,14 @@ export function authenticate(roles: readonly string[], auth: TokenRoles | RoleRe
         if (!who) {
           const c = credentialsOf(req);
           const reason = c.kind === 'none' ? 'missing bearer token' : c.kind === 'bearer' ? 'bearer token not recognised' : c.reason;
-          return refuse({ status: 401, error: new HttpError(401, reason, { 'WWW-Authenticate': c.kind === 'other' ? 'Bearer error="invalid_request"' : 'Bearer' }) });
+          return refuse({ status: 401, error: new ApiError('unauthorized', reason, { 'WWW-Authenticate': c.kind === 'other' ? 'Bearer error="invalid_request"' : 'Bearer' }) });
         }
         res.locals.auth = who;
-        if (!who.roles.some((r) => roles.includes(r))) return refuse({ status: 403, error: new HttpError(403, `token lacks a required role (${roles.join(', ')})`) });
+        if (!who.roles.some((r) => roles.includes(r))) return refuse({ status: 403, error: new ApiError('forbidden', `token lacks a required role (${roles.join(', ')})`) });
         next();
       },
       (err: unknown) => {
-        if (err instanceof AuthError) return refuse({ status: 401, error: new HttpError(401, `invalid token: ${err.message}`, { 'WWW-Authenticate': `Bearer error="invalid_token"` }) });
+        if (err instanceof AuthError) return refuse({ status: 401, error: new ApiError('unauthorized', `invalid token: ${err.message}`, { 'WWW-Authenticate': `Bearer error="invalid_token"` }) });
         refuse({ error: err });
       },
     );

@@ -2,48 +2,25 @@ import { type Hash, createHash } from 'node:crypto';
 import { type BrotliDecompress, type Gunzip, type Inflate, constants as zc, createBrotliDecompress, createGunzip, createInflate } from 'node:zlib';
 import type { Request } from 'express';
 import type { ByteBudget } from '../../shared/byte-budget.js';
-import { HttpError } from '../../shared/errors.js';
+import { ApiError, type ErrorCode } from './error-map.js';
+import type { ContentCoding } from './push/admission/content.js';
 
-/** The content codings push decodes (RFC 9110 §8.4.1); `x-gzip` is read as `gzip`. */
-export const CONTENT_CODINGS = ['identity', 'gzip', 'deflate', 'br'] as const;
-export type ContentCoding = (typeof CONTENT_CODINGS)[number];
-
-/**
- * The one coding to undo for a `Content-Encoding` header, or a 415 message naming what is not
- * supported. `identity` entries are ignored; more than one real coding ("gzip, br") is refused:
- * each layer would multiply what a small body can inflate to, and no SDK sends them stacked.
- */
-export function parseContentEncoding(header: string | undefined): { ok: true; coding: ContentCoding } | { ok: false; error: string } {
-  const codings = (header ?? '')
-    .split(',')
-    .map((s) => s.trim().toLowerCase())
-    .filter((s) => s !== '' && s !== 'identity')
-    .map((s) => (s === 'x-gzip' ? 'gzip' : s));
-  const supported = 'gzip, deflate, br or identity';
-  const unknown = codings.find((c) => !(CONTENT_CODINGS as readonly string[]).includes(c));
-  if (unknown !== undefined) return { ok: false, error: `Content-Encoding "${printable(unknown)}" is not supported; use ${supported}` };
-  if (codings.length > 1) return { ok: false, error: `Content-Encoding "${printable(header ?? '')}" stacks ${codings.length} codings; send at most one of ${supported}` };
-  return { ok: true, coding: (codings[0] as ContentCoding | undefined) ?? 'identity' };
-}
-
-/** A header value as it may be echoed in an error: printable ASCII, bounded. */
-function printable(value: string): string {
-  const clean = value.replace(/[^\x20-\x7e]/g, '?');
-  return clean.length > 64 ? `${clean.slice(0, 64)}…` : clean;
-}
+export { CONTENT_CODINGS, type ContentCoding, contentTypeAllowed, parseContentEncoding } from './push/admission/content.js';
 
 /** Why a body could not be read; the router counts each in its own metric. */
 export type BodyErrorReason = 'too_large' | 'over_budget' | 'bad_encoding' | 'unreadable';
 
-/** A refused body: an HttpError plus the reason, so the router can count it without parsing messages. */
-export class BodyError extends HttpError {
+/** The error code of each reason (the error map gives its status). */
+const BODY_ERROR_CODES: Record<BodyErrorReason, ErrorCode> = { too_large: 'too_large', over_budget: 'overloaded', bad_encoding: 'bad_encoding', unreadable: 'bad_request' };
+
+/** A refused body: its code plus the reason, so the router can count it without parsing messages. */
+export class BodyError extends ApiError {
   constructor(
     readonly reason: BodyErrorReason,
-    status: number,
     message: string,
     headers?: Record<string, string>,
   ) {
-    super(status, message, headers);
+    super(BODY_ERROR_CODES[reason], message, headers);
   }
 }
 
@@ -103,7 +80,7 @@ export async function readBody(req: Request, opts: ReadBodyOptions): Promise<Req
   const declared = header === undefined ? undefined : Number(header);
   if (declared !== undefined && declared > maxBytes) {
     const headers = await discardRest(req);
-    throw new BodyError('too_large', 413, `body of ${header} bytes is over this collection's limit of ${maxBytes} bytes`, headers);
+    throw new BodyError('too_large', `body of ${header} bytes is over this collection's limit of ${maxBytes} bytes`, headers);
   }
   const cover = budgetCover(budget, held);
   if (declared !== undefined && Number.isSafeInteger(declared) && !cover(declared)) return refuseOverBudget(req);
@@ -117,7 +94,7 @@ const OVER_BUDGET_MESSAGE = "overloaded: request bodies in flight are at this pr
 /** A body whose declared length the budget cannot cover: refused with 503 + Retry-After before a byte is read. */
 async function refuseOverBudget(req: Request): Promise<never> {
   const headers = await discardRest(req);
-  throw new BodyError('over_budget', 503, OVER_BUDGET_MESSAGE, { ...headers, 'Retry-After': BUDGET_RETRY_AFTER_SECONDS });
+  throw new BodyError('over_budget', OVER_BUDGET_MESSAGE, { ...headers, 'Retry-After': BUDGET_RETRY_AFTER_SECONDS });
 }
 
 /** Takes budget so that `total` bytes of this body are covered; false when the budget is spent. */
@@ -206,13 +183,13 @@ class BodyStream {
   }
 
   /** Stops reading, drops what was read, and rejects once the rest of the body is drained. */
-  private refuse(reason: BodyErrorReason, status: number, message: string, extra: Record<string, string> = {}): void {
+  private refuse(reason: BodyErrorReason, message: string, extra: Record<string, string> = {}): void {
     if (this.done) return;
     this.detach();
     // What was read is dropped now: the budget is free for other pushes while the rest drains.
     this.plan.budget?.give(this.plan.held.bytes);
     this.plan.held.bytes = 0;
-    void discardRest(this.req).then((headers) => this.reject(new BodyError(reason, status, message, { ...headers, ...extra })));
+    void discardRest(this.req).then((headers) => this.reject(new BodyError(reason, message, { ...headers, ...extra })));
   }
 
   private fail(err: BodyError): void {
@@ -229,14 +206,14 @@ class BodyStream {
   }
 
   private budgetSpent(): void {
-    this.refuse('over_budget', 503, OVER_BUDGET_MESSAGE, { 'Retry-After': BUDGET_RETRY_AFTER_SECONDS });
+    this.refuse('over_budget', OVER_BUDGET_MESSAGE, { 'Retry-After': BUDGET_RETRY_AFTER_SECONDS });
   }
 
   private readonly onData = (chunk: Buffer): void => {
     if (this.done) return;
     const { maxBytes } = this.plan;
     this.sent += chunk.length;
-    if (this.sent > maxBytes) return this.refuse('too_large', 413, `body is over this collection's limit of ${maxBytes} bytes`);
+    if (this.sent > maxBytes) return this.refuse('too_large', `body is over this collection's limit of ${maxBytes} bytes`);
     this.hash.update(chunk);
     if (this.decoder) return this.decode(this.decoder, chunk);
     if (!this.plan.cover(this.sent)) return this.budgetSpent();
@@ -267,7 +244,7 @@ class BodyStream {
     if (this.done) return;
     const { maxBytes, coding } = this.plan;
     this.decoded += out.length;
-    if (this.decoded > maxBytes) return this.refuse('too_large', 413, `body decoded from Content-Encoding ${coding} is over this collection's limit of ${maxBytes} bytes`);
+    if (this.decoded > maxBytes) return this.refuse('too_large', `body decoded from Content-Encoding ${coding} is over this collection's limit of ${maxBytes} bytes`);
     if (!this.plan.cover(this.decoded)) return this.budgetSpent();
     this.decodedHash?.update(out);
     this.chunks.push(out);
@@ -275,7 +252,7 @@ class BodyStream {
 
   private readonly onDecodedEnd = (): void => {
     const { coding } = this.plan;
-    if (this.trailing()) return this.refuse('bad_encoding', 400, `body has data after the end of its ${coding} stream (Content-Encoding ${coding}): send exactly one stream, with nothing after it`);
+    if (this.trailing()) return this.refuse('bad_encoding', `body has data after the end of its ${coding} stream (Content-Encoding ${coding}): send exactly one stream, with nothing after it`);
     this.succeed(Buffer.concat(this.chunks, this.decoded));
   };
 
@@ -293,11 +270,11 @@ class BodyStream {
   }
 
   private readonly onDecodeError = (err: Error & { code?: string }): void =>
-    this.refuse('bad_encoding', 400, `body is not valid ${this.plan.coding} data (Content-Encoding ${this.plan.coding}): ${err.code ?? 'decode error'}`);
+    this.refuse('bad_encoding', `body is not valid ${this.plan.coding} data (Content-Encoding ${this.plan.coding}): ${err.code ?? 'decode error'}`);
 
-  private readonly onError = (err: Error): void => this.fail(new BodyError('unreadable', 400, `request body could not be read: ${err.message}`));
+  private readonly onError = (err: Error): void => this.fail(new BodyError('unreadable', `request body could not be read: ${err.message}`));
 
-  private readonly onAborted = (): void => this.fail(new BodyError('unreadable', 400, 'request aborted'));
+  private readonly onAborted = (): void => this.fail(new BodyError('unreadable', 'request aborted'));
 }
 
 /** A refused body is read and dropped up to this much; past it the connection is closed. */
@@ -343,14 +320,4 @@ export function discardRest(req: Request): Promise<Record<string, string>> {
     req.on('error', onEnd);
     req.resume();
   });
-}
-
-/** True when the request's Content-Type (without parameters) is one of `allowed`. */
-export function contentTypeAllowed(header: string | undefined, allowed: readonly string[]): boolean {
-  if (!header) return false;
-  const [type, ...params] = header.split(';').map((s) => s.trim().toLowerCase());
-  if (!type || !allowed.some((a) => a.toLowerCase() === type)) return false;
-  // JSON is UTF-8 by definition (RFC 8259); any other declared charset is refused.
-  const charset = params.find((p) => p.startsWith('charset='));
-  return !charset || /^charset="?utf-?8"?$/.test(charset);
 }

@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import type { CollectionConfig, SyncConfig } from '../../shared/config.js';
 import { AuthError, type RoleResolver } from './auth.js';
-import { HttpError } from '../../shared/errors.js';
+import { ApiError } from './error-map.js';
 
 /** `GET /config`: `public` lists every collection; `role-filtered` only those whose read or write roles the caller has. */
 export interface ConfigEndpointOptions {
@@ -79,7 +79,7 @@ export function configHandler(config: SyncConfig, opts: ConfigEndpointOptions, r
         const visible = config.collections.filter((c) => c.readRoles.some((r) => have.includes(r)) || c.writeRoles.some((r) => have.includes(r)));
         send(req, res, render(visible), 'private, max-age=60');
       },
-      (err: unknown) => next(err instanceof AuthError ? new HttpError(401, `invalid credentials: ${err.message}`) : err),
+      (err: unknown) => next(err instanceof AuthError ? new ApiError('unauthorized', `invalid credentials: ${err.message}`) : err),
     );
   };
 }

@@ -10,9 +10,10 @@
 import express, { type NextFunction, type Request, type Response, type Router } from 'express';
 import { type Job, Queue } from 'bullmq';
 import type { CollectionConfig } from '../../shared/config.js';
-import { HttpError, TimeoutError } from '../../shared/errors.js';
+import { ApiError } from './error-map.js';
+import { queueCallError } from './admin.js';
 import { checkParamValue, listPrefix, parseStoragePath } from '../../shared/paths.js';
-import { type RedisClient, isRedisUnavailable } from '../../shared/redis.js';
+import type { RedisClient } from '../../shared/redis.js';
 import { withTimeout } from '../../shared/timeout.js';
 import { ERASE_JOB_NAME, ERASE_JOB_OPTIONS, type EraseJob, type EraseProgress, EraseRequestSchema, type EraseState, eraseQueueName, eraseQueuePrefix, isErasureId, newErasureId } from '../rollup/erasure/queue.js';
 import { type RoleResolver, TokenRoles, authOf, requireRoles } from './auth.js';
@@ -81,10 +82,7 @@ export function createEraseRouter(o: EraseRouterOptions): Router {
   const wrap =
     (fn: (req: Request, res: Response) => Promise<void>) =>
     (req: Request, res: Response, next: NextFunction): void => {
-      withTimeout(fn(req, res), CALL_TIMEOUT_MS, 'erase call').catch((err: unknown) => {
-        const down = !(err instanceof HttpError) && (o.redis.status !== 'ready' || err instanceof TimeoutError || isRedisUnavailable(err));
-        next(down ? new HttpError(503, 'queue unavailable (Redis); retry later', { 'Retry-After': '1' }) : err);
-      });
+      withTimeout(fn(req, res), CALL_TIMEOUT_MS, 'erase call').catch((err: unknown) => next(queueCallError(err)));
     };
 
   router.post(
@@ -95,20 +93,20 @@ export function createEraseRouter(o: EraseRouterOptions): Router {
       const collection = String(req.params.collection);
       const app = String(req.params.app);
       const template = templates.get(collection);
-      if (!template) throw new HttpError(404, `no collection named ${JSON.stringify(collection)}`);
-      if (template.prefixParams.length !== 1) throw new HttpError(400, `collection ${collection} has ${template.prefixParams.length} list-prefix params; erase needs exactly one (the app)`);
+      if (!template) throw new ApiError('not_found', `no collection named ${JSON.stringify(collection)}`);
+      if (template.prefixParams.length !== 1) throw new ApiError('bad_request', `collection ${collection} has ${template.prefixParams.length} list-prefix params; erase needs exactly one (the app)`);
       const bad = checkParamValue(app);
-      if (bad) throw new HttpError(400, `app ${bad}`);
+      if (bad) throw new ApiError('bad_param', `app ${bad}`);
       let json: unknown;
       try {
         json = JSON.parse(Buffer.isBuffer(req.body) ? req.body.toString('utf8') : '');
       } catch {
-        throw new HttpError(400, 'body must be JSON: {"distinct_ids": [...], "anonymous_ids": [...]}');
+        throw new ApiError('bad_json', 'body must be JSON: {"distinct_ids": [...], "anonymous_ids": [...]}');
       }
       const parsed = EraseRequestSchema.safeParse(json);
       if (!parsed.success) {
         const issue = parsed.error.issues[0];
-        throw new HttpError(400, `${issue?.path.length ? `${issue.path.join('.')}: ` : ''}${issue?.message ?? 'invalid body'}`);
+        throw new ApiError('bad_request', `${issue?.path.length ? `${issue.path.join('.')}: ` : ''}${issue?.message ?? 'invalid body'}`);
       }
       const requestedAt = Date.now();
       const id = newErasureId(requestedAt);
@@ -133,9 +131,9 @@ export function createEraseRouter(o: EraseRouterOptions): Router {
     admin,
     wrap(async (req, res) => {
       const id = String(req.params.id);
-      if (!isErasureId(id)) throw new HttpError(400, 'id must be an erasure id like er-1782933157690-0123456789abcdef');
+      if (!isErasureId(id)) throw new ApiError('bad_param', 'id must be an erasure id like er-1782933157690-0123456789abcdef');
       const job = await queueOf().getJob(id);
-      if (!job) throw new HttpError(404, `no erasure ${id} (unknown, or completed more than 30 days ago)`);
+      if (!job) throw new ApiError('not_found', `no erasure ${id} (unknown, or completed more than 30 days ago)`);
       res.json(describe(job, await job.getState()));
     }),
   );

@@ -1,8 +1,6 @@
-import { createHash } from 'node:crypto';
 import type { Queue } from 'bullmq';
 import { type CollectionConfig, DEFAULT_BODY_DEDUP_WINDOW_SECONDS, DEFAULT_IDEMPOTENCY_WINDOW_SECONDS, isJsonMimeType } from '../../shared/config.js';
 import type { BestEffortSink } from '../../shared/best-effort.js';
-import { HttpError } from '../../shared/errors.js';
 import { parseBatchRef } from '../../shared/ids.js';
 import type { BatchLedger } from '../../shared/ledger/ledger.js';
 import { MemoryLedger } from '../../shared/ledger/memory.js';
@@ -15,9 +13,10 @@ import type { ShardSet } from '../../shared/shards.js';
 import { BatchLister, type ListIndex, type ListResult } from './list/batch-lister.js';
 import { BullJobSink, redisLedger, routeOf, storeFiles } from './push/adapters.js';
 import type { PushObserver } from './push/context.js';
-import { pushResponse } from './push/http.js';
+import { outcomeError } from './error-map.js';
+import { pushRequestOf } from './push/admission/request.js';
 import { InlinePush } from './push/inline.js';
-import type { PushOutcome, PushRequest } from './push/outcome.js';
+import type { PushOutcome, PushRequest, Unavailable } from './push/outcome.js';
 import { PushService } from './push/service.js';
 
 export { PARQUET_MIME_TYPE };
@@ -104,7 +103,7 @@ export interface EventsServerPlugin {
    * checked with `checkEnvelope`: the plugin then encodes its Parquet file itself.
    */
   encodesBody(bytes: number): boolean;
-  /** The push path: a checked push's typed outcome (the router maps it to a status, push/http.ts). */
+  /** The push path: a checked push's typed outcome (the HTTP layer's error map, error-map.ts, gives its status). */
   accept(request: PushRequest): Promise<PushOutcome>;
   /**
    * `opts.hash`: sha256 hex of the body as sent, when `body` is its decoded form (Content-Encoding);
@@ -123,18 +122,10 @@ export interface EventsServerPlugin {
    * without a queue or with the window off. Redis unreachable: 503.
    */
   idempotencyClaimed(params: Readonly<Record<string, string>>, idempotencyKey: string, decodedHash: string): Promise<boolean>;
+  /** {@link idempotencyClaimed} with an unreachable Redis as a typed outcome instead of an error (what admission asks). */
+  keyClaimed(params: Readonly<Record<string, string>>, idempotencyKey: string, decodedHash: string): Promise<boolean | Unavailable>;
   list(params: Readonly<Record<string, string>>, after: string | undefined, limit: number): Promise<ListResult>;
   pull(params: Readonly<Record<string, string>>, ref: string): Promise<(StoredObject & { batchId: string }) | null>;
-}
-
-function sha256Hex(data: Uint8Array | string): string {
-  return createHash('sha256').update(data).digest('hex');
-}
-
-/** An outcome that is not a success, as the HttpError the plugin's `push`, `list` and `idempotencyClaimed` throw. */
-function httpError(outcome: PushOutcome): HttpError {
-  const r = pushResponse(outcome);
-  return new HttpError(r.status, 'error' in r.body ? r.body.error : 'internal error', r.headers);
 }
 
 /** The push path of a plugin: queued (PushService over Redis and BullMQ) or inline (no Redis). */
@@ -191,6 +182,7 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
   const pushPath = pushPathOf(opts, collection, template, inlineLedger);
   const lister = new BatchLister({ store, template, index: listIndexOf(queue, inlineLedger) });
   const encodeMaxBytes = queue?.encodeMaxBytes ?? 0;
+  const keyClaimed: EventsServerPlugin['keyClaimed'] = async (params, key, decodedHash) => (pushPath instanceof PushService ? pushPath.keyClaimed(params, key, decodedHash) : false);
 
   return {
     name: 'events',
@@ -204,34 +196,23 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
     accept: (request) => pushPath.accept(request),
 
     async push(params, body, validated, pushOpts = {}) {
-      const hash = pushOpts.hash ?? sha256Hex(body);
-      const decodedHash = pushOpts.decodedHash ?? (pushOpts.hash === undefined ? hash : sha256Hex(body));
-      const outcome = await pushPath.accept({
-        params,
-        body,
-        events: validated.events,
-        text: validated.text,
-        prepared: validated.prepared,
-        everyEventHasMessageId: validated.everyEventHasMessageId === true,
-        idempotencyKey: pushOpts.idempotencyKey,
-        hash,
-        decodedHash,
-      });
+      const outcome = await pushPath.accept(pushRequestOf({ params, body, check: validated, ...pushOpts }));
       const result = pushResultOf(outcome);
-      if (!result) throw httpError(outcome);
+      if (!result) throw outcomeError(outcome);
       return result;
     },
 
+    keyClaimed,
+
     async idempotencyClaimed(params, idempotencyKey, decodedHash) {
-      if (!(pushPath instanceof PushService)) return false;
-      const claimed = await pushPath.keyClaimed(params, idempotencyKey, decodedHash);
-      if (typeof claimed !== 'boolean') throw httpError(claimed);
+      const claimed = await keyClaimed(params, idempotencyKey, decodedHash);
+      if (typeof claimed !== 'boolean') throw outcomeError(claimed);
       return claimed;
     },
 
     async list(params, after, limit) {
       const r = await lister.list(params, after, limit);
-      if ('kind' in r) throw httpError(r);
+      if ('kind' in r) throw outcomeError(r);
       return r;
     },
 

@@ -1,15 +1,14 @@
 import { createHash } from 'node:crypto';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import express, { type ErrorRequestHandler, type NextFunction, type Request, type RequestHandler, type Response, type Router } from 'express';
+import express, { type NextFunction, type Request, type RequestHandler, type Response, type Router } from 'express';
 import { type CollectionConfig, RATE_LIMIT_PUSH_ON_ERROR_DEFAULT, type SyncConfig, type SyncConfigInput, TRUSTED_PROXY_HOPS_DEFAULT, parseSyncConfig } from '../../shared/config.js';
-import { type EnvelopeCheck, checkEnvelope } from '../../shared/envelope.js';
-import { type PreparedBatch, prepareBatch } from '../../shared/parquet/encode.js';
-import { HttpError, StoreError } from '../../shared/errors.js';
-import { parseIntegerParam } from '../../shared/http.js';
+import { StoreError } from '../../shared/errors.js';
+import { ApiError, type ErrorLog, errorAnswer, jsonErrorHandler, outcomeAnswer, refusalAnswer, sendError } from './error-map.js';
+import { parseIntegerParam } from './params.js';
 import { parseBatchRef } from '../../shared/ids.js';
 import { capNonceKeyPrefix, rateLimitKeyPrefix } from '../../shared/keyspace.js';
-import { type StoragePathTemplate, batchKey, checkParamValue, listPrefix, routePattern } from '../../shared/paths.js';
+import { type StoragePathTemplate, batchKey, checkParamValue, listPrefix, parseStoragePath, routePattern } from '../../shared/paths.js';
 import { RAW_DELETED_HEADER, checkListCursor } from '../../shared/rollup/retention.js';
 import type { ByteRange, ObjectStore } from '../../shared/store/types.js';
 import type { Cluster, Redis } from 'ioredis';
@@ -24,23 +23,14 @@ import { type SecurityHeadersOptions, securityHeaders } from './edge/security-he
 import { requestTimeout } from './edge/timeout.js';
 import { noImplicitConditional } from './edge/conditional.js';
 import { methodNotAllowed } from './edge/methods.js';
-import { BodyError, type ContentCoding, type RequestBody, contentTypeAllowed, discardRest, parseContentEncoding, readBody } from './body.js';
+import { BodyError, discardRest, readBody } from './body.js';
 import type { RejectReason, ShedReason } from './metrics.js';
-import { API_ENCODED_ROW_BYTES, API_QUEUED_ROW_BYTES, type ByteBudget, batchCost } from '../../shared/byte-budget.js';
+import type { ByteBudget } from '../../shared/byte-budget.js';
 import { contentRange, decideRange, ifRangeAllows, unsatisfiedRange } from './range.js';
 import { type EventsServerPlugin, PARQUET_MIME_TYPE, type PushResult, pushResultOf } from './plugin.js';
-import { envelopeRejectReason, pushResponse } from './push/http.js';
+import { Admission, type AdmissionInput, type BodySource, type Refused } from './push/admission/index.js';
 import type { PushOutcome } from './push/outcome.js';
 import { REWRITTEN_ROUTE, rewrittenHandler, rewrittenRoles } from './list/rewritten.js';
-
-/** A push body's check: {@link checkEnvelope}'s, or (for a body the plugin encodes) the scan that prepared it. */
-type BodyCheck = EnvelopeCheck | { ok: true; text?: string; events: number; everyEventHasMessageId: boolean; prepared?: PreparedBatch };
-
-/** {@link prepareBatch} as a check: the same errors, in the same words, as checkEnvelope's. */
-function prepared(bytes: Uint8Array): BodyCheck {
-  const r = prepareBatch(bytes);
-  return r.ok ? { ok: true, events: r.batch.rows, everyEventHasMessageId: r.everyEventHasMessageId, prepared: r.batch } : { ok: false, error: r.reason, code: r.code };
-}
 
 /** Hooks the service wires to its metrics; the router itself holds no metric objects. */
 export interface RouterObserver {
@@ -111,43 +101,7 @@ export interface SyncRouterOptions {
   log?: ErrorLog;
 }
 
-/** The two log levels the error mapping uses. */
-export interface ErrorLog {
-  warn(fields: Record<string, unknown>, msg: string): void;
-  error(fields: Record<string, unknown>, msg: string): void;
-}
-
-/**
- * The router's JSON error mapping, exported so a host app can put it after its own routes too:
- * `HttpError` → its status, headers and `{error}`; a retriable `StoreError` → 503 + `Retry-After`,
- * another → 500; a 4xx from Express' own middleware keeps its status; anything else → 500
- * `{"error":"internal error"}`. Never an HTML page, never an error's internals.
- */
-export function jsonErrorHandler(log?: ErrorLog): ErrorRequestHandler {
-  return function jsonErrors(err: unknown, _req: Request, res: Response, next: NextFunction): void {
-    if (res.headersSent) {
-      // Too late for a JSON answer (a pull stream failed midway): let Express close the connection.
-      next(err);
-      return;
-    }
-    if (err instanceof HttpError) {
-      res.set(err.headers).status(err.status).json({ error: err.message });
-      return;
-    }
-    if (err instanceof StoreError) {
-      log?.warn({ err: err.message, retriable: err.retriable }, 'store error');
-      res.status(err.retriable ? 503 : 500).set(err.retriable ? { 'Retry-After': '1' } : {}).json({ error: err.retriable ? 'store unavailable; retry later' : 'store error' });
-      return;
-    }
-    const status = (err as { status?: unknown }).status;
-    if (typeof status === 'number' && status >= 400 && status < 500) {
-      res.status(status).json({ error: (err as Error).message || 'bad request' });
-      return;
-    }
-    log?.error({ err: err instanceof Error ? err.message : String(err) }, 'unhandled error');
-    res.status(500).json({ error: 'internal error' });
-  };
-}
+export { type ErrorLog, jsonErrorHandler } from './error-map.js';
 
 /** What pull needs of one stored object: its metadata and a way to read all or part of it. */
 interface PullObject {
@@ -186,21 +140,14 @@ async function openObject(store: ObjectStore, key: string): Promise<PullObject |
   };
 }
 
-const IDEMPOTENCY_KEY_RE = /^[\x21-\x7e]{1,255}$/;
-
-function reject(observer: RouterObserver | undefined, reason: RejectReason, status: number, message: string, headers?: Record<string, string>): HttpError {
-  observer?.rejected?.(reason);
-  return new HttpError(status, message, headers);
-}
-
-/** Checks every route param; a bad one is a 400 naming it. */
-function paramsOf(req: Request, names: readonly string[], observer?: RouterObserver): Record<string, string> {
+/** Checks every route param; a bad one is a `bad_param` refusal naming it. */
+function paramsOf(req: Request, names: readonly string[]): Record<string, string> {
   const out: Record<string, string> = {};
   const raw = req.params as Record<string, string | undefined>;
   for (const name of names) {
     const value = raw[name] ?? '';
     const problem = checkParamValue(value);
-    if (problem) throw reject(observer, 'bad_param', 400, `path parameter "${name}" ${problem}`);
+    if (problem) throw new ApiError('bad_param', `path parameter "${name}" ${problem}`);
     out[name] = value;
   }
   return out;
@@ -212,9 +159,9 @@ function parseLimit(raw: unknown): number {
 
 function parseAfter(raw: unknown): string | undefined {
   if (raw === undefined || raw === '') return undefined;
-  if (typeof raw !== 'string') throw new HttpError(400, 'after must be a single batch id');
+  if (typeof raw !== 'string') throw new ApiError('bad_param', 'after must be a single batch id');
   const bare = parseBatchRef(raw);
-  if (bare === null) throw new HttpError(400, 'after must be a batch id like 1782933157690-0000-735223 (with or without .parquet)');
+  if (bare === null) throw new ApiError('bad_param', 'after must be a batch id like 1782933157690-0000-735223 (with or without .parquet)');
   return bare;
 }
 
@@ -231,117 +178,67 @@ interface PushRoute {
   limiter: RateLimiter | null;
 }
 
-/** The checks made before the body is read (load, params, headers): the params and what the headers ask for. */
-async function pushPreamble({ opts, plugin, collection }: PushRoute, req: Request, paramNames: readonly string[]): Promise<{ params: Record<string, string>; coding: ContentCoding; idemHeader: string | undefined }> {
-  const { observer } = opts;
-  const t = plugin.template;
-  const shed = opts.shedReason?.();
-  if (shed) {
-    observer?.shed?.('high_water');
-    throw new HttpError(503, `overloaded: ${shed}; retry later`, { ...(await discardRest(req)), 'Retry-After': '2' });
-  }
-  const params = paramsOf(req, paramNames, observer);
-  if (opts.appPattern) {
-    const bad = t.prefixParams.find((n) => !opts.appPattern?.test(params[n] ?? ''));
-    if (bad !== undefined) throw reject(observer, 'bad_param', 400, `path parameter "${bad}" does not match APP_PATTERN (${opts.appPattern.source})`);
-  }
-  if (!contentTypeAllowed(req.headers['content-type'], collection.allowedMimeTypes)) {
-    throw reject(observer, 'content_type', 415, `Content-Type must be ${collection.allowedMimeTypes.join(' or ')} (UTF-8)`);
-  }
-  const coding = parseContentEncoding(req.headers['content-encoding']);
-  if (!coding.ok) throw reject(observer, 'content_encoding', 415, coding.error);
-  const idemHeader = req.headers['idempotency-key'];
-  if (idemHeader !== undefined && (typeof idemHeader !== 'string' || !IDEMPOTENCY_KEY_RE.test(idemHeader))) {
-    throw reject(observer, 'bad_header', 400, 'Idempotency-Key must be 1-255 printable ASCII characters');
-  }
-  return { params, coding: coding.coding, idemHeader };
+/** The request's body, for admission: read within its limits (body.ts), a refusal as a typed value. */
+function bodySourceOf(req: Request): BodySource {
+  return {
+    read: (o) =>
+      readBody(req, o).catch((err: unknown) => {
+        if (err instanceof BodyError) return { reason: err.reason, detail: err.message, headers: err.headers };
+        throw err;
+      }),
+    discard: () => discardRest(req),
+  };
 }
 
-/** The request body, read within the collection's limit and the in-flight budget (`held` grows with it). */
-async function readPushBody({ opts, collection }: PushRoute, req: Request, coding: ContentCoding, held: { bytes: number }): Promise<RequestBody> {
-  const { observer } = opts;
-  try {
-    return await readBody(req, { maxBytes: collection.maxBodyBytes, coding, budget: opts.inflightBudget, held });
-  } catch (err) {
-    if (err instanceof BodyError) {
-      if (err.reason === 'too_large') observer?.rejected?.('too_large');
-      else if (err.reason === 'bad_encoding') observer?.rejected?.('bad_encoding');
-      else if (err.reason === 'over_budget') observer?.shed?.('inflight_bytes');
-    }
-    throw err;
-  }
+/** The HTTP request as admission reads it: params, the headers it checks, the body, the per-app budget. */
+function admissionInputOf({ collection, limiter }: PushRoute, req: Request, res: Response): AdmissionInput {
+  const appEvents = collection.rateLimit?.appEvents;
+  return {
+    params: req.params as Record<string, string | undefined>,
+    contentType: req.headers['content-type'],
+    contentEncoding: req.headers['content-encoding'],
+    idempotencyKey: req.headers['idempotency-key'],
+    body: bodySourceOf(req),
+    ...(limiter && appEvents
+      ? {
+          appEvents: async (prefix: string, events: number): Promise<Refused | null> => {
+            const r = await limiter.admitEvents(collection.name, prefix, appEvents, events, res);
+            return r && { kind: 'refused', ...r };
+          },
+        }
+      : {}),
+  };
 }
 
-/**
- * The body's check, and its rows charged to the in-flight budget. The queue packs the bytes; only
- * an inline encoder needs the body as text, so a queued push never decodes it (that string would
- * double every in-flight body, then be dropped). A body the plugin encodes itself is checked by
- * the scan that also takes its columns. The status of a refused body comes from its code.
- */
-function checkPushBody({ opts, plugin, collection }: PushRoute, bytes: Buffer, held: { bytes: number }): Extract<BodyCheck, { ok: true }> {
-  const { observer } = opts;
-  const check: BodyCheck = plugin.encodesBody(bytes.length) ? prepared(bytes) : checkEnvelope(bytes, { text: plugin.mode === 'inline' });
-  if (!check.ok) throw reject(observer, envelopeRejectReason(check.code), 400, check.error);
-  if (check.events > collection.maxEventsPerBatch) {
-    throw reject(observer, 'too_large', 413, `data.events has ${check.events} events; this collection's maxEventsPerBatch is ${collection.maxEventsPerBatch}`);
-  }
-  // Rows cost memory of their own, whatever their JSON length (shared/byte-budget.ts): charged once counted.
-  if (opts.inflightBudget) {
-    const rowsCost = batchCost(check.events, 0, 'prepared' in check && check.prepared ? API_ENCODED_ROW_BYTES : API_QUEUED_ROW_BYTES);
-    if (!opts.inflightBudget.tryTake(rowsCost, held.bytes)) {
-      observer?.shed?.('inflight_bytes');
-      throw new HttpError(503, `overloaded: the ${check.events} events of this push do not fit this process' memory budget for pushes in flight (MAX_INFLIGHT_BYTES); retry later`, { 'Retry-After': '1' });
-    }
-    held.bytes += rowsCost;
-  }
-  return check;
-}
-
-/** Answers a push's outcome with its status and body (push/http.ts), and tells the observer. */
+/** Answers a push's outcome: 200 with its id, or its error through the map; tells the observer. */
 function answerPush(res: Response, outcome: PushOutcome, observer: RouterObserver | undefined, sentBytes: number): void {
   if (outcome.kind === 'unavailable') observer?.unavailable?.();
   if (outcome.kind === 'conflict') observer?.rejected?.('idempotency_conflict');
-  const r = pushResponse(outcome);
   const result = pushResultOf(outcome);
-  if ('error' in r.body || !result) throw new HttpError(r.status, 'error' in r.body ? r.body.error : 'internal error', r.headers);
+  if (!result) return sendError(res, outcomeAnswer(outcome) ?? errorAnswer(new Error(`push outcome ${outcome.kind} has no answer`)));
   observer?.pushed?.(result, sentBytes);
-  res.status(r.status).json(r.body);
+  res.status(200).json({ hash: result.hash, batchId: result.batchId });
 }
 
-/** `POST /push/<storagePath>` of one collection. */
+/** `POST /push/<storagePath>` of one collection: admission (push/admission/), then the push path. */
 function pushHandler(route: PushRoute): RequestHandler {
-  const { opts, plugin, collection, limiter } = route;
-  const t = plugin.template;
-  const appEvents = collection.rateLimit?.appEvents;
-  const paramNames = paramNamesOf(t);
+  const { opts, plugin, collection } = route;
+  const admission = new Admission({
+    collection,
+    template: plugin.template,
+    appPattern: opts.appPattern,
+    shedReason: opts.shedReason,
+    inflightBudget: opts.inflightBudget,
+    encodesBody: (bytes) => plugin.encodesBody(bytes),
+    needsText: plugin.mode === 'inline',
+    keyClaimed: (params, key, decodedHash) => plugin.keyClaimed(params, key, decodedHash),
+    observer: opts.observer,
+  });
   return async function push(req: Request, res: Response): Promise<void> {
-    const { params, coding, idemHeader } = await pushPreamble(route, req, paramNames);
-    // Budget taken for this body; given back once the push is answered, whatever the outcome.
-    const held = { bytes: 0 };
-    try {
-      const body = await readPushBody(route, req, coding, held);
-      const check = checkPushBody(route, body.bytes, held);
-      delete params[t.batchParam];
-      // A keyed retry stores nothing new (the first answer, or 422): answered before the app's
-      // budget is charged, and charging nothing.
-      if (limiter && appEvents && !(idemHeader !== undefined && (await plugin.idempotencyClaimed(params, idemHeader, body.decodedHash)))) {
-        await limiter.admitEvents(collection.name, t.prefixParams.map((n) => params[n]).join('/'), appEvents, check.events, res);
-      }
-      const outcome = await plugin.accept({
-        params,
-        body: body.bytes,
-        events: check.events,
-        text: check.text ?? '',
-        prepared: 'prepared' in check ? check.prepared : undefined,
-        everyEventHasMessageId: check.everyEventHasMessageId,
-        idempotencyKey: idemHeader,
-        hash: body.hash,
-        decodedHash: body.decodedHash,
-      });
-      answerPush(res, outcome, opts.observer, body.sentBytes);
-    } finally {
-      opts.inflightBudget?.give(held.bytes);
-    }
+    await admission.admit(admissionInputOf(route, req, res), async (r) => {
+      if (r.kind === 'refused') return sendError(res, refusalAnswer(r.code, r.detail, r.retryAfter, r.headers));
+      answerPush(res, await plugin.accept(r.request), opts.observer, r.sentBytes);
+    });
   };
 }
 
@@ -378,7 +275,7 @@ function pullHandler(plugin: EventsServerPlugin): RequestHandler {
     if (range.kind === 'unsatisfiable') {
       // An error must not be cached for a year like the file itself.
       res.removeHeader('Cache-Control');
-      throw new HttpError(416, `range not satisfiable: the batch has ${size} bytes`, { 'Content-Range': unsatisfiedRange(size) });
+      throw new ApiError('range_not_satisfiable', `range not satisfiable: the batch has ${size} bytes`, { 'Content-Range': unsatisfiedRange(size) });
     }
     res.setHeader('Content-Type', PARQUET_MIME_TYPE);
     const part = range.kind === 'partial' ? { start: range.start, end: range.end } : undefined;
@@ -419,16 +316,84 @@ export function createSyncRouter(opts: SyncRouterOptions): Router {
     router.all('/config', methodNotAllowed(['GET', 'HEAD']));
   }
   const mount: MountContext = { router, opts, resolver, noStore: useEdgeMiddleware(router, opts), served: [], ...rateLimits(opts, config) };
+  const ours: CollectionConfig[] = [];
   for (const collection of config.collections) {
     const plugin = pluginOf(opts, collection);
     // No plugin: no route, so the host app's next handler (its own Starfish router) serves it.
-    if (plugin) mountCollection(mount, collection, plugin);
+    if (!plugin) continue;
+    mountCollection(mount, collection, plugin);
+    ours.push(collection);
   }
   // After every collection's routes, so one collection's path never hides another's method.
   for (const [path, methods] of mount.served) router.all(path, methodNotAllowed(methods));
+  // Any other path under a sync prefix (a push without its last segment, say) is told what the routes look like.
+  router.use(
+    SYNC_PREFIXES.map((p) => `/${p}`),
+    unmatchedSyncRoute(ours),
+  );
   // A host app's default error page is HTML: the router answers its own errors as JSON.
   router.use(jsonErrorHandler(opts.log));
   return router;
+}
+
+const SYNC_PREFIXES = ['push', 'pull', 'list'] as const;
+
+function decodeSegment(raw: string): string {
+  try {
+    return decodeURIComponent(raw);
+  } catch {
+    return raw;
+  }
+}
+type SyncPrefix = (typeof SYNC_PREFIXES)[number];
+
+/** The routes of each sync prefix, as a reader writes them (`POST /push/events/{app}/{batchId}`), without the base path. */
+function routeShapes(collections: readonly CollectionConfig[]): Record<SyncPrefix, string[]> {
+  const shape = (segments: StoragePathTemplate['segments']): string => segments.map((s) => (s.kind === 'param' ? `{${s.name}}` : s.value)).join('/');
+  const templates = collections.map((c) => ({ c, t: parseStoragePath(c.storagePath) }));
+  return {
+    push: templates.map(({ t }) => `POST /push/${shape(t.segments)}`),
+    pull: templates.map(({ t }) => `GET /pull/${shape(t.segments)}`),
+    list: templates.filter(({ c }) => c.listable).map(({ t }) => `GET /list/${shape(t.segments.slice(0, -1))}`),
+  };
+}
+
+/**
+ * The first segment of each served collection's storagePath (null: it starts with a parameter, so
+ * any path may be meant for it).
+ */
+function firstSegments(collections: readonly CollectionConfig[]): (string | null)[] {
+  return collections.map((c) => {
+    const first = parseStoragePath(c.storagePath).segments[0];
+    return first?.kind === 'param' ? null : (first?.value ?? null);
+  });
+}
+
+/**
+ * The end of the sync prefixes: a path under one of our collections that no route serves
+ * (`POST /push/events/myapp`, its last segment forgotten) answers 404 `not_found` naming the
+ * request and what that prefix's routes look like, under the base path the router is mounted at.
+ * A path under no collection of ours goes on to the host app's next handler (a Starfish router
+ * mounted after ours serves its own collections).
+ */
+function unmatchedSyncRoute(collections: readonly CollectionConfig[]): RequestHandler {
+  const shapes = routeShapes(collections);
+  const firsts = firstSegments(collections);
+  return function unmatchedSyncRoute(req: Request, _res: Response, next: NextFunction): void {
+    const segment = decodeSegment(req.path.split('/')[1] ?? '');
+    // The prefix alone (`POST /push`) is told too; a path under another collection is not ours.
+    if (segment !== '' && !firsts.some((f) => f === null || f === segment)) {
+      next();
+      return;
+    }
+    // Mounted at /<prefix>: baseUrl is <base path>/<prefix>.
+    const prefix = SYNC_PREFIXES.find((p) => req.baseUrl.endsWith(`/${p}`)) ?? 'push';
+    const base = req.baseUrl.slice(0, -(prefix.length + 1));
+    const path = (req.originalUrl.split('?')[0] ?? '').slice(0, 300);
+    const routes = shapes[prefix].map((r) => r.replace(' /', ` ${base}/`));
+    const hint = routes.length > 0 ? `${prefix} routes look like ${routes.join(' or ')}` : `no collection is ${prefix === 'list' ? 'listable' : 'configured'}`;
+    next(new ApiError('not_found', `no route ${req.method} ${path}; ${hint}`));
+  };
 }
 
 /** What mounting each collection's routes shares. */

@@ -15,7 +15,6 @@
  * client learns that older batches are only in the rollups.
  */
 import { z } from 'zod';
-import { HttpError } from '../errors.js';
 import { BATCH_ID_RE } from '../ids.js';
 import type { ObjectStore } from '../store/types.js';
 import { retentionKey } from './layout.js';
@@ -64,19 +63,33 @@ export async function raiseRetentionMark(store: ObjectStore, prefix: string, id:
 }
 
 /**
- * The list route's check, run after the listing: a cursor below the mark gets 410 (its next
- * batches were deleted); otherwise returns the mark (for the response header) or null.
+ * A list cursor below the retention mark: the batches after it were deleted once rolled up, so a
+ * listing from it would skip them. The HTTP layer answers it 410 with {@link RAW_DELETED_HEADER}.
+ */
+export class CursorExpired extends Error {
+  override readonly name = 'CursorExpired';
+  constructor(
+    readonly cursor: string,
+    /** The mark: every batch file at or below it was deleted. */
+    readonly deletedThrough: string,
+  ) {
+    super(
+      `cursor ${cursor} is older than the raw retention: batch files up to ${deletedThrough} were deleted after they were rolled up, so this list would skip them. ` +
+        `Their rows are in the rollups (events-ingest query --store; docs/analysts.md, "Rollups"); list from after=${deletedThrough} to go on with newer batches`,
+    );
+  }
+}
+
+/**
+ * The list route's check, run after the listing: a cursor below the mark throws
+ * {@link CursorExpired} (its next batches were deleted); otherwise returns the mark (for the
+ * response header) or null.
  */
 export async function checkListCursor(store: ObjectStore, prefix: string, after: string | undefined): Promise<string | null> {
   const mark = await readRetentionMark(store, prefix);
   if (!mark) return null;
   if (after !== undefined && after < mark.deletedThrough) {
-    throw new HttpError(
-      410,
-      `cursor ${after} is older than the raw retention: batch files up to ${mark.deletedThrough} were deleted after they were rolled up, so this list would skip them. ` +
-        `Their rows are in the rollups (events-ingest query --store; docs/analysts.md, "Rollups"); list from after=${mark.deletedThrough} to go on with newer batches`,
-      { [RAW_DELETED_HEADER]: mark.deletedThrough },
-    );
+    throw new CursorExpired(after, mark.deletedThrough);
   }
   return mark.deletedThrough;
 }

@@ -3,13 +3,13 @@
  * undone by a reaper pass that runs between its two steps, and the admin routes answer 503 +
  * Retry-After (not 500) while Redis is down.
  */
-import express, { type NextFunction, type Request, type Response } from 'express';
+import express from 'express';
 import { type Job, Queue, UnrecoverableError, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
 import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createAdminRouter, replayOne } from '../../services/api/admin.js';
-import { HttpError } from '../../shared/errors.js';
+import { jsonErrorHandler } from '../../services/api/error-map.js';
 import { BatchLedger } from '../../shared/ledger/ledger.js';
 import { reapOnce } from '../../shared/ledger/reaper.js';
 import { BATCH_JOB_OPTIONS, type BatchJob, JOB_NAME } from '../../shared/queue.js';
@@ -109,11 +109,8 @@ describe('admin routes while Redis is down', () => {
     queue.on('error', () => undefined);
     const app = express();
     app.use(createAdminRouter({ queue, ledger: new BatchLedger(producer, name), redis: producer, tokens: new Map([[ADMIN_TOKEN, ['admin']]]) }));
-    // The same mapping as services/api/app.ts: HttpError → its status, anything else → 500.
-    app.use((err: unknown, _req: Request, res: Response, _next: NextFunction) => {
-      if (err instanceof HttpError) return void res.set(err.headers).status(err.status).json({ error: err.message });
-      res.status(500).json({ error: 'internal error' });
-    });
+    // The product's one error map (services/api/error-map.ts), as services/api/app.ts mounts it.
+    app.use(jsonErrorHandler());
     const auth = { Authorization: `Bearer ${ADMIN_TOKEN}` };
     try {
       const up = await request(app).get('/admin/failed').set(auth);
@@ -123,7 +120,7 @@ describe('admin routes while Redis is down', () => {
       for (const r of [await request(app).get('/admin/failed').set(auth), await request(app).post('/admin/replay').set(auth)]) {
         expect(r.status).toBe(503);
         expect(r.headers['retry-after']).toBe('1');
-        expect(r.body.error).toMatch(/Redis/);
+        expect(r.body).toEqual({ error: 'queue unavailable (Redis); retry later', code: 'unavailable' });
       }
     } finally {
       await queue.close().catch(() => undefined);

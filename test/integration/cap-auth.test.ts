@@ -10,7 +10,7 @@ import { Redis } from 'ioredis';
 import { ed25519Suite, signRequest } from '@drakkar.software/starfish-protocol';
 import { mintDeviceCap, scopes } from '@drakkar.software/starfish-identities';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { HttpError } from '../../shared/errors.js';
+import { ApiError } from '../../services/api/error-map.js';
 import { CAP_MAX_SKEW_MS, RedisNonceStore, createCapRoleResolver } from '../../services/api/edge/cap-auth.js';
 import { uniqueName } from '../helpers/names.js';
 import { freePort } from '../helpers/redis-server.js';
@@ -67,9 +67,10 @@ describe('RedisNonceStore', () => {
       () => null,
       (e: unknown) => e,
     );
-    expect(err).toBeInstanceOf(HttpError);
-    expect((err as HttpError).status).toBe(503);
-    expect((err as HttpError).headers['Retry-After']).toBe('1');
+    expect(err).toBeInstanceOf(ApiError);
+    expect((err as ApiError).code).toBe('unavailable');
+    expect((err as ApiError).status).toBe(503);
+    expect((err as ApiError).headers['Retry-After']).toBe('1');
     down.disconnect();
   });
 });

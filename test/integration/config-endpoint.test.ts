@@ -70,7 +70,7 @@ describe('GET /config from the router', () => {
     expect(auditor.headers.etag).not.toBe(anonymous.headers.etag);
     const bad = await request(app).get('/config').set('Authorization', 'Bearer not-a-known-token-at-all');
     expect(bad.status).toBe(401);
-    expect(bad.body).toEqual({ error: 'invalid credentials: unknown token' });
+    expect(bad.body).toEqual({ error: 'invalid credentials: unknown token', code: 'unauthorized' });
   });
 
   it('with cors on, /config answers browsers too, and preflights allow the X-Starfish-* signing headers', async () => {

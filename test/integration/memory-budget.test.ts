@@ -339,7 +339,7 @@ describe('maxEventsPerBatch (in-process stack, defaults)', () => {
     expect(body.bytes).toBeLessThanOrEqual(8_000_000);
     const over = await pushBody(`${s.url}/push/events/cap/any`, body.head(0), body.bulk, body.tail, 120_000);
     expect(over.status, over.body).toBe(413);
-    expect(JSON.parse(over.body)).toEqual({ error: `data.events has ${body.events} events; this collection's maxEventsPerBatch is ${MAX_EVENTS_PER_BATCH_DEFAULT}` });
+    expect(JSON.parse(over.body)).toEqual({ error: `data.events has ${body.events} events; this collection's maxEventsPerBatch is ${MAX_EVENTS_PER_BATCH_DEFAULT}`, code: 'too_large' });
     const rejected = (await s.api!.app.metrics.rejections.get()).values.find((v) => v.labels.reason === 'too_large')?.value;
     expect(rejected).toBe(1);
     const at = Buffer.from(`{"data":{"events":[${'{},'.repeat(MAX_EVENTS_PER_BATCH_DEFAULT - 1)}{}]},"baseHash":null}`);

@@ -61,7 +61,7 @@ describe('Expect: 100-continue, decided from the declared length', () => {
   const check = pushLengthCheck([{ name: 'events', storagePath: 'events/{app}/{batchId}', maxBodyBytes: 1000 }, { name: 'big', storagePath: 'big/{app}/{batchId}', maxBodyBytes: 5000 }], '/ingest');
   const msg = (method: string, url: string, length?: string) => ({ method, url, headers: length === undefined ? {} : { 'content-length': length } }) as unknown as IncomingMessage;
   it('refuses a push over its collection\'s maxBodyBytes, with the normal path\'s words', () => {
-    expect(check(msg('POST', '/ingest/push/events/app/x', '1001'))).toEqual({ status: 413, error: "body of 1001 bytes is over this collection's limit of 1000 bytes" });
+    expect(check(msg('POST', '/ingest/push/events/app/x', '1001'))).toEqual({ status: 413, body: { error: "body of 1001 bytes is over this collection's limit of 1000 bytes", code: 'too_large' } });
     expect(check(msg('POST', '/ingest/push/events/app/x/?a=1', '5000'))?.status).toBe(413);
   });
   it('lets through what the normal path decides: within the limit, another collection\'s limit, no length, other routes', () => {

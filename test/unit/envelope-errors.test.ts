@@ -1,11 +1,11 @@
 /**
  * A refused push body carries an EnvelopeErrorCode, and the API's status and metric label come
- * from the code, never from the message (services/api/push/http.ts).
+ * from the code, never from the message (services/api/push/admission/5-envelope.ts).
  */
 import { describe, expect, it } from 'vitest';
 import { EnvelopeError, type EnvelopeErrorCode, MAX_JSON_DEPTH, checkEnvelope, scanEnvelope } from '../../shared/envelope.js';
 import { prepareBatch } from '../../shared/parquet/encode.js';
-import { envelopeRejectReason } from '../../services/api/push/http.js';
+import { envelopeRejectReason } from '../../services/api/push/admission/5-envelope.js';
 
 const cases: [string, Buffer, EnvelopeErrorCode, 'bad_json' | 'bad_envelope'][] = [
   ['no bytes', Buffer.alloc(0), 'empty', 'bad_envelope'],

@@ -10,7 +10,7 @@ import { CliError, EXIT } from '../../cli/errors.js';
 import { type EraseOptions, describeStatus, eraseCommand, eraseRequestOf, parseEraseStatus } from '../../cli/erase.js';
 import { parseRewrittenPage, rewrittenAnswer } from '../../cli/sync.js';
 import { parseRewrittenAfter, rewrittenRoles } from '../../services/api/list/rewritten.js';
-import { HttpError } from '../../shared/errors.js';
+import { ApiError } from '../../services/api/error-map.js';
 
 interface Parsed {
   opts?: EraseOptions;
@@ -137,7 +137,7 @@ describe('sync: the rewritten listing', () => {
     expect(parseRewrittenAfter(undefined)).toBeUndefined();
     expect(parseRewrittenAfter('')).toBeUndefined();
     expect(parseRewrittenAfter(c(3))).toBe(c(3));
-    for (const bad of ['x', b, ['a', 'b'], `${c(3)}.json`]) expect(() => parseRewrittenAfter(bad)).toThrow(HttpError);
+    for (const bad of ['x', b, ['a', 'b'], `${c(3)}.json`]) expect(() => parseRewrittenAfter(bad)).toThrow(ApiError);
     expect(rewrittenRoles(['reader'])).toEqual(['reader', 'admin']);
     expect(rewrittenRoles(['admin'])).toEqual(['admin']);
   });

@@ -20,7 +20,8 @@ import { Registry } from 'prom-client';
 import { bestEffortCounter } from '../../shared/best-effort.js';
 import { StoreError } from '../../shared/errors.js';
 import { withTimeout } from '../../shared/timeout.js';
-import { pushResponse } from '../../services/api/push/http.js';
+import { outcomeAnswer } from '../../services/api/error-map.js';
+import { pushResultOf } from '../../services/api/plugin.js';
 import { InlinePush } from '../../services/api/push/inline.js';
 import type { PushOutcome, PushRequest } from '../../services/api/push/outcome.js';
 import { type BatchFiles, type Clock, EnqueueRefused, type EnqueueTicket, type JobSink, type Ledger } from '../../services/api/push/ports.js';
@@ -504,26 +505,33 @@ describe('InlinePush (no queue)', () => {
   });
 });
 
-describe('pushResponse: the one mapping from outcome to HTTP', () => {
-  it.each<[PushOutcome, number, Record<string, string>, object]>([
-    [{ kind: 'accepted', batchId: 'b1', hash: 'h', events: 1 }, 200, {}, { hash: 'h', batchId: 'b1' }],
-    [{ kind: 'duplicate', batchId: 'b1', hash: 'h', events: 1 }, 200, {}, { hash: 'h', batchId: 'b1' }],
-    [{ kind: 'empty', hash: 'h' }, 200, {}, { hash: 'h', batchId: null }],
-    [{ kind: 'conflict', batchId: 'b1', reason: 'used' }, 422, {}, { error: 'used' }],
-    [{ kind: 'rejected', reason: 'bad' }, 400, {}, { error: 'bad' }],
-    [{ kind: 'unavailable', maybeQueued: true, reason: 'queue unavailable (Redis)', retryAfter: 1 }, 503, { 'Retry-After': '1' }, { error: 'queue unavailable (Redis); retry later' }],
-    [{ kind: 'unavailable', maybeQueued: false, reason: 'x', retryAfter: 7 }, 503, { 'Retry-After': '7' }, { error: 'x; retry later' }],
-  ])('%o → %i', (outcome, status, headers, body) => {
-    expect(pushResponse(outcome)).toEqual({ status, headers, body });
+describe('outcomes to HTTP: the error map (services/api/error-map.ts)', () => {
+  it.each<[PushOutcome, object]>([
+    [{ kind: 'accepted', batchId: 'b1', hash: 'h', events: 1 }, { hash: 'h', batchId: 'b1', events: 1, deduplicated: false }],
+    [{ kind: 'duplicate', batchId: 'b1', hash: 'h', events: 1 }, { hash: 'h', batchId: 'b1', events: 1, deduplicated: true }],
+    [{ kind: 'empty', hash: 'h' }, { hash: 'h', batchId: null, events: 0, deduplicated: false }],
+  ])('success %o has no error answer', (outcome, result) => {
+    expect(outcomeAnswer(outcome)).toBeNull();
+    expect(pushResultOf(outcome)).toEqual(result);
   });
 
-  it('nothing under services/api/push/ but http.ts knows HTTP or Express', () => {
+  it.each<[PushOutcome, number, Record<string, string>, object]>([
+    [{ kind: 'conflict', batchId: 'b1', reason: 'used' }, 422, {}, { error: 'used', code: 'idempotency_conflict' }],
+    [{ kind: 'rejected', reason: 'bad' }, 400, {}, { error: 'bad', code: 'bad_envelope' }],
+    [{ kind: 'unavailable', maybeQueued: true, reason: 'queue unavailable (Redis)', retryAfter: 1 }, 503, { 'Retry-After': '1' }, { error: 'queue unavailable (Redis); retry later', code: 'unavailable' }],
+    [{ kind: 'unavailable', maybeQueued: false, reason: 'x', retryAfter: 7 }, 503, { 'Retry-After': '7' }, { error: 'x; retry later', code: 'unavailable' }],
+  ])('%o → %i', (outcome, status, headers, body) => {
+    expect(outcomeAnswer(outcome)).toEqual({ status, headers, body });
+    expect(pushResultOf(outcome)).toBeNull();
+  });
+
+  it('nothing under services/api/push/ knows HTTP or Express', () => {
     const dir = fileURLToPath(new URL('../../services/api/push/', import.meta.url));
-    const files = readdirSync(dir, { recursive: true, encoding: 'utf8' }).filter((f) => f.endsWith('.ts') && f !== 'http.ts');
-    expect(files.length).toBeGreaterThanOrEqual(9);
+    const files = readdirSync(dir, { recursive: true, encoding: 'utf8' }).filter((f) => f.endsWith('.ts'));
+    expect(files.length).toBeGreaterThanOrEqual(18);
     for (const f of files) {
       const src = readFileSync(join(dir, f), 'utf8');
-      expect(src, f).not.toMatch(/from 'express'|HttpError|\/http\.js'|\b(?:200|400|413|415|422|429|503)\b/);
+      expect(src, f).not.toMatch(/from 'express'|HttpError|ApiError|error-map|\/body\.js'|\/http\.js'|\b(?:200|400|404|408|410|413|415|416|422|429|500|503)\b/);
     }
   });
 });

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { TokenRoles, credentialsOf } from '../../services/api/auth.js';
-import { parseIntegerParam } from '../../shared/http.js';
-import { HttpError } from '../../shared/errors.js';
+import { parseIntegerParam } from '../../services/api/params.js';
+import { ApiError } from '../../services/api/error-map.js';
 import type { Request } from 'express';
 import { contentTypeAllowed } from '../../services/api/body.js';
 import { EXPECTED_ENVELOPE, MAX_JSON_DEPTH, checkEnvelope } from '../../shared/envelope.js';
@@ -226,7 +226,8 @@ describe('integer query parameters: one strict parser', () => {
     expect(limit('010')).toBe(10);
   });
   it.each(['1e3', '1.0', '+5', '-1', ' 5', '5 ', '0x10', '', '0', '1001', '99999999999999999999', 'Infinity', 'NaN'])('refuses %j with a 400 naming the range', (raw) => {
-    expect(() => limit(raw)).toThrow(HttpError);
+    expect(() => limit(raw)).toThrow(ApiError);
+    expect(() => limit(raw)).toThrow(expect.objectContaining({ code: 'bad_param', status: 400 }) as unknown as Error);
     expect(() => limit(raw)).toThrow('limit must be an integer from 1 to 1000');
   });
   it('refuses a repeated parameter', () => {

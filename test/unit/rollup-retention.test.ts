@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { HttpError } from '../../shared/errors.js';
+import { errorAnswer } from '../../services/api/error-map.js';
 import { retentionKey } from '../../shared/rollup/layout.js';
-import { RAW_DELETED_HEADER, checkListCursor, raiseRetentionMark, readRetentionMark } from '../../shared/rollup/retention.js';
+import { CursorExpired, RAW_DELETED_HEADER, checkListCursor, raiseRetentionMark, readRetentionMark } from '../../shared/rollup/retention.js';
 import { MemoryObjectStore } from '../../shared/store/memory/index.js';
 
 const P = 'events/app/';
@@ -33,12 +33,16 @@ describe('retention mark', () => {
       () => null,
       (e: unknown) => e,
     );
-    expect(err).toBeInstanceOf(HttpError);
-    expect((err as HttpError).status).toBe(410);
-    expect((err as HttpError).message).toContain(`cursor ${A} is older than the raw retention`);
-    expect((err as HttpError).message).toContain(`list from after=${B}`);
-    expect((err as HttpError).message).toContain('query --store');
-    expect((err as HttpError).headers).toEqual({ [RAW_DELETED_HEADER]: B });
+    expect(err).toBeInstanceOf(CursorExpired);
+    expect((err as CursorExpired).deletedThrough).toBe(B);
+    // The HTTP layer's map turns the typed error into today's answer.
+    const a = errorAnswer(err);
+    expect(a.status).toBe(410);
+    expect(a.body.code).toBe('cursor_expired');
+    expect(a.body.error).toContain(`cursor ${A} is older than the raw retention`);
+    expect(a.body.error).toContain(`list from after=${B}`);
+    expect(a.body.error).toContain('query --store');
+    expect(a.headers).toEqual({ [RAW_DELETED_HEADER]: B });
   });
 
   it('a mark that is not a retention mark is an error, never "nothing deleted"', async () => {

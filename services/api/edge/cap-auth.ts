@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { Request } from 'express';
 import type { Cluster, Redis } from 'ioredis';
-import { HttpError } from '../../../shared/errors.js';
+import { ApiError } from '../error-map.js';
 import { capNonceKey } from '../../../shared/keyspace.js';
 import { parseStoragePath, type Segment } from '../../../shared/paths.js';
 import { withTimeout } from '../../../shared/timeout.js';
@@ -350,7 +350,7 @@ async function claimNonce(opts: Pick<CapAuthOptions, 'nonceStore' | 'observer'>,
     fresh = await withTimeout(opts.nonceStore.claim(sub, nonce, 2 * maxSkewMs), NONCE_TIMEOUT_MS, 'nonce store');
   } catch {
     opts.observer?.outcome?.('store_unavailable');
-    throw new HttpError(503, 'cannot check the request nonce (Redis unavailable); retry later', { 'Retry-After': '1' });
+    throw new ApiError('unavailable', 'cannot check the request nonce (Redis unavailable); retry later', { 'Retry-After': '1' });
   }
   if (!fresh) throw new CapRefused('replay', 'nonce replay: this signed request was already used');
 }

@@ -1,5 +1,6 @@
 import type { IncomingMessage } from 'node:http';
 import type { ContinueRefusal } from '../../../shared/http.js';
+import { refusalAnswer } from '../error-map.js';
 import { parseStoragePath } from '../../../shared/paths.js';
 
 const escape = (s: string): string => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
@@ -26,6 +27,7 @@ export function pushLengthCheck(collections: readonly { name: string; storagePat
     const path = (req.url ?? '').split('?')[0] ?? '';
     const route = routes.find((r) => r.re.test(path));
     if (!route || declared <= route.collection.maxBodyBytes) return null;
-    return { status: 413, error: `body of ${declared} bytes is over this collection's limit of ${route.collection.maxBodyBytes} bytes` };
+    const a = refusalAnswer('too_large', `body of ${declared} bytes is over this collection's limit of ${route.collection.maxBodyBytes} bytes`);
+    return { status: a.status, body: a.body };
   };
 }

@@ -1,7 +1,7 @@
 import { type KeyObject, createPublicKey } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { type JWTPayload, type JWTVerifyGetKey, createLocalJWKSet, createRemoteJWKSet, errors, jwtVerify } from 'jose';
-import { HttpError } from '../../../shared/errors.js';
+import { ApiError } from '../error-map.js';
 import { JWT_ROLES_CLAIM_DEFAULT } from '../../../shared/config.js';
 import { AuthError, type RoleResolver, bearerToken } from '../auth.js';
 
@@ -167,7 +167,7 @@ export function createJwtRoleResolver(opts: JwtResolverOptions): RoleResolver {
       payload = (typeof key === 'function' ? await jwtVerify(token, key, verifyOptions) : await jwtVerify(token, key, verifyOptions)).payload;
     } catch (err) {
       // The key server being slow or down is not the client's fault.
-      if (err instanceof JwksUnavailableError) throw new HttpError(503, err.message, { 'Retry-After': String(Math.max(1, err.retryAfterSeconds)) });
+      if (err instanceof JwksUnavailableError) throw new ApiError('unavailable', err.message, { 'Retry-After': String(Math.max(1, err.retryAfterSeconds)) });
       throw new AuthError(reasonOf(err));
     }
     if (payload.sub === undefined) throw new AuthError('token has no "sub" claim');

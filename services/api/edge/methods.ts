@@ -1,5 +1,5 @@
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
-import { HttpError } from '../../../shared/errors.js';
+import { ApiError } from '../error-map.js';
 
 /**
  * Middleware factory for the end of a route's chain: a method the route does not serve gets
@@ -11,6 +11,6 @@ export function methodNotAllowed(methods: readonly string[]): RequestHandler {
   const allow = methods.join(', ');
   return function methodNotAllowedMiddleware(req: Request, _res: Response, next: NextFunction): void {
     if (req.method === 'OPTIONS') return next();
-    next(new HttpError(405, `method ${req.method} not allowed on ${req.path}; allowed: ${allow}`, { Allow: allow }));
+    next(new ApiError('method_not_allowed', `method ${req.method} not allowed on ${req.path}; allowed: ${allow}`, { Allow: allow }));
   };
 }

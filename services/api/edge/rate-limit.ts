@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import type { CollectionConfig, GlobalRateLimit, RateLimitRule } from '../../../shared/config.js';
-import { HttpError } from '../../../shared/errors.js';
+import { ApiError } from '../error-map.js';
 import { appBudgetKey, rateLimitKey } from '../../../shared/keyspace.js';
 import { withTimeout } from '../../../shared/timeout.js';
 import { authOf } from '../auth.js';
@@ -104,6 +104,13 @@ function setLimitHeaders(res: Response, max: number, remaining: number, resetMs:
 }
 
 /** Fixed-window rate limits shared by every API instance (through the counter store). */
+/** A push the per-app events budget refuses: over the budget, or the counter store down (push fails closed). */
+export interface AppEventsRefusal {
+  code: 'rate_limited' | 'unavailable';
+  detail: string;
+  retryAfter: number;
+}
+
 export class RateLimiter {
   constructor(private readonly o: RateLimiterOptions) {}
 
@@ -143,7 +150,7 @@ export class RateLimiter {
           for (const { c } of over) o.observer?.limited?.(c.action, c.mode);
           const retry = Math.max(1, Math.ceil(head.h.resetMs / 1000));
           if (req.method === 'POST') req.resume();
-          next(new HttpError(429, `rate limit exceeded for ${head.c.action} (${head.c.maxRequests} per ${head.c.windowMs} ms per ${head.c.mode}); retry after ${retry} s`, { 'Retry-After': String(retry) }));
+          next(new ApiError('rate_limited', `rate limit exceeded for ${head.c.action} (${head.c.maxRequests} per ${head.c.windowMs} ms per ${head.c.mode}); retry after ${retry} s`, { 'Retry-After': String(retry) }));
         },
         () => this.onStoreError(counters[0]?.action ?? 'push', req, next),
       );
@@ -155,16 +162,17 @@ export class RateLimiter {
     this.o.observer?.storeFailed?.(action, open ? 'open' : 'closed');
     if (open) return next();
     if (req.method === 'POST') req.resume();
-    next(new HttpError(503, 'rate limiter unavailable (Redis unreachable); retry later', { 'Retry-After': '1' }));
+    next(new ApiError('unavailable', 'rate limiter unavailable (Redis unreachable); retry later', { 'Retry-After': '1' }));
   }
 
   /**
-   * The per-app push budget: `events` more events for the list prefix `prefix` of
-   * `collection` within the window, or a 429 HttpError. Throws 503 when the store is down and
-   * push fails closed.
+   * The per-app push budget: `events` more events for the list prefix `prefix` of `collection`
+   * within the window. Answers null when admitted (or when the store is down and push fails
+   * open), else the refusal: `rate_limited` (its `RateLimit-*` headers set on `res`) or
+   * `unavailable` (store down, push fails closed).
    */
-  async admitEvents(collection: string, prefix: string, limit: { windowMs: number; maxEvents: number }, events: number, res: Response): Promise<void> {
-    if (events <= 0) return;
+  async admitEvents(collection: string, prefix: string, limit: { windowMs: number; maxEvents: number }, events: number, res: Response): Promise<AppEventsRefusal | null> {
+    if (events <= 0) return null;
     const key = appBudgetKey(this.o.keyPrefix, collection, digest(prefix));
     let r;
     try {
@@ -172,13 +180,13 @@ export class RateLimiter {
     } catch {
       const open = this.failOpen('push');
       this.o.observer?.storeFailed?.('push', open ? 'open' : 'closed');
-      if (open) return;
-      throw new HttpError(503, 'rate limiter unavailable (Redis unreachable); retry later', { 'Retry-After': '1' });
+      if (open) return null;
+      return { code: 'unavailable', detail: 'rate limiter unavailable (Redis unreachable); retry later', retryAfter: 1 };
     }
-    if (r.admitted) return;
+    if (r.admitted) return null;
     this.o.observer?.limited?.('push', 'app_events');
     const retry = Math.max(1, Math.ceil(r.resetMs / 1000));
     setLimitHeaders(res, limit.maxEvents, limit.maxEvents - r.count, r.resetMs, limit.windowMs);
-    throw new HttpError(429, `this app is over its push budget of ${limit.maxEvents} events per ${limit.windowMs} ms; retry after ${retry} s`, { 'Retry-After': String(retry) });
+    return { code: 'rate_limited', detail: `this app is over its push budget of ${limit.maxEvents} events per ${limit.windowMs} ms; retry after ${retry} s`, retryAfter: retry };
   }
 }

@@ -1,4 +1,5 @@
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
+import { ApiError, errorAnswer, sendError } from '../error-map.js';
 
 /**
  * Middleware factory: a request not answered within `ms` gets 408 `{error}` and its connection
@@ -13,7 +14,7 @@ export function requestTimeout(ms: number, onTimeout?: () => void): RequestHandl
       if (res.headersSent || res.writableEnded) return;
       onTimeout?.();
       res.setHeader('Connection', 'close');
-      res.status(408).json({ error: `request not completed within ${ms} ms` });
+      sendError(res, errorAnswer(new ApiError('request_timeout', `request not completed within ${ms} ms`)));
       // Anything the handler writes later fails on headersSent and is dropped by the error handler.
       res.once('finish', () => req.socket.destroySoon());
     }, ms);

@@ -9,8 +9,8 @@
  */
 import type { Request, RequestHandler, Response } from 'express';
 import { isRewrittenCursor, listRewritten, MAX_REWRITTEN_LIMIT } from '../../../shared/erasure/rewritten.js';
-import { HttpError } from '../../../shared/errors.js';
-import { parseIntegerParam } from '../../../shared/http.js';
+import { ApiError } from '../error-map.js';
+import { parseIntegerParam } from '../params.js';
 import { checkParamValue } from '../../../shared/paths.js';
 import type { ObjectStore } from '../../../shared/store/types.js';
 
@@ -26,7 +26,7 @@ export function rewrittenRoles(readRoles: readonly string[]): string[] {
 export function parseRewrittenAfter(raw: unknown): string | undefined {
   if (raw === undefined || raw === '') return undefined;
   if (typeof raw !== 'string' || !isRewrittenCursor(raw)) {
-    throw new HttpError(400, 'after must be a cursor this listing returned, like 1782933157690-0000-0a1b2c3d');
+    throw new ApiError('bad_param', 'after must be a cursor this listing returned, like 1782933157690-0000-0a1b2c3d');
   }
   return raw;
 }
@@ -36,7 +36,7 @@ export function rewrittenHandler(store: ObjectStore, collection: string, appPara
   return async function rewritten(req: Request, res: Response): Promise<void> {
     const app = String((req.params as Record<string, string | undefined>)[appParam] ?? '');
     const problem = checkParamValue(app);
-    if (problem) throw new HttpError(400, `path parameter "${appParam}" ${problem}`);
+    if (problem) throw new ApiError('bad_param', `path parameter "${appParam}" ${problem}`);
     const limit = parseIntegerParam(req.query.limit, { name: 'limit', min: 1, max: MAX_REWRITTEN_LIMIT, fallback: 100 });
     const after = parseRewrittenAfter(req.query.after);
     res.status(200).json(await listRewritten(store, collection, app, after, limit));

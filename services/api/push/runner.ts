@@ -1,30 +1,30 @@
 import type { PushOutcome } from './outcome.js';
 
-/** What a step gives the next one, or the push's outcome when the path ends there. */
-export type StepResult<O> = { readonly kind: 'next'; readonly value: O } | { readonly kind: 'done'; readonly outcome: PushOutcome };
+/** What a step gives the next one, or the path's end (`D`: the push's outcome, or an admission refusal). */
+export type StepResult<O, D = PushOutcome> = { readonly kind: 'next'; readonly value: O } | { readonly kind: 'done'; readonly outcome: D };
 
-/** One named step of the push path (./steps/, in the order of their numbers). */
-export interface Step<I, O> {
+/** One named step of a path (./steps/ and ./admission/, in the order of their numbers). */
+export interface Step<I, O, D = PushOutcome> {
   readonly name: string;
-  run(input: I): Promise<StepResult<O>>;
+  run(input: I): Promise<StepResult<O, D>>;
 }
 
-export const next = <O>(value: O): StepResult<O> => ({ kind: 'next', value });
-export const done = (outcome: PushOutcome): StepResult<never> => ({ kind: 'done', outcome });
+export const next = <O>(value: O): StepResult<O, never> => ({ kind: 'next', value });
+export const done = <D = PushOutcome>(outcome: D): StepResult<never, D> => ({ kind: 'done', outcome });
 
 /**
  * Runs steps in order, each on the previous one's value, and stops at the first that ends the
  * path. Built with `then`, so each step's input type is the one before's output type.
  */
-export class StepRunner<I, O> {
-  private constructor(private readonly steps: readonly Step<unknown, unknown>[]) {}
+export class StepRunner<I, O, D = PushOutcome> {
+  private constructor(private readonly steps: readonly Step<unknown, unknown, D>[]) {}
 
-  static start<I>(): StepRunner<I, I> {
-    return new StepRunner<I, I>([]);
+  static start<I, D = PushOutcome>(): StepRunner<I, I, D> {
+    return new StepRunner<I, I, D>([]);
   }
 
-  then<N>(step: Step<O, N>): StepRunner<I, N> {
-    return new StepRunner<I, N>([...this.steps, step as Step<unknown, unknown>]);
+  then<N>(step: Step<O, N, D>): StepRunner<I, N, D> {
+    return new StepRunner<I, N, D>([...this.steps, step as Step<unknown, unknown, D>]);
   }
 
   /** The names of the steps, in order. */
@@ -32,7 +32,7 @@ export class StepRunner<I, O> {
     return this.steps.map((s) => s.name);
   }
 
-  async run(input: I): Promise<StepResult<O>> {
+  async run(input: I): Promise<StepResult<O, D>> {
     let value: unknown = input;
     for (const step of this.steps) {
       const r = await step.run(value);

@@ -1,0 +1,62 @@
+import { API_ENCODED_ROW_BYTES, API_QUEUED_ROW_BYTES, batchCost } from '../../../../shared/byte-budget.js';
+import { type EnvelopeErrorCode, checkEnvelope } from '../../../../shared/envelope.js';
+import { prepareBatch } from '../../../../shared/parquet/encode.js';
+import { type Step, done, next } from '../runner.js';
+import { type AdmissionDeps, type Checked, type Refused, type WithBody, refused } from './types.js';
+
+/** Seconds a push refused for lack of memory budget is told to wait: pushes in flight clear in about that. */
+const ROWS_RETRY_AFTER_SECONDS = 1;
+
+/** The refusal code (and metric label) of a refused body: not JSON (or not UTF-8) is `bad_json`, any other problem `bad_envelope`. */
+export function envelopeRejectReason(code: EnvelopeErrorCode): 'bad_json' | 'bad_envelope' {
+  return code === 'bad_json' || code === 'bad_utf8' ? 'bad_json' : 'bad_envelope';
+}
+
+/**
+ * The body's scan: {@link prepareBatch} for a size the plugin encodes itself (the scan also takes
+ * its columns), else {@link checkEnvelope}; the same errors in the same words either way. Only an
+ * inline encoder needs the text: a queued push never decodes its body (that string would double
+ * every body in flight).
+ */
+function scan(deps: AdmissionDeps, bytes: Buffer): Checked['check'] | { ok: false; error: string; code: EnvelopeErrorCode } {
+  if (deps.encodesBody(bytes.length)) {
+    const r = prepareBatch(bytes);
+    return r.ok ? { events: r.batch.rows, everyEventHasMessageId: r.everyEventHasMessageId, prepared: r.batch } : { ok: false, error: r.reason, code: r.code };
+  }
+  const r = checkEnvelope(bytes, { text: deps.needsText });
+  return r.ok ? { events: r.events, text: r.text, everyEventHasMessageId: r.everyEventHasMessageId } : r;
+}
+
+/**
+ * Step 5: the envelope (`bad_json`, `bad_envelope`), the collection's maxEventsPerBatch
+ * (`too_large`), and the rows' own memory cost charged to the in-flight budget once counted
+ * (`overloaded` with a wait when it does not fit).
+ */
+export function envelope(deps: AdmissionDeps): Step<WithBody, Checked, Refused> {
+  const { collection, inflightBudget, observer } = deps;
+  return {
+    name: 'envelope',
+    async run(c) {
+      const check = scan(deps, c.body.bytes);
+      if ('ok' in check) {
+        const code = envelopeRejectReason(check.code);
+        observer?.rejected?.(code);
+        return done(refused(code, check.error));
+      }
+      if (check.events > collection.maxEventsPerBatch) {
+        observer?.rejected?.('too_large');
+        return done(refused('too_large', `data.events has ${check.events} events; this collection's maxEventsPerBatch is ${collection.maxEventsPerBatch}`));
+      }
+      if (inflightBudget) {
+        const rowsCost = batchCost(check.events, 0, check.prepared ? API_ENCODED_ROW_BYTES : API_QUEUED_ROW_BYTES);
+        if (!inflightBudget.tryTake(rowsCost, c.held.bytes)) {
+          observer?.shed?.('inflight_bytes');
+          const detail = `overloaded: the ${check.events} events of this push do not fit this process' memory budget for pushes in flight (MAX_INFLIGHT_BYTES); retry later`;
+          return done(refused('overloaded', detail, { retryAfter: ROWS_RETRY_AFTER_SECONDS }));
+        }
+        c.held.bytes += rowsCost;
+      }
+      return next({ ...c, check });
+    },
+  };
+}
