@@ -12,7 +12,7 @@ import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { startStack } from '../services/stack.js';
 import { parseEnv } from '../shared/config.js';
-import { LEGACY_QUEUE_PREFIX, hashTag, keyFamily, queueKey } from '../shared/keyspace.js';
+import { LEGACY_QUEUE_PREFIX, hashTag, keyFamily, queueKey } from '../shared/redis/keyspace.js';
 import { BatchLedger } from '../shared/ledger/ledger.js';
 import { createLogger } from '../shared/logger.js';
 
@@ -45,7 +45,7 @@ export interface SoakResult {
   drained: RedisFigures;
   /** After the windows passed (or the settle bound ran out). */
   after: RedisFigures;
-  /** Footprint of each ledger key family once drained, by family name (shared/keyspace.ts). */
+  /** Footprint of each ledger key family once drained, by family name (shared/redis/keyspace.ts). */
   families: Record<string, FamilyFootprint>;
   /** BullMQ's events stream (capped by BullMQ at about 10,000 entries) once drained. */
   eventsStream: FamilyFootprint;
@@ -76,7 +76,7 @@ export async function redisFigures(redis: Redis): Promise<RedisFigures> {
   return { usedMemory: field('used_memory'), dbsize: await redis.dbsize(), scripts: field('used_memory_scripts'), clients: field('mem_clients_normal') };
 }
 
-/** MEMORY USAGE and entry counts of every key under the ledger's tag `{ns}`, grouped by family (shared/keyspace.ts; `unknown` for a key it does not name). */
+/** MEMORY USAGE and entry counts of every key under the ledger's tag `{ns}`, grouped by family (shared/redis/keyspace.ts; `unknown` for a key it does not name). */
 export async function ledgerFootprint(redis: Redis, ns: string): Promise<Record<string, FamilyFootprint>> {
   const out: Record<string, FamilyFootprint> = {};
   let cursor = '0';

@@ -2,14 +2,14 @@ import { parseEnv } from '../shared/config.js';
 import { redisSlice, storeSlice } from '../shared/config-slices.js';
 import { type Component, Lifecycle, runUntilSignal, splitStartStop } from '../shared/lifecycle.js';
 import { createLogger } from '../shared/logger.js';
-import { type RedisHandle, ensureRedis } from '../shared/private-redis.js';
+import { type RedisHandle, ensureRedis } from '../shared/redis/private-server.js';
 import { exitOnStartupError } from '../shared/runtime.js';
 import { SHUTDOWN_GRACE_MS, StackContext, apiServer, apiUpkeep, encoderWorkers, redisConnections, rollupService } from './stack.js';
 import { encoderProcesses } from './encoder/processes.js';
 
 /**
  * The Redis `npm start` uses when REDIS_URL is not set: the one on the default port, or a private
- * `redis-server` it starts (shared/private-redis.ts) and stops last. A Redis Cluster is always the
+ * `redis-server` it starts (shared/redis/private-server.ts) and stops last. A Redis Cluster is always the
  * operator's own.
  */
 function privateRedis(ctx: StackContext): Component {

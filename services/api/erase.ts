@@ -12,9 +12,9 @@ import { type Job, Queue } from 'bullmq';
 import type { CollectionConfig } from '../../shared/config.js';
 import { HttpError, TimeoutError } from '../../shared/errors.js';
 import { checkParamValue, listPrefix, parseStoragePath } from '../../shared/paths.js';
-import { type RedisClient, isRedisUnavailable } from '../../shared/redis.js';
+import { type RedisClient, isRedisUnavailable } from '../../shared/redis/connection.js';
 import { withTimeout } from '../../shared/timeout.js';
-import { ERASE_JOB_NAME, ERASE_JOB_OPTIONS, type EraseJob, type EraseProgress, EraseRequestSchema, type EraseState, eraseQueueName, eraseQueuePrefix, isErasureId, newErasureId } from '../rollup/erasure/queue.js';
+import { ERASE_JOB_NAME, ERASE_JOB_OPTIONS, type EraseJob, type EraseProgress, EraseRequestSchema, type EraseState, eraseQueueName, eraseQueuePrefix, isErasureId, newErasureId } from '../../shared/redis/jobs/erase.js';
 import { type RoleResolver, TokenRoles, authOf, requireRoles } from './auth.js';
 import { methodNotAllowed } from './edge/methods.js';
 

@@ -8,7 +8,7 @@ import { type PreparedBatch, prepareBatch } from '../../shared/parquet/encode.js
 import { HttpError, StoreError } from '../../shared/errors.js';
 import { parseIntegerParam } from '../../shared/http.js';
 import { parseBatchRef } from '../../shared/ids.js';
-import { capNonceKeyPrefix, rateLimitKeyPrefix } from '../../shared/keyspace.js';
+import { capNonceKeyPrefix, rateLimitKeyPrefix } from '../../shared/redis/keyspace.js';
 import { type StoragePathTemplate, batchKey, checkParamValue, listPrefix, routePattern } from '../../shared/paths.js';
 import { RAW_DELETED_HEADER, checkListCursor } from '../../shared/rollup/retention.js';
 import type { ByteRange, ObjectStore } from '../../shared/store/types.js';

@@ -3,7 +3,7 @@ import type { Cluster, Redis } from 'ioredis';
 import type { Registry } from 'prom-client';
 import type { BatchLedger } from '../../shared/ledger/ledger.js';
 import { type Logger, type ThrottledWarn, throttledWarn } from '../../shared/logger.js';
-import { BATCH_JOB_OPTIONS, type BatchGroupJob, type BatchJob, JOB_NAME, isGroupPayload } from '../../shared/queue.js';
+import { BATCH_JOB_OPTIONS, type BatchGroupJob, type BatchJob, JOB_NAME, isGroupPayload } from '../../shared/redis/jobs/push.js';
 import type { ObjectStore } from '../../shared/store/types.js';
 import { ByteBudget, DRAIN_COLLECT_MIN_PEAK, DrainCollector, ENCODER_ROW_BYTES, batchCost } from '../../shared/byte-budget.js';
 import { StoreError } from '../../shared/errors.js';

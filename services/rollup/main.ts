@@ -9,11 +9,11 @@ import { ConfigError, parseEnv } from '../../shared/config.js';
 import { processSlice, redisSlice, rollupSlice, storeSlice } from '../../shared/config-slices.js';
 import { healthServer } from '../../shared/health-server.js';
 import { type Component, Lifecycle, runUntilSignal } from '../../shared/lifecycle.js';
-import { type RedisTarget, closeRedis, createRedisClient, redisTarget, waitReady } from '../../shared/redis.js';
-import { rollupQueueName, rollupQueuePrefix } from './queue.js';
-import { eraseQueueName } from './erasure/queue.js';
+import { type RedisTarget, closeRedis, createRedisClient, redisTarget, waitReady } from '../../shared/redis/connection.js';
+import { rollupQueueName, rollupQueuePrefix } from '../../shared/redis/jobs/rollup.js';
+import { eraseQueueName } from '../../shared/redis/jobs/erase.js';
 import { exitOnStartupError } from '../../shared/runtime.js';
-import { recordedShardCount } from '../../shared/shards.js';
+import { recordedShardCount } from '../../shared/redis/shards.js';
 import { withTimeout } from '../../shared/timeout.js';
 import { SHUTDOWN_GRACE_MS, StackContext, rollupService } from '../stack.js';
 

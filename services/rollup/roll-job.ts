@@ -4,8 +4,8 @@
  * failed one and takes over the job of a rollup process that died (BullMQ's stalled check).
  */
 import { DelayedError, type Job, UnrecoverableError, Worker } from 'bullmq';
-import type { RedisClient } from '../../shared/redis.js';
-import { type RollupJob, RollupJobSchema } from './queue.js';
+import type { RedisClient } from '../../shared/redis/connection.js';
+import { type RollupJob, RollupJobSchema } from '../../shared/redis/jobs/rollup.js';
 import { type RollOutcome, RollupNotReadyError, rollPeriod } from './roll.js';
 import { finalHorizon } from './plan.js';
 import { type RollupDeps, assertLayout, ledgerOf, lockedRollContext, takePrefixLock } from './context.js';

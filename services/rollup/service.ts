@@ -13,11 +13,11 @@ import type { RollupSlice } from '../../shared/config-slices.js';
 import { BatchLedger } from '../../shared/ledger/ledger.js';
 import type { Logger } from '../../shared/logger.js';
 import { parseStoragePath } from '../../shared/paths.js';
-import { type RedisClient, type RedisTarget, closeRedis, createRedisClient } from '../../shared/redis.js';
-import { rollupQueueName, rollupQueuePrefix } from './queue.js';
+import { type RedisClient, type RedisTarget, closeRedis, createRedisClient } from '../../shared/redis/connection.js';
+import { rollupQueueName, rollupQueuePrefix } from '../../shared/redis/jobs/rollup.js';
 import { storeRootUrl } from '../../shared/duckdb.js';
 import { removeStaleTempFiles } from './roll.js';
-import { shardLayouts } from '../../shared/shards.js';
+import { shardLayouts } from '../../shared/redis/shards.js';
 import { FilesystemObjectStore } from '../../shared/store/filesystem/index.js';
 import { MemoryObjectStore } from '../../shared/store/memory/index.js';
 import type { ObjectStore } from '../../shared/store/types.js';
@@ -29,7 +29,7 @@ import { retainPrefix } from './retention.js';
 import { startRollWorker } from './roll-job.js';
 import { startEraseWorker } from './erasure/job.js';
 import { createEraseMetrics } from './erasure/metrics.js';
-import { eraseQueueName } from './erasure/queue.js';
+import { eraseQueueName } from '../../shared/redis/jobs/erase.js';
 
 export { discoveryIntervalMs, planIntervalMs } from './planner.js';
 
@@ -79,7 +79,7 @@ export async function startRollupService(o: RollupServiceOptions): Promise<Rollu
 
   const ns = env.QUEUE_NAME;
   const cluster = o.redis.kind === 'cluster';
-  // With the logger: connection errors are logged, throttled per Redis (shared/redis.ts), so the
+  // With the logger: connection errors are logged, throttled per Redis (shared/redis/connection.ts), so the
   // queue's re-emitted 'error' below needs no log of its own.
   const conns = { queue: createRedisClient(o.redis, 'worker', logger), worker: createRedisClient(o.redis, 'worker', logger), cmd: createRedisClient(o.redis, 'worker', logger), erase: createRedisClient(o.redis, 'worker', logger) };
   const ledgers = shardLayouts(ns, env.QUEUE_SHARDS, cluster).map((l) => new BatchLedger(conns.cmd, l.namespace, { shard: { index: l.index, count: l.count } }));

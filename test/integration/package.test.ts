@@ -104,7 +104,7 @@ describe('the package as others install it', () => {
     // Only what a user needs: compiled code, declarations, maps, Lua, the bin, docs.
     expect(files).toContain('dist/index.js');
     expect(files).toContain('dist/index.d.ts');
-    expect(files).toContain('dist/shared/ledger/mint_batch-4.lua');
+    expect(files).toContain('dist/shared/redis/scripts/mint_batch-4.lua');
     expect(files).toContain('bin/events-ingest.mjs');
     expect(files.filter((f) => !/^(dist\/.*\.(js|d\.ts|js\.map|d\.ts\.map|lua)|bin\/events-ingest\.mjs|docs\/.*\.md|README\.md|package\.json)$/.test(f))).toEqual([]);
 

@@ -1,7 +1,7 @@
 import { Queue } from 'bullmq';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createProducerQueue } from '../../shared/queue.js';
-import { createRedis } from '../../shared/redis.js';
+import { createProducerQueue } from '../../shared/redis/jobs/push.js';
+import { createRedis } from '../../shared/redis/connection.js';
 import { type RedisServer, startRedisServer } from '../helpers/redis-server.js';
 
 // Holds the server (single-threaded) in a Lua loop for `ms`: every client's command waits.

@@ -2,8 +2,8 @@ import { Registry } from 'prom-client';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { BEST_EFFORT_FAILURES, BEST_EFFORT_LOG_MS, bestEffort, bestEffortCounter } from '../../shared/best-effort.js';
 import { createLogger } from '../../shared/logger.js';
-import type { RedisClient } from '../../shared/redis.js';
-import { LOCK_TTL_MS, acquirePrefixLock } from '../../shared/rollup/redis-keys.js';
+import type { RedisClient } from '../../shared/redis/connection.js';
+import { LOCK_TTL_MS, acquirePrefixLock } from '../../shared/redis/rollup-keys.js';
 
 /** A logger whose JSON lines land in `lines` (pino writes to a custom stream synchronously). */
 function capture(): { logger: ReturnType<typeof createLogger>; lines: Record<string, unknown>[] } {

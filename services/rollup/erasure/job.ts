@@ -19,7 +19,7 @@ import { erasureHashKey, hashId, writeErasureRecord } from '../../../shared/eras
 import { recordRewritten } from '../../../shared/erasure/rewritten.js';
 import { eraseRowsFromParquet, parquetToArrow } from '../../../shared/erasure/rows.js';
 import { batchTableFile, rollupTableFile, type IcebergTable, type TableFile } from '../../../shared/iceberg/table.js';
-import type { RedisClient } from '../../../shared/redis.js';
+import type { RedisClient } from '../../../shared/redis/connection.js';
 import { batchIdOfKey, periodStart, rollupFileFirstId } from '../../../shared/rollup/layout.js';
 import { batchIdMs } from '../../../shared/ids.js';
 import { readManifest } from '../../../shared/rollup/manifest.js';
@@ -27,7 +27,7 @@ import { type RollupDeps, ledgerOf, takePrefixLock } from '../context.js';
 import { finalHorizon } from '../plan.js';
 import { type EraseContext, type EraseCounts, type RewrittenFile, erasePass } from './erase.js';
 import type { EraseMetrics } from './metrics.js';
-import { type EraseJob, EraseJobSchema, type EraseProgress } from './queue.js';
+import { type EraseJob, EraseJobSchema, type EraseProgress } from '../../../shared/redis/jobs/erase.js';
 
 /** An erasure job's BullMQ lock (renewed by the worker while it runs). */
 export const ERASE_JOB_LOCK_MS = 10_000;

@@ -2,7 +2,7 @@ import { promisify } from 'node:util';
 import { deflateRaw, deflateRawSync, inflateRaw, inflateRawSync, constants as zc } from 'node:zlib';
 import { type ConnectionOptions, type JobsOptions, Queue } from 'bullmq';
 import { z } from 'zod';
-import { isBatchId } from './ids.js';
+import { isBatchId } from '../../ids.js';
 
 /**
  * The one job contract between the API (producer) and the encoder (consumer).
