@@ -8,7 +8,7 @@ import { randomUUID } from 'node:crypto';
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Queue } from 'bullmq';
+import { openQueue, queueAddress } from '../shared/redis/queues.js';
 import { Redis } from 'ioredis';
 import { startStack } from '../services/stack.js';
 import { parseEnv } from '../shared/config.js';
@@ -129,7 +129,7 @@ export async function runSoak(o: SoakOptions): Promise<SoakResult> {
   const dataDir = mkdtempSync(join(tmpdir(), 'ingest-soak-'));
   const env = parseEnv({ PORT: '0', HOST: '127.0.0.1', METRICS_PORT: '0', REDIS_URL: o.redisUrl, DATA_DIR: dataDir, QUEUE_NAME: queueName, LOG_LEVEL: 'silent', ...o.env });
   const probe = new Redis(o.redisUrl, { maxRetriesPerRequest: null });
-  const queue = new Queue(queueName, { connection: probe });
+  const queue = openQueue(queueAddress.push({ queueName }), probe);
   const ledger = new BatchLedger(probe, queueName);
   const stack = await startStack(env, { api: true, encoder: true }, createLogger({ level: env.LOG_LEVEL, name: 'soak' }));
   const slack = o.slack ?? { bytes: 4 * 1024 * 1024, keys: 6 };

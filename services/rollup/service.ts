@@ -6,7 +6,8 @@
 import type { DuckDBConnection, DuckDBInstance } from '@duckdb/node-api';
 import { withTimeout } from '../../shared/timeout.js';
 import { bestEffort } from '../../shared/best-effort.js';
-import { Queue, type Worker } from 'bullmq';
+import type { Queue, Worker } from 'bullmq';
+import { openQueue } from '../../shared/redis/queues.js';
 import type { Registry } from 'prom-client';
 import type { SyncConfig } from '../../shared/config.js';
 import type { RollupSlice } from '../../shared/config-slices.js';
@@ -85,7 +86,7 @@ export async function startRollupService(o: RollupServiceOptions): Promise<Rollu
   const ledgers = shardLayouts(ns, env.QUEUE_SHARDS, cluster).map((l) => new BatchLedger(conns.cmd, l.namespace, { shard: { index: l.index, count: l.count } }));
   const deps: RollupDeps = { env, store, duck: db.duck, rootUrl, cmd: conns.cmd, ledgers, metrics, logger };
   const queuePrefix = rollupQueuePrefix(ns, cluster);
-  const queue = new Queue(rollupQueueName(ns), { connection: conns.queue, prefix: queuePrefix });
+  const queue = openQueue({ name: rollupQueueName(ns), prefix: queuePrefix }, conns.queue);
   queue.on('error', () => undefined);
 
   const planner = new RollupPlanner(deps, { templates, queue, retain: (prefix, nowMs) => retainPrefix(deps, prefix, nowMs) });

@@ -45,7 +45,7 @@ describe('BullMQ adapter', () => {
     const byDefault = offlineQueue('events-ingest');
     expect(new QueueKeys().toKey('x', 'wait')).toBe(queueKey(LEGACY_QUEUE_PREFIX, 'x', 'wait'));
     for (const layout of [...shardLayouts('events-ingest', 1, false), ...shardLayouts('events-ingest', 3, false), ...shardLayouts('q', 2, true)]) {
-      // The single-shard layout builds its queue without a prefix (createProducerQueue): BullMQ's default must be it.
+      // The single-shard layout builds its queue without a prefix (openQueue with `producer`, shared/redis/queues.ts): BullMQ's default must be it.
       const queue = layout.queuePrefix === LEGACY_QUEUE_PREFIX ? byDefault : offlineQueue(layout.queueName, layout.queuePrefix);
       const head = queueKeyPrefix(layout.queuePrefix, layout.queueName);
       // Every key of the queue starts with `<prefix>:<queue>:`, and the adapter spells each as BullMQ does.
