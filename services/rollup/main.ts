@@ -15,7 +15,8 @@ import { eraseQueueName } from '../../shared/redis/jobs/erase.js';
 import { exitOnStartupError } from '../../shared/runtime.js';
 import { recordedShardCount } from '../../shared/redis/shards.js';
 import { withTimeout } from '../../shared/timeout.js';
-import { SHUTDOWN_GRACE_MS, StackContext, rollupService } from '../stack.js';
+import { SHUTDOWN_GRACE_MS, StackContext } from '../../shared/stack-context.js';
+import { rollupService } from './components.js';
 
 /** At most this many dead-lettered rollup jobs are replayed per call. */
 const MAX_REPLAY = 1000;
