@@ -30,7 +30,7 @@ export { startStack } from './services/stack.js';
 export { duckdbReadParquetSql, sqlStringLiteral, ANY_PARAM } from './shared/duckdb.js';
 export type { DuckdbReadParquetOptions, DuckdbReadParquet, DuckdbS3Credentials } from './shared/duckdb.js';
 // The queue's job contract: what the API enqueues and an encoder (yours or ours) consumes.
-export { JOB_NAME, BatchJobSchema, BatchGroupJobSchema, BATCH_JOB_OPTIONS, groupJobId, isGroupPayload, packBody, unpackBody } from './shared/queue.js';
-export type { BatchJob, BatchGroupJob } from './shared/queue.js';
+export { JOB_NAME, BatchJobSchema, BatchGroupJobSchema, BATCH_JOB_OPTIONS, groupJobId, isGroupPayload, packBody, unpackBody } from './shared/redis/jobs/push.js';
+export type { BatchJob, BatchGroupJob } from './shared/redis/jobs/push.js';
 export { rollupViewSql as duckdbEventsViewSql, VIEW_COLUMNS } from './shared/rollup/view.js';
 export type { RollupView } from './shared/rollup/view.js';

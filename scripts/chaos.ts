@@ -19,11 +19,12 @@ import { randomBytes } from 'node:crypto';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Queue } from 'bullmq';
+import type { Queue } from 'bullmq';
+import { openQueue, queueAddress } from '../shared/redis/queues.js';
 import calculateSlot from 'cluster-key-slot';
 import type { Redis } from 'ioredis';
-import { type RedisClient, createRedis, createRedisClient } from '../shared/redis.js';
-import { ShardSet, shardLayouts } from '../shared/shards.js';
+import { type RedisClient, createRedis, createRedisClient } from '../shared/redis/connection.js';
+import { ShardSet, shardLayouts } from '../shared/redis/shards.js';
 import { type RedisCluster, clusterView, startRedisCluster } from '../test/helpers/redis-cluster.js';
 import type { ObjectStore } from '../shared/store/types.js';
 import { duckQuery, sqlString } from '../test/helpers/duckdb.js';
@@ -453,7 +454,7 @@ async function main(): Promise<number> {
     monitor = clusterShards.forPrefix(`events/${APP}/`).queue;
   } else {
     monitorConn = createRedis((redis as RedisServer).url, 'worker');
-    monitor = new Queue(QUEUE, { connection: monitorConn });
+    monitor = openQueue(queueAddress.push({ queueName: QUEUE }), monitorConn);
     monitor.on('error', () => undefined);
   }
   progress(`API on ${apiUrl}; two encoders up; ${PROFILE.clients} clients pushing`);

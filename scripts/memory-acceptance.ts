@@ -18,7 +18,7 @@ import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Command, InvalidArgumentError } from 'commander';
-import { PRIVATE_REDIS_ARGS } from '../shared/private-redis.js';
+import { PRIVATE_REDIS_ARGS } from '../shared/redis/private-server.js';
 import { distEntry } from '../test/helpers/dist.js';
 import { duckQuery, sqlString } from '../test/helpers/duckdb.js';
 import { freePort, startRedisServer } from '../test/helpers/redis-server.js';

@@ -7,9 +7,9 @@ import { Command } from 'commander';
 import { type ReplayOutcome, listFailed, replayFailed } from '../services/api/admin.js';
 import { ConfigError, parseEnv } from '../shared/config.js';
 import { isBatchId } from '../shared/ids.js';
-import { isGroupJobId } from '../shared/queue.js';
-import { closeRedis, createRedisClient, redisTarget, waitReady } from '../shared/redis.js';
-import { ShardSet, shardLayouts } from '../shared/shards.js';
+import { isGroupJobId } from '../shared/redis/jobs/push.js';
+import { closeRedis, createRedisClient, redisTarget, waitReady } from '../shared/redis/connection.js';
+import { ShardSet, shardLayouts } from '../shared/redis/shards.js';
 
 const program = new Command()
   .name('replay')

@@ -8,11 +8,11 @@ import { randomUUID } from 'node:crypto';
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Queue } from 'bullmq';
+import { openQueue, queueAddress } from '../shared/redis/queues.js';
 import { Redis } from 'ioredis';
 import { startStack } from '../services/stack.js';
 import { parseEnv } from '../shared/config.js';
-import { LEGACY_QUEUE_PREFIX, hashTag, keyFamily, queueKey } from '../shared/keyspace.js';
+import { LEGACY_QUEUE_PREFIX, hashTag, keyFamily, queueKey } from '../shared/redis/keyspace.js';
 import { BatchLedger } from '../shared/ledger/ledger.js';
 import { createLogger } from '../shared/logger.js';
 
@@ -45,7 +45,7 @@ export interface SoakResult {
   drained: RedisFigures;
   /** After the windows passed (or the settle bound ran out). */
   after: RedisFigures;
-  /** Footprint of each ledger key family once drained, by family name (shared/keyspace.ts). */
+  /** Footprint of each ledger key family once drained, by family name (shared/redis/keyspace.ts). */
   families: Record<string, FamilyFootprint>;
   /** BullMQ's events stream (capped by BullMQ at about 10,000 entries) once drained. */
   eventsStream: FamilyFootprint;
@@ -76,7 +76,7 @@ export async function redisFigures(redis: Redis): Promise<RedisFigures> {
   return { usedMemory: field('used_memory'), dbsize: await redis.dbsize(), scripts: field('used_memory_scripts'), clients: field('mem_clients_normal') };
 }
 
-/** MEMORY USAGE and entry counts of every key under the ledger's tag `{ns}`, grouped by family (shared/keyspace.ts; `unknown` for a key it does not name). */
+/** MEMORY USAGE and entry counts of every key under the ledger's tag `{ns}`, grouped by family (shared/redis/keyspace.ts; `unknown` for a key it does not name). */
 export async function ledgerFootprint(redis: Redis, ns: string): Promise<Record<string, FamilyFootprint>> {
   const out: Record<string, FamilyFootprint> = {};
   let cursor = '0';
@@ -129,7 +129,7 @@ export async function runSoak(o: SoakOptions): Promise<SoakResult> {
   const dataDir = mkdtempSync(join(tmpdir(), 'ingest-soak-'));
   const env = parseEnv({ PORT: '0', HOST: '127.0.0.1', METRICS_PORT: '0', REDIS_URL: o.redisUrl, DATA_DIR: dataDir, QUEUE_NAME: queueName, LOG_LEVEL: 'silent', ...o.env });
   const probe = new Redis(o.redisUrl, { maxRetriesPerRequest: null });
-  const queue = new Queue(queueName, { connection: probe });
+  const queue = openQueue(queueAddress.push({ queueName }), probe);
   const ledger = new BatchLedger(probe, queueName);
   const stack = await startStack(env, { api: true, encoder: true }, createLogger({ level: env.LOG_LEVEL, name: 'soak' }));
   const slack = o.slack ?? { bytes: 4 * 1024 * 1024, keys: 6 };

@@ -1,15 +1,25 @@
+import { fileURLToPath } from 'node:url';
 import { parseEnv } from '../shared/config.js';
 import { redisSlice, storeSlice } from '../shared/config-slices.js';
 import { type Component, Lifecycle, runUntilSignal, splitStartStop } from '../shared/lifecycle.js';
 import { createLogger } from '../shared/logger.js';
-import { type RedisHandle, ensureRedis } from '../shared/private-redis.js';
+import { type RedisHandle, ensureRedis } from '../shared/redis/private-server.js';
 import { exitOnStartupError } from '../shared/runtime.js';
-import { SHUTDOWN_GRACE_MS, StackContext, apiServer, apiUpkeep, encoderWorkers, redisConnections, rollupService } from './stack.js';
+import { SHUTDOWN_GRACE_MS, StackContext, redisConnections } from '../shared/stack-context.js';
+import { apiServer, apiUpkeep } from './api/components.js';
+import { encoderWorkers } from './encoder/components.js';
+import { rollupService } from './rollup/components.js';
 import { encoderProcesses } from './encoder/processes.js';
 
 /**
+ * The module each encoder process runs (./encoder-child.ts: the encoder, and in the first one the
+ * rollup service), beside this one: .ts under tsx, .js from dist/.
+ */
+const ENCODER_CHILD = fileURLToPath(new URL(import.meta.url.endsWith('.ts') ? './encoder-child.ts' : './encoder-child.js', import.meta.url));
+
+/**
  * The Redis `npm start` uses when REDIS_URL is not set: the one on the default port, or a private
- * `redis-server` it starts (shared/private-redis.ts) and stops last. A Redis Cluster is always the
+ * `redis-server` it starts (shared/redis/private-server.ts) and stops last. A Redis Cluster is always the
  * operator's own.
  */
 function privateRedis(ctx: StackContext): Component {
@@ -61,7 +71,7 @@ async function main(): Promise<void> {
   } else {
     // Rollups (the planner's store listings, DuckDB's compaction) run in the first encoder
     // process, at its lower priority, not beside the pushes.
-    const encoders = encoderProcesses({ env: () => ctx.env, count: parsed.ENCODER_PROCESSES, processStopping: () => lifecycle.isStopping });
+    const encoders = encoderProcesses({ entry: ENCODER_CHILD, env: () => ctx.env, count: parsed.ENCODER_PROCESSES, processStopping: () => lifecycle.isStopping });
     const api = apiServer(ctx, { extraMetrics: () => encoders.metrics() });
     // The encoder processes start once the API answers, and close once it stopped taking pushes
     // (the stop runs in the reverse order): their stop is listed before the API, their start after.

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { PARQUET_COMPRESSIONS, PARQUET_COMPRESSION_DEFAULT, type ParquetCompression } from './parquet/compression.js';
 import { parseStoragePath } from './paths.js';
-import { redisUrlProblem } from './redis-url.js';
+import { redisUrlProblem } from './redis/url.js';
 
 /** Raised when configuration is invalid; the message names the field. Entry points print it and exit 1. */
 export class ConfigError extends Error {

@@ -15,7 +15,7 @@ export class StoreError extends Error {
 /**
  * Redis could not be reached, or could not serve a command right now (connection refused or lost,
  * a command timeout, a cluster mid-failover). Made only by `asRedisUnavailable` in
- * shared/redis.ts, the one place that reads the driver's error shapes; `cause` is the driver's
+ * shared/redis/connection.ts, the one place that reads the driver's error shapes; `cause` is the driver's
  * error and the message is its message. `neverRan`: the command certainly did not run (it never
  * left this process, or Redis refused it before running it), so undoing its intended effect is
  * safe; `false` means unknown, not "it ran".

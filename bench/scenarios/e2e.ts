@@ -14,8 +14,8 @@ import { linkSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { DuckDBInstance } from '@duckdb/node-api';
-import { PRIVATE_REDIS_ARGS } from '../../shared/private-redis.js';
-import { unixSocketUrl } from '../../shared/redis-url.js';
+import { PRIVATE_REDIS_ARGS } from '../../shared/redis/private-server.js';
+import { unixSocketUrl } from '../../shared/redis/url.js';
 import { freePort, startRedisServer } from '../../test/helpers/redis-server.js';
 import { childNodePids } from '../../test/helpers/dist.js';
 import { type Child, bodyFactory, loadTest, median, pacedLoad, parquetFiles, probeRedis, redisCpuSeconds, redisForks, row, serviceCpuSeconds, serviceThreadCpu, sleep, spawnService, spawnTs, splitServiceCpu, waitForFiles, waitHttp, writtenIndexCounter } from '../lib.js';
@@ -31,7 +31,7 @@ const DURABLE_TARGET: Partial<Record<number, number>> = { 100: 1.0, 1000: 1.5, 1
 /**
  * Ours reaches that Redis over loopback TCP, like every earlier run of this scenario.
  * `BENCH_REDIS_SOCKET=1` uses its unix socket instead, as `npm start` does with the private
- * Redis it starts (shared/private-redis.ts); docs/decisions/0018-private-redis-settings.md
+ * Redis it starts (shared/redis/private-server.ts); docs/decisions/0018-private-redis-settings.md
  * compares the two.
  */
 const OVER_TCP = process.env.BENCH_REDIS_SOCKET !== '1';

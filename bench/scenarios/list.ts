@@ -9,7 +9,8 @@ import { createHash, randomBytes } from 'node:crypto';
 import { mkdir, mkdtemp, rm, utimes, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Queue } from 'bullmq';
+import type { Queue } from 'bullmq';
+import { openQueue, queueAddress } from '../../shared/redis/queues.js';
 import { Redis } from 'ioredis';
 import { createEventsServerPlugin } from '../../services/api/plugin.js';
 import { BatchLedger } from '../../shared/ledger/ledger.js';
@@ -196,7 +197,7 @@ export const run: Scenario = async (ctx) => {
   const calls = ctx.smoke ? 5 : 25;
   const redisServer = await startRedisServer();
   const redis = new Redis(redisServer.url, { maxRetriesPerRequest: null });
-  const queue = new Queue(`bench-list-${randomBytes(4).toString('hex')}`, { connection: redis });
+  const queue = openQueue(queueAddress.push({ queueName: `bench-list-${randomBytes(4).toString('hex')}` }), redis);
   const rows: BenchRow[] = [];
   try {
     // Each run gets its own ledger namespace. `indexed`: every file went through the pipeline, so

@@ -15,7 +15,7 @@ import { Agent, request } from 'node:http';
 import { RedisCounterStore } from '../../services/api/edge/counters.js';
 import { startStack } from '../../services/stack.js';
 import { DEFAULT_SYNC_CONFIG, parseEnv } from '../../shared/config.js';
-import { rateLimitKey, rateLimitKeyPrefix } from '../../shared/keyspace.js';
+import { rateLimitKey, rateLimitKeyPrefix } from '../../shared/redis/keyspace.js';
 import { freePort, startRedisServer } from '../../test/helpers/redis-server.js';
 import { bodyFactory, median, probeRedis, row, sleep, spawnService, waitHttp } from '../lib.js';
 import type { BenchContext, BenchRow } from '../types.js';

@@ -12,10 +12,10 @@ import { join } from 'node:path';
 import { freePort, startRedisServer } from '../../test/helpers/redis-server.js';
 import { bodyFactory, probeRedis, redisUsedMemory, row, sleep, spawnService, waitHttp } from '../lib.js';
 import type { BenchContext, BenchRow } from '../types.js';
-import { PRIVATE_REDIS_ARGS } from '../../shared/private-redis.js';
+import { PRIVATE_REDIS_ARGS } from '../../shared/redis/private-server.js';
 import { Redis } from 'ioredis';
 import { BatchLedger, idempotencyBucketSeconds } from '../../shared/ledger/ledger.js';
-import { ledgerKeys } from '../../shared/keyspace.js';
+import { ledgerKeys } from '../../shared/redis/keyspace.js';
 import { DEFAULT_BODY_DEDUP_WINDOW_SECONDS, DEFAULT_IDEMPOTENCY_WINDOW_SECONDS } from '../../shared/config.js';
 
 const EVENTS_PER_BATCH = 100;

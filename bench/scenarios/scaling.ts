@@ -12,10 +12,10 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Queue } from 'bullmq';
+import { openQueue, queueAddress } from '../../shared/redis/queues.js';
 import { Cluster, Redis } from 'ioredis';
-import { PRIVATE_REDIS_ARGS } from '../../shared/private-redis.js';
-import { ShardSet, shardLayouts } from '../../shared/shards.js';
+import { PRIVATE_REDIS_ARGS } from '../../shared/redis/private-server.js';
+import { ShardSet, shardLayouts } from '../../shared/redis/shards.js';
 import { startRedisCluster } from '../../test/helpers/redis-cluster.js';
 import { freePort, startRedisServer } from '../../test/helpers/redis-server.js';
 import { type Child, median, probeRedis, processCpuSeconds, redisCpuSeconds, row, spawnService, waitForFiles, waitHttp } from '../lib.js';
@@ -33,7 +33,7 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
   const redis = probeRedis(redisServer.url);
   const queueConn = new Redis(redisServer.url, { maxRetriesPerRequest: null });
   queueConn.on('error', () => undefined);
-  const queue = new Queue(QUEUE, { connection: queueConn });
+  const queue = openQueue(queueAddress.push({ queueName: QUEUE }), queueConn);
   const port = await freePort();
   const url = `http://127.0.0.1:${port}`;
   const api = await spawnService('services/api/main', { PORT: String(port), HOST: '127.0.0.1', REDIS_URL: redisServer.url, DATA_DIR: tmp, QUEUE_NAME: QUEUE });

@@ -2,13 +2,13 @@ import express, { type Express, type NextFunction, type Request, type RequestHan
 import type { IncomingMessage } from 'node:http';
 import type { Queue } from 'bullmq';
 import type { Registry } from 'prom-client';
-import { ShardSet } from '../../shared/shards.js';
+import { ShardSet } from '../../shared/redis/shards.js';
 import type { ApiSlice } from '../../shared/config-slices.js';
 import { API_ENCODE_MAX_BYTES_DEFAULT, MAX_INFLIGHT_BYTES_DEFAULT, QUEUE_GROUP_MAX_DEFAULT, type SyncConfig } from '../../shared/config.js';
 import { ByteBudget, DRAIN_COLLECT_MIN_PEAK, DrainCollector } from '../../shared/byte-budget.js';
 import type { BatchLedger } from '../../shared/ledger/ledger.js';
 import { type Logger, type ThrottledWarn, throttledWarn } from '../../shared/logger.js';
-import type { RedisClient } from '../../shared/redis.js';
+import type { RedisClient } from '../../shared/redis/connection.js';
 import type { ContinueRefusal } from '../../shared/http.js';
 import type { ObjectStore } from '../../shared/store/types.js';
 import { TokenRoles } from './auth.js';

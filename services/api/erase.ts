@@ -8,14 +8,15 @@
  * The ids travel in the job's data only (never in logs); the job scrubs them once it completes.
  */
 import express, { type NextFunction, type Request, type Response, type Router } from 'express';
-import { type Job, Queue } from 'bullmq';
+import type { Job, Queue } from 'bullmq';
+import { openQueue, queueAddress } from '../../shared/redis/queues.js';
 import type { CollectionConfig } from '../../shared/config.js';
 import { ApiError } from './error-map.js';
 import { queueCallError } from './admin.js';
 import { checkParamValue, listPrefix, parseStoragePath } from '../../shared/paths.js';
-import type { RedisClient } from '../../shared/redis.js';
+import type { RedisClient } from '../../shared/redis/connection.js';
 import { withTimeout } from '../../shared/timeout.js';
-import { ERASE_JOB_NAME, ERASE_JOB_OPTIONS, type EraseJob, type EraseProgress, EraseRequestSchema, type EraseState, eraseQueueName, eraseQueuePrefix, isErasureId, newErasureId } from '../rollup/erasure/queue.js';
+import { ERASE_JOB_NAME, ERASE_JOB_OPTIONS, type EraseJob, type EraseProgress, EraseRequestSchema, type EraseState, isErasureId, newErasureId } from '../../shared/redis/jobs/erase.js';
 import { type RoleResolver, TokenRoles, authOf, requireRoles } from './auth.js';
 import { methodNotAllowed } from './edge/methods.js';
 
@@ -70,7 +71,7 @@ export function createEraseRouter(o: EraseRouterOptions): Router {
   let queue: Queue | undefined;
   const queueOf = (): Queue => {
     if (!queue) {
-      queue = new Queue(eraseQueueName(o.queueName), { connection: o.redis, prefix: eraseQueuePrefix(o.queueName, cluster) });
+      queue = openQueue(queueAddress.erase(o.queueName, cluster), o.redis);
       // BullMQ re-emits the connection's errors here; the API's Redis client logs them (throttled).
       queue.on('error', () => undefined);
     }

@@ -1,6 +1,6 @@
 import express, { type Request, type Response, type Router } from 'express';
 import type { Registry } from 'prom-client';
-import { type RedisClient, redisAddress } from '../../shared/redis.js';
+import { type RedisClient, redisAddress } from '../../shared/redis/connection.js';
 import { withTimeout } from '../../shared/timeout.js';
 import type { ObjectStore } from '../../shared/store/types.js';
 import { methodNotAllowed } from './edge/methods.js';

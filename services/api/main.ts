@@ -1,7 +1,8 @@
 import { parseEnv } from '../../shared/config.js';
 import { Lifecycle, runUntilSignal } from '../../shared/lifecycle.js';
 import { exitOnStartupError } from '../../shared/runtime.js';
-import { SHUTDOWN_GRACE_MS, StackContext, apiServer, apiUpkeep, redisConnections } from '../stack.js';
+import { SHUTDOWN_GRACE_MS, StackContext, redisConnections } from '../../shared/stack-context.js';
+import { apiServer, apiUpkeep } from './components.js';
 
 /** `npm run start:api`: the HTTP service alone (run any number, behind a load balancer). */
 try {

@@ -7,7 +7,7 @@ import { StoreError } from '../../shared/errors.js';
 import { ApiError, type ErrorLog, errorAnswer, jsonErrorHandler, outcomeAnswer, refusalAnswer, sendError } from './error-map.js';
 import { parseIntegerParam } from './params.js';
 import { parseBatchRef } from '../../shared/ids.js';
-import { capNonceKeyPrefix, rateLimitKeyPrefix } from '../../shared/keyspace.js';
+import { capNonceKeyPrefix, rateLimitKeyPrefix } from '../../shared/redis/keyspace.js';
 import { type StoragePathTemplate, batchKey, checkParamValue, listPrefix, parseStoragePath, routePattern } from '../../shared/paths.js';
 import { RAW_DELETED_HEADER, checkListCursor } from '../../shared/rollup/retention.js';
 import type { ByteRange, ObjectStore } from '../../shared/store/types.js';

@@ -1,6 +1,6 @@
 import type { Queue } from 'bullmq';
 import { Cluster } from 'ioredis';
-import type { RedisClient } from '../../shared/redis.js';
+import type { RedisClient } from '../../shared/redis/connection.js';
 
 export interface ShedderOptions {
   /** The queue, or every shard's queue (QUEUE_SHARDS): the backlog is their sum. */

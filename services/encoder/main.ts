@@ -1,7 +1,8 @@
 import { parseEnv } from '../../shared/config.js';
 import { Lifecycle, runUntilSignal } from '../../shared/lifecycle.js';
 import { exitOnStartupError } from '../../shared/runtime.js';
-import { SHUTDOWN_GRACE_MS, StackContext, encoderHealthServer, encoderWorkers, logEncoderStarted, redisConnections } from '../stack.js';
+import { SHUTDOWN_GRACE_MS, StackContext, redisConnections } from '../../shared/stack-context.js';
+import { encoderHealthServer, encoderWorkers, logEncoderStarted } from './components.js';
 
 /** `npm run start:encoder`: one encoder process (run any number against the same Redis and store). */
 try {

@@ -1,7 +1,7 @@
 import { StoreError } from '../../shared/errors.js';
 import { PARQUET_MIME_TYPE, type ParquetWriteOptions, encodeBatch, encodeBatchToIpc, ipcToParquet } from '../../shared/parquet/encode.js';
 import type { ParquetEncodeThread } from '../../shared/parquet/encode-thread-pool.js';
-import { type BatchGroupJob, BatchGroupJobSchema, type BatchJob, BatchJobSchema, unpackBody } from '../../shared/queue.js';
+import { type BatchGroupJob, BatchGroupJobSchema, type BatchJob, BatchJobSchema, unpackBody } from '../../shared/redis/jobs/push.js';
 import type { z } from 'zod';
 import type { ObjectStore } from '../../shared/store/types.js';
 
@@ -20,7 +20,7 @@ export function decodeJob(data: unknown): Step<BatchJob> {
   return decodeAs(BatchJobSchema, 'job payload', data);
 }
 
-/** Step 1 for a group job (several batches in one job; shared/queue.ts). */
+/** Step 1 for a group job (several batches in one job; shared/redis/jobs/push.ts). */
 export function decodeGroupJob(data: unknown): Step<BatchGroupJob> {
   return decodeAs(BatchGroupJobSchema, 'group job payload', data);
 }

@@ -1,12 +1,20 @@
 import { type ChildProcess, fork } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import { AggregatorRegistry, type MetricObjectWithValues, type MetricValue } from 'prom-client';
 import type { Env } from '../../shared/config.js';
 import type { Component } from '../../shared/lifecycle.js';
-import type { EncoderChildData } from './child.js';
 import { encoderProcessEnv } from './process-env.js';
 
 type ChildMetrics = MetricObjectWithValues<MetricValue<string>>[];
+/** What the parent hands each encoder process (its `start` message). */
+export interface EncoderChildData {
+  env: Env;
+  /** 0 for the encoder that always takes jobs. */
+  index: number;
+  count: number;
+}
+
+/** Messages from the parent: `start` first, then `metrics` any number of times, `close` last. */
+export type ToEncoderChild = { type: 'start'; data: EncoderChildData } | { type: 'metrics' } | { type: 'close' };
 type FromChild = { type: 'ready' } | { type: 'metrics'; metrics: ChildMetrics } | { type: 'closed' };
 
 interface EncoderProcess {
@@ -16,13 +24,12 @@ interface EncoderProcess {
 }
 
 /**
- * Starts encoder process `index` of `count` (services/encoder/child.ts); `ready` resolves once it
+ * Starts encoder process `index` of `count` (the module `entry`: services/encoder-child.ts); `ready` resolves once it
  * takes jobs. Its `close` works from the start on: one asked to close while it starts finishes
  * starting, then closes. It inherits this process's Node flags (under tsx, tsx's loader) except
  * the inspector's.
  */
-function startEncoderProcess(env: Env, index: number, count: number, processStopping: () => boolean): { encoder: EncoderProcess; ready: Promise<void> } {
-  const entry = fileURLToPath(new URL(import.meta.url.endsWith('.ts') ? './child.ts' : './child.js', import.meta.url));
+function startEncoderProcess(entry: string, env: Env, index: number, count: number, processStopping: () => boolean): { encoder: EncoderProcess; ready: Promise<void> } {
   // Its environment fixes glibc's mmap threshold, so a big batch's buffers are given back (services/encoder/process-env.ts).
   const child: ChildProcess = fork(entry, [], { serialization: 'advanced', execArgv: process.execArgv.filter((a) => !a.startsWith('--inspect')), env: encoderProcessEnv(process.env) });
   const waiters: ((m: FromChild) => void)[] = [];
@@ -112,19 +119,20 @@ export interface EncoderProcesses extends Component {
 }
 
 /**
- * `count` encoder processes (services/encoder/child.ts) on the environment `env()` gives at start
+ * `count` encoder processes, each running the module `entry` (services/encoder-child.ts, which the
+ * entry point names: it runs more than the encoder), on the environment `env()` gives at start
  * (`npm start`'s private Redis is known by then). The start resolves once each takes jobs and
  * fails when one does not start. The stop asks each to finish or return its active jobs and waits
  * for it to exit. One that ends on its own after it was ready stops the whole process (SIGTERM to
  * itself), unless `processStopping()` says that stop is already under way.
  */
-export function encoderProcesses(o: { env: () => Env; count: number; processStopping: () => boolean }): EncoderProcesses {
+export function encoderProcesses(o: { entry: string; env: () => Env; count: number; processStopping: () => boolean }): EncoderProcesses {
   const encoders: EncoderProcess[] = [];
   return {
     name: 'encoder processes',
     async start() {
       const env = o.env();
-      const starts = Array.from({ length: o.count }, (_, i) => startEncoderProcess(env, i, o.count, o.processStopping));
+      const starts = Array.from({ length: o.count }, (_, i) => startEncoderProcess(o.entry, env, i, o.count, o.processStopping));
       encoders.push(...starts.map((s) => s.encoder));
       const failed = (await Promise.allSettled(starts.map((s) => s.ready))).find((s) => s.status === 'rejected');
       if (failed) throw failed.reason;

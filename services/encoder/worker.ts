@@ -1,9 +1,10 @@
-import { Job, Queue, UnrecoverableError, Worker, type WorkerOptions } from 'bullmq';
+import { Job, type Queue, UnrecoverableError, type Worker, type WorkerOptions } from 'bullmq';
 import type { Cluster, Redis } from 'ioredis';
 import type { Registry } from 'prom-client';
 import type { BatchLedger } from '../../shared/ledger/ledger.js';
 import { type Logger, type ThrottledWarn, throttledWarn } from '../../shared/logger.js';
-import { BATCH_JOB_OPTIONS, type BatchGroupJob, type BatchJob, JOB_NAME, isGroupPayload } from '../../shared/queue.js';
+import { openQueue, openWorker, queueAddress } from '../../shared/redis/queues.js';
+import { BATCH_JOB_OPTIONS, type BatchGroupJob, type BatchJob, JOB_NAME, isGroupPayload } from '../../shared/redis/jobs/push.js';
 import type { ObjectStore } from '../../shared/store/types.js';
 import { ByteBudget, DRAIN_COLLECT_MIN_PEAK, DrainCollector, ENCODER_ROW_BYTES, batchCost } from '../../shared/byte-budget.js';
 import { StoreError } from '../../shared/errors.js';
@@ -371,8 +372,8 @@ function startWorker(shard: EncoderShard, run: EncoderRun): Worker {
     return again.data;
   };
   const splitOff = splitter(shard, o.connection, run.splitQueues);
-  const w = new Worker(
-    shard.queueName,
+  const w = openWorker(
+    addressOf(shard),
     async (job) => {
       if (gate) await gate.take(1);
       metrics.active.inc();
@@ -383,18 +384,20 @@ function startWorker(shard: EncoderShard, run: EncoderRun): Worker {
         gate?.give(1);
       }
     },
-    workerOptions(o, shard, run.perWorker),
+    o.connection,
+    workerOptions(o, run.perWorker),
   );
   w.on('failed', (job, err) => onFailed(run, shard, job, err));
   w.on('error', (err) => run.workerError({ err: err.message }));
   return w;
 }
 
-/** A shard worker's BullMQ settings. */
-function workerOptions(o: EncoderOptions, shard: EncoderShard, concurrency: number): WorkerOptions {
+/** A shard's batch queue (BullMQ's default prefix `bull` when the shard names none). */
+const addressOf = (shard: EncoderShard) => queueAddress.push({ queueName: shard.queueName, ...(shard.prefix ? { queuePrefix: shard.prefix } : {}) });
+
+/** A shard worker's BullMQ settings (its queue, prefix and connection are the factory's). */
+function workerOptions(o: EncoderOptions, concurrency: number): Omit<WorkerOptions, 'connection' | 'prefix'> {
   return {
-    connection: o.connection,
-    ...(shard.prefix ? { prefix: shard.prefix } : {}),
     concurrency,
     lockDuration: o.lockDurationMs ?? ENCODER_LOCK_SECONDS_DEFAULT * 1000,
     // A killed worker's job comes back as stalled; it must be retried, not failed.
@@ -410,7 +413,7 @@ function splitter(shard: EncoderShard, connection: Redis | Cluster, opened: Queu
   let splitQueue: Queue | undefined;
   return async function splitOff(batch: BatchJob): Promise<void> {
     if (!splitQueue) {
-      splitQueue = new Queue(shard.queueName, { connection, ...(shard.prefix ? { prefix: shard.prefix } : {}), skipVersionCheck: true });
+      splitQueue = openQueue(addressOf(shard), connection, { producer: true });
       opened.push(splitQueue);
     }
     await splitQueue.add(JOB_NAME, batch, { ...BATCH_JOB_OPTIONS, jobId: batch.batchId, delay: SPLIT_RETRY_DELAY_MS });
@@ -455,7 +458,7 @@ function burstControl(b: BurstOptions, run: EncoderRun, shards: readonly Encoder
   const { o, metrics } = run;
   const state = { taking: false, starts: 0 };
   metrics.concurrency.set(0);
-  const counters = shards.map((shard) => new Queue(shard.queueName, { connection: o.connection, ...(shard.prefix ? { prefix: shard.prefix } : {}), skipVersionCheck: true }));
+  const counters = shards.map((shard) => openQueue(addressOf(shard), o.connection, { producer: true }));
   let stopped = false;
   let timer: NodeJS.Timeout | undefined;
   let pass: Promise<void> = Promise.resolve();

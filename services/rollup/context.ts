@@ -7,10 +7,10 @@ import type { DuckDBConnection } from '@duckdb/node-api';
 import type { Env } from '../../shared/config.js';
 import type { BatchLedger } from '../../shared/ledger/ledger.js';
 import type { Logger } from '../../shared/logger.js';
-import type { RedisClient } from '../../shared/redis.js';
-import { type PrefixLock, acquirePrefixLock } from '../../shared/rollup/redis-keys.js';
+import type { RedisClient } from '../../shared/redis/connection.js';
+import { type PrefixLock, acquirePrefixLock } from '../../shared/redis/rollup-keys.js';
 import { type RollContext, RollupNotReadyError } from './roll.js';
-import { recordedShardCount, shardIndex } from '../../shared/shards.js';
+import { recordedShardCount, shardIndex } from '../../shared/redis/shards.js';
 import type { ObjectStore } from '../../shared/store/types.js';
 import type { RollupMetrics } from './metrics.js';
 

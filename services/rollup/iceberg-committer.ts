@@ -1,7 +1,7 @@
 /**
  * The Iceberg committer (ICEBERG=on): one table per list prefix (collection + app,
  * shared/iceberg/table.ts), committed by the rollup service every ICEBERG_COMMIT_SECONDS. Each
- * pass over a prefix runs under the prefix's rollup lock (shared/rollup/redis-keys.ts: 10 s TTL,
+ * pass over a prefix runs under the prefix's rollup lock (shared/redis/rollup-keys.ts: 10 s TTL,
  * renewed by the live holder, so a killed process's lock expires and any other rollup process
  * commits next; roll jobs and retention take the same lock, so the rollup manifest cannot change
  * under a pass). A pass:
@@ -31,7 +31,7 @@ import { visibleUnder } from '../../shared/ledger/ledger.js';
 import { batchIdOfKey, periodStart, rollupFileFirstId } from '../../shared/rollup/layout.js';
 import { type Manifest, type RollupPeriod, manifestFiles, readManifest } from '../../shared/rollup/manifest.js';
 import { discoverPrefixes, prefixOfKey } from '../../shared/rollup/prefixes.js';
-import type { PrefixLock } from '../../shared/rollup/redis-keys.js';
+import type { PrefixLock } from '../../shared/redis/rollup-keys.js';
 import { requireCreateIfAbsent } from '../../shared/store/optional.js';
 import type { CreateIfAbsent } from '../../shared/store/types.js';
 import { type RollupDeps, assertLayout, ledgerOf, takePrefixLock } from './context.js';

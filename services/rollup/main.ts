@@ -4,29 +4,30 @@
  * moves dead-lettered rollup and erasure jobs back to their queues and exits.
  */
 import { resolve } from 'node:path';
-import { Queue } from 'bullmq';
 import { ConfigError, parseEnv } from '../../shared/config.js';
 import { processSlice, redisSlice, rollupSlice, storeSlice } from '../../shared/config-slices.js';
 import { healthServer } from '../../shared/health-server.js';
 import { type Component, Lifecycle, runUntilSignal } from '../../shared/lifecycle.js';
-import { type RedisTarget, closeRedis, createRedisClient, redisTarget, waitReady } from '../../shared/redis.js';
-import { rollupQueueName, rollupQueuePrefix } from './queue.js';
-import { eraseQueueName } from './erasure/queue.js';
+import { type RedisTarget, closeRedis, createRedisClient, redisTarget, waitReady } from '../../shared/redis/connection.js';
+import { rollupQueueName } from '../../shared/redis/jobs/rollup.js';
+import { openQueue, queueAddress } from '../../shared/redis/queues.js';
+import { eraseQueueName } from '../../shared/redis/jobs/erase.js';
 import { exitOnStartupError } from '../../shared/runtime.js';
-import { recordedShardCount } from '../../shared/shards.js';
+import { recordedShardCount } from '../../shared/redis/shards.js';
 import { withTimeout } from '../../shared/timeout.js';
-import { SHUTDOWN_GRACE_MS, StackContext, rollupService } from '../stack.js';
+import { SHUTDOWN_GRACE_MS, StackContext } from '../../shared/stack-context.js';
+import { rollupService } from './components.js';
 
 /** At most this many dead-lettered rollup jobs are replayed per call. */
 const MAX_REPLAY = 1000;
 
 async function replayFailed(target: RedisTarget, queueName: string): Promise<number> {
   const redis = createRedisClient(target, 'worker');
-  const queue = new Queue(rollupQueueName(queueName), { connection: redis, prefix: rollupQueuePrefix(queueName, target.kind === 'cluster') });
+  const queue = openQueue(queueAddress.rollup(queueName, target.kind === 'cluster'), redis);
   // A one-shot command: an unreachable Redis fails waitReady below, which is reported; the queues'
   // re-emitted connection errors add nothing to that.
   queue.on('error', () => undefined);
-  const erase = new Queue(eraseQueueName(queueName), { connection: redis, prefix: rollupQueuePrefix(queueName, target.kind === 'cluster') });
+  const erase = openQueue(queueAddress.erase(queueName, target.kind === 'cluster'), redis);
   erase.on('error', () => undefined);
   try {
     await waitReady(redis, 15_000);

@@ -16,7 +16,7 @@ export function createRollupMetrics(registry: Registry) {
     rawDeleted: new Counter({ name: `${P}rollup_raw_deleted_total`, help: 'Batch files deleted by raw retention after their rollup was durable', registers }),
     /**
      * `plan_after_roll`: planning a prefix's next period right after a roll (the next planner pass does it);
-     * `rollup_lock_renew` / `rollup_lock_release`: a prefix lock's renewal or release (shared/rollup/redis-keys.ts).
+     * `rollup_lock_renew` / `rollup_lock_release`: a prefix lock's renewal or release (shared/redis/rollup-keys.ts).
      */
     bestEffortFailures: bestEffortCounter(registry, ['plan_after_roll', 'rollup_lock_renew', 'rollup_lock_release']),
     duration: new Histogram({ name: `${P}rollup_duration_seconds`, help: 'Time to roll one period (read, sort, write, manifest)', buckets: SLOW_BUCKETS, registers }),

@@ -10,8 +10,8 @@ import { periodStart } from '../../shared/rollup/layout.js';
 import { readManifest } from '../../shared/rollup/manifest.js';
 import { finalHorizon, planPrefix } from './plan.js';
 import { discoverPrefixes, prefixOfKey } from '../../shared/rollup/prefixes.js';
-import { ROLLUP_JOB_NAME, ROLLUP_JOB_OPTIONS, type RollupJob, rollupJobId } from './queue.js';
-import { forgetReplayedBatch, replayedBatches } from '../../shared/rollup/redis-keys.js';
+import { ROLLUP_JOB_NAME, ROLLUP_JOB_OPTIONS, type RollupJob, rollupJobId } from '../../shared/redis/jobs/rollup.js';
+import { forgetReplayedBatch, replayedBatches } from '../../shared/redis/rollup-keys.js';
 import { type RollupDeps, assertLayout, ledgerOf } from './context.js';
 
 /** Replay notes handled per planning pass (per shard). */

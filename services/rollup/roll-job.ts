@@ -3,9 +3,10 @@
  * rollPeriod) under the prefix lock; its worker delays a job that cannot run yet, retries a
  * failed one and takes over the job of a rollup process that died (BullMQ's stalled check).
  */
-import { DelayedError, type Job, UnrecoverableError, Worker } from 'bullmq';
-import type { RedisClient } from '../../shared/redis.js';
-import { type RollupJob, RollupJobSchema } from './queue.js';
+import { DelayedError, type Job, UnrecoverableError, type Worker } from 'bullmq';
+import { openWorker } from '../../shared/redis/queues.js';
+import type { RedisClient } from '../../shared/redis/connection.js';
+import { type RollupJob, RollupJobSchema } from '../../shared/redis/jobs/rollup.js';
 import { type RollOutcome, RollupNotReadyError, rollPeriod } from './roll.js';
 import { finalHorizon } from './plan.js';
 import { type RollupDeps, assertLayout, ledgerOf, lockedRollContext, takePrefixLock } from './context.js';
@@ -92,9 +93,7 @@ export interface RollWorkerOptions {
 /** Starts the worker that runs roll jobs one at a time, with its retry and dead-letter accounting. */
 export function startRollWorker(deps: RollupDeps, o: RollWorkerOptions): Worker {
   const { metrics, logger } = deps;
-  const worker = new Worker(o.queueName, rollProcessor(deps), {
-    connection: o.connection,
-    prefix: o.prefix,
+  const worker = openWorker({ name: o.queueName, prefix: o.prefix }, rollProcessor(deps), o.connection, {
     concurrency: 1,
     lockDuration: JOB_LOCK_MS,
     stalledInterval: 5000,

@@ -6,18 +6,19 @@
 import type { DuckDBConnection, DuckDBInstance } from '@duckdb/node-api';
 import { withTimeout } from '../../shared/timeout.js';
 import { bestEffort } from '../../shared/best-effort.js';
-import { Queue, type Worker } from 'bullmq';
+import type { Queue, Worker } from 'bullmq';
+import { openQueue } from '../../shared/redis/queues.js';
 import type { Registry } from 'prom-client';
 import type { SyncConfig } from '../../shared/config.js';
 import type { RollupSlice } from '../../shared/config-slices.js';
 import { BatchLedger } from '../../shared/ledger/ledger.js';
 import type { Logger } from '../../shared/logger.js';
 import { parseStoragePath } from '../../shared/paths.js';
-import { type RedisClient, type RedisTarget, closeRedis, createRedisClient } from '../../shared/redis.js';
-import { rollupQueueName, rollupQueuePrefix } from './queue.js';
+import { type RedisClient, type RedisTarget, closeRedis, createRedisClient } from '../../shared/redis/connection.js';
+import { rollupQueueName, rollupQueuePrefix } from '../../shared/redis/jobs/rollup.js';
 import { storeRootUrl } from '../../shared/duckdb.js';
 import { removeStaleTempFiles } from './roll.js';
-import { shardLayouts } from '../../shared/shards.js';
+import { shardLayouts } from '../../shared/redis/shards.js';
 import type { ObjectStore } from '../../shared/store/types.js';
 import type { RollupDeps } from './context.js';
 import { type RollupMetrics, createRollupMetrics } from './metrics.js';
@@ -27,7 +28,7 @@ import { retainPrefix } from './retention.js';
 import { startRollWorker } from './roll-job.js';
 import { startEraseWorker } from './erasure/job.js';
 import { createEraseMetrics } from './erasure/metrics.js';
-import { eraseQueueName } from './erasure/queue.js';
+import { eraseQueueName } from '../../shared/redis/jobs/erase.js';
 
 export { discoveryIntervalMs, planIntervalMs } from './planner.js';
 
@@ -78,13 +79,13 @@ export async function startRollupService(o: RollupServiceOptions): Promise<Rollu
 
   const ns = env.QUEUE_NAME;
   const cluster = o.redis.kind === 'cluster';
-  // With the logger: connection errors are logged, throttled per Redis (shared/redis.ts), so the
+  // With the logger: connection errors are logged, throttled per Redis (shared/redis/connection.ts), so the
   // queue's re-emitted 'error' below needs no log of its own.
   const conns = { queue: createRedisClient(o.redis, 'worker', logger), worker: createRedisClient(o.redis, 'worker', logger), cmd: createRedisClient(o.redis, 'worker', logger), erase: createRedisClient(o.redis, 'worker', logger) };
   const ledgers = shardLayouts(ns, env.QUEUE_SHARDS, cluster).map((l) => new BatchLedger(conns.cmd, l.namespace, { shard: { index: l.index, count: l.count } }));
   const deps: RollupDeps = { env, store, duck: db.duck, rootUrl, cmd: conns.cmd, ledgers, metrics, logger };
   const queuePrefix = rollupQueuePrefix(ns, cluster);
-  const queue = new Queue(rollupQueueName(ns), { connection: conns.queue, prefix: queuePrefix });
+  const queue = openQueue({ name: rollupQueueName(ns), prefix: queuePrefix }, conns.queue);
   queue.on('error', () => undefined);
 
   const planner = new RollupPlanner(deps, { templates, queue, retain: (prefix, nowMs) => retainPrefix(deps, prefix, nowMs) });

@@ -1,14 +1,12 @@
 import { createHash } from 'node:crypto';
-import { readFileSync } from 'node:fs';
-import type { JobKeys } from '../bullmq-keys.js';
+import type { JobKeys } from '../redis/bullmq-keys.js';
 import { batchIdMs, randomSuffix } from '../ids.js';
-import { ledgerKeys } from '../keyspace.js';
-import { type RedisClient, redisCall } from '../redis.js';
+import { ledgerKeys } from '../redis/keyspace.js';
+import { type RedisClient, redisCall } from '../redis/connection.js';
+import { type ScriptedRedis, withScripts } from '../redis/scripts.js';
 
 export type { JobKeys };
 
-const here = new URL('.', import.meta.url);
-const script = (name: string): string => readFileSync(new URL(name, here), 'utf8');
 
 /** Outcome of minting: a new id, or the id an earlier push with the same idempotency claim got. */
 export interface MintResult {
@@ -76,17 +74,6 @@ export function visibleUnder(bound: ListBound, id: string): boolean {
   return bound.kind === 'below' ? id < bound.id : id <= bound.id;
 }
 
-type Arg = string | Buffer;
-interface LedgerCommands {
-  ingestMint(k1: string, k2: string, k3: string, k4: string, ...argv: Arg[]): Promise<[string, number]>;
-  ingestIdemLookup(k1: string, ...argv: Arg[]): Promise<[string, number]>;
-  ingestRelease(k1: string, k2: string, k3: string, k4: string, k5: string, k6: string, k7: string, ...argv: Arg[]): Promise<number>;
-  ingestReap(k1: string, k2: string, k3: string, a1: string, a2: string): Promise<number>;
-  ingestListBound(k1: string, k2: string): Promise<[string, string, string]>;
-  ingestListWritten(k1: string, k2: string, k3: string, k4: string, a1: string, a2: string): Promise<string[]>;
-  ingestScanPending(k1: string, k2: string, ...argv: string[]): Promise<[number, number, string, number]>;
-}
-
 /** What one shard's upkeep scan found (see scan_pending-2.lua). */
 export interface PendingScan {
   orphans: number;
@@ -111,7 +98,7 @@ interface ClaimSlot {
  * Id minting, the in-flight ledger behind the gap-free `?after=` promise
  * (docs/decisions/0002-list-watermark-and-reaper.md), the written-id index
  * and the idempotency entries. Every key carries the hash tag `{<namespace>}` so each script's
- * keys live in one Redis Cluster slot; the names come from shared/keyspace.ts (`ledgerKeys`).
+ * keys live in one Redis Cluster slot; the names come from shared/redis/keyspace.ts (`ledgerKeys`).
  * Key families and their bounds (sizes in docs/reliability.md, "Sizing Redis"):
  *
  * - `clock`: one hash per namespace.
@@ -127,11 +114,11 @@ interface ClaimSlot {
  *   leaves with its member's id from flight, so it holds at most the ids in flight.
  *
  * A driver error that says Redis is unreachable leaves every method as a `RedisUnavailable`
- * (shared/errors.ts; classified by `redisCall`, shared/redis.ts); any other error unchanged.
+ * (shared/errors.ts; classified by `redisCall`, shared/redis/connection.ts); any other error unchanged.
  */
 export class BatchLedger {
   readonly namespace: string;
-  private readonly redis: RedisClient & LedgerCommands;
+  private readonly redis: ScriptedRedis;
   private readonly shard: { index: number; count: number };
 
   /**
@@ -142,16 +129,7 @@ export class BatchLedger {
   constructor(redis: RedisClient, namespace: string, opts: { shard?: { index: number; count: number } } = {}) {
     this.namespace = namespace;
     this.shard = opts.shard ?? { index: 0, count: 1 };
-    if (!('ingestMint' in redis)) {
-      redis.defineCommand('ingestMint', { numberOfKeys: 4, lua: script('mint_batch-4.lua') });
-      redis.defineCommand('ingestIdemLookup', { numberOfKeys: 1, lua: script('idem_lookup-1.lua') });
-      redis.defineCommand('ingestRelease', { numberOfKeys: 7, lua: script('release_batch-7.lua') });
-      redis.defineCommand('ingestReap', { numberOfKeys: 3, lua: script('release_unless_replaying-3.lua') });
-      redis.defineCommand('ingestListBound', { numberOfKeys: 2, lua: script('list_bound-2.lua') });
-      redis.defineCommand('ingestListWritten', { numberOfKeys: 4, lua: script('list_written-4.lua') });
-      redis.defineCommand('ingestScanPending', { numberOfKeys: 2, lua: script('scan_pending-2.lua') });
-    }
-    this.redis = redis as RedisClient & LedgerCommands;
+    this.redis = withScripts(redis);
   }
 
   private clockKey(): string {
@@ -183,7 +161,7 @@ export class BatchLedger {
   }
 
   /**
-   * Records that `members` ride in the queue job `jobId` (a group job, shared/queue.ts). Sent with
+   * Records that `members` ride in the queue job `jobId` (a group job, shared/redis/jobs/push.ts). Sent with
    * that job's add (again if it failed while the add landed); each entry leaves with its member's
    * release (file written, dead-lettered, failed push, or reaped), so the hash holds at most the
    * ids in flight.
@@ -343,12 +321,7 @@ export class BatchLedger {
    * (used when the shard layout changes, so a prefix's ids keep increasing on its new shard).
    */
   async seedClockAfter(ms: number): Promise<void> {
-    await redisCall(this.redis.eval(
-      "if tonumber(redis.call('HGET', KEYS[1], 'ms') or '0') < tonumber(ARGV[1]) then redis.call('HSET', KEYS[1], 'ms', ARGV[1], 'n', 9999) end return 1",
-      1,
-      this.clockKey(),
-      String(ms),
-    ));
+    await redisCall(this.redis.ingestSeedClock(this.clockKey(), String(ms)));
   }
 
   /** List prefixes that have ids in flight. */

@@ -1,5 +1,5 @@
 import type { Queue } from 'bullmq';
-import { jobKeysOf } from '../bullmq-keys.js';
+import { jobKeysOf } from '../redis/bullmq-keys.js';
 import type { BatchLedger } from './ledger.js';
 
 export { jobKeysOf };

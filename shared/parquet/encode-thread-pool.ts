@@ -6,7 +6,7 @@
  * An encoder process encodes its large batches in one too, so that the wasm memory they grow is
  * given back when the thread is retired (EncodeThreadOptions.retireAboveWasmBytes).
  */
-import { Worker } from 'node:worker_threads';
+import { Worker as Thread } from 'node:worker_threads';
 import type { ParquetCompression } from './compression.js';
 import type { EncodeReply, EncodeRequest } from './encode-thread.js';
 
@@ -34,7 +34,7 @@ export interface EncodeThreadOptions {
 }
 
 export class ParquetEncodeThread {
-  private readonly worker: Worker;
+  private readonly worker: Thread;
   private readonly pending = new Map<number, Pending>();
   private readonly ready: Promise<void>;
   private seq = 0;
@@ -49,7 +49,7 @@ export class ParquetEncodeThread {
   constructor(private readonly opts: EncodeThreadOptions = {}) {
     // From dist/ the thread is plain JavaScript; under tsx or vitest it needs tsx's loader again.
     const entry = import.meta.url.endsWith('.ts') ? './encode-thread-entry.mjs' : './encode-thread.js';
-    this.worker = new Worker(new URL(entry, import.meta.url));
+    this.worker = new Thread(new URL(entry, import.meta.url));
     // The API's process may exit with this thread running (its own shutdown closes it first).
     this.worker.unref();
     this.ready = new Promise((resolve, reject) => {

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { pollUntil } from '../../shared/poll.js';
-import { type RedisServerProcess, spawnRedisServer } from '../../shared/private-redis.js';
+import { type RedisServerProcess, spawnRedisServer } from '../../shared/redis/private-server.js';
 import { freePort } from './redis-server.js';
 
 export interface ClusterNode {

@@ -3,7 +3,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { spawnRedisServer } from '../../shared/private-redis.js';
+import { spawnRedisServer } from '../../shared/redis/private-server.js';
 
 /**
  * A free TCP port on 127.0.0.1 for a server a test starts itself (a spawned service, a

@@ -17,7 +17,7 @@ import { createRegistry } from '../../shared/metrics.js';
 import { encodeBatch, prepareBatch } from '../../shared/parquet/encode.js';
 import { ParquetEncodeThread } from '../../shared/parquet/encode-thread-pool.js';
 import { createEventsServerPlugin } from '../../services/api/plugin.js';
-import { type BatchJob, unpackBody } from '../../shared/queue.js';
+import { type BatchJob, unpackBody } from '../../shared/redis/jobs/push.js';
 import { FilesystemObjectStore } from '../../shared/store/filesystem/index.js';
 import { duckQuery } from '../helpers/duckdb.js';
 import { batchBody, sampleEvent } from '../helpers/events.js';

@@ -12,7 +12,7 @@ import { BATCH_ID_RE, batchIdMs } from '../../shared/ids.js';
 import { BatchLedger } from '../../shared/ledger/ledger.js';
 import { createLogger } from '../../shared/logger.js';
 import { createRegistry } from '../../shared/metrics.js';
-import { createRedis } from '../../shared/redis.js';
+import { createRedis } from '../../shared/redis/connection.js';
 import { FilesystemObjectStore } from '../../shared/store/filesystem/index.js';
 import { uniqueName } from '../helpers/names.js';
 import { freePort } from '../helpers/redis-server.js';

@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import * as arrow from 'apache-arrow';
 import { readParquet } from 'parquet-wasm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { API_ENCODE_MIN_BYTES } from '../../shared/queue.js';
+import { API_ENCODE_MIN_BYTES } from '../../shared/redis/jobs/push.js';
 import { batchBody, sampleEvent } from '../helpers/events.js';
 import { waitFor } from '../helpers/proc.js';
 import { type TestStack, startTestStack } from '../helpers/stack.js';

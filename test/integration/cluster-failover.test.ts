@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import calculateSlot from 'cluster-key-slot';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { shardIndex, shardLayouts } from '../../shared/shards.js';
+import { shardIndex, shardLayouts } from '../../shared/redis/shards.js';
 import { batchBody, sampleEvent } from '../helpers/events.js';
 import { uniqueName } from '../helpers/names.js';
 import { type ServiceProcess, startService, waitFor, waitForHttp } from '../helpers/proc.js';

@@ -14,7 +14,7 @@ import { shardOfBatchId } from '../../shared/ledger/ledger.js';
 import { periodStart } from '../../shared/rollup/layout.js';
 import { readManifest } from '../../shared/rollup/manifest.js';
 import { storeRootUrl } from '../../shared/duckdb.js';
-import { shardIndex, shardLayouts } from '../../shared/shards.js';
+import { shardIndex, shardLayouts } from '../../shared/redis/shards.js';
 import { FilesystemObjectStore } from '../../shared/store/filesystem/index.js';
 import { duckQuery, sqlString } from '../helpers/duckdb.js';
 import { batchBody, sampleEvent } from '../helpers/events.js';

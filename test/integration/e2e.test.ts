@@ -6,8 +6,8 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { BATCH_ID_RE, batchIdMs } from '../../shared/ids.js';
 import { SIDECAR_MIN_BYTES } from '../../shared/store/filesystem/index.js';
 import { createLogger } from '../../shared/logger.js';
-import { ensureRedis } from '../../shared/private-redis.js';
-import { ioredisAddress } from '../../shared/redis-url.js';
+import { ensureRedis } from '../../shared/redis/private-server.js';
+import { ioredisAddress } from '../../shared/redis/url.js';
 import { duckQuery } from '../helpers/duckdb.js';
 import { batchBody, sampleEvent } from '../helpers/events.js';
 import { uniqueName } from '../helpers/names.js';
@@ -186,7 +186,7 @@ FROM read_parquet('${root}/events/shop/**/*.parquet') WHERE received_at >= now()
 
     // Default niceness 10 on every thread of the encoder (its file calls and GC too); the API's stay at 0.
     const a = await start({});
-    expect(commandLine(a.encoder).join(' ')).toMatch(/dist\/services\/encoder\/child\.js$/);
+    expect(commandLine(a.encoder).join(' ')).toMatch(/dist\/services\/encoder-child\.js$/);
     // npm start's node flag (package.json) keeps V8's young generation at its full size through
     // idle spells, in the API's process and (inherited) in the encoder's.
     expect(startFlags(entry['services/main.js']!)).toEqual(['--min-semi-space-size=16']);

@@ -14,7 +14,7 @@ import type { AuditEntry } from '../../services/api/edge/audit.js';
 import { cors } from '../../services/api/edge/cors.js';
 import { startStack } from '../../services/stack.js';
 import { createLogger } from '../../shared/logger.js';
-import { createRedis } from '../../shared/redis.js';
+import { createRedis } from '../../shared/redis/connection.js';
 import { freePort } from '../helpers/redis-server.js';
 import { batchBody } from '../helpers/events.js';
 import { waitFor } from '../helpers/proc.js';

@@ -20,7 +20,7 @@ import { ERASE_ANON, ERASE_DISTINCT, ROW, body, event } from '../helpers/erasure
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { eraseQueueName } from '../../shared/keyspace.js';
+import { eraseQueueName } from '../../shared/redis/keyspace.js';
 import { ROOT } from '../helpers/dist.js';
 import { hashId } from '../../shared/erasure/log.js';
 import { batchIdMs } from '../../shared/ids.js';

@@ -11,7 +11,7 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BatchLedger } from '../../shared/ledger/ledger.js';
 import { reapOnce } from '../../shared/ledger/reaper.js';
-import { BATCH_JOB_OPTIONS, type BatchGroupJob, type BatchJob, JOB_NAME, groupJobId, packBody } from '../../shared/queue.js';
+import { BATCH_JOB_OPTIONS, type BatchGroupJob, type BatchJob, JOB_NAME, groupJobId, packBody } from '../../shared/redis/jobs/push.js';
 import { batchIdMs } from '../../shared/ids.js';
 import { duckQuery, sqlString } from '../helpers/duckdb.js';
 import { batchBody } from '../helpers/events.js';

@@ -13,7 +13,7 @@ import { Ingress } from 'kubernetes-models/networking.k8s.io/v1';
 import { PodDisruptionBudget } from 'kubernetes-models/policy/v1';
 import { ConfigMap, type IContainer, type IPodSpec, Secret, Service, ServiceAccount } from 'kubernetes-models/v1';
 import { EnvSchema } from '../../shared/config.js';
-import { shardLayouts } from '../../shared/shards.js';
+import { shardLayouts } from '../../shared/redis/shards.js';
 import { SHUTDOWN_GRACE_MS } from '../../services/stack.js';
 import { CHART_DIR, type K8sObject, type ScaledObjectSpec, helm, kedaRead, render } from '../helpers/helm.js';
 import { batchBody, sampleEvent } from '../helpers/events.js';

@@ -6,7 +6,7 @@ import { Cluster } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseEnv } from '../../shared/config.js';
 import { createLogger } from '../../shared/logger.js';
-import { shardLayouts } from '../../shared/shards.js';
+import { shardLayouts } from '../../shared/redis/shards.js';
 import { type RunningStack, type StackParts, startStack } from '../../services/stack.js';
 import { batchBody, sampleEvent } from '../helpers/events.js';
 import { kedaRead, render, scaledObjectKeys } from '../helpers/helm.js';

@@ -29,7 +29,7 @@
  * form (4 s periods; 12 s of pushes and three kills on the filesystem store, 8 s and one mid-commit
  * kill on RGW). A kill waits until the restarted committer has committed something, and pushes go
  * on past the given seconds until every table committed after the last restart: a killed
- * holder's prefix lock (shared/rollup/redis-keys.ts) blocks its table for its 10 s TTL.
+ * holder's prefix lock (shared/redis/rollup-keys.ts) blocks its table for its 10 s TTL.
  */
 import { createHash } from 'node:crypto';
 import { PutObjectCommand, S3Client } from '@aws-sdk/client-s3';

@@ -1,10 +1,10 @@
 /**
- * Every key the product writes is named by shared/keyspace.ts. The whole stack (API, encoder,
+ * Every key the product writes is named by shared/redis/keyspace.ts. The whole stack (API, encoder,
  * rollup service) runs in this process against a redis-server of this file's own, with every
  * feature that writes keys on: two queue shards, rollups, rate limits (request buckets and an app
  * budget), Idempotency-Key and body dedup, group jobs, a dead letter and its replay, cap-signed
  * requests (nonces). Redis is SCANned all along and at the end; any key `keyFamily` does not name
- * fails the test, printed. The BullMQ adapter's contract (shared/bullmq-keys.ts: a job's hash is
+ * fails the test, printed. The BullMQ adapter's contract (shared/redis/bullmq-keys.ts: a job's hash is
  * `jobKeyPrefix + id` while the job lives, the failed set holds the dead letter's id) is checked
  * against the real BullMQ here too.
  */
@@ -15,12 +15,12 @@ import { ed25519Suite, signRequest, userIdFromPubHex } from '@drakkar.software/s
 import { mintDeviceCap, scopes } from '@drakkar.software/starfish-identities';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { jobKeysOf } from '../../shared/bullmq-keys.js';
+import { jobKeysOf } from '../../shared/redis/bullmq-keys.js';
 import { DEFAULT_SYNC_CONFIG } from '../../shared/config.js';
 import { batchIdMs } from '../../shared/ids.js';
-import { KEY_FAMILIES, type KeyFamilyName, keyFamily, ledgerKeys } from '../../shared/keyspace.js';
+import { KEY_FAMILIES, type KeyFamilyName, keyFamily, ledgerKeys } from '../../shared/redis/keyspace.js';
 import { readManifest } from '../../shared/rollup/manifest.js';
-import { ShardSet, shardIndex, shardLayouts } from '../../shared/shards.js';
+import { ShardSet, shardIndex, shardLayouts } from '../../shared/redis/shards.js';
 import { batchBody, sampleEvent } from '../helpers/events.js';
 import { uniqueName } from '../helpers/names.js';
 import { type RedisServer, startRedisServer } from '../helpers/redis-server.js';
@@ -43,7 +43,7 @@ async function scanAll(redis: Redis): Promise<string[]> {
   return out;
 }
 
-describe('keyspace: every key the stack writes is named by shared/keyspace.ts', () => {
+describe('keyspace: every key the stack writes is named by shared/redis/keyspace.ts', () => {
   let server: RedisServer;
   let redis: Redis;
   let stack: TestStack | undefined;

@@ -5,7 +5,7 @@ import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { JOB_NAME } from '../../shared/queue.js';
+import { JOB_NAME } from '../../shared/redis/jobs/push.js';
 import { batchBody } from '../helpers/events.js';
 import { waitFor } from '../helpers/proc.js';
 import { type TestStack, startTestStack } from '../helpers/stack.js';

@@ -10,7 +10,7 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { batchIdMs } from '../../shared/ids.js';
 import { BatchLedger } from '../../shared/ledger/ledger.js';
-import { BATCH_JOB_OPTIONS, type BatchJob, JOB_NAME, packBody } from '../../shared/queue.js';
+import { BATCH_JOB_OPTIONS, type BatchJob, JOB_NAME, packBody } from '../../shared/redis/jobs/push.js';
 import { batchBody } from '../helpers/events.js';
 import { waitFor } from '../helpers/proc.js';
 import { ADMIN_TOKEN, type TestStack, startTestStack } from '../helpers/stack.js';

@@ -104,7 +104,7 @@ describe('the package as others install it', () => {
     // Only what a user needs: compiled code, declarations, maps, Lua, the bin, docs.
     expect(files).toContain('dist/index.js');
     expect(files).toContain('dist/index.d.ts');
-    expect(files).toContain('dist/shared/ledger/mint_batch-4.lua');
+    expect(files).toContain('dist/shared/redis/scripts/mint_batch-4.lua');
     expect(files).toContain('bin/events-ingest.mjs');
     expect(files).toContain('dist/cli/main.js');
     // Apache-2.0: the licence and the notices travel with every copy.

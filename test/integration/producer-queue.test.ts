@@ -1,7 +1,7 @@
-import { Queue } from 'bullmq';
+import type { Queue } from 'bullmq';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createProducerQueue } from '../../shared/queue.js';
-import { createRedis } from '../../shared/redis.js';
+import { openQueue } from '../../shared/redis/queues.js';
+import { createRedis } from '../../shared/redis/connection.js';
 import { type RedisServer, startRedisServer } from '../helpers/redis-server.js';
 
 // Holds the server (single-threaded) in a Lua loop for `ms`: every client's command waits.
@@ -9,6 +9,7 @@ const BUSY = `local t0 = redis.call('TIME'); local start = t0[1] * 1000 + t0[2] 
 while true do local t = redis.call('TIME'); if t[1] * 1000 + t[2] / 1000 - start > tonumber(ARGV[1]) then break end end
 return 1`;
 
+/** The queue factory's producer queue (shared/redis/queues.ts, openQueue with `producer`). */
 describe('producer queue', () => {
   let server: RedisServer;
   beforeAll(async () => {
@@ -42,12 +43,12 @@ describe('producer queue', () => {
   }
 
   it('accepts jobs once Redis answers again, though Redis stalled while the queue was built', async () => {
-    const added = await addAfterSlowStart((conn) => createProducerQueue(`pq-${Date.now()}`, conn));
+    const added = await addAfterSlowStart((conn) => openQueue({ name: `pq-${Date.now()}`, prefix: 'bull' }, conn, { producer: true }));
     expect(added.status).toBe('fulfilled');
   });
 
   it('(control) a queue built with the version check stays broken after the same stall', async () => {
-    const added = await addAfterSlowStart((conn) => new Queue(`pq-control-${Date.now()}`, { connection: conn }));
+    const added = await addAfterSlowStart((conn) => openQueue({ name: `pq-control-${Date.now()}`, prefix: 'bull' }, conn));
     expect(added.status).toBe('rejected');
   });
 });

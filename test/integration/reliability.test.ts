@@ -16,7 +16,7 @@ import { type Service, FaultProxy, sleep, spawnService, waitHttpOk } from '../..
 import { SERVER_LIMITS, listen } from '../../shared/http.js';
 import { BATCH_ID_RE, batchIdMs } from '../../shared/ids.js';
 import { BatchLedger } from '../../shared/ledger/ledger.js';
-import type { BatchJob } from '../../shared/queue.js';
+import type { BatchJob } from '../../shared/redis/jobs/push.js';
 import { S3ObjectStore } from '../../shared/store/s3/index.js';
 import { duckQuery, sqlString } from '../helpers/duckdb.js';
 import { batchBody, sampleEvent } from '../helpers/events.js';

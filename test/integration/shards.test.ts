@@ -17,7 +17,7 @@ import { storeRootUrl } from '../../shared/duckdb.js';
 import { duckQuery } from '../helpers/duckdb.js';
 import { expectManifestMatchesStore, expectViewEqualsBatches, viewCount, waitForRetentionPast } from '../helpers/rollup.js';
 import { reapOnce } from '../../shared/ledger/reaper.js';
-import { ShardSet, ensureShardLayout, shardIndex, shardLayouts } from '../../shared/shards.js';
+import { ShardSet, ensureShardLayout, shardIndex, shardLayouts } from '../../shared/redis/shards.js';
 import { ADMIN_TOKEN, type TestStack, startTestStack } from '../helpers/stack.js';
 import { uniqueName } from '../helpers/names.js';
 import { batchBody, sampleEvent } from '../helpers/events.js';

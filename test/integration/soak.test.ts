@@ -51,7 +51,7 @@ describe('soak: Redis state is bounded', () => {
     log(`default windows: ${r.batches} batches held ${held} B of used_memory (${(held / r.batches).toFixed(0)} B per push), ledger keys ${ledgerBytes} B (${(ledgerBytes / r.batches).toFixed(0)} B per push), DBSIZE ${r.before.dbsize} -> ${r.drained.dbsize}`);
     expect(r.files).toBe(r.batches);
     // Within the windows every push is remembered (its idempotency entry and its list-index entry).
-    // Families named by shared/keyspace.ts: `idem:k` (Idempotency-Key), `idem:b` (body dedup).
+    // Families named by shared/redis/keyspace.ts: `idem:k` (Idempotency-Key), `idem:b` (body dedup).
     expect(r.families['idem:k']?.entries).toBeGreaterThan(0);
     expect(r.families['idem:b']?.entries).toBeGreaterThan(0);
     expect((r.families['idem:k']?.entries ?? 0) + (r.families['idem:b']?.entries ?? 0)).toBe(r.batches);

@@ -3,11 +3,11 @@ import { ReplyError } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import { RedisUnavailable } from '../../shared/errors.js';
 import { BatchLedger } from '../../shared/ledger/ledger.js';
-import type { RedisClient } from '../../shared/redis.js';
+import type { RedisClient } from '../../shared/redis/connection.js';
 import { BullJobSink } from '../../services/api/push/adapters.js';
 import { EnqueueRefused } from '../../services/api/push/ports.js';
-import type { BatchJob } from '../../shared/queue.js';
-import { ensureShardLayout, recordedShardCount, shardLayouts } from '../../shared/shards.js';
+import type { BatchJob } from '../../shared/redis/jobs/push.js';
+import { ensureShardLayout, recordedShardCount, shardLayouts } from '../../shared/redis/shards.js';
 
 /** A socket error as Node makes it. */
 const sockErr = (code: string): Error => Object.assign(new Error(`connect ${code} 127.0.0.1:6379`), { code, errno: -1, syscall: 'connect' });

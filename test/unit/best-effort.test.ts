@@ -2,8 +2,8 @@ import { Registry } from 'prom-client';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { BEST_EFFORT_FAILURES, BEST_EFFORT_LOG_MS, bestEffort, bestEffortCounter } from '../../shared/best-effort.js';
 import { createLogger } from '../../shared/logger.js';
-import type { RedisClient } from '../../shared/redis.js';
-import { LOCK_TTL_MS, acquirePrefixLock } from '../../shared/rollup/redis-keys.js';
+import type { RedisClient } from '../../shared/redis/connection.js';
+import { LOCK_TTL_MS, acquirePrefixLock } from '../../shared/redis/rollup-keys.js';
 
 /** A logger whose JSON lines land in `lines` (pino writes to a custom stream synchronously). */
 function capture(): { logger: ReturnType<typeof createLogger>; lines: Record<string, unknown>[] } {
@@ -96,13 +96,17 @@ describe('the rollup prefix lock: a failed renewal or release is logged and coun
     const { logger, lines } = capture();
     const calls: string[] = [];
     // Pure logic over a stand-in: SET NX succeeds, every script call fails as a closed connection does.
-    const redis = {
+    // The scripts module defines its commands on it (shared/redis/scripts.ts); the lock's two fail.
+    const stand: Record<string, unknown> = {
       set: () => Promise.resolve('OK'),
-      eval: (script: string) => {
-        calls.push(script.includes('PEXPIRE') ? 'renew' : 'release');
-        return Promise.reject(new Error('Connection is closed.'));
+      defineCommand: (name: string) => {
+        stand[name] = () => {
+          calls.push(name === 'ingestLockRenew' ? 'renew' : name === 'ingestLockRelease' ? 'release' : name);
+          return Promise.reject(new Error('Connection is closed.'));
+        };
       },
-    } as unknown as RedisClient;
+    };
+    const redis = stand as unknown as RedisClient;
     const lock = await acquirePrefixLock(redis, 'q', 'events/app=a', 'job-1', { logger, counter });
     expect(lock).not.toBeNull();
     vi.advanceTimersByTime(Math.floor(LOCK_TTL_MS / 3));

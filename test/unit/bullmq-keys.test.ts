@@ -1,5 +1,5 @@
 /**
- * The BullMQ adapter (shared/bullmq-keys.ts) pinned to the BullMQ version package-lock.json
+ * The BullMQ adapter (shared/redis/bullmq-keys.ts) pinned to the BullMQ version package-lock.json
  * installs: a version change fails here first, so whoever upgrades BullMQ re-checks the key
  * layout the adapter (and scan_pending-2.lua) relies on. The layout is read from BullMQ's own
  * `Queue` (built on a lazy client that never connects), not from a copy of it.
@@ -8,8 +8,9 @@ import { readFileSync } from 'node:fs';
 import { Queue, QueueKeys } from 'bullmq';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
-import { BULLMQ_CHECKED_VERSION, LEGACY_QUEUE_PREFIX, jobKeysOf, parseQueueKey, queueKey, queueKeyPrefix, rollupQueuePrefix, taggedQueuePrefix } from '../../shared/bullmq-keys.js';
-import { shardLayouts } from '../../shared/shards.js';
+import { BULLMQ_CHECKED_VERSION, LEGACY_QUEUE_PREFIX, jobKeysOf, parseQueueKey, queueKey, queueKeyPrefix } from '../../shared/redis/bullmq-keys.js';
+import { rollupQueuePrefix, taggedQueuePrefix } from '../../shared/redis/keyspace.js';
+import { shardLayouts } from '../../shared/redis/shards.js';
 
 const readJson = (rel: string): Record<string, unknown> => JSON.parse(readFileSync(new URL(rel, import.meta.url), 'utf8')) as Record<string, unknown>;
 
@@ -33,8 +34,8 @@ describe('BullMQ adapter', () => {
     const installed = String(readJson('../../node_modules/bullmq/package.json').version);
     const locked = String((readJson('../../package-lock.json').packages as Record<string, { version?: string }>)['node_modules/bullmq']?.version);
     const hint =
-      `BullMQ is now ${installed} (package-lock.json: ${locked}); shared/bullmq-keys.ts was checked against ${BULLMQ_CHECKED_VERSION}. ` +
-      'Re-check its key layout (job hash = toKey("") + id, the failed set, the prefix) and shared/ledger/scan_pending-2.lua against the new version, ' +
+      `BullMQ is now ${installed} (package-lock.json: ${locked}); shared/redis/bullmq-keys.ts was checked against ${BULLMQ_CHECKED_VERSION}. ` +
+      'Re-check its key layout (job hash = toKey("") + id, the failed set, the prefix) and shared/redis/scripts/scan_pending-2.lua against the new version, ' +
       'run test/integration/keyspace.test.ts, then set BULLMQ_CHECKED_VERSION.';
     expect(installed, hint).toBe(locked);
     expect(installed, hint).toBe(BULLMQ_CHECKED_VERSION);
@@ -44,7 +45,7 @@ describe('BullMQ adapter', () => {
     const byDefault = offlineQueue('events-ingest');
     expect(new QueueKeys().toKey('x', 'wait')).toBe(queueKey(LEGACY_QUEUE_PREFIX, 'x', 'wait'));
     for (const layout of [...shardLayouts('events-ingest', 1, false), ...shardLayouts('events-ingest', 3, false), ...shardLayouts('q', 2, true)]) {
-      // The single-shard layout builds its queue without a prefix (createProducerQueue): BullMQ's default must be it.
+      // The single-shard layout builds its queue without a prefix (openQueue with `producer`, shared/redis/queues.ts): BullMQ's default must be it.
       const queue = layout.queuePrefix === LEGACY_QUEUE_PREFIX ? byDefault : offlineQueue(layout.queueName, layout.queuePrefix);
       const head = queueKeyPrefix(layout.queuePrefix, layout.queueName);
       // Every key of the queue starts with `<prefix>:<queue>:`, and the adapter spells each as BullMQ does.

@@ -1,6 +1,6 @@
 import { ReplyError } from 'ioredis';
 import { describe, expect, it } from 'vitest';
-import { commandNeverRan } from '../../shared/redis.js';
+import { commandNeverRan } from '../../shared/redis/connection.js';
 
 const errno = (message: string, code: string): Error => Object.assign(new Error(message), { code });
 

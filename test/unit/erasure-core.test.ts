@@ -13,11 +13,11 @@ import { erasureHashKey, erasureLogKey, hashId, writeErasureRecord, type Erasure
 import { encodeBatch } from '../../shared/parquet/encode.js';
 import { IcebergConflictError, IcebergTable, type TableFile, batchTableFile, currentSnapshot } from '../../shared/iceberg/table.js';
 import { rollupFileFirstId } from '../../shared/rollup/layout.js';
-import { keyFamily, eraseQueueName, rollupQueuePrefix, queueKey } from '../../shared/keyspace.js';
+import { keyFamily, eraseQueueName, rollupQueuePrefix, queueKey } from '../../shared/redis/keyspace.js';
 import { MemoryObjectStore } from '../../shared/store/memory/index.js';
 import { personPredicate, rewrittenRollupKey } from '../../services/rollup/erasure/erase.js';
 import { redacted } from '../../services/rollup/erasure/job.js';
-import { EraseRequestSchema, MAX_ERASE_IDS, isErasureId, newErasureId } from '../../services/rollup/erasure/queue.js';
+import { EraseRequestSchema, MAX_ERASE_IDS, isErasureId, newErasureId } from '../../shared/redis/jobs/erase.js';
 import { eraseStateOf } from '../../services/api/erase.js';
 import { duckQuery, sqlString } from '../helpers/duckdb.js';
 

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { ConfigError, DEFAULT_BODY_DEDUP_WINDOW_SECONDS, DEFAULT_IDEMPOTENCY_WINDOW_SECONDS, parseEnv } from '../../shared/config.js';
 import { idempotencyBucketSeconds, idempotencyShards } from '../../shared/ledger/ledger.js';
-import { BATCH_JOB_OPTIONS, DEAD_LETTER_KEEP } from '../../shared/queue.js';
+import { BATCH_JOB_OPTIONS, DEAD_LETTER_KEEP } from '../../shared/redis/jobs/push.js';
 
 describe('idempotency windows and Redis bounds (config)', () => {
   it('defaults to a 1 h key window and a 5 min body window', () => {

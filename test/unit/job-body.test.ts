@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { decodeJob, encode, restoreBody } from '../../services/encoder/pipeline.js';
 import { encodeBatch } from '../../shared/parquet/encode.js';
-import { type BatchJob, outputChunk, packBody, packParquet, unpackBody } from '../../shared/queue.js';
+import { type BatchJob, outputChunk, packBody, packParquet, unpackBody } from '../../shared/redis/jobs/push.js';
 
 /** A JSON-ish body of about `bytes` bytes that deflate can squeeze (repeated keys, random ids). */
 function bodyOf(bytes: number): Buffer {

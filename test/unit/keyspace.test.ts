@@ -1,5 +1,5 @@
 /**
- * The keyspace (shared/keyspace.ts): every builder spells the key strings deployed data already
+ * The keyspace (shared/redis/keyspace.ts): every builder spells the key strings deployed data already
  * uses (pinned here as literals), keeps each family in its hash tag's Cluster slot, and
  * `keyFamily` names every key a builder makes, and nothing else.
  */
@@ -22,8 +22,8 @@ import {
   eraseQueueName,
   rollupQueuePrefix,
   shardMarkerKey,
-} from '../../shared/keyspace.js';
-import { shardLayouts } from '../../shared/shards.js';
+} from '../../shared/redis/keyspace.js';
+import { shardLayouts } from '../../shared/redis/shards.js';
 
 const ID = '1782933157690-0000-735223';
 const HEX24 = 'a1b2c3d4e5f60718293a4b5c';

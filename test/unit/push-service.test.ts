@@ -14,7 +14,7 @@ import { MemoryLedger } from '../../shared/ledger/memory.js';
 import type { ParquetEncodeThread } from '../../shared/parquet/encode-thread-pool.js';
 import { prepareBatch } from '../../shared/parquet/encode.js';
 import { parseStoragePath } from '../../shared/paths.js';
-import { type BatchJob, unpackBody } from '../../shared/queue.js';
+import { type BatchJob, unpackBody } from '../../shared/redis/jobs/push.js';
 import { MemoryObjectStore } from '../../shared/store/memory/index.js';
 import { Registry } from 'prom-client';
 import { bestEffortCounter } from '../../shared/best-effort.js';

@@ -2,7 +2,7 @@ import { createRequire } from 'node:module';
 import { Command, Redis, ReplyError } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import { RedisUnavailable, TimeoutError } from '../../shared/errors.js';
-import { asRedisUnavailable, commandNeverRan, isRedisUnavailable, redisCall, waitReady } from '../../shared/redis.js';
+import { asRedisUnavailable, commandNeverRan, isRedisUnavailable, redisCall, waitReady } from '../../shared/redis/connection.js';
 import { withTimeout } from '../../shared/timeout.js';
 
 // ioredis' own error classes, as it builds them (built/errors; redis-errors is its dependency).

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { describeTarget } from '../../shared/redis.js';
-import { ioredisAddress, redisUrlProblem, unixSocketOf, unixSocketUrl } from '../../shared/redis-url.js';
+import { describeTarget } from '../../shared/redis/connection.js';
+import { ioredisAddress, redisUrlProblem, unixSocketOf, unixSocketUrl } from '../../shared/redis/url.js';
 
 describe('REDIS_URL forms', () => {
   it('hands ioredis the socket path (with its options) of a unix:// URL and any other URL as it is', () => {

@@ -3,8 +3,8 @@ import { describe, expect, it } from 'vitest';
 import { parseEnv } from '../../shared/config.js';
 import { BATCH_ID_RE } from '../../shared/ids.js';
 import { shardOfBatchId, shardSuffix } from '../../shared/ledger/ledger.js';
-import { isRedisUnavailable } from '../../shared/redis.js';
-import { CLUSTER_SLOTS, LEGACY_QUEUE_PREFIX, shardIndex, shardLayouts } from '../../shared/shards.js';
+import { isRedisUnavailable } from '../../shared/redis/connection.js';
+import { CLUSTER_SLOTS, LEGACY_QUEUE_PREFIX, shardIndex, shardLayouts } from '../../shared/redis/shards.js';
 
 describe('queue shards', () => {
   it('one shard on one Redis keeps the names of every earlier version', () => {

@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import type { Request } from 'express';
 import type { Cluster, Redis } from 'ioredis';
 import { ApiError } from '../error-map.js';
-import { capNonceKey } from '../../../shared/keyspace.js';
+import { capNonceKey } from '../../../shared/redis/keyspace.js';
 import { parseStoragePath, type Segment } from '../../../shared/paths.js';
 import { withTimeout } from '../../../shared/timeout.js';
 import { AuthError, type AuthResult, type RoleResolver } from '../auth.js';
@@ -50,7 +50,7 @@ function nonceDigest(signer: string, nonce: string): string {
 export class RedisNonceStore implements NonceStore {
   constructor(
     private readonly redis: Redis | Cluster,
-    /** E.g. `ingest-cap:<QUEUE_NAME>:n` (shared/keyspace.ts, capNonceKeyPrefix), beside the rate limiter's `ingest-rl:<QUEUE_NAME>`. */
+    /** E.g. `ingest-cap:<QUEUE_NAME>:n` (shared/redis/keyspace.ts, capNonceKeyPrefix), beside the rate limiter's `ingest-rl:<QUEUE_NAME>`. */
     readonly keyPrefix: string,
   ) {}
 

@@ -1,5 +1,5 @@
-import { readFileSync } from 'node:fs';
-import type { Cluster, Redis } from 'ioredis';
+import type { RedisClient } from '../../../shared/redis/connection.js';
+import { type ScriptedRedis, withScripts } from '../../../shared/redis/scripts.js';
 
 /** One counted request: the bucket's count after it and how long its window still runs. */
 export interface Hit {
@@ -21,26 +21,15 @@ export interface CounterStore {
   admitEvents(key: string, windowMs: number, maxEvents: number, events: number): Promise<EventsHit>;
 }
 
-const script = (name: string): string => readFileSync(new URL(name, import.meta.url), 'utf8');
-
-interface CounterCommands {
-  ingestRateCheck(key: string, windowMs: string): Promise<[number, number]>;
-  ingestAppEvents(key: string, windowMs: string, max: string, events: string): Promise<[number, number, number]>;
-}
-
 /**
  * Fixed-window counters in Redis, one Lua script call (one round trip) per counter. Key family
  * `<prefix>:…`: one key per active bucket, expiring with its window (PEXPIRE), ~100 bytes each.
  */
 export class RedisCounterStore implements CounterStore {
-  private readonly redis: (Redis | Cluster) & CounterCommands;
+  private readonly redis: ScriptedRedis;
 
-  constructor(redis: Redis | Cluster) {
-    if (!('ingestRateCheck' in redis)) {
-      redis.defineCommand('ingestRateCheck', { numberOfKeys: 1, lua: script('rate_check-1.lua') });
-      redis.defineCommand('ingestAppEvents', { numberOfKeys: 1, lua: script('app_events-1.lua') });
-    }
-    this.redis = redis as (Redis | Cluster) & CounterCommands;
+  constructor(redis: RedisClient) {
+    this.redis = withScripts(redis);
   }
 
   async hit(key: string, windowMs: number): Promise<Hit> {

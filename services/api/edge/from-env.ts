@@ -3,7 +3,7 @@ import type { Cluster, Redis } from 'ioredis';
 import type { Registry } from 'prom-client';
 import { QUEUE_NAME_DEFAULT, RATE_LIMIT_PUSH_ON_ERROR_DEFAULT, TRUSTED_PROXY_HOPS_DEFAULT, loadCapRevocations, loadCapRoles } from '../../../shared/config.js';
 import type { EdgeSlice } from '../../../shared/config-slices.js';
-import { capNonceKeyPrefix, rateLimitKeyPrefix } from '../../../shared/keyspace.js';
+import { capNonceKeyPrefix, rateLimitKeyPrefix } from '../../../shared/redis/keyspace.js';
 import type { Logger } from '../../../shared/logger.js';
 import { type RoleResolver, type TokenRoles, firstOf, tokenRoleResolver } from '../auth.js';
 import type { RouterObserver, SyncRouterOptions } from '../router.js';

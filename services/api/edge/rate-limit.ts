@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import type { CollectionConfig, GlobalRateLimit, RateLimitRule } from '../../../shared/config.js';
 import { ApiError } from '../error-map.js';
-import { appBudgetKey, rateLimitKey } from '../../../shared/keyspace.js';
+import { appBudgetKey, rateLimitKey } from '../../../shared/redis/keyspace.js';
 import { withTimeout } from '../../../shared/timeout.js';
 import { authOf } from '../auth.js';
 import type { CounterStore, Hit } from './counters.js';
@@ -84,7 +84,7 @@ export interface RateLimitObserver {
 
 export interface RateLimiterOptions {
   store: CounterStore;
-  /** Key prefix of every counter (e.g. `ingest-rl:<queue name>`: shared/keyspace.ts, rateLimitKeyPrefix). */
+  /** Key prefix of every counter (e.g. `ingest-rl:<queue name>`: shared/redis/keyspace.ts, rateLimitKeyPrefix). */
   keyPrefix: string;
   trustedProxyHops: number;
   /** Redis unreachable: push goes through (`open`) or gets 503 (`closed`). Reads always go through. */

@@ -1,9 +1,9 @@
 import type { Queue } from 'bullmq';
 import { GroupCommitter } from '../../../shared/group-commit.js';
 import type { BatchLedger } from '../../../shared/ledger/ledger.js';
-import { BATCH_JOB_OPTIONS, type BatchGroupJob, type BatchJob, GROUP_MAX_BODY_BYTES, JOB_NAME, groupJobId } from '../../../shared/queue.js';
-import { asRedisUnavailable, commandNeverRan, redisCall } from '../../../shared/redis.js';
-import type { Shard, ShardSet } from '../../../shared/shards.js';
+import { BATCH_JOB_OPTIONS, type BatchGroupJob, type BatchJob, GROUP_MAX_BODY_BYTES, JOB_NAME, groupJobId } from '../../../shared/redis/jobs/push.js';
+import { asRedisUnavailable, commandNeverRan, redisCall } from '../../../shared/redis/connection.js';
+import type { Shard, ShardSet } from '../../../shared/redis/shards.js';
 import type { ObjectStore } from '../../../shared/store/types.js';
 import { type BatchFiles, EnqueueRefused, type EnqueueTicket, type JobSink, type Ledger } from './ports.js';
 

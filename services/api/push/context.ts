@@ -3,7 +3,7 @@ import type { IdempotencyClaim } from '../../../shared/ledger/ledger.js';
 import type { ParquetEncodeThread } from '../../../shared/parquet/encode-thread-pool.js';
 import type { ParquetCompression } from '../../../shared/parquet/compression.js';
 import type { StoragePathTemplate } from '../../../shared/paths.js';
-import type { BatchJob } from '../../../shared/queue.js';
+import type { BatchJob } from '../../../shared/redis/jobs/push.js';
 import type { PushRequest } from './outcome.js';
 import type { BatchFiles, Clock, JobSink, Ledger } from './ports.js';
 

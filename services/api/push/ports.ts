@@ -1,6 +1,6 @@
 import type { GroupTicket } from '../../../shared/group-commit.js';
 import type { IdempotencyClaim, MintResult } from '../../../shared/ledger/ledger.js';
-import type { BatchJob } from '../../../shared/queue.js';
+import type { BatchJob } from '../../../shared/redis/jobs/push.js';
 import { withTimeout } from '../../../shared/timeout.js';
 
 /**

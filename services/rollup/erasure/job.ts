@@ -14,12 +14,13 @@
  * `kill -9` continues them; the rewrite itself is idempotent (a rewritten file holds none of the
  * rows), so a retry redoes only what is left. Logs carry counts, never ids.
  */
-import { type Job, UnrecoverableError, Worker } from 'bullmq';
+import { type Job, UnrecoverableError, type Worker } from 'bullmq';
+import { openWorker } from '../../../shared/redis/queues.js';
 import { erasureHashKey, hashId, writeErasureRecord } from '../../../shared/erasure/log.js';
 import { recordRewritten } from '../../../shared/erasure/rewritten.js';
 import { eraseRowsFromParquet, parquetToArrow } from '../../../shared/erasure/rows.js';
 import { batchTableFile, rollupTableFile, type IcebergTable, type TableFile } from '../../../shared/iceberg/table.js';
-import type { RedisClient } from '../../../shared/redis.js';
+import type { RedisClient } from '../../../shared/redis/connection.js';
 import { batchIdOfKey, periodStart, rollupFileFirstId } from '../../../shared/rollup/layout.js';
 import { batchIdMs } from '../../../shared/ids.js';
 import { readManifest } from '../../../shared/rollup/manifest.js';
@@ -27,7 +28,7 @@ import { type RollupDeps, ledgerOf, takePrefixLock } from '../context.js';
 import { finalHorizon } from '../plan.js';
 import { type EraseContext, type EraseCounts, type RewrittenFile, erasePass } from './erase.js';
 import type { EraseMetrics } from './metrics.js';
-import { type EraseJob, EraseJobSchema, type EraseProgress } from './queue.js';
+import { type EraseJob, EraseJobSchema, type EraseProgress } from '../../../shared/redis/jobs/erase.js';
 
 /** An erasure job's BullMQ lock (renewed by the worker while it runs). */
 export const ERASE_JOB_LOCK_MS = 10_000;
@@ -352,9 +353,7 @@ export interface EraseWorkerOptions {
 /** Starts the worker that runs erasure jobs one at a time, with retries and dead-letter accounting. */
 export function startEraseWorker(deps: EraseDeps, o: EraseWorkerOptions): Worker {
   const { eraseMetrics: metrics, logger } = deps;
-  const worker = new Worker(o.queueName, (job) => runEraseJob(deps, job).catch((err: unknown) => Promise.reject(redacted(err, job))), {
-    connection: o.connection,
-    prefix: o.prefix,
+  const worker = openWorker({ name: o.queueName, prefix: o.prefix }, (job) => runEraseJob(deps, job).catch((err: unknown) => Promise.reject(redacted(err, job))), o.connection, {
     concurrency: 1,
     lockDuration: ERASE_JOB_LOCK_MS,
     stalledInterval: 5000,

@@ -1,7 +1,7 @@
 import { batchIdMs } from '../../../../shared/ids.js';
 import type { PreparedBatch } from '../../../../shared/parquet/encode.js';
 import { batchKey } from '../../../../shared/paths.js';
-import { type BatchJob, packBody, packParquet } from '../../../../shared/queue.js';
+import { type BatchJob, packBody, packParquet } from '../../../../shared/redis/jobs/push.js';
 import type { Built, Claimed, PushDeps } from '../context.js';
 import { type Step, next } from '../runner.js';
 

@@ -1,5 +1,5 @@
 import { bestEffort } from '../../../../shared/best-effort.js';
-import { groupJobId } from '../../../../shared/queue.js';
+import { groupJobId } from '../../../../shared/redis/jobs/push.js';
 import type { Built, Claimed, PushDeps } from '../context.js';
 import { unavailable } from '../outcome.js';
 import { EnqueueRefused } from '../ports.js';

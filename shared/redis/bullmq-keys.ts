@@ -11,7 +11,7 @@
  *   while the job does, whatever its state;
  * - the failed set `queue.keys.failed` is a sorted set whose members are the failed jobs' ids.
  *
- * shared/ledger/scan_pending-2.lua (the reaper's one-call pass) reads the last two directly: it
+ * shared/redis/scripts/scan_pending-2.lua (the reaper's one-call pass) reads the last two directly: it
  * checks `EXISTS <job hash>` and `ZSCORE <failed set> <id>` for each old in-flight id, with the
  * names it is given by {@link jobKeysOf}. That script is the only code that reads BullMQ's keys
  * without going through BullMQ; if a BullMQ upgrade changes any of the above, it must change too.
@@ -27,26 +27,6 @@ export const BULLMQ_CHECKED_VERSION = '6.7.0';
 
 /** BullMQ's default key prefix: the single-shard, single-Redis layout keeps it. */
 export const LEGACY_QUEUE_PREFIX = 'bull';
-
-/**
- * The BullMQ key prefix of a queue whose keys must share the hash tag `tag` (a shard of the batch
- * queue, or the rollup queue on a Cluster): `{<tag>}`, so its keys are `{<tag>}:<queue>:…` and
- * BullMQ's multi-key scripts stay in one Cluster slot.
- */
-export function taggedQueuePrefix(tag: string): string {
-  return `{${tag}}`;
-}
-
-/**
- * The rollup queue's BullMQ key prefix. On one Redis: BullMQ's default `bull` (keys
- * `bull:<QUEUE_NAME>-rollup:…`, as before Cluster support, whatever QUEUE_SHARDS is). On a
- * Cluster: the hash tag `{<QUEUE_NAME>}` (keys `{<QUEUE_NAME>}:<QUEUE_NAME>-rollup:…`), the tag
- * of the rollup service's other keys (shared/keyspace.ts), so BullMQ's multi-key scripts stay in
- * one slot.
- */
-export function rollupQueuePrefix(queueName: string, cluster: boolean): string {
-  return cluster ? taggedQueuePrefix(queueName) : LEGACY_QUEUE_PREFIX;
-}
 
 /** What every key BullMQ writes for queue `queueName` under `prefix` starts with: `<prefix>:<queue>:`. */
 export function queueKeyPrefix(prefix: string, queueName: string): string {

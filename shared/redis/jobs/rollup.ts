@@ -4,11 +4,11 @@
  */
 import type { JobsOptions } from 'bullmq';
 import { z } from 'zod';
-import { rollupQueueName, rollupQueuePrefix } from '../../shared/keyspace.js';
+import { rollupQueueName, rollupQueuePrefix } from '../keyspace.js';
 
 /**
  * The rollup queue's name (`<QUEUE_NAME>-rollup`) and BullMQ key prefix (`bull` on one Redis,
- * `{<QUEUE_NAME>}` on a Cluster) are named in shared/keyspace.ts and shared/bullmq-keys.ts.
+ * `{<QUEUE_NAME>}` on a Cluster) are named in shared/redis/keyspace.ts and shared/redis/bullmq-keys.ts.
  */
 export { rollupQueueName, rollupQueuePrefix };
 

@@ -2,10 +2,10 @@ import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { Redis } from 'ioredis';
-import { ConfigError } from './config.js';
-import type { Logger } from './logger.js';
-import { pollUntil } from './poll.js';
-import { ioredisAddress, unixSocketUrl } from './redis-url.js';
+import { ConfigError } from '../config.js';
+import type { Logger } from '../logger.js';
+import { pollUntil } from '../poll.js';
+import { ioredisAddress, unixSocketUrl } from './url.js';
 
 export interface RedisHandle {
   url: string;

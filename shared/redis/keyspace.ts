@@ -1,13 +1,13 @@
 /**
  * Every Redis key family the product writes, named once: the builders below are the only code
  * that spells a key (what BullMQ writes for its queues is named by its adapter,
- * shared/bullmq-keys.ts, and re-exported here). A family that is not in {@link KEY_FAMILIES}
+ * shared/redis/bullmq-keys.ts, and re-exported here). A family that is not in {@link KEY_FAMILIES}
  * does not exist: test/integration/keyspace.test.ts runs every feature, SCANs Redis and fails on
  * any key {@link keyFamily} cannot name.
  *
  * Hash tags (Redis Cluster routes a key by the part between its first `{` and the next `}`):
  * - `{<ns>}`: one shard's ledger. `ns` is the shard's namespace: `<QUEUE_NAME>` with one shard on
- *   one Redis, the shard's tag `<QUEUE_NAME>:<i>[:<j>]` otherwise (shared/shards.ts). A shard's
+ *   one Redis, the shard's tag `<QUEUE_NAME>:<i>[:<j>]` otherwise (shared/redis/shards.ts). A shard's
  *   BullMQ queue carries the same tag on a Cluster or with QUEUE_SHARDS > 1, so every ledger
  *   script, and the reaper's scan of the shard's jobs, is single-slot.
  * - `{<QUEUE_NAME>}`: the deployment's own keys (the shard marker, rollup locks, the rollup queue
@@ -18,10 +18,10 @@
  * Bounds and bytes per entry: docs/reliability.md, "Sizing Redis" (and "Redis keys of the rollup
  * service"); each family below names its row.
  */
-import { isBatchId } from './ids.js';
-import { LEGACY_QUEUE_PREFIX, parseQueueKey, queueKey, queueKeyPrefix, rollupQueuePrefix, taggedQueuePrefix } from './bullmq-keys.js';
+import { isBatchId } from '../ids.js';
+import { LEGACY_QUEUE_PREFIX, parseQueueKey, queueKey, queueKeyPrefix } from './bullmq-keys.js';
 
-export { LEGACY_QUEUE_PREFIX, queueKey, queueKeyPrefix, rollupQueuePrefix, taggedQueuePrefix };
+export { LEGACY_QUEUE_PREFIX, queueKey, queueKeyPrefix };
 
 /** The names of the key families, as {@link keyFamily} reports them. */
 export type KeyFamilyName =
@@ -88,7 +88,7 @@ export const KEY_FAMILIES: Readonly<Record<KeyFamilyName, KeyFamily>> = {
   replaying: { pattern: '{<ns>}:replaying:<batch id>', type: 'string', tag: '{<ns>}', bound: '60 s (TTL)', sizedIn: `${SIZING}, \`{ns}:replaying:<id>\`` },
   /** Member batch id → the group job it rides in (QUEUE_GROUP_MAX); an entry leaves with its id from flight. */
   groups: { pattern: '{<ns>}:groups', type: 'hash', tag: '{<ns>}', bound: 'the backlog', sizedIn: `${SIZING}, \`{ns}:groups\`` },
-  /** The QUEUE_SHARDS the keys are laid out for (shared/shards.ts, ensureShardLayout): one small string per deployment, no TTL. */
+  /** The QUEUE_SHARDS the keys are laid out for (shared/redis/shards.ts, ensureShardLayout): one small string per deployment, no TTL. */
   shards: { pattern: '{<QUEUE_NAME>}:shards', type: 'string', tag: '{<QUEUE_NAME>}', bound: 'constant: one per deployment', sizedIn: `${SIZING}, \`{<QUEUE_NAME>}:shards\`` },
   /** The rollup job, retention pass or Iceberg commit pass (services/rollup/iceberg-committer.ts) working on a prefix: 10 s TTL, renewed by the live holder. */
   'rollup:lock': { pattern: '{<QUEUE_NAME>}:rollup:lock:<prefix>', type: 'string', tag: '{<QUEUE_NAME>}', bound: '10 s (TTL); one per prefix being rolled now', sizedIn: `${ROLLUP_KEYS}, \`{<QUEUE_NAME>}:rollup:lock:<prefix>\`` },
@@ -96,7 +96,7 @@ export const KEY_FAMILIES: Readonly<Record<KeyFamilyName, KeyFamily>> = {
   'rollup:dirty': { pattern: '{<ns>}:rollup:dirty', type: 'zset', tag: '{<ns>}', bound: 'cap: 10,000 members per shard', sizedIn: `${ROLLUP_KEYS}, \`{<ns>}:rollup:dirty\`` },
   /**
    * BullMQ's keys of a shard's batch queue (jobs, their locks, wait/active/failed sets, the
-   * events stream, meta, …), named by BullMQ (shared/bullmq-keys.ts). Prefix `bull` with one
+   * events stream, meta, …), named by BullMQ (shared/redis/bullmq-keys.ts). Prefix `bull` with one
    * shard on one Redis, the shard's tag otherwise.
    */
   queue: {
@@ -147,6 +147,26 @@ export function hashTag(tag: string): string {
   return `{${tag}}`;
 }
 
+/**
+ * The BullMQ key prefix of a queue whose keys must share the hash tag `tag` (a shard of the batch
+ * queue, or the rollup queue on a Cluster): `{<tag>}`, so its keys are `{<tag>}:<queue>:…` and
+ * BullMQ's multi-key scripts stay in one Cluster slot.
+ */
+export function taggedQueuePrefix(tag: string): string {
+  return hashTag(tag);
+}
+
+/**
+ * The rollup queue's BullMQ key prefix. On one Redis: BullMQ's default `bull` (keys
+ * `bull:<QUEUE_NAME>-rollup:…`, as before Cluster support, whatever QUEUE_SHARDS is). On a
+ * Cluster: the hash tag `{<QUEUE_NAME>}` (keys `{<QUEUE_NAME>}:<QUEUE_NAME>-rollup:…`), the tag
+ * of the rollup service's other keys (below), so BullMQ's multi-key scripts stay in
+ * one slot.
+ */
+export function rollupQueuePrefix(queueName: string, cluster: boolean): string {
+  return cluster ? taggedQueuePrefix(queueName) : LEGACY_QUEUE_PREFIX;
+}
+
 /** The idempotency families: a client's Idempotency-Key, or a keyless body's digest. */
 export type IdemFamily = 'key' | 'body';
 
@@ -174,7 +194,7 @@ export const ledgerKeys = {
   idemUnused: (ns: string): string => `${hashTag(ns)}:idem:-`,
 } as const;
 
-/** Where the shard count the keys are laid out for is recorded (see shared/shards.ts, ensureShardLayout). */
+/** Where the shard count the keys are laid out for is recorded (see shared/redis/shards.ts, ensureShardLayout). */
 export function shardMarkerKey(queueName: string): string {
   return `${hashTag(queueName)}:shards`;
 }
@@ -234,7 +254,7 @@ export function capNonceKey(keyPrefix: string, digest: string): string {
 
 const NAME = '[A-Za-z0-9_-]{1,64}';
 const COLLECTION = '[A-Za-z0-9._~-]{1,128}';
-/** `{<QUEUE_NAME>}`, `{<QUEUE_NAME>:<i>}` or `{<QUEUE_NAME>:<i>:<j>}` (shared/shards.ts, shardTag), then the rest. */
+/** `{<QUEUE_NAME>}`, `{<QUEUE_NAME>:<i>}` or `{<QUEUE_NAME>:<i>:<j>}` (shared/redis/shards.ts, shardTag), then the rest. */
 const TAGGED_RE = new RegExp(`^\\{(${NAME})((?::\\d+){0,2})\\}:([\\s\\S]+)$`);
 const RATE_RE = new RegExp(`^ingest-rl:(?:(${NAME}):)?${COLLECTION}:(?:(?:push|pull|list):[sip]|(app)):[0-9a-f]{24}$`);
 const NONCE_RE = new RegExp(`^ingest-cap:(?:(${NAME}):)?n:[A-Za-z0-9_-]{22}$`);

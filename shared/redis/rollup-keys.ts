@@ -1,6 +1,6 @@
 /**
  * The rollup service's own Redis keys (the ledger's keys are only read, through BatchLedger),
- * named in shared/keyspace.ts (`rollupLockKey`, `rollupDirtyKey`). Each family lives under one hash tag, so every command and script on it is single-slot on a
+ * named in shared/redis/keyspace.ts (`rollupLockKey`, `rollupDirtyKey`). Each family lives under one hash tag, so every command and script on it is single-slot on a
  * Redis Cluster. Every family is bounded; sizes in docs/reliability.md:
  * - `{<QUEUE_NAME>}:rollup:lock:<prefix>` string, one per prefix being rolled (or retained, or
  *   committed to its Iceberg table: services/rollup/iceberg-committer.ts) now, expires
@@ -11,17 +11,15 @@
  *   writes it beside the shard's other keys and the planner reads one set per shard.
  */
 import { type BestEffortSink, bestEffort } from '../best-effort.js';
-import { rollupDirtyKey, rollupLockKey } from '../keyspace.js';
-import type { RedisClient } from '../redis.js';
+import { rollupDirtyKey, rollupLockKey } from './keyspace.js';
+import type { RedisClient } from './connection.js';
+import { withScripts } from './scripts.js';
 
 export const LOCK_TTL_MS = 10_000;
 export const MAX_DIRTY = 10_000;
 
 const lockKey = rollupLockKey;
 export const dirtyKey = rollupDirtyKey;
-
-const RENEW = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end`;
-const RELEASE = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end`;
 
 /** A per-prefix lock held while a rollup job reads and rewrites the prefix's manifest. */
 export interface PrefixLock {
@@ -44,7 +42,7 @@ export async function acquirePrefixLock(redis: RedisClient, ns: string, prefix: 
   const timer = setInterval(() => {
     void bestEffort(
       'rollup_lock_renew',
-      redis.eval(RENEW, 1, key, token, String(LOCK_TTL_MS)).then((r) => {
+      withScripts(redis).ingestLockRenew(key, token, String(LOCK_TTL_MS)).then((r) => {
         if (r !== 1) lost = true;
       }),
       sink,
@@ -58,7 +56,7 @@ export async function acquirePrefixLock(redis: RedisClient, ns: string, prefix: 
     },
     async release() {
       clearInterval(timer);
-      await bestEffort('rollup_lock_release', redis.eval(RELEASE, 1, key, token), sink);
+      await bestEffort('rollup_lock_release', withScripts(redis).ingestLockRelease(key, token), sink);
     },
   };
 }

@@ -1,7 +1,7 @@
 import { Cluster, type ClusterOptions, Redis, type RedisOptions } from 'ioredis';
-import { RedisUnavailable, TimeoutError } from './errors.js';
-import { type Logger, type ThrottledWarn, throttledWarn } from './logger.js';
-import { ioredisAddress, unixSocketOf } from './redis-url.js';
+import { RedisUnavailable, TimeoutError } from '../errors.js';
+import { type Logger, type ThrottledWarn, throttledWarn } from '../logger.js';
+import { ioredisAddress, unixSocketOf } from './url.js';
 
 export const DEFAULT_REDIS_URL = 'redis://127.0.0.1:6379';
 

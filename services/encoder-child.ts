@@ -1,8 +1,11 @@
 import { readdirSync } from 'node:fs';
 import { setPriority } from 'node:os';
-import type { Env } from '../../shared/config.js';
-import { Lifecycle, runUntilSignal } from '../../shared/lifecycle.js';
-import { StackContext, encoderWorkers, redisConnections, rollupService } from '../stack.js';
+import type { Env } from '../shared/config.js';
+import { Lifecycle, runUntilSignal } from '../shared/lifecycle.js';
+import { StackContext, redisConnections } from '../shared/stack-context.js';
+import { encoderWorkers } from './encoder/components.js';
+import type { EncoderChildData, ToEncoderChild } from './encoder/processes.js';
+import { rollupService } from './rollup/components.js';
 
 /**
  * The encoder as a child process of `npm start` (services/main.ts forks it): encoding (CPU-bound:
@@ -24,22 +27,17 @@ import { StackContext, encoderWorkers, redisConnections, rollupService } from '.
  * closes). SIGINT is left to the parent: Ctrl-C reaches the whole process group, and the parent
  * stops taking pushes before it closes its encoders.
  *
+ * An entry point of its own at the top of services/ (not in services/encoder/): it composes the
+ * encoder and the rollup service, as services/main.ts does.
+ *
  * Why a process at a lower priority, with the rollups: docs/decisions/0014-encoder-child-process.md.
  */
-type Inbound = { type: 'start'; data: EncoderChildData } | { type: 'metrics' } | { type: 'close' };
-
-/** What the parent hands each encoder process. */
-export interface EncoderChildData {
-  env: Env;
-  /** 0 for the encoder that always takes jobs. */
-  index: number;
-  count: number;
-}
+type Inbound = ToEncoderChild;
 
 /** How often a burst encoder counts the jobs waiting in the queue. */
 const BURST_POLL_MS = 250;
 
-if (!process.send) throw new Error('services/encoder/child.ts runs as a child process of services/main (fork), with an IPC channel');
+if (!process.send) throw new Error('services/encoder-child.ts runs as a child process of services/main (fork), with an IPC channel');
 
 /** Sends to the parent while the channel is open (a parent that is gone gets nothing). */
 function tell(msg: unknown): void {

@@ -1,12 +1,13 @@
 import { createHash } from 'node:crypto';
-import { type ConnectionOptions, Queue } from 'bullmq';
+import type { Queue } from 'bullmq';
 import { Cluster } from 'ioredis';
 import calculateSlot from 'cluster-key-slot';
-import { LEGACY_QUEUE_PREFIX, taggedQueuePrefix } from './bullmq-keys.js';
-import { ConfigError } from './config.js';
-import { shardMarkerKey } from './keyspace.js';
-import { BatchLedger, shardOfBatchId } from './ledger/ledger.js';
-import { type RedisClient, redisCall } from './redis.js';
+import { LEGACY_QUEUE_PREFIX } from './bullmq-keys.js';
+import { ConfigError } from '../config.js';
+import { shardMarkerKey, taggedQueuePrefix } from './keyspace.js';
+import { BatchLedger, shardOfBatchId } from '../ledger/ledger.js';
+import { type RedisClient, redisCall } from './connection.js';
+import { openQueue, queueAddress } from './queues.js';
 
 /**
  * Where one shard's keys live. With one shard on one Redis (the default), the names are the
@@ -101,11 +102,11 @@ export class ShardSet {
   static open(client: RedisClient, layouts: readonly ShardLayout[], wait?: { replicas: number; timeoutMs: number }): ShardSet {
     const shards = layouts.map((layout) => ({
       layout,
-      // See createProducerQueue: a producer skips BullMQ's version check.
-      queue: new Queue(layout.queueName, { connection: client as ConnectionOptions, prefix: layout.queuePrefix, skipVersionCheck: true }),
+      // A producer skips BullMQ's version check (see openQueue).
+      queue: openQueue(queueAddress.push(layout), client, { producer: true }),
       ledger: new BatchLedger(client, layout.namespace, { shard: { index: layout.index, count: layout.count } }),
     }));
-    // BullMQ re-emits `client`'s errors on each queue; the client's own listener logs them (throttled, shared/redis.ts).
+    // BullMQ re-emits `client`'s errors on each queue; the client's own listener logs them (throttled, shared/redis/connection.ts).
     for (const s of shards) s.queue.on('error', () => undefined);
     return new ShardSet(shards, client, wait);
   }

@@ -1,8 +1,8 @@
 import { promisify } from 'node:util';
 import { deflateRaw, deflateRawSync, inflateRaw, inflateRawSync, constants as zc } from 'node:zlib';
-import { type ConnectionOptions, type JobsOptions, Queue } from 'bullmq';
+import type { JobsOptions } from 'bullmq';
 import { z } from 'zod';
-import { isBatchId } from './ids.js';
+import { isBatchId } from '../../ids.js';
 
 /**
  * The one job contract between the API (producer) and the encoder (consumer).
@@ -173,14 +173,3 @@ export const BATCH_JOB_OPTIONS: JobsOptions = {
   removeOnComplete: true,
   removeOnFail: { ...DEAD_LETTER_KEEP },
 };
-
-/**
- * The producer's BullMQ queue. BullMQ checks the Redis version once, when the queue is built,
- * and a failed check (an `INFO` that passes the producer's 2 s command timeout, e.g. while the
- * event loop is busy at start) leaves the queue failing every later call until the process
- * restarts: every push would answer 503. The producer skips that check (a producer uses no
- * version-dependent command); encoders' workers still make it on their own connection.
- */
-export function createProducerQueue(name: string, connection: ConnectionOptions): Queue {
-  return new Queue(name, { connection, skipVersionCheck: true });
-}

@@ -5,8 +5,8 @@
  */
 import type { JobsOptions } from 'bullmq';
 import { z } from 'zod';
-import { eraseQueueName, rollupQueuePrefix } from '../../../shared/keyspace.js';
-import { randomHex } from '../../../shared/ids.js';
+import { eraseQueueName, rollupQueuePrefix } from '../keyspace.js';
+import { randomHex } from '../../ids.js';
 
 export { eraseQueueName, rollupQueuePrefix as eraseQueuePrefix };
 
