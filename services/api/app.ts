@@ -12,7 +12,7 @@ import type { RedisClient } from '../../shared/redis/connection.js';
 import type { ContinueRefusal } from '../../shared/http.js';
 import type { ObjectStore } from '../../shared/store/types.js';
 import { TokenRoles } from './auth.js';
-import { edgeFromEnv } from './edge/from-env.js';
+import { edgeFromEnv } from './edge-from-env.js';
 import { noImplicitConditional } from './edge/conditional.js';
 import { pushLengthCheck } from './edge/expect-continue.js';
 import { createApiMetrics, type ApiMetrics } from './metrics.js';

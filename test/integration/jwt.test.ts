@@ -12,7 +12,7 @@ import { uniqueName } from '../helpers/names.js';
 import { MemoryObjectStore, createEventsServerPlugin, createSyncRouter } from 'events-ingest';
 import { TokenRoles } from '../../services/api/auth.js';
 import { createJwtRoleResolver } from '../../services/api/edge/jwt.js';
-import { resolverFromEnv } from '../../services/api/edge/from-env.js';
+import { resolverFromEnv } from '../../services/api/edge-from-env.js';
 import { startStack } from '../../services/stack.js';
 import { parseEnv } from '../../shared/config.js';
 import { createLogger } from '../../shared/logger.js';

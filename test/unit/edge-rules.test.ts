@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { clientIp, resolveCounters } from '../../services/api/edge/rate-limit.js';
 import { MemoryCounterStore } from '../../services/api/edge/counters.js';
 import { pushLengthCheck } from '../../services/api/edge/expect-continue.js';
-import { jwtWarnings } from '../../services/api/edge/from-env.js';
+import { jwtWarnings } from '../../services/api/edge-from-env.js';
 import { parseEnv } from '../../shared/config.js';
 
 const req = (peer: string, xff?: string): Request => ({ socket: { remoteAddress: peer }, headers: xff === undefined ? {} : { 'x-forwarded-for': xff } }) as unknown as Request;

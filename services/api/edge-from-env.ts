@@ -1,18 +1,18 @@
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import type { Cluster, Redis } from 'ioredis';
 import type { Registry } from 'prom-client';
-import { QUEUE_NAME_DEFAULT, RATE_LIMIT_PUSH_ON_ERROR_DEFAULT, TRUSTED_PROXY_HOPS_DEFAULT, loadCapRevocations, loadCapRoles } from '../../../shared/config.js';
-import type { EdgeSlice } from '../../../shared/config-slices.js';
-import { capNonceKeyPrefix, rateLimitKeyPrefix } from '../../../shared/redis/keyspace.js';
-import type { Logger } from '../../../shared/logger.js';
-import { type RoleResolver, type TokenRoles, firstOf, tokenRoleResolver } from '../auth.js';
-import type { RouterObserver, SyncRouterOptions } from '../router.js';
-import { audit, pinoAuditLogger } from './audit.js';
-import { corsFromEnv } from './cors.js';
-import { createJwtRoleResolver } from './jwt.js';
-import { createEdgeMetrics } from './metrics.js';
-import { createCapAuthMetrics } from '../metrics.js';
-import { RedisNonceStore, capOrElse, createCapRoleResolver } from './cap-auth.js';
+import { QUEUE_NAME_DEFAULT, RATE_LIMIT_PUSH_ON_ERROR_DEFAULT, TRUSTED_PROXY_HOPS_DEFAULT, loadCapRevocations, loadCapRoles } from '../../shared/config.js';
+import type { EdgeSlice } from '../../shared/config-slices.js';
+import { capNonceKeyPrefix, rateLimitKeyPrefix } from '../../shared/redis/keyspace.js';
+import type { Logger } from '../../shared/logger.js';
+import { type RoleResolver, type TokenRoles, firstOf, tokenRoleResolver } from './auth.js';
+import type { RouterObserver, SyncRouterOptions } from './router.js';
+import { audit, pinoAuditLogger } from './edge/audit.js';
+import { corsFromEnv } from './edge/cors.js';
+import { createJwtRoleResolver } from './edge/jwt.js';
+import { createEdgeMetrics } from './edge/metrics.js';
+import { createCapAuthMetrics } from './metrics.js';
+import { RedisNonceStore, capOrElse, createCapRoleResolver } from './edge/cap-auth.js';
 
 /** The environment variables of the edge. */
 export type EdgeEnv = EdgeSlice;
