@@ -3,11 +3,11 @@ import { z } from 'zod';
 import { PARQUET_COMPRESSIONS, PARQUET_COMPRESSION_DEFAULT, type ParquetCompression } from './parquet/compression.js';
 import { parseStoragePath } from './paths.js';
 import { redisUrlProblem } from './redis/url.js';
+import { ConfigError } from './errors.js';
 
 /** Raised when configuration is invalid; the message names the field. Entry points print it and exit 1. */
-export class ConfigError extends Error {
-  override readonly name = 'ConfigError';
-}
+// ConfigError lives in errors.ts (the Redis room throws it too); config users import it from here.
+export { ConfigError };
 
 const JSON_MIME_RE = /^application\/(?:[a-z0-9.+-]+\+)?json$/i;
 

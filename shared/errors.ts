@@ -44,3 +44,8 @@ export class TimeoutError extends Error {
     this.afterMs = afterMs;
   }
 }
+
+/** A bad setting: the process stops at start with a message naming the field. */
+export class ConfigError extends Error {
+  override readonly name = 'ConfigError';
+}

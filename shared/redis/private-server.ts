@@ -2,7 +2,7 @@ import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { Redis } from 'ioredis';
-import { ConfigError } from '../config.js';
+import { ConfigError } from '../errors.js';
 import type { Logger } from '../logger.js';
 import { pollUntil } from '../poll.js';
 import { ioredisAddress, unixSocketUrl } from './url.js';

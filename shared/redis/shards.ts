@@ -3,7 +3,7 @@ import type { Queue } from 'bullmq';
 import { Cluster } from 'ioredis';
 import calculateSlot from 'cluster-key-slot';
 import { LEGACY_QUEUE_PREFIX } from './bullmq-keys.js';
-import { ConfigError } from '../config.js';
+import { ConfigError } from '../errors.js';
 import { shardMarkerKey, taggedQueuePrefix } from './keyspace.js';
 import { BatchLedger, shardOfBatchId } from '../ledger/ledger.js';
 import { type RedisClient, redisCall } from './connection.js';
