@@ -199,7 +199,7 @@ describe('Helm chart (deploy/helm/events-ingest)', { timeout: 180_000 }, () => {
     ['single', 3, []],
     ['cluster', 6, ['redis.cluster.nodes={a:6379,b:6379,c:6379}']],
     ['cluster', 1, ['redis.cluster.nodes={a:6379}']],
-  ] as const)('the ScaledObject names the wait list and prioritized zset of every shard (%s Redis, %i shard(s)), as shared/shards.ts lays them out', async (mode, shards, extra) => {
+  ] as const)('the ScaledObject names the wait list and prioritized zset of every shard (%s Redis, %i shard(s)), as shared/redis/shards.ts lays them out', async (mode, shards, extra) => {
     const queue = 'orders-x_1';
     const objs = await render(undefined, ['encoder.keda.enabled=true', `redis.mode=${mode}`, `queue.shards=${shards}`, `queue.name=${queue}`, ...extra]);
     const so = byKind(objs, 'ScaledObject')[0] as K8sObject & { spec: ScaledObjectSpec };
