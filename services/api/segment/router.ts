@@ -23,8 +23,8 @@ import type { RouterObserver } from '../router.js';
 import { type SegmentRoute, translateSegment } from './translate.js';
 import { type WriteKeyTarget, type WriteKeys, basicUser } from './write-keys.js';
 
-/** Content types the door reads: analytics.js sends text/plain so a browser needs no preflight. */
-const SEGMENT_MIME_TYPES = ['application/json', 'text/plain'];
+/** The door reads every body as JSON (see `admit`). */
+const SEGMENT_MIME_TYPES = ['application/json'];
 /** The last path segment the push routes discard; the server mints the batch id. */
 const MINTED = 'segment';
 
@@ -170,7 +170,9 @@ async function admit(opts: SegmentRouterOptions, doors: Map<string, Door>, targe
   await door.admission.admit(
     {
       params: { ...Object.fromEntries(door.plugin.template.prefixParams.map((p) => [p, target.app])), [door.plugin.template.batchParam]: MINTED },
-      contentType: req.headers['content-type'],
+      // Read as JSON whatever the type says: analytics.js sends text/plain (no preflight), RudderStack's
+      // node SDK a gzip Buffer under axios' default type; the body is validated as UTF-8 JSON anyway.
+      contentType: 'application/json',
       contentEncoding: req.headers['content-encoding'],
       idempotencyKey: undefined,
       body,
