@@ -59,6 +59,7 @@ export const API_KEYS = [
   'APP_PATTERN',
   'QUEUE_GROUP_MAX',
   'API_ENCODE_MAX_BYTES',
+  'SEGMENT_WRITE_KEYS_FILE',
 ] as const;
 export type ApiSlice = Pick<Env, (typeof API_KEYS)[number]>;
 export const apiSlice = (env: Env): ApiSlice => pick(env, API_KEYS);

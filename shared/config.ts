@@ -205,7 +205,8 @@ export function parseSyncConfig(input: unknown, source = 'config'): SyncConfig {
   return r.data;
 }
 
-function readJsonFile(path: string, what: string): unknown {
+/** A JSON file's value; ConfigError naming `what` and the file when it cannot be read or parsed. */
+export function readJsonFile(path: string, what: string): unknown {
   let text: string;
   try {
     text = readFileSync(path, 'utf8');
@@ -323,6 +324,8 @@ export const EnvSchema = z
     CONFIG_FILE: z.string().optional(),
     ADMIN_TOKEN: z.string().min(16, 'must be at least 16 characters').optional(),
     TOKENS_FILE: z.string().optional(),
+    // The Segment tracking API (/v1/batch, …) is served only with this file: write key → {app, collection}.
+    SEGMENT_WRITE_KEYS_FILE: z.string().optional(),
     // Encoding is synchronous, so extra slots only overlap the waits (Redis round trips, file
     // creation, fsync), which are most of a small batch's job, and more jobs in flight let Redis
     // and the event loop handle their commands in fewer wake-ups. Measured

@@ -22,6 +22,7 @@ import { createEraseRouter } from './erase.js';
 import { type RouterObserver, createSyncRouter } from './router.js';
 import { ApiError, jsonErrorHandler } from './error-map.js';
 import { createHealthRouter } from './health-routes.js';
+import { createSegmentDoor } from './segment/mount.js';
 import { Upkeep } from './upkeep.js';
 import { LoadShedder } from './shedder.js';
 import { EncodeThreadHolder, RETIRE_ABOVE_WASM_BYTES } from '../../shared/parquet/encode-thread-pool.js';
@@ -73,6 +74,8 @@ export function createApiApp(deps: ApiDeps): ApiApp {
   const tokens = new TokenRoles(deps.tokens);
   const edge = edgeFromEnv(deps.env, { tokens, redis, registry, logger, collections: config.collections });
   const inflight = inflightBudget(deps.env.MAX_INFLIGHT_BYTES ?? MAX_INFLIGHT_BYTES_DEFAULT, metrics);
+  const observer: RouterObserver = { ...edge.observer, ...pushOutcomeObserver(metrics) };
+  const shedReason = (): string | null => shedder.shedReason();
   const router = createSyncRouter({
     store,
     config,
@@ -82,14 +85,17 @@ export function createApiApp(deps: ApiDeps): ApiApp {
     // The Starfish collection manifest (fetchServerConfig): names and push limits only, open to all.
     configEndpoint: { auth: 'public' },
     ...edge.routerOptions,
-    shedReason: () => shedder.shedReason(),
+    shedReason,
     ...(deps.env.APP_PATTERN ? { appPattern: deps.env.APP_PATTERN } : {}),
     inflightBudget: inflight.budget,
-    observer: { ...edge.observer, ...pushOutcomeObserver(metrics) },
+    observer,
   });
+  // The Segment tracking API (/v1/*), a second door to the same push path, when write keys are configured.
+  const file = deps.env.SEGMENT_WRITE_KEYS_FILE;
+  const segment = file ? createSegmentDoor({ file, config, plugins, edge: edge.routerOptions, appPattern: deps.env.APP_PATTERN, shedReason, inflightBudget: inflight.budget, observer }) : undefined;
   const health = createHealthRouter({ basePath: deps.env.BASE_PATH, redis, store, registry, extraMetrics: deps.extraMetrics, maxLagMs: () => upkeep.maxLagMs(), shedReason: () => shedder.shedReason() });
   const admin = createAdminRouter({ queue, ledger, redis, shards, tokens, roleResolver: edge.routerOptions.roleResolver, bestEffort: { logger, counter: metrics.bestEffortFailures } });
-  const app = expressApp({ metrics, logger, redis, basePath: deps.env.BASE_PATH, health, sync: router, admin: [edge.adminAudit, admin, createEraseRouter({ queueName: deps.env.QUEUE_NAME, redis, collections: config.collections, tokens, roleResolver: edge.routerOptions.roleResolver })] });
+  const app = expressApp({ metrics, logger, redis, basePath: deps.env.BASE_PATH, health, segment, sync: router, admin: [edge.adminAudit, admin, createEraseRouter({ queueName: deps.env.QUEUE_NAME, redis, collections: config.collections, tokens, roleResolver: edge.routerOptions.roleResolver })] });
   const upkeep = new Upkeep({ shards, queue, redis, metrics, logger, graceMs: deps.env.ORPHAN_GRACE_SECONDS * 1000 });
 
   return {
@@ -206,6 +212,8 @@ interface AppParts {
   basePath: string | undefined;
   /** /healthz, /readyz, /metrics (health-routes.ts). */
   health: Router;
+  /** The Segment tracking API (/v1/*), under BASE_PATH, when configured. */
+  segment?: Router;
   /** The collections' sync routes, under BASE_PATH. */
   sync: Router;
   /** The admin routes and what runs before them (the audit log), under BASE_PATH. */
@@ -222,6 +230,7 @@ function expressApp(p: AppParts): Express {
   app.use(noImplicitConditional);
   app.use(accessLog(p.metrics, p.logger));
   app.use(p.health);
+  if (p.segment) app.use(p.basePath || '/', p.segment);
   app.use(p.basePath || '/', p.sync);
   app.use(p.basePath || '/', ...p.admin);
   app.use((req, _res, next) => next(new ApiError('not_found', `no route for ${req.method} ${req.path}`)));

@@ -54,6 +54,7 @@ const FULL_ENV = {
   CONFIG_FILE: '/nonexistent.json',
   ADMIN_TOKEN: 'a'.repeat(16),
   TOKENS_FILE: '/nonexistent-tokens.json',
+  SEGMENT_WRITE_KEYS_FILE: '/nonexistent-segment-keys.json',
   APP_PATTERN: '[a-z]+',
   CORS_ORIGINS: 'https://app.example.com',
   JWT_JWKS_URL: 'https://idp.example.com/jwks',

@@ -14,10 +14,11 @@ export function readBody(deps: AdmissionDeps): Step<WithHeaders, WithBody, Refus
     name: 'readBody',
     async run(c) {
       const body = await c.input.body.read({ maxBytes: collection.maxBodyBytes, coding: c.coding, budget: inflightBudget, held: c.held });
-      if ('bytes' in body) return next({ ...c, body });
-      if (body.reason === 'too_large' || body.reason === 'bad_encoding') observer?.rejected?.(body.reason);
+      if ('bytes' in body) return next({ ...c, body, idempotencyKey: c.idempotencyKey ?? body.idempotencyKey });
+      if (body.code === 'bad_json' || body.code === 'bad_envelope') observer?.rejected?.(body.code);
+      else if (body.reason === 'too_large' || body.reason === 'bad_encoding') observer?.rejected?.(body.reason);
       else if (body.reason === 'over_budget') observer?.shed?.('inflight_bytes');
-      return done(refused(CODE_OF[body.reason], body.detail, { retryAfter: body.retryAfter, headers: body.headers }));
+      return done(refused(body.code ?? CODE_OF[body.reason], body.detail, { retryAfter: body.retryAfter, headers: body.headers }));
     },
   };
 }

@@ -40,12 +40,16 @@ export interface ReadBody {
   hash: string;
   decodedHash: string;
   sentBytes: number;
+  /** An idempotency key the body itself gives (a second door's, derived from its messageIds), used when the request has none. */
+  idempotencyKey?: string;
 }
 
 /** Why a body could not be read (the transport's reader says; the step counts and refuses). */
 export interface BodyRefusal {
   reason: 'too_large' | 'over_budget' | 'bad_encoding' | 'unreadable';
   detail: string;
+  /** The refusal's code when it is not the reason's usual one (a second door's translation refusing a malformed body: `bad_json`). */
+  code?: AdmissionCode;
   retryAfter?: number;
   headers?: Record<string, string>;
 }
