@@ -6,7 +6,7 @@
 import type { Router } from 'express';
 import type { ByteBudget } from '../../../shared/byte-budget.js';
 import { RATE_LIMIT_PUSH_ON_ERROR_DEFAULT, type SyncConfig, TRUSTED_PROXY_HOPS_DEFAULT } from '../../../shared/config.js';
-import { rateLimitKeyPrefix } from '../../../shared/keyspace.js';
+import { rateLimitKeyPrefix } from '../../../shared/redis/keyspace.js';
 import { MemoryCounterStore, RedisCounterStore } from '../edge/counters.js';
 import { RateLimiter, resolveCounters } from '../edge/rate-limit.js';
 import type { EventsServerPlugin } from '../plugin.js';
