@@ -23,6 +23,8 @@ import { type RouterObserver, createSyncRouter } from './router.js';
 import { ApiError, jsonErrorHandler } from './error-map.js';
 import { createHealthRouter } from './health-routes.js';
 import { Upkeep } from './upkeep.js';
+import { documentOptionsOf, openApiDocument } from './contract/document.js';
+import { createOpenApiRouter } from './contract/route.js';
 import { LoadShedder } from './shedder.js';
 import { EncodeThreadHolder, RETIRE_ABOVE_WASM_BYTES } from '../../shared/parquet/encode-thread-pool.js';
 
@@ -89,7 +91,8 @@ export function createApiApp(deps: ApiDeps): ApiApp {
   });
   const health = createHealthRouter({ basePath: deps.env.BASE_PATH, redis, store, registry, extraMetrics: deps.extraMetrics, maxLagMs: () => upkeep.maxLagMs(), shedReason: () => shedder.shedReason() });
   const admin = createAdminRouter({ queue, ledger, redis, shards, tokens, roleResolver: edge.routerOptions.roleResolver, bestEffort: { logger, counter: metrics.bestEffortFailures } });
-  const app = expressApp({ metrics, logger, redis, basePath: deps.env.BASE_PATH, health, sync: router, admin: [edge.adminAudit, admin, createEraseRouter({ queueName: deps.env.QUEUE_NAME, redis, collections: config.collections, tokens, roleResolver: edge.routerOptions.roleResolver })] });
+  const openapi = createOpenApiRouter(openApiDocument(config, documentOptionsOf(deps.env)));
+  const app = expressApp({ metrics, logger, redis, basePath: deps.env.BASE_PATH, health, openapi, sync: router, admin: [edge.adminAudit, admin, createEraseRouter({ queueName: deps.env.QUEUE_NAME, redis, collections: config.collections, tokens, roleResolver: edge.routerOptions.roleResolver })] });
   const upkeep = new Upkeep({ shards, queue, redis, metrics, logger, graceMs: deps.env.ORPHAN_GRACE_SECONDS * 1000 });
 
   return {
@@ -206,6 +209,8 @@ interface AppParts {
   basePath: string | undefined;
   /** /healthz, /readyz, /metrics (health-routes.ts). */
   health: Router;
+  /** `GET /openapi.json` (contract/route.ts), under BASE_PATH. */
+  openapi: Router;
   /** The collections' sync routes, under BASE_PATH. */
   sync: Router;
   /** The admin routes and what runs before them (the audit log), under BASE_PATH. */
@@ -222,6 +227,7 @@ function expressApp(p: AppParts): Express {
   app.use(noImplicitConditional);
   app.use(accessLog(p.metrics, p.logger));
   app.use(p.health);
+  app.use(p.basePath || '/', p.openapi);
   app.use(p.basePath || '/', p.sync);
   app.use(p.basePath || '/', ...p.admin);
   app.use((req, _res, next) => next(new ApiError('not_found', `no route for ${req.method} ${req.path}`)));
