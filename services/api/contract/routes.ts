@@ -69,9 +69,9 @@ function template(segments: ReturnType<typeof parseStoragePath>['segments']): st
   return segments.map((s) => (s.kind === 'param' ? `{${s.name}}` : s.value)).join('/');
 }
 
-function paramsOf(segments: ReturnType<typeof parseStoragePath>['segments'], batchParam?: string): Record<string, z.ZodType> {
+function paramsOf(segments: ReturnType<typeof parseStoragePath>['segments']): Record<string, z.ZodType> {
   const out: Record<string, z.ZodType> = {};
-  for (const s of segments) if (s.kind === 'param') out[s.name] = s.name === batchParam ? S.BatchRef : S.PathParam;
+  for (const s of segments) if (s.kind === 'param') out[s.name] = S.PathParam;
   return out;
 }
 
@@ -90,7 +90,7 @@ function collectionRoutes(c: CollectionConfig, base: string): RouteSpec[] {
       summary: `Push a batch of events to ${c.name}`,
       tag: c.name,
       roles: c.writeRoles,
-      pathParams: { ...paramsOf(t.segments), [t.batchParam]: S.PathParam },
+      pathParams: paramsOf(t.segments),
       headers: { 'Idempotency-Key': S.IdempotencyKey, 'Content-Encoding': S.ContentEncodingHeader },
       body: { required: true, content: json },
       answers: [{ status: 200, description: 'Accepted (or a duplicate of an accepted batch)', content: { 'application/json': S.PushAnswer } }],
@@ -104,7 +104,8 @@ function collectionRoutes(c: CollectionConfig, base: string): RouteSpec[] {
       tag: c.name,
       roles: c.readRoles,
       head: true,
-      pathParams: paramsOf(t.segments, t.batchParam),
+      // Any valid parameter: a name that is no batch id answers the empty document, as a missing batch does.
+      pathParams: paramsOf(t.segments),
       headers: { 'If-None-Match': S.Text, Range: S.Text, 'If-Range': S.Text },
       answers: [
         {
