@@ -17,7 +17,7 @@ export const PUSH_ENVELOPE_SCHEMA: Record<string, unknown> = {
       type: 'object',
       required: ['events'],
       properties: {
-        events: { type: 'array', items: { type: 'object', description: 'One event: any JSON object' } },
+        events: { type: 'array', items: { type: 'object', additionalProperties: true, description: 'One event: any JSON object' } },
       },
     },
     baseHash: { description: 'Ignored (the Starfish envelope has it)' },
