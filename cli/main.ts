@@ -7,6 +7,7 @@
  *          app's Iceberg table (--table --app A [--as-of <snapshot id|timestamp>])
  *   table  the snapshots of an app's Iceberg table
  *   erase  erase every event of a person from an app (admin), --wait to follow it to completion
+ *   openapi  the server's OpenAPI 3.1 document for its config, on stdout
  * Exit codes: 0 ok, 1 error, 2 usage, 3 sync lock held by another run, 4 sync cursor older than the
  * server's raw retention, 130 interrupted.
  */
@@ -14,6 +15,7 @@ import { Command, CommanderError, Option } from 'commander';
 import { ConfigError, parseEnv } from '../shared/config.js';
 import { CliError, EXIT, messageOf } from './errors.js';
 import { eraseCommand } from './erase.js';
+import { openapiCommand } from './openapi.js';
 import { DEFAULT_RETRY } from './http.js';
 import { intOption } from './options.js';
 import type { QuerySource } from './query.js';
@@ -147,6 +149,7 @@ export function buildProgram(io: { stdout: NodeJS.WriteStream; stderr: NodeJS.Wr
     });
 
   program.addCommand(eraseCommand(io));
+  program.addCommand(openapiCommand(io));
 
   return program;
 }

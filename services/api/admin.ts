@@ -5,9 +5,10 @@ import type { ShardSet } from '../../shared/redis/shards.js';
 import { RedisUnavailable, TimeoutError } from '../../shared/errors.js';
 import { ApiError } from './error-map.js';
 import { type BestEffortSink, bestEffort } from '../../shared/best-effort.js';
-import { parseIntegerParam } from './params.js';
+import { queryInteger } from './params.js';
+import { FailedLimit, ReplayId, fits } from './contract/schemas.js';
 import { withTimeout } from '../../shared/timeout.js';
-import { batchIdMs, isBatchId } from '../../shared/ids.js';
+import { batchIdMs } from '../../shared/ids.js';
 import type { BatchLedger } from '../../shared/ledger/ledger.js';
 import { BATCH_JOB_OPTIONS, type BatchJob, BatchGroupJobSchema, BatchJobSchema, JOB_NAME, isGroupJobId, isGroupPayload, packParquet, unpackBody } from '../../shared/redis/jobs/push.js';
 import { restampParquet } from '../../shared/parquet/encode.js';
@@ -208,7 +209,7 @@ export function createAdminRouter(o: AdminRouterOptions): Router {
     '/admin/failed',
     admin,
     wrap(async (req, res) => {
-      const limit = parseIntegerParam(req.query.limit, { name: 'limit', min: 1, max: MAX_REPLAY_BATCH, fallback: 100 });
+      const limit = queryInteger(FailedLimit, 'limit', req.query.limit);
       if (!o.shards || o.shards.count === 1) return void res.json(await listFailed(o.queue, limit));
       const parts = await Promise.all(o.shards.shards.map((s) => listFailed(s.queue, limit)));
       const items = parts.flatMap((p) => p.items).sort((a, b) => (a.failedAt ?? 0) - (b.failedAt ?? 0) || (a.batchId < b.batchId ? -1 : 1));
@@ -220,7 +221,7 @@ export function createAdminRouter(o: AdminRouterOptions): Router {
     admin,
     wrap(async (req, res) => {
       const id = String(req.params.batchId);
-      if (!isBatchId(id) && !isGroupJobId(id)) throw new ApiError('bad_param', 'batchId must be a batch id like 1782933157690-0000-735223 (or a group job id, g-<batch id>)');
+      if (!fits(ReplayId, id)) throw new ApiError('bad_param', 'batchId must be a batch id like 1782933157690-0000-735223 (or a group job id, g-<batch id>)');
       const shard = o.shards?.forBatchId(isGroupJobId(id) ? id.slice(2) : id) ?? o;
       const [r] = await replayFailed(shard.queue, shard.ledger, [id], { reissue: reissueOf(req), bestEffort: o.bestEffort });
       if (r?.outcome === 'not-failed') throw new ApiError('not_found', `batch ${id} is not in the failed set`);

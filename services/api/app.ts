@@ -24,6 +24,8 @@ import { ApiError, jsonErrorHandler } from './error-map.js';
 import { createHealthRouter } from './health-routes.js';
 import { createSegmentDoor } from './segment/mount.js';
 import { Upkeep } from './upkeep.js';
+import { documentOptionsOf, openApiDocument } from './contract/document.js';
+import { createOpenApiRouter } from './contract/route.js';
 import { LoadShedder } from './shedder.js';
 import { EncodeThreadHolder, RETIRE_ABOVE_WASM_BYTES } from '../../shared/parquet/encode-thread-pool.js';
 
@@ -95,7 +97,8 @@ export function createApiApp(deps: ApiDeps): ApiApp {
   const segment = file ? createSegmentDoor({ file, config, plugins, edge: edge.routerOptions, appPattern: deps.env.APP_PATTERN, shedReason, inflightBudget: inflight.budget, observer }) : undefined;
   const health = createHealthRouter({ basePath: deps.env.BASE_PATH, redis, store, registry, extraMetrics: deps.extraMetrics, maxLagMs: () => upkeep.maxLagMs(), shedReason: () => shedder.shedReason() });
   const admin = createAdminRouter({ queue, ledger, redis, shards, tokens, roleResolver: edge.routerOptions.roleResolver, bestEffort: { logger, counter: metrics.bestEffortFailures } });
-  const app = expressApp({ metrics, logger, redis, basePath: deps.env.BASE_PATH, health, segment, sync: router, admin: [edge.adminAudit, admin, createEraseRouter({ queueName: deps.env.QUEUE_NAME, redis, collections: config.collections, tokens, roleResolver: edge.routerOptions.roleResolver })] });
+  const openapi = createOpenApiRouter(openApiDocument(config, documentOptionsOf(deps.env)));
+  const app = expressApp({ metrics, logger, redis, basePath: deps.env.BASE_PATH, health, openapi, segment, sync: router, admin: [edge.adminAudit, admin, createEraseRouter({ queueName: deps.env.QUEUE_NAME, redis, collections: config.collections, tokens, roleResolver: edge.routerOptions.roleResolver })] });
   const upkeep = new Upkeep({ shards, queue, redis, metrics, logger, graceMs: deps.env.ORPHAN_GRACE_SECONDS * 1000 });
 
   return {
@@ -214,6 +217,8 @@ interface AppParts {
   health: Router;
   /** The Segment tracking API (/v1/*), under BASE_PATH, when configured. */
   segment?: Router;
+  /** `GET /openapi.json` (contract/route.ts), under BASE_PATH. */
+  openapi: Router;
   /** The collections' sync routes, under BASE_PATH. */
   sync: Router;
   /** The admin routes and what runs before them (the audit log), under BASE_PATH. */
@@ -230,6 +235,7 @@ function expressApp(p: AppParts): Express {
   app.use(noImplicitConditional);
   app.use(accessLog(p.metrics, p.logger));
   app.use(p.health);
+  app.use(p.basePath || '/', p.openapi);
   if (p.segment) app.use(p.basePath || '/', p.segment);
   app.use(p.basePath || '/', p.sync);
   app.use(p.basePath || '/', ...p.admin);

@@ -29,12 +29,17 @@ export function authOf(res: Response): AuthResult | null {
 /** What the `Authorization` header holds: nothing, one bearer token, or something else (with why it is not a bearer token). */
 export type Credentials = { kind: 'none' } | { kind: 'bearer'; token: string } | { kind: 'other'; reason: string };
 
-/** An RFC 9110 auth-scheme token; anything else is not named back to the client. */
-const SCHEME_RE = /^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,32}$/;
+/**
+ * Schemes named back to the client when refused (the IANA HTTP authentication scheme registry,
+ * lower-cased, and Starfish's `Cap`). Anything else is not echoed: a header without a scheme
+ * (`Authorization: <token>`, the scheme forgotten) has the credential itself where the scheme
+ * goes, and an answer naming it would copy the secret into client logs, proxies and screenshots.
+ */
+const KNOWN_SCHEMES = new Map(['Basic', 'Digest', 'Negotiate', 'NTLM', 'HOBA', 'Mutual', 'OAuth', 'SCRAM-SHA-1', 'SCRAM-SHA-256', 'vapid', 'DPoP', 'GNAP', 'PrivateToken', 'Concealed', 'AWS4-HMAC-SHA256', 'Token', 'Cap'].map((s) => [s.toLowerCase(), s]));
 
 /**
- * Reads the `Authorization` header. The reason of `other` names the scheme at most, never the
- * credentials: `Basic …` is "Authorization scheme Basic is not supported; use Bearer",
+ * Reads the `Authorization` header. The reason of `other` names a registered scheme at most
+ * (in its registered spelling), never the credentials: `Basic …` is "Authorization scheme Basic is not supported; use Bearer",
  * `Bearer a b` and a bare `Bearer` are malformed bearer tokens.
  */
 export function credentialsOf(req: Request): Credentials {
@@ -45,8 +50,9 @@ export function credentialsOf(req: Request): Credentials {
     if (rest.length === 1 && rest[0]) return { kind: 'bearer', token: rest[0] };
     return { kind: 'other', reason: rest.length === 0 ? 'malformed bearer token: no token after "Bearer"' : `malformed bearer token: one token expected after "Bearer", got ${rest.length} parts` };
   }
-  if (!SCHEME_RE.test(scheme)) return { kind: 'other', reason: 'malformed Authorization header: expected "Bearer <token>"' };
-  return { kind: 'other', reason: `Authorization scheme ${scheme} is not supported; use Bearer` };
+  const known = KNOWN_SCHEMES.get(scheme.toLowerCase());
+  if (known === undefined) return { kind: 'other', reason: 'malformed Authorization header: expected "Bearer <token>"' };
+  return { kind: 'other', reason: `Authorization scheme ${known} is not supported; use Bearer` };
 }
 
 /** The bearer token of `req`, or null when there is no well-formed `Authorization: Bearer <token>` header. */

@@ -16,9 +16,10 @@ import { queueCallError } from './admin.js';
 import { checkParamValue, listPrefix, parseStoragePath } from '../../shared/paths.js';
 import type { RedisClient } from '../../shared/redis/connection.js';
 import { withTimeout } from '../../shared/timeout.js';
-import { ERASE_JOB_NAME, ERASE_JOB_OPTIONS, type EraseJob, type EraseProgress, EraseRequestSchema, type EraseState, isErasureId, newErasureId } from '../../shared/redis/jobs/erase.js';
+import { ERASE_JOB_NAME, ERASE_JOB_OPTIONS, type EraseJob, type EraseProgress, EraseRequestSchema, type EraseState, newErasureId } from '../../shared/redis/jobs/erase.js';
 import { type RoleResolver, TokenRoles, authOf, requireRoles } from './auth.js';
 import { methodNotAllowed } from './edge/methods.js';
+import { ErasureId, fits } from './contract/schemas.js';
 
 /** A body over this is refused (413). */
 const MAX_BODY_BYTES = 256 * 1024;
@@ -132,7 +133,7 @@ export function createEraseRouter(o: EraseRouterOptions): Router {
     admin,
     wrap(async (req, res) => {
       const id = String(req.params.id);
-      if (!isErasureId(id)) throw new ApiError('bad_param', 'id must be an erasure id like er-1782933157690-0123456789abcdef');
+      if (!fits(ErasureId, id)) throw new ApiError('bad_param', 'id must be an erasure id like er-1782933157690-0123456789abcdef');
       const job = await queueOf().getJob(id);
       if (!job) throw new ApiError('not_found', `no erasure ${id} (unknown, or completed more than 30 days ago)`);
       res.json(describe(job, await job.getState()));

@@ -5,7 +5,8 @@ import express, { type NextFunction, type Request, type RequestHandler, type Res
 import { type CollectionConfig, RATE_LIMIT_PUSH_ON_ERROR_DEFAULT, type SyncConfig, type SyncConfigInput, TRUSTED_PROXY_HOPS_DEFAULT, parseSyncConfig } from '../../shared/config.js';
 import { StoreError } from '../../shared/errors.js';
 import { ApiError, type ErrorLog, errorAnswer, jsonErrorHandler, outcomeAnswer, refusalAnswer, sendError } from './error-map.js';
-import { parseIntegerParam } from './params.js';
+import { queryInteger } from './params.js';
+import { BatchRef, ListLimit, PathParam, fits } from './contract/schemas.js';
 import { parseBatchRef } from '../../shared/ids.js';
 import { capNonceKeyPrefix, rateLimitKeyPrefix } from '../../shared/redis/keyspace.js';
 import { type StoragePathTemplate, batchKey, checkParamValue, listPrefix, parseStoragePath, routePattern } from '../../shared/paths.js';
@@ -146,7 +147,7 @@ function paramsOf(req: Request, names: readonly string[]): Record<string, string
   const raw = req.params as Record<string, string | undefined>;
   for (const name of names) {
     const value = raw[name] ?? '';
-    const problem = checkParamValue(value);
+    const problem = fits(PathParam, value) ? null : (checkParamValue(value) ?? 'is not a valid parameter');
     if (problem) throw new ApiError('bad_param', `path parameter "${name}" ${problem}`);
     out[name] = value;
   }
@@ -154,13 +155,13 @@ function paramsOf(req: Request, names: readonly string[]): Record<string, string
 }
 
 function parseLimit(raw: unknown): number {
-  return parseIntegerParam(raw, { name: 'limit', min: 1, max: 1000, fallback: 100 });
+  return queryInteger(ListLimit, 'limit', raw);
 }
 
 function parseAfter(raw: unknown): string | undefined {
   if (raw === undefined || raw === '') return undefined;
   if (typeof raw !== 'string') throw new ApiError('bad_param', 'after must be a single batch id');
-  const bare = parseBatchRef(raw);
+  const bare = fits(BatchRef, raw) ? parseBatchRef(raw) : null;
   if (bare === null) throw new ApiError('bad_param', 'after must be a batch id like 1782933157690-0000-735223 (with or without .parquet)');
   return bare;
 }

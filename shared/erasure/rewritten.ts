@@ -35,7 +35,8 @@ export const MAX_REWRITTEN_LIMIT = 1000;
 /** Record reads in flight at once while listing. */
 const READ_CONCURRENCY = 8;
 
-const CURSOR_RE = /^\d{13}-\d{4}-[0-9a-f]{8}$/;
+/** A cursor of the rewritten log (what `?after=` takes). */
+export const CURSOR_RE = /^\d{13}-\d{4}-[0-9a-f]{8}$/;
 const RECORD_SUFFIX = '.json';
 
 /** True when `s` is a cursor of the rewritten log (what `?after=` accepts). */

@@ -6,7 +6,7 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, inject } from 'vitest';
 import { parseEnv } from '../../shared/config.js';
 import { BatchLedger } from '../../shared/ledger/ledger.js';
-import { createLogger } from '../../shared/logger.js';
+import { type Logger, createLogger } from '../../shared/logger.js';
 import { type RunningStack, type StackParts, startStack } from '../../services/stack.js';
 import { uniqueName } from './names.js';
 
@@ -21,7 +21,8 @@ export interface TestStack extends RunningStack {
 }
 
 /** The product's own stack, in this process, on a free port, against the test Redis and a fresh data folder. */
-export async function startTestStack(env: Record<string, string> = {}, parts: StackParts = { api: true, encoder: true }): Promise<TestStack> {
+/** `logger`: the product's logger (default: a silent one), for a test that reads its log lines. */
+export async function startTestStack(env: Record<string, string> = {}, parts: StackParts = { api: true, encoder: true }, logger?: Logger): Promise<TestStack> {
   const dataDir = mkdtempSync(join(tmpdir(), 'ingest-data-'));
   const queueName = env.QUEUE_NAME ?? uniqueName('q');
   const parsed = parseEnv({
@@ -37,7 +38,7 @@ export async function startTestStack(env: Record<string, string> = {}, parts: St
     ICEBERG: 'off',
     ...env,
   });
-  const stack = await startStack(parsed, parts, createLogger({ level: parsed.LOG_LEVEL, name: 'test' }));
+  const stack = await startStack(parsed, parts, logger ?? createLogger({ level: parsed.LOG_LEVEL, name: 'test' }));
   return Object.assign(stack, {
     url: stack.api?.server.url ?? '',
     dataDir,

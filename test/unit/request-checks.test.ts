@@ -214,6 +214,10 @@ describe('the Authorization header, read once', () => {
     expect(of('Basic dXNlcjpwYXNz')).toEqual({ kind: 'other', reason: 'Authorization scheme Basic is not supported; use Bearer' });
     const odd = of('{"secret":1} x');
     expect(odd).toEqual({ kind: 'other', reason: 'malformed Authorization header: expected "Bearer <token>"' });
+    // The scheme forgotten: the token stands where the scheme goes, and is never named back.
+    expect(of('test-admin-token-0123')).toEqual(odd);
+    expect(of('sk_live_abc def')).toEqual(odd);
+    expect(of('bASIC x')).toEqual({ kind: 'other', reason: 'Authorization scheme Basic is not supported; use Bearer' });
   });
 });
 

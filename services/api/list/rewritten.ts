@@ -8,9 +8,10 @@
  * with a read-only token must drop erased rows too (docs/operations.md, "Erasing a person").
  */
 import type { Request, RequestHandler, Response } from 'express';
-import { isRewrittenCursor, listRewritten, MAX_REWRITTEN_LIMIT } from '../../../shared/erasure/rewritten.js';
+import { listRewritten } from '../../../shared/erasure/rewritten.js';
 import { ApiError } from '../error-map.js';
-import { parseIntegerParam } from '../params.js';
+import { queryInteger } from '../params.js';
+import { RewrittenCursor, RewrittenLimit, fits } from '../contract/schemas.js';
 import { checkParamValue } from '../../../shared/paths.js';
 import type { ObjectStore } from '../../../shared/store/types.js';
 
@@ -25,7 +26,7 @@ export function rewrittenRoles(readRoles: readonly string[]): string[] {
 /** `?after=`: absent or empty for the start, else a cursor this listing returned (400 otherwise). */
 export function parseRewrittenAfter(raw: unknown): string | undefined {
   if (raw === undefined || raw === '') return undefined;
-  if (typeof raw !== 'string' || !isRewrittenCursor(raw)) {
+  if (typeof raw !== 'string' || !fits(RewrittenCursor, raw)) {
     throw new ApiError('bad_param', 'after must be a cursor this listing returned, like 1782933157690-0000-0a1b2c3d');
   }
   return raw;
@@ -37,7 +38,7 @@ export function rewrittenHandler(store: ObjectStore, collection: string, appPara
     const app = String((req.params as Record<string, string | undefined>)[appParam] ?? '');
     const problem = checkParamValue(app);
     if (problem) throw new ApiError('bad_param', `path parameter "${appParam}" ${problem}`);
-    const limit = parseIntegerParam(req.query.limit, { name: 'limit', min: 1, max: MAX_REWRITTEN_LIMIT, fallback: 100 });
+    const limit = queryInteger(RewrittenLimit, 'limit', req.query.limit);
     const after = parseRewrittenAfter(req.query.after);
     res.status(200).json(await listRewritten(store, collection, app, after, limit));
   };

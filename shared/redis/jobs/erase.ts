@@ -71,8 +71,11 @@ export function newErasureId(nowMs = Date.now()): string {
   return `er-${nowMs}-${randomHex(8)}`;
 }
 
+/** An erasure id: `er-<ms>-<16 hex>`. */
+export const ERASURE_ID_RE = /^er-\d{13}-[0-9a-f]{16}$/;
+
 export function isErasureId(s: string): boolean {
-  return /^er-\d{13}-[0-9a-f]{16}$/.test(s);
+  return ERASURE_ID_RE.test(s);
 }
 
 /**

@@ -2,7 +2,7 @@ import { type Step, done, next } from '../runner.js';
 import { contentTypeAllowed, parseContentEncoding } from './content.js';
 import { type AdmissionDeps, type Refused, type WithHeaders, type WithParams, refused } from './types.js';
 
-const IDEMPOTENCY_KEY_RE = /^[\x21-\x7e]{1,255}$/;
+import { IdempotencyKey, fits } from '../../contract/schemas.js';
 
 /**
  * Step 3: the headers, before the body is read: Content-Type (`content_type`), Content-Encoding
@@ -24,7 +24,7 @@ export function headers(deps: AdmissionDeps): Step<WithParams, WithHeaders, Refu
         return done(refused('content_encoding', coding.error));
       }
       const key = input.idempotencyKey;
-      if (key !== undefined && (typeof key !== 'string' || !IDEMPOTENCY_KEY_RE.test(key))) {
+      if (key !== undefined && (typeof key !== 'string' || !fits(IdempotencyKey, key))) {
         observer?.rejected?.('bad_header');
         return done(refused('bad_header', 'Idempotency-Key must be 1-255 printable ASCII characters'));
       }
