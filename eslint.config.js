@@ -3,7 +3,18 @@
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['node_modules/**', 'dist/**', '.tmp/**', 'data/**', 'bench/results/**', 'coverage/**', '**/*.mjs', 'eslint.config.js'] },
+  {
+    ignores: [
+      'node_modules/**',
+      'dist/**',
+      '.tmp/**',
+      'data/**',
+      'bench/results/**',
+      'coverage/**',
+      '**/*.mjs',
+      'eslint.config.js',
+    ],
+  },
   ...tseslint.configs.recommended,
   {
     files: ['**/*.ts'],
@@ -12,7 +23,10 @@ export default tseslint.config(
     },
     rules: {
       '@typescript-eslint/no-floating-promises': 'error',
-      '@typescript-eslint/no-misused-promises': ['error', { checksVoidReturn: { arguments: false, attributes: false } }],
+      '@typescript-eslint/no-misused-promises': [
+        'error',
+        { checksVoidReturn: { arguments: false, attributes: false } },
+      ],
       '@typescript-eslint/await-thenable': 'error',
       '@typescript-eslint/no-explicit-any': 'error',
       '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_' }],

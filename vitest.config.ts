@@ -52,7 +52,10 @@ export default defineConfig({
   resolve: {
     alias: [
       { find: /^events-ingest$/, replacement: fileURLToPath(new URL('./index.ts', import.meta.url)) },
-      { find: /^events-ingest\/s3$/, replacement: fileURLToPath(new URL('./shared/store/s3/index.ts', import.meta.url)) },
+      {
+        find: /^events-ingest\/s3$/,
+        replacement: fileURLToPath(new URL('./shared/store/s3/index.ts', import.meta.url)),
+      },
     ],
   },
   test: {

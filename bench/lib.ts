@@ -26,13 +26,17 @@ export function median(xs: readonly number[]): number {
 export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /** A row with its ratio and pass/fail filled in from a `>=`/`<=` target on the ratio. */
-export function row(r: Omit<BenchRow, 'ratio' | 'pass'> & { ratioTarget?: { op: '>=' | '<='; value: number } }): BenchRow {
+export function row(
+  r: Omit<BenchRow, 'ratio' | 'pass'> & { ratioTarget?: { op: '>=' | '<='; value: number } },
+): BenchRow {
   const { ratioTarget, ...rest } = r;
   const out: BenchRow = { ...rest };
   if (r.reference !== undefined && Number.isFinite(r.reference) && r.reference !== 0) out.ratio = r.ours / r.reference;
   if (ratioTarget) {
     out.target = `${ratioTarget.op} ${ratioTarget.value}×`;
-    out.pass = out.ratio !== undefined && (ratioTarget.op === '>=' ? out.ratio >= ratioTarget.value : out.ratio <= ratioTarget.value);
+    out.pass =
+      out.ratio !== undefined &&
+      (ratioTarget.op === '>=' ? out.ratio >= ratioTarget.value : out.ratio <= ratioTarget.value);
   }
   return out;
 }
@@ -101,7 +105,8 @@ function spawnNode(args: string[], env: Record<string, string>): Child {
 export async function waitHttp(url: string, proc?: Child, ms = 30_000): Promise<void> {
   const deadline = Date.now() + ms;
   while (Date.now() < deadline) {
-    if (proc && proc.child.exitCode !== null) throw new Error(`process exited (${proc.child.exitCode}) before ${url} answered:\n${proc.output().slice(-3000)}`);
+    if (proc && proc.child.exitCode !== null)
+      throw new Error(`process exited (${proc.child.exitCode}) before ${url} answered:\n${proc.output().slice(-3000)}`);
     try {
       const r = await fetch(url);
       await r.arrayBuffer();
@@ -177,7 +182,12 @@ export function serviceThreadCpu(pids: readonly number[]): Map<number, Map<numbe
  * rest of the total: both processes' libuv pools (fs calls, zlib, sha256), V8's GC and compiler
  * threads, the API's encode thread, and threads that came and went between the samples.
  */
-export function splitServiceCpu(pids: readonly number[], before: Map<number, Map<number, ThreadCpu>>, after: Map<number, Map<number, ThreadCpu>>, total: number): { main: number; encoder: number; other: number } {
+export function splitServiceCpu(
+  pids: readonly number[],
+  before: Map<number, Map<number, ThreadCpu>>,
+  after: Map<number, Map<number, ThreadCpu>>,
+  total: number,
+): { main: number; encoder: number; other: number } {
   const loop = (p: number): number => (after.get(p)?.get(p)?.cpu ?? 0) - (before.get(p)?.get(p)?.cpu ?? 0);
   const [api, ...encoders] = pids;
   const main = api === undefined ? 0 : loop(api);
@@ -246,7 +256,13 @@ const COUNT_RELIST_MS = 5000;
  * A watched folder is also listed once a second (progress, and in case the kernel's event
  * queue overflowed); a counted one every 5 s (in case the counter falls behind).
  */
-export async function waitForFiles(dir: string, want: number, ms: number, onProgress?: (have: number) => void, opts: { count?: () => Promise<number> } = {}): Promise<number> {
+export async function waitForFiles(
+  dir: string,
+  want: number,
+  ms: number,
+  onProgress?: (have: number) => void,
+  opts: { count?: () => Promise<number> } = {},
+): Promise<number> {
   if (opts.count) return waitForCount(dir, want, ms, opts.count, onProgress);
   const deadline = Date.now() + ms;
   const seen = new Set<string>();
@@ -291,7 +307,10 @@ export async function waitForFiles(dir: string, want: number, ms: number, onProg
       // A folder not made yet is polled quickly (listing it is free); a watched one once a second,
       // or at once when the watch has counted `want` files.
       await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, Math.max(0, Math.min(watcher ? FILES_RECOUNT_MS : 50, deadline + 1 - Date.now())));
+        const timer = setTimeout(
+          resolve,
+          Math.max(0, Math.min(watcher ? FILES_RECOUNT_MS : 50, deadline + 1 - Date.now())),
+        );
         wake = () => {
           clearTimeout(timer);
           resolve();
@@ -312,7 +331,13 @@ export async function waitForFiles(dir: string, want: number, ms: number, onProg
  * {@link waitForFiles} with a cheap counter; a listing has the last word. The folder is listed
  * only when the counter has reached `want`, and every 5 s in case the counter falls behind.
  */
-async function waitForCount(dir: string, want: number, ms: number, count: () => Promise<number>, onProgress?: (have: number) => void): Promise<number> {
+async function waitForCount(
+  dir: string,
+  want: number,
+  ms: number,
+  count: () => Promise<number>,
+  onProgress?: (have: number) => void,
+): Promise<number> {
   const deadline = Date.now() + ms;
   let listedAt = performance.now();
   /** Cleared if a listing ever has fewer files than the counter said: then only listings count. */
@@ -328,7 +353,8 @@ async function waitForCount(dir: string, want: number, ms: number, count: () => 
       if (counted) trustCount = false;
     }
     onProgress?.(n);
-    if (Date.now() > deadline) throw new Error(`only ${countParquet(dir)}/${want} files in ${dir} after ${ms} ms (the counter said ${n})`);
+    if (Date.now() > deadline)
+      throw new Error(`only ${countParquet(dir)}/${want} files in ${dir} after ${ms} ms (the counter said ${n})`);
     await sleep(COUNT_POLL_MS);
   }
 }
@@ -413,7 +439,15 @@ export interface PacedResult {
  * counted). autocannon's `overallRate` is not this: each connection sends its per-second quota
  * back to back at the start of every second, so its percentiles measure a burst.
  */
-export async function pacedLoad(o: { url: string; path: () => string; body: () => string; rate: number; durationSec: number; maxInFlight?: number; timeoutMs?: number }): Promise<PacedResult> {
+export async function pacedLoad(o: {
+  url: string;
+  path: () => string;
+  body: () => string;
+  rate: number;
+  durationSec: number;
+  maxInFlight?: number;
+  timeoutMs?: number;
+}): Promise<PacedResult> {
   const total = Math.max(1, Math.round(o.rate * o.durationSec));
   const maxInFlight = o.maxInFlight ?? 256;
   const timeoutMs = o.timeoutMs ?? 30_000;
@@ -432,7 +466,15 @@ export async function pacedLoad(o: { url: string; path: () => string; body: () =
     new Promise((done) => {
       const body = Buffer.from(o.body());
       const req = http.request(
-        { host: target.hostname, port: target.port, path: o.path(), method: 'POST', agent, timeout: timeoutMs, headers: { 'content-type': 'application/json', 'content-length': body.length } },
+        {
+          host: target.hostname,
+          port: target.port,
+          path: o.path(),
+          method: 'POST',
+          agent,
+          timeout: timeoutMs,
+          headers: { 'content-type': 'application/json', 'content-length': body.length },
+        },
         (res) => {
           res.on('data', () => undefined);
           res.on('end', () => {
@@ -457,7 +499,7 @@ export async function pacedLoad(o: { url: string; path: () => string; body: () =
   const pending: Promise<void>[] = [];
   const start = performance.now();
   const intervalMs = 1000 / o.rate;
-  for (let i = 0; i < total; ) {
+  for (let i = 0; i < total;) {
     const now = performance.now();
     // Every request whose time has come goes now; then sleep until the next one is due.
     while (i < total && start + i * intervalMs <= now) {
@@ -476,7 +518,8 @@ export async function pacedLoad(o: { url: string; path: () => string; body: () =
   await Promise.all(pending);
   agent.destroy();
   const sorted = latencies.sort((a, b) => a - b);
-  const at = (q: number): number => (sorted.length ? sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] : Number.NaN);
+  const at = (q: number): number =>
+    sorted.length ? sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] : Number.NaN;
   return { ...out, latency: { p50: at(0.5), p99: at(0.99), max: sorted[sorted.length - 1] ?? Number.NaN } };
 }
 

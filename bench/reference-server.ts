@@ -43,7 +43,11 @@ const config = parseConfigJson(
 );
 // The plugin's ObjectStore type comes from its own (nested) copy of starfish-server; the
 // filesystem store implements the same methods.
-const plugin = createEventsServerPlugin({ store: store as unknown as Parameters<typeof createEventsServerPlugin>[0]['store'], collection: 'events', storagePath: 'events/{app}/{batchId}' });
+const plugin = createEventsServerPlugin({
+  store: store as unknown as Parameters<typeof createEventsServerPlugin>[0]['store'],
+  collection: 'events',
+  storagePath: 'events/{app}/{batchId}',
+});
 type PushHook = (ctx: { rawBody: string } & Record<string, unknown>) => Promise<unknown>;
 if (process.env.REF_OBJECTS_AS_TEXT === '1') {
   const hooks = plugin as unknown as { interceptPush: PushHook };
@@ -53,7 +57,8 @@ if (process.env.REF_OBJECTS_AS_TEXT === '1') {
     try {
       const envelope = JSON.parse(rawBody) as { data?: { events?: Record<string, unknown>[] } };
       for (const e of envelope.data?.events ?? []) {
-        for (const k of ['properties', 'context']) if (e[k] !== null && typeof e[k] === 'object') e[k] = JSON.stringify(e[k]);
+        for (const k of ['properties', 'context'])
+          if (e[k] !== null && typeof e[k] === 'object') e[k] = JSON.stringify(e[k]);
       }
       rawBody = JSON.stringify(envelope);
     } catch {

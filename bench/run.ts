@@ -39,11 +39,14 @@ function parseArgs(argv: string[]): { smoke: boolean; only: string | undefined }
     else if (a === '--only') only = argv[++i];
     else if (a.startsWith('--only=')) only = a.slice(7);
     else if (a === '--help' || a === '-h') {
-      process.stdout.write(`usage: npm run bench [-- --smoke] [-- --only <${SCENARIOS.map((s) => s.name).join('|')}>]\n`);
+      process.stdout.write(
+        `usage: npm run bench [-- --smoke] [-- --only <${SCENARIOS.map((s) => s.name).join('|')}>]\n`,
+      );
       process.exit(0);
     } else throw new Error(`unknown argument ${a}`);
   }
-  if (only !== undefined && !SCENARIOS.some((s) => s.name === only)) throw new Error(`--only: unknown scenario "${only}"`);
+  if (only !== undefined && !SCENARIOS.some((s) => s.name === only))
+    throw new Error(`--only: unknown scenario "${only}"`);
   return { smoke, only };
 }
 
@@ -127,7 +130,14 @@ async function main(): Promise<void> {
   const resultsDir = join(ROOT, 'bench', 'results');
   mkdirSync(resultsDir, { recursive: true });
   const file = join(resultsDir, `${started.toISOString().replace(/[:.]/g, '-')}${smoke ? '-smoke' : ''}.json`);
-  const meta = { started: started.toISOString(), finished: new Date().toISOString(), smoke, only: only ?? null, node: process.version, cpus: (await import('node:os')).cpus().length };
+  const meta = {
+    started: started.toISOString(),
+    finished: new Date().toISOString(),
+    smoke,
+    only: only ?? null,
+    node: process.version,
+    cpus: (await import('node:os')).cpus().length,
+  };
   writeFileSync(file, `${JSON.stringify({ ...meta, rows, failures }, null, 2)}\n`);
   process.stdout.write(`\n${formatTable(rows)}\n\nresults: ${file}\n`);
   for (const f of failures) process.stderr.write(`\nscenario ${f.scenario} failed:\n${f.error}\n`);

@@ -80,13 +80,20 @@ export function collect(value: string, previous: string[] = []): string[] {
 export function eraseRequestOf(flags: Pick<EraseFlags, 'distinctId' | 'anonymousId' | 'dryRun'>): EraseRequest {
   const distinct = [...new Set(flags.distinctId)];
   const anonymous = [...new Set(flags.anonymousId)];
-  if (distinct.length + anonymous.length === 0) throw new CliError('erase needs at least one --distinct-id or --anonymous-id', EXIT.usage);
-  if ([...distinct, ...anonymous].some((id) => id.length === 0)) throw new CliError('--distinct-id and --anonymous-id must not be empty', EXIT.usage);
+  if (distinct.length + anonymous.length === 0)
+    throw new CliError('erase needs at least one --distinct-id or --anonymous-id', EXIT.usage);
+  if ([...distinct, ...anonymous].some((id) => id.length === 0))
+    throw new CliError('--distinct-id and --anonymous-id must not be empty', EXIT.usage);
   return { distinct_ids: distinct, anonymous_ids: anonymous, dry_run: flags.dryRun === true };
 }
 
 /** The options of a run from the parsed flags and environment; a usage CliError for a bad one. */
-export function eraseOptionsOf(flags: EraseFlags, env: NodeJS.ProcessEnv, note: (line: string) => void, signal?: AbortSignal): EraseOptions {
+export function eraseOptionsOf(
+  flags: EraseFlags,
+  env: NodeJS.ProcessEnv,
+  note: (line: string) => void,
+  signal?: AbortSignal,
+): EraseOptions {
   const base = parseBaseUrl(flags.url);
   for (const [name, value] of [
     ['--app', flags.app],
@@ -112,15 +119,23 @@ export function eraseOptionsOf(flags: EraseFlags, env: NodeJS.ProcessEnv, note: 
 
 function count(v: unknown, name: string): number {
   if (v === undefined) return 0;
-  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0) throw new CliError(`erasure status has ${name} ${JSON.stringify(v)}, not a count`);
+  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0)
+    throw new CliError(`erasure status has ${name} ${JSON.stringify(v)}, not a count`);
   return v;
 }
 
 /** Reads a status answer; a CliError when it is not one. */
 export function parseEraseStatus(body: unknown): EraseStatus {
   const v = body as Record<string, unknown> | null;
-  if (typeof v !== 'object' || v === null || typeof v.id !== 'string' || !ERASE_STATES.includes(v.state as EraseState)) {
-    throw new CliError('erasure status is not {id, state, files_scanned, files_rewritten, rows_erased}; is the server recent enough?');
+  if (
+    typeof v !== 'object' ||
+    v === null ||
+    typeof v.id !== 'string' ||
+    !ERASE_STATES.includes(v.state as EraseState)
+  ) {
+    throw new CliError(
+      'erasure status is not {id, state, files_scanned, files_rewritten, rows_erased}; is the server recent enough?',
+    );
   }
   const status: EraseStatus = {
     id: v.id,
@@ -163,16 +178,23 @@ const sleep = (ms: number, signal?: AbortSignal): Promise<void> =>
 export async function runErase(o: EraseOptions): Promise<{ id: string; status?: EraseStatus }> {
   const root = o.base.href.replace(/\/+$/, '');
   const auth: Record<string, string> = o.token ? { Authorization: `Bearer ${o.token}` } : {};
-  const onRetry = (message: string, delayMs: number, retry: number): void => o.note(`${message}; retry ${retry}/${o.retry.maxRetries} in ${(delayMs / 1000).toFixed(1)} s`);
+  const onRetry = (message: string, delayMs: number, retry: number): void =>
+    o.note(`${message}; retry ${retry}/${o.retry.maxRetries} in ${(delayMs / 1000).toFixed(1)} s`);
   const target = `${encodeURIComponent(o.collection)}/${encodeURIComponent(o.app)}`;
   const id = await withRetries(
     'erase',
     o.retry,
     async (signal) => {
-      const res = await fetch(`${root}/admin/erase/${target}`, { method: 'POST', headers: { ...auth, 'Content-Type': 'application/json' }, body: JSON.stringify(o.request), signal });
+      const res = await fetch(`${root}/admin/erase/${target}`, {
+        method: 'POST',
+        headers: { ...auth, 'Content-Type': 'application/json' },
+        body: JSON.stringify(o.request),
+        signal,
+      });
       if (res.status !== 202 && res.status !== 200) return failFor(`erase ${o.collection}/${o.app}`, res);
       const body = (await res.json()) as { id?: unknown };
-      if (typeof body.id !== 'string' || body.id.length === 0) throw new CliError('erase answered without an erasure id');
+      if (typeof body.id !== 'string' || body.id.length === 0)
+        throw new CliError('erase answered without an erasure id');
       return body.id;
     },
     { signal: o.signal, onRetry },
@@ -200,10 +222,13 @@ export async function runErase(o: EraseOptions): Promise<{ id: string; status?: 
     if (line !== last) o.note(line);
     last = line;
     if (status.state === 'completed') return { id, status };
-    if (status.state === 'failed') throw new CliError(`erasure ${id} failed${status.error !== undefined ? `: ${status.error}` : ''}`);
+    if (status.state === 'failed')
+      throw new CliError(`erasure ${id} failed${status.error !== undefined ? `: ${status.error}` : ''}`);
     const left = deadline - Date.now();
     if (left <= 0) {
-      throw new CliError(`erasure ${id} is still ${status.state} after ${Math.round(o.waitTimeoutMs / 1000)} s (--wait-timeout); it goes on on the server: read GET /admin/erase/${id}`);
+      throw new CliError(
+        `erasure ${id} is still ${status.state} after ${Math.round(o.waitTimeoutMs / 1000)} s (--wait-timeout); it goes on on the server: read GET /admin/erase/${id}`,
+      );
     }
     await sleep(Math.min(delay, left), o.signal);
     delay = Math.min(MAX_POLL_MS, Math.ceil(delay * 1.5));
@@ -222,9 +247,14 @@ export interface EraseIo {
  * with `--wait` one summary line; progress and retries go to stderr. `run` is replaceable so tests can check what the
  * arguments become without a server.
  */
-export function eraseCommand(io: EraseIo, run: (o: EraseOptions) => Promise<{ id: string; status?: EraseStatus }> = runErase): Command {
+export function eraseCommand(
+  io: EraseIo,
+  run: (o: EraseOptions) => Promise<{ id: string; status?: EraseStatus }> = runErase,
+): Command {
   return new Command('erase')
-    .description('erase every event of a person from an app (batch files, rollups, Iceberg table; synced folders on their next sync); admin token')
+    .description(
+      'erase every event of a person from an app (batch files, rollups, Iceberg table; synced folders on their next sync); admin token',
+    )
     .requiredOption('--url <url>', 'server base URL (with BASE_PATH if any), e.g. http://127.0.0.1:8787')
     .requiredOption('--app <app>', 'the app whose events to erase')
     .option('--distinct-id <id>', 'a distinct_id to erase (repeatable)', collect, [])
@@ -232,11 +262,29 @@ export function eraseCommand(io: EraseIo, run: (o: EraseOptions) => Promise<{ id
     .option('--dry-run', 'report the files and rows it would change, change nothing')
     .option('--wait', 'follow the erasure until it completes or fails, with progress on stderr')
     .option('--collection <name>', 'collection name (as in CONFIG_FILE)', 'events')
-    .option('--token <token>', 'bearer token with the admin role (default: $EVENTS_INGEST_TOKEN; prefer the variable, arguments show in ps)')
-    .option('--max-retries <n>', 'retries per request on 429/5xx/network errors', intOption(0, 100), DEFAULT_RETRY.maxRetries)
+    .option(
+      '--token <token>',
+      'bearer token with the admin role (default: $EVENTS_INGEST_TOKEN; prefer the variable, arguments show in ps)',
+    )
+    .option(
+      '--max-retries <n>',
+      'retries per request on 429/5xx/network errors',
+      intOption(0, 100),
+      DEFAULT_RETRY.maxRetries,
+    )
     .option('--timeout <ms>', 'per-request timeout in ms', intOption(1000, 3_600_000), 30_000)
-    .option('--wait-timeout <s>', 'with --wait: give up following after this many seconds (the erasure goes on)', intOption(1, 7 * 24 * 3600), 3600)
-    .option('--poll-interval <ms>', 'with --wait: first delay between status reads (grows to 10 s)', intOption(100, 60_000), 1000)
+    .option(
+      '--wait-timeout <s>',
+      'with --wait: give up following after this many seconds (the erasure goes on)',
+      intOption(1, 7 * 24 * 3600),
+      3600,
+    )
+    .option(
+      '--poll-interval <ms>',
+      'with --wait: first delay between status reads (grows to 10 s)',
+      intOption(100, 60_000),
+      1000,
+    )
     .action(async (flags: EraseFlags) => {
       const opts = eraseOptionsOf(flags, io.env, (line) => io.stderr.write(`${line}\n`), io.signal);
       opts.accepted = (id) => io.stdout.write(`${id}\n`);

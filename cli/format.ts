@@ -19,7 +19,14 @@ const NUMERIC_RE = /^-?(?:\d+(?:\.\d*)?|\.\d+)(?:e[+-]?\d+)?$/i;
  */
 export function formatTable(columns: readonly string[], rows: readonly (readonly unknown[])[]): string {
   const text = rows.map((r) => columns.map((_, i) => cellText(r[i], 'NULL').replace(/\r?\n/g, '\\n')));
-  const numeric = columns.map((_, i) => rows.length > 0 && rows.every((r) => r[i] === null || typeof r[i] === 'number' || (typeof r[i] === 'string' && NUMERIC_RE.test(r[i] as string))));
+  const numeric = columns.map(
+    (_, i) =>
+      rows.length > 0 &&
+      rows.every(
+        (r) =>
+          r[i] === null || typeof r[i] === 'number' || (typeof r[i] === 'string' && NUMERIC_RE.test(r[i] as string)),
+      ),
+  );
   const widths = columns.map((c, i) => Math.max(c.length, ...text.map((r) => (r[i] ?? '').length)));
   const line = (cells: readonly string[], alignNumbers: boolean): string =>
     cells
@@ -42,6 +49,9 @@ function csvField(s: string): string {
 
 /** CSV with a header row; NULL is an empty field. */
 export function formatCsv(columns: readonly string[], rows: readonly (readonly unknown[])[]): string {
-  const lines = [columns.map(csvField).join(','), ...rows.map((r) => columns.map((_, i) => csvField(cellText(r[i], ''))).join(','))];
+  const lines = [
+    columns.map(csvField).join(','),
+    ...rows.map((r) => columns.map((_, i) => csvField(cellText(r[i], ''))).join(',')),
+  ];
   return `${lines.join('\r\n')}\r\n`;
 }

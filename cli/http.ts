@@ -27,15 +27,25 @@ export function parseBaseUrl(raw: string): URL {
   } catch {
     throw new CliError(`--url ${JSON.stringify(raw)} is not a URL`, EXIT.usage);
   }
-  if (base.protocol !== 'http:' && base.protocol !== 'https:') throw new CliError('--url must be http:// or https://', EXIT.usage);
+  if (base.protocol !== 'http:' && base.protocol !== 'https:')
+    throw new CliError('--url must be http:// or https://', EXIT.usage);
   if (/[?#]/.test(base.href)) {
     const what = base.href.includes('?') ? 'a query (?…)' : 'a fragment (#…)';
-    throw new CliError(`--url has ${what}: give only the server's base URL: scheme, host, port, and BASE_PATH if any (e.g. ${base.origin}${base.pathname.replace(/\/+$/, '')})`, EXIT.usage);
+    throw new CliError(
+      `--url has ${what}: give only the server's base URL: scheme, host, port, and BASE_PATH if any (e.g. ${base.origin}${base.pathname.replace(/\/+$/, '')})`,
+      EXIT.usage,
+    );
   }
   return base;
 }
 
-export const DEFAULT_RETRY: RetryPolicy = { maxRetries: 5, baseDelayMs: 500, maxDelayMs: 30_000, maxRetryAfterMs: 300_000, timeoutMs: 120_000 };
+export const DEFAULT_RETRY: RetryPolicy = {
+  maxRetries: 5,
+  baseDelayMs: 500,
+  maxDelayMs: 30_000,
+  maxRetryAfterMs: 300_000,
+  timeoutMs: 120_000,
+};
 
 /** A failure worth another attempt; `retryAfterMs` comes from the server's `Retry-After`. */
 export class RetriableError extends Error {
@@ -99,7 +109,12 @@ const sleep = (ms: number, signal?: AbortSignal): Promise<void> =>
   });
 
 /** Delay before retry number `retry` (0-based): the server's Retry-After when given, else jittered exponential backoff. */
-export function retryDelayMs(policy: RetryPolicy, retry: number, retryAfterMs: number | undefined, random = Math.random): number {
+export function retryDelayMs(
+  policy: RetryPolicy,
+  retry: number,
+  retryAfterMs: number | undefined,
+  random = Math.random,
+): number {
   if (retryAfterMs !== undefined) return Math.min(retryAfterMs, policy.maxRetryAfterMs);
   const exp = Math.min(policy.maxDelayMs, policy.baseDelayMs * 2 ** retry);
   // Half fixed, half random: spreads many cron clients without ever retrying immediately.
@@ -124,7 +139,8 @@ export async function withRetries<T>(
       if (opts.signal?.aborted) throw opts.signal.reason;
       const err = asRetriable(raw, what);
       if (!(err instanceof RetriableError)) throw err;
-      if (retry >= policy.maxRetries) throw new CliError(`${err.message} (gave up after ${retry + 1} attempts)`, undefined, { cause: err });
+      if (retry >= policy.maxRetries)
+        throw new CliError(`${err.message} (gave up after ${retry + 1} attempts)`, undefined, { cause: err });
       const delay = retryDelayMs(policy, retry, err.retryAfterMs);
       opts.onRetry?.(err.message, delay, retry + 1);
       await sleep(delay, opts.signal);

@@ -43,7 +43,8 @@ async function readLock(file: string): Promise<LockInfo | null | 'missing'> {
   }
   try {
     const v = JSON.parse(text) as Partial<LockInfo>;
-    if (typeof v.pid === 'number' && Number.isInteger(v.pid) && v.pid > 0) return { pid: v.pid, host: String(v.host ?? ''), startedAt: String(v.startedAt ?? '') };
+    if (typeof v.pid === 'number' && Number.isInteger(v.pid) && v.pid > 0)
+      return { pid: v.pid, host: String(v.host ?? ''), startedAt: String(v.startedAt ?? '') };
   } catch {
     // Unparseable: never written by this version (the lock appears whole); edited, or left by an older one.
   }
@@ -73,7 +74,10 @@ export async function acquireLock(dir: string, holder = 'sync'): Promise<HeldLoc
     const current = await readLock(file);
     if (current === 'missing') continue;
     if (!isStale(current)) {
-      throw new CliError(`another ${holder} holds ${file} (pid ${current?.pid} on ${current?.host}, since ${current?.startedAt}); nothing done`, EXIT.locked);
+      throw new CliError(
+        `another ${holder} holds ${file} (pid ${current?.pid} on ${current?.host}, since ${current?.startedAt}); nothing done`,
+        EXIT.locked,
+      );
     }
     const aside = `${file}.stale-${randomBytes(4).toString('hex')}`;
     try {

@@ -11,11 +11,21 @@ import { documentOptionsOf, openApiDocument, renderDocument } from '../services/
 /** The `openapi` command. */
 export function openapiCommand(io: { stdout: NodeJS.WriteStream; env: NodeJS.ProcessEnv }): Command {
   return new Command('openapi')
-    .description('print the OpenAPI 3.1 document of the server for CONFIG_FILE, BASE_PATH, JWT_* and CAP_AUTH (e.g. events-ingest openapi > openapi.json)')
+    .description(
+      'print the OpenAPI 3.1 document of the server for CONFIG_FILE, BASE_PATH, JWT_* and CAP_AUTH (e.g. events-ingest openapi > openapi.json)',
+    )
     .action(() => {
       const env = io.env;
       const config = loadSyncConfig({ CONFIG_FILE: env.CONFIG_FILE || undefined });
-      const doc = openApiDocument(config, documentOptionsOf({ BASE_PATH: normalBasePath(env.BASE_PATH), JWT_JWKS_URL: env.JWT_JWKS_URL, JWT_PUBLIC_KEY: env.JWT_PUBLIC_KEY, CAP_AUTH: env.CAP_AUTH }));
+      const doc = openApiDocument(
+        config,
+        documentOptionsOf({
+          BASE_PATH: normalBasePath(env.BASE_PATH),
+          JWT_JWKS_URL: env.JWT_JWKS_URL,
+          JWT_PUBLIC_KEY: env.JWT_PUBLIC_KEY,
+          CAP_AUTH: env.CAP_AUTH,
+        }),
+      );
       io.stdout.write(renderDocument(doc).body);
     });
 }
@@ -23,6 +33,7 @@ export function openapiCommand(io: { stdout: NodeJS.WriteStream; env: NodeJS.Pro
 /** BASE_PATH as the server takes it (shared/config.ts): empty or like `/ingest`. */
 function normalBasePath(raw: string | undefined): string {
   const value = raw ?? '';
-  if (!/^(\/[A-Za-z0-9._~-]+)*$/.test(value)) throw new CliError('BASE_PATH must be empty or like /ingest (no trailing slash)', EXIT.usage);
+  if (!/^(\/[A-Za-z0-9._~-]+)*$/.test(value))
+    throw new CliError('BASE_PATH must be empty or like /ingest (no trailing slash)', EXIT.usage);
   return value;
 }

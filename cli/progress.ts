@@ -33,7 +33,13 @@ export function createProgress(stream: NodeJS.WriteStream = process.stderr): Syn
 
 function barProgress(stream: NodeJS.WriteStream): SyncProgress {
   const bar = new cliProgress.SingleBar(
-    { stream, format: 'sync |{bar}| {value}/{total} batches | {size}', hideCursor: true, clearOnComplete: false, etaBuffer: 50 },
+    {
+      stream,
+      format: 'sync |{bar}| {value}/{total} batches | {size}',
+      hideCursor: true,
+      clearOnComplete: false,
+      etaBuffer: 50,
+    },
     cliProgress.Presets.shades_classic,
   );
   let started = false;

@@ -9,7 +9,12 @@ import path from 'node:path';
 import { type CollectionConfig, type Env, loadSyncConfig } from '../shared/config.js';
 import { ANY_PARAM, duckdbReadParquetSql, duckdbSelectWithPathColumns, sqlStringLiteral } from '../shared/duckdb.js';
 import { checkParamValue, parseStoragePath } from '../shared/paths.js';
-import { type ViewCopyProgress, type ViewCopyResult, defaultViewCopyDir, refreshViewCopy } from '../shared/rollup/view-copy.js';
+import {
+  type ViewCopyProgress,
+  type ViewCopyResult,
+  defaultViewCopyDir,
+  refreshViewCopy,
+} from '../shared/rollup/view-copy.js';
 import { rollupViewSql } from '../shared/rollup/view.js';
 import { storeFromEnv } from '../shared/store/from-env.js';
 import { closeStore } from '../shared/store/optional.js';
@@ -49,7 +54,20 @@ const COPY_LOCK_WAIT_MS = 120_000;
 const PROGRESS_EVERY_MS = 1_000;
 
 /** The columns of a batch file (docs: README "Columns"); a path param named like one is not added. */
-const FILE_COLUMNS = ['event_type', 'event', 'distinct_id', 'anonymous_id', 'ts', 'message_id', 'properties', 'context', 'dt', 'received_at', 'extra', 'batch_id'];
+const FILE_COLUMNS = [
+  'event_type',
+  'event',
+  'distinct_id',
+  'anonymous_id',
+  'ts',
+  'message_id',
+  'properties',
+  'context',
+  'dt',
+  'received_at',
+  'extra',
+  'batch_id',
+];
 
 export interface QueryResult {
   columns: string[];
@@ -75,7 +93,9 @@ export async function eventsViewSql(source: QuerySource): Promise<string[]> {
     } catch {
       app = undefined;
     }
-    return [`CREATE VIEW events AS SELECT *${app === undefined ? '' : `, ${sqlStringLiteral(app)} AS app`} FROM ${files}`];
+    return [
+      `CREATE VIEW events AS SELECT *${app === undefined ? '' : `, ${sqlStringLiteral(app)} AS app`} FROM ${files}`,
+    ];
   }
   const { collection, params } = storeTarget(source);
   let sql;
@@ -85,7 +105,10 @@ export async function eventsViewSql(source: QuerySource): Promise<string[]> {
     throw new CliError(messageOf(err));
   }
   // One column per prefix param (`app`), from each file's path: rows of several apps stay apart.
-  return [...sql.setup, `CREATE VIEW events AS ${duckdbSelectWithPathColumns(sql, collection.storagePath, FILE_COLUMNS)}`];
+  return [
+    ...sql.setup,
+    `CREATE VIEW events AS ${duckdbSelectWithPathColumns(sql, collection.storagePath, FILE_COLUMNS)}`,
+  ];
 }
 
 /**
@@ -107,23 +130,40 @@ export async function eventsViewStatements(source: QuerySource): Promise<string[
 }
 
 /** The collection `--store` reads (`--collection`, default the first) and the list-prefix params (`--app`, else every value). */
-function storeTarget(source: Extract<QuerySource, { kind: 'store' }>): { collection: CollectionConfig; params: Record<string, string> } {
+function storeTarget(source: Extract<QuerySource, { kind: 'store' }>): {
+  collection: CollectionConfig;
+  params: Record<string, string>;
+} {
   const config = loadSyncConfig(source.env);
-  const collection = source.collection === undefined ? config.collections[0] : config.collections.find((c) => c.name === source.collection);
-  if (!collection) throw new CliError(`no collection "${source.collection}" in the config (have: ${config.collections.map((c) => c.name).join(', ')})`, EXIT.usage);
+  const collection =
+    source.collection === undefined
+      ? config.collections[0]
+      : config.collections.find((c) => c.name === source.collection);
+  if (!collection)
+    throw new CliError(
+      `no collection "${source.collection}" in the config (have: ${config.collections.map((c) => c.name).join(', ')})`,
+      EXIT.usage,
+    );
   const template = parseStoragePath(collection.storagePath);
   if (source.app !== undefined && !template.prefixParams.includes('app')) {
-    throw new CliError(`collection "${collection.name}" (storagePath ${collection.storagePath}) has no {app} param`, EXIT.usage);
+    throw new CliError(
+      `collection "${collection.name}" (storagePath ${collection.storagePath}) has no {app} param`,
+      EXIT.usage,
+    );
   }
   // The rule the server applies to the app in a push path (shared/paths.ts), so the CLI refuses what no push could have stored.
   const badApp = source.app === undefined || source.app === ANY_PARAM ? null : checkParamValue(source.app);
   if (badApp) throw new CliError(`--app ${JSON.stringify(source.app)}: an app name ${badApp}`, EXIT.usage);
   // `--app` picks the app; every other prefix param (and the app when not given) matches everything.
-  const params = Object.fromEntries(template.prefixParams.map((p) => [p, p === 'app' && source.app !== undefined ? source.app : ANY_PARAM]));
+  const params = Object.fromEntries(
+    template.prefixParams.map((p) => [p, p === 'app' && source.app !== undefined ? source.app : ANY_PARAM]),
+  );
   return { collection, params };
 }
 
-type DuckConnection = Awaited<ReturnType<Awaited<ReturnType<typeof import('@duckdb/node-api').DuckDBInstance.create>>['connect']>>;
+type DuckConnection = Awaited<
+  ReturnType<Awaited<ReturnType<typeof import('@duckdb/node-api').DuckDBInstance.create>>['connect']>
+>;
 
 /**
  * When the view over `source` cannot be defined because the store holds nothing under what it
@@ -145,7 +185,10 @@ async function noEventsReason(source: Extract<QuerySource, { kind: 'store' }>, w
   const store = storeFromEnv(source.env);
   try {
     if ((await store.listKeys(fixed.length ? `${fixed.join('/')}/` : '', { limit: 1 })).length > 0) return null;
-    const what = source.app === undefined || source.app === ANY_PARAM ? `no events in collection "${collection.name}"` : `no events for app ${JSON.stringify(source.app)}`;
+    const what =
+      source.app === undefined || source.app === ANY_PARAM
+        ? `no events in collection "${collection.name}"`
+        : `no events for app ${JSON.stringify(source.app)}`;
     return `${what} in ${where ?? store.describe()}`;
   } catch {
     // Cannot tell: DuckDB's error is shown as it is.
@@ -194,14 +237,22 @@ async function duckdbPlatform(connection: DuckConnection): Promise<{ version: st
  * otherwise the copy, with a notice saying why and how to read S3 directly (or, with `--no-copy`,
  * a CliError saying the same).
  */
-async function httpfsOrCopy(connection: DuckConnection, noCopy: boolean, dir: string, notice?: (line: string) => void): Promise<'httpfs' | 'copy'> {
+async function httpfsOrCopy(
+  connection: DuckConnection,
+  noCopy: boolean,
+  dir: string,
+  notice?: (line: string) => void,
+): Promise<'httpfs' | 'copy'> {
   const problem = await httpfsProblem(connection);
   if (problem === null) return 'httpfs';
   const { version, platform } = await duckdbPlatform(connection);
   const direct =
     `to read S3 directly, install httpfs once where extensions.duckdb.org is reachable ` +
     `(INSTALL httpfs in DuckDB ${version}), or put httpfs.duckdb_extension in ~/.duckdb/extensions/${version}/${platform}/`;
-  if (noCopy) throw new CliError(`--no-copy: DuckDB's httpfs extension is not available (${problem}); ${direct}, or drop --no-copy to read through a local copy`);
+  if (noCopy)
+    throw new CliError(
+      `--no-copy: DuckDB's httpfs extension is not available (${problem}); ${direct}, or drop --no-copy to read through a local copy`,
+    );
   notice?.(
     `events-ingest: DuckDB's httpfs extension is not available (${problem}), so query --store reads S3 through a local copy of the objects the view needs, ` +
       `fetched with the server's own S3 client into ${dir} (kept: the next run fetches only new or changed objects). ` +
@@ -236,7 +287,9 @@ async function viewCopySource(
     const onProgress = (p: ViewCopyProgress): void => {
       if (Date.now() - lastLine < PROGRESS_EVERY_MS) return;
       lastLine = Date.now();
-      notice(`copy: ${p.fetched} objects fetched (${formatBytes(p.fetchedBytes)}), ${p.cached} already here, ${p.needed} needed so far`);
+      notice(
+        `copy: ${p.fetched} objects fetched (${formatBytes(p.fetchedBytes)}), ${p.cached} already here, ${p.needed} needed so far`,
+      );
     };
     let result: ViewCopyResult;
     try {
@@ -250,7 +303,10 @@ async function viewCopySource(
       `copy: ${result.needed} objects in the view (${result.prefixes} prefixes): ${result.fetched} fetched (${formatBytes(result.fetchedBytes)}), ${result.cached} already in ${dir}${removed} (${((Date.now() - started) / 1000).toFixed(1)} s)`,
     );
     const env: Env = { ...source.env, STORE: 'fs', DATA_DIR: result.root };
-    return { source: { kind: 'store', env, app: source.app, collection: source.collection }, release: () => lock.release() };
+    return {
+      source: { kind: 'store', env, app: source.app, collection: source.collection },
+      release: () => lock.release(),
+    };
   } catch (err) {
     await lock.release();
     throw err;
@@ -258,7 +314,11 @@ async function viewCopySource(
 }
 
 /** The copy folder's lock, waiting (bounded) while another query refreshes the same folder. */
-async function waitForLock(dir: string, waitMs: number, signal?: AbortSignal): Promise<{ release: () => Promise<void> }> {
+async function waitForLock(
+  dir: string,
+  waitMs: number,
+  signal?: AbortSignal,
+): Promise<{ release: () => Promise<void> }> {
   const until = Date.now() + waitMs;
   for (;;) {
     try {
@@ -297,7 +357,9 @@ export async function runQuery(sql: string, source: QuerySource, opts: RunQueryO
       if (problem !== null) {
         tableCopyDir = mkdtempSync(path.join(os.tmpdir(), 'events-ingest-table-'));
         const dir = tableCopyDir;
-        const setup = await (await import('./table.js')).tableViewStatements(source, {
+        const setup = await (
+          await import('./table.js')
+        ).tableViewStatements(source, {
           dir,
           onCopied: (files, bytes, ms) =>
             opts.notice?.(
@@ -311,7 +373,9 @@ export async function runQuery(sql: string, source: QuerySource, opts: RunQueryO
           try {
             await connection.run(statement);
           } catch (err) {
-            throw new CliError(`DuckDB failed ${statement.startsWith('CREATE VIEW') ? 'defining the events view' : `setup statement ${i + 1}`}: ${messageOf(err)}`);
+            throw new CliError(
+              `DuckDB failed ${statement.startsWith('CREATE VIEW') ? 'defining the events view' : `setup statement ${i + 1}`}: ${messageOf(err)}`,
+            );
           }
         }
       }
@@ -320,7 +384,8 @@ export async function runQuery(sql: string, source: QuerySource, opts: RunQueryO
       const store = storeFromEnv(source.env);
       s3 = store;
       const dir = path.resolve(source.cacheDir ?? defaultViewCopyDir(store, opts.env ?? process.env, os.homedir()));
-      const copy = source.copy === true || (await httpfsOrCopy(connection, source.copy === false, dir, opts.notice)) === 'copy';
+      const copy =
+        source.copy === true || (await httpfsOrCopy(connection, source.copy === false, dir, opts.notice)) === 'copy';
       if (copy) {
         const got = await viewCopySource(source, store, dir, opts);
         effective = got.source;
@@ -332,10 +397,15 @@ export async function runQuery(sql: string, source: QuerySource, opts: RunQueryO
       try {
         await connection.run(statement);
       } catch (err) {
-        const empty = statement.startsWith('CREATE VIEW') && effective.kind === 'store' ? await noEventsReason(effective, s3?.describe()) : null;
+        const empty =
+          statement.startsWith('CREATE VIEW') && effective.kind === 'store'
+            ? await noEventsReason(effective, s3?.describe())
+            : null;
         if (empty) throw new CliError(empty);
         // The statement itself is not printed: a CREATE SECRET holds credentials.
-        const what = statement.startsWith('CREATE VIEW') ? 'defining the events view' : `setup statement ${i + 1} (${statement.split(' ').slice(0, 2).join(' ')})`;
+        const what = statement.startsWith('CREATE VIEW')
+          ? 'defining the events view'
+          : `setup statement ${i + 1} (${statement.split(' ').slice(0, 2).join(' ')})`;
         throw new CliError(`DuckDB failed ${what}: ${messageOf(err)}`);
       }
     }
@@ -343,7 +413,10 @@ export async function runQuery(sql: string, source: QuerySource, opts: RunQueryO
       const reader = await connection.runAndReadAll(sql);
       return { columns: reader.columnNames(), rows: reader.getRowsJson() as unknown[][] };
     } catch (err) {
-      const hint = source.kind === 'none' && /Table with name events does not exist/i.test(messageOf(err)) ? ' (the events view needs --dir <dir> or --store)' : '';
+      const hint =
+        source.kind === 'none' && /Table with name events does not exist/i.test(messageOf(err))
+          ? ' (the events view needs --dir <dir> or --store)'
+          : '';
       throw new CliError(`DuckDB: ${messageOf(err)}${hint}`);
     }
   } finally {

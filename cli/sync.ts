@@ -92,15 +92,33 @@ export async function readCursor(dir: string): Promise<CursorFile | null> {
   try {
     v = JSON.parse(text) as Partial<CursorFile>;
   } catch {
-    throw new CliError(`${file} is not JSON; move it away to sync from the start (files already here are kept and not downloaded again)`);
+    throw new CliError(
+      `${file} is not JSON; move it away to sync from the start (files already here are kept and not downloaded again)`,
+    );
   }
-  if (v.version !== 1 || (v.lastId !== null && (typeof v.lastId !== 'string' || !isBatchId(v.lastId))) || typeof v.app !== 'string' || typeof v.collectionPath !== 'string') {
+  if (
+    v.version !== 1 ||
+    (v.lastId !== null && (typeof v.lastId !== 'string' || !isBatchId(v.lastId))) ||
+    typeof v.app !== 'string' ||
+    typeof v.collectionPath !== 'string'
+  ) {
     throw new CliError(`${file} is not a sync cursor (expected {"version":1,"lastId":"<batch id>",...})`);
   }
-  if (v.rewrittenAfter !== undefined && (typeof v.rewrittenAfter !== 'string' || !isRewrittenCursor(v.rewrittenAfter))) {
-    throw new CliError(`${file} has a rewrittenAfter that is not a cursor of the rewritten listing; remove that field to apply every erasure again`);
+  if (
+    v.rewrittenAfter !== undefined &&
+    (typeof v.rewrittenAfter !== 'string' || !isRewrittenCursor(v.rewrittenAfter))
+  ) {
+    throw new CliError(
+      `${file} has a rewrittenAfter that is not a cursor of the rewritten listing; remove that field to apply every erasure again`,
+    );
   }
-  const out: CursorFile = { version: 1, lastId: v.lastId ?? null, app: v.app, collectionPath: v.collectionPath, updatedAt: String(v.updatedAt ?? '') };
+  const out: CursorFile = {
+    version: 1,
+    lastId: v.lastId ?? null,
+    app: v.app,
+    collectionPath: v.collectionPath,
+    updatedAt: String(v.updatedAt ?? ''),
+  };
   if (v.rewrittenAfter !== undefined) out.rewrittenAfter = v.rewrittenAfter;
   return out;
 }
@@ -113,7 +131,8 @@ function checkOptions(opts: SyncOptions): URL {
     const problem = checkParamValue(seg);
     if (problem) throw new CliError(`--collection-path segment ${JSON.stringify(seg)} ${problem}`, EXIT.usage);
   }
-  if (!Number.isInteger(opts.limit) || opts.limit < 1 || opts.limit > 1000) throw new CliError('--limit must be an integer from 1 to 1000', EXIT.usage);
+  if (!Number.isInteger(opts.limit) || opts.limit < 1 || opts.limit > 1000)
+    throw new CliError('--limit must be an integer from 1 to 1000', EXIT.usage);
   return base;
 }
 
@@ -133,7 +152,9 @@ export async function runSync(opts: SyncOptions): Promise<SyncResult> {
     if (removed > 0) opts.progress.note(`removed ${removed} partial download(s) of an interrupted run`);
     const saved = await readCursor(dir);
     if (saved && (saved.app !== opts.app || saved.collectionPath !== opts.collectionPath)) {
-      throw new CliError(`${dir} holds a sync of ${saved.collectionPath}/${saved.app}; use another --out for ${opts.collectionPath}/${opts.app}`);
+      throw new CliError(
+        `${dir} holds a sync of ${saved.collectionPath}/${saved.app}; use another --out for ${opts.collectionPath}/${opts.app}`,
+      );
     }
     const state: FolderState = { lastId: saved?.lastId ?? null, rewrittenAfter: saved?.rewrittenAfter };
     const followed = await followRewrites(opts, base, dir, state);
@@ -153,18 +174,33 @@ interface FolderState {
 
 /** Writes `.cursor` atomically with both cursors of `state`. */
 async function saveCursor(opts: SyncOptions, dir: string, state: FolderState): Promise<void> {
-  const cursor: CursorFile = { version: 1, lastId: state.lastId, app: opts.app, collectionPath: opts.collectionPath, updatedAt: new Date().toISOString() };
+  const cursor: CursorFile = {
+    version: 1,
+    lastId: state.lastId,
+    app: opts.app,
+    collectionPath: opts.collectionPath,
+    updatedAt: new Date().toISOString(),
+  };
   if (state.rewrittenAfter !== undefined) cursor.rewrittenAfter = state.rewrittenAfter;
   await writeFileAtomic(path.join(dir, CURSOR_NAME), `${JSON.stringify(cursor)}\n`);
 }
 
 /** What every request of a run shares: the server root, the app's path, auth, and the retry note. */
-function requestParts(opts: SyncOptions, base: URL): { root: string; appPath: string; headers: Record<string, string>; onRetry: (message: string, delayMs: number, retry: number) => void } {
+function requestParts(
+  opts: SyncOptions,
+  base: URL,
+): {
+  root: string;
+  appPath: string;
+  headers: Record<string, string>;
+  onRetry: (message: string, delayMs: number, retry: number) => void;
+} {
   return {
     root: base.href.replace(/\/+$/, ''),
     appPath: `${opts.collectionPath}/${encodeURIComponent(opts.app)}`,
     headers: opts.token ? { Authorization: `Bearer ${opts.token}` } : {},
-    onRetry: (message, delayMs, retry) => opts.progress.note(`${message}; retry ${retry}/${opts.retry.maxRetries} in ${(delayMs / 1000).toFixed(1)} s`),
+    onRetry: (message, delayMs, retry) =>
+      opts.progress.note(`${message}; retry ${retry}/${opts.retry.maxRetries} in ${(delayMs / 1000).toFixed(1)} s`),
   };
 }
 
@@ -188,7 +224,12 @@ export function rewrittenAnswer(status: number): 'ok' | 'refused' | 'error' {
  * longer has it; the listing's cursor is saved after each record. Batches not in the folder are
  * skipped: the main loop pulls them, as they are now.
  */
-async function followRewrites(opts: SyncOptions, base: URL, dir: string, state: FolderState): Promise<{ rewritten: number; followed: boolean }> {
+async function followRewrites(
+  opts: SyncOptions,
+  base: URL,
+  dir: string,
+  state: FolderState,
+): Promise<{ rewritten: number; followed: boolean }> {
   const { root, appPath, headers, onRetry } = requestParts(opts, base);
   let rewritten = 0;
   for (let pageNo = 0; pageNo < MAX_REWRITTEN_PAGES; pageNo++) {
@@ -221,24 +262,33 @@ async function followRewrites(opts: SyncOptions, base: URL, dir: string, state: 
       for (const id of new Set(item.batchIds)) {
         const name = `${id}.parquet`;
         if (!(await exists(path.join(dir, name)))) continue;
-        const got = await withRetries(`pull ${name}`, opts.retry, (signal) => pullOne(`${root}/pull/${appPath}/${name}`, headers, dir, name, signal, 'report'), {
-          signal: opts.signal,
-          onRetry,
-        });
+        const got = await withRetries(
+          `pull ${name}`,
+          opts.retry,
+          (signal) => pullOne(`${root}/pull/${appPath}/${name}`, headers, dir, name, signal, 'report'),
+          {
+            signal: opts.signal,
+            onRetry,
+          },
+        );
         if (got === 'gone') {
           // Rewritten, then deleted by retention: the copy here still holds what was erased; its other rows are in the rollups.
           await fs.rm(path.join(dir, name), { force: true });
           await fsyncDir(dir);
-          opts.progress.note(`removed ${name}: an erasure rewrote it and the store no longer has it (its other rows are in the rollups: query --store)`);
+          opts.progress.note(
+            `removed ${name}: an erasure rewrote it and the store no longer has it (its other rows are in the rollups: query --store)`,
+          );
           rewritten++;
         } else if (got !== 'unchanged') rewritten++;
       }
       state.rewrittenAfter = item.cursor;
       await saveCursor(opts, dir, state);
     }
-    if (page.items.length > 0) opts.progress.note(`erasures: ${rewritten} rewritten batch(es) of this folder downloaded again so far`);
+    if (page.items.length > 0)
+      opts.progress.note(`erasures: ${rewritten} rewritten batch(es) of this folder downloaded again so far`);
     if (!page.hasMore) return { rewritten, followed: true };
-    if (page.items.length === 0) throw new CliError('server said hasMore with an empty rewritten page; refusing to spin');
+    if (page.items.length === 0)
+      throw new CliError('server said hasMore with an empty rewritten page; refusing to spin');
   }
   throw new CliError(`rewritten listing still had more after ${MAX_REWRITTEN_PAGES} pages; run sync again`);
 }
@@ -254,7 +304,10 @@ async function exists(file: string): Promise<boolean> {
 }
 
 /** A page of the rewritten listing, checked: cursors strictly increasing past `after`, batch ids only. */
-export function parseRewrittenPage(body: unknown, after: string | undefined): { items: { cursor: string; batchIds: string[] }[]; hasMore: boolean } {
+export function parseRewrittenPage(
+  body: unknown,
+  after: string | undefined,
+): { items: { cursor: string; batchIds: string[] }[]; hasMore: boolean } {
   const v = body as { items?: unknown; hasMore?: unknown };
   if (typeof v !== 'object' || v === null || !Array.isArray(v.items) || typeof v.hasMore !== 'boolean') {
     throw new CliError('rewritten list answered something that is not {items, next, hasMore}');
@@ -263,12 +316,21 @@ export function parseRewrittenPage(body: unknown, after: string | undefined): { 
   let prev = after ?? '';
   for (const raw of v.items as unknown[]) {
     const item = raw as { cursor?: unknown; batchIds?: unknown };
-    if (typeof item !== 'object' || item === null || typeof item.cursor !== 'string' || !isRewrittenCursor(item.cursor)) {
+    if (
+      typeof item !== 'object' ||
+      item === null ||
+      typeof item.cursor !== 'string' ||
+      !isRewrittenCursor(item.cursor)
+    ) {
       throw new CliError('rewritten list returned an item without a valid cursor');
     }
     // Cursors must keep increasing: a server that broke this could otherwise loop forever.
-    if (item.cursor <= prev) throw new CliError(`rewritten list returned cursor ${item.cursor} after ${prev}; refusing to go backwards`);
-    if (!Array.isArray(item.batchIds) || !item.batchIds.every((id): id is string => typeof id === 'string' && isBatchId(id))) {
+    if (item.cursor <= prev)
+      throw new CliError(`rewritten list returned cursor ${item.cursor} after ${prev}; refusing to go backwards`);
+    if (
+      !Array.isArray(item.batchIds) ||
+      !item.batchIds.every((id): id is string => typeof id === 'string' && isBatchId(id))
+    ) {
       // The ids become local file names: only batch ids, never a path.
       throw new CliError(`rewritten list item ${item.cursor} holds something that is not a batch id`);
     }
@@ -278,10 +340,20 @@ export function parseRewrittenPage(body: unknown, after: string | undefined): { 
   return { items, hasMore: v.hasMore };
 }
 
-async function syncLoop(opts: SyncOptions, base: URL, dir: string, state: FolderState): Promise<Omit<SyncResult, 'rewritten' | 'erasuresFollowed'>> {
+async function syncLoop(
+  opts: SyncOptions,
+  base: URL,
+  dir: string,
+  state: FolderState,
+): Promise<Omit<SyncResult, 'rewritten' | 'erasuresFollowed'>> {
   const start = state.lastId;
   const { root, appPath, headers, onRetry } = requestParts(opts, base);
-  const result: Omit<SyncResult, 'rewritten' | 'erasuresFollowed'> = { downloaded: 0, unchanged: 0, bytes: 0, cursor: start };
+  const result: Omit<SyncResult, 'rewritten' | 'erasuresFollowed'> = {
+    downloaded: 0,
+    unchanged: 0,
+    bytes: 0,
+    cursor: start,
+  };
   let known = 0;
   // Where the next list starts: the cursor, or (first sync of a folder) after what retention deleted.
   let listAfter = start;
@@ -298,14 +370,24 @@ async function syncLoop(opts: SyncOptions, base: URL, dir: string, state: Folder
         if (res.status === 410) {
           // A first sync that has kept nothing yet was only starting after an older mark: start after the new one.
           const mark = res.headers.get(RAW_DELETED_HEADER);
-          if (start === null && result.cursor === null && mark !== null && isBatchId(mark) && (listAfter === null || mark > listAfter)) {
+          if (
+            start === null &&
+            result.cursor === null &&
+            mark !== null &&
+            isBatchId(mark) &&
+            (listAfter === null || mark > listAfter)
+          ) {
             await res.body?.cancel();
             return { items: [], hasMore: true, deletedThrough: mark, restart: true };
           }
           return retentionGone(dir, listAfter, res);
         }
         if (res.status !== 200) return failFor(`list ${opts.collectionPath}/${opts.app}`, res);
-        return { ...parseListPage(await res.json()), deletedThrough: res.headers.get(RAW_DELETED_HEADER), restart: false };
+        return {
+          ...parseListPage(await res.json()),
+          deletedThrough: res.headers.get(RAW_DELETED_HEADER),
+          restart: false,
+        };
       },
       { signal: opts.signal, onRetry },
     );
@@ -326,11 +408,17 @@ async function syncLoop(opts: SyncOptions, base: URL, dir: string, state: Folder
     for (const name of page.items) {
       const id = name.slice(0, -'.parquet'.length);
       // Ids must keep strictly increasing: a server that broke this could otherwise loop forever.
-      if (listAfter !== null && id <= listAfter) throw new CliError(`server listed ${name} after cursor ${listAfter}; refusing to go backwards`);
-      const got = await withRetries(`pull ${name}`, opts.retry, (signal) => pullOne(`${root}/pull/${appPath}/${name}`, headers, dir, name, signal, 'throw'), {
-        signal: opts.signal,
-        onRetry,
-      });
+      if (listAfter !== null && id <= listAfter)
+        throw new CliError(`server listed ${name} after cursor ${listAfter}; refusing to go backwards`);
+      const got = await withRetries(
+        `pull ${name}`,
+        opts.retry,
+        (signal) => pullOne(`${root}/pull/${appPath}/${name}`, headers, dir, name, signal, 'throw'),
+        {
+          signal: opts.signal,
+          onRetry,
+        },
+      );
       if (got === 'unchanged') result.unchanged++;
       else if (got !== 'gone') {
         result.downloaded++;
@@ -390,10 +478,20 @@ function parseListPage(body: unknown): { items: string[]; hasMore: boolean } {
  * the ETag, fsynced, renamed. Returns the bytes written, or 'unchanged' on 304. A batch the
  * store does not have is an error, or 'gone' with `missing` 'report'.
  */
-async function pullOne(url: string, headers: Record<string, string>, dir: string, name: string, signal: AbortSignal, missing: 'throw' | 'report'): Promise<number | 'unchanged' | 'gone'> {
+async function pullOne(
+  url: string,
+  headers: Record<string, string>,
+  dir: string,
+  name: string,
+  signal: AbortSignal,
+  missing: 'throw' | 'report',
+): Promise<number | 'unchanged' | 'gone'> {
   const final = path.join(dir, name);
   const localSha = await fileSha256(final);
-  const res = await fetch(url, { headers: localSha ? { ...headers, 'If-None-Match': `"${localSha}"` } : headers, signal });
+  const res = await fetch(url, {
+    headers: localSha ? { ...headers, 'If-None-Match': `"${localSha}"` } : headers,
+    signal,
+  });
   if (res.status === 304) {
     await res.body?.cancel();
     return 'unchanged';
@@ -434,7 +532,9 @@ async function pullOne(url: string, headers: Record<string, string>, dir: string
   const sha = hash.digest('hex');
   if (etag && sha !== etag) {
     await fs.rm(tmp, { force: true });
-    throw new RetriableError(`pull ${name}: received bytes hash to ${sha.slice(0, 12)}…, not the ETag ${etag.slice(0, 12)}…`);
+    throw new RetriableError(
+      `pull ${name}: received bytes hash to ${sha.slice(0, 12)}…, not the ETag ${etag.slice(0, 12)}…`,
+    );
   }
   await fs.rename(tmp, final);
   await fsyncDir(dir);

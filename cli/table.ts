@@ -5,7 +5,16 @@
  */
 import { type CollectionConfig, type Env, loadSyncConfig } from '../shared/config.js';
 import { sqlStringLiteral } from '../shared/duckdb.js';
-import { IcebergTable, type Snapshot, THROUGH_BATCH_ID, type TableMetadata, currentSnapshot, snapshotAsOf, storeRootUri, tableAppName } from '../shared/iceberg/table.js';
+import {
+  IcebergTable,
+  type Snapshot,
+  THROUGH_BATCH_ID,
+  type TableMetadata,
+  currentSnapshot,
+  snapshotAsOf,
+  storeRootUri,
+  tableAppName,
+} from '../shared/iceberg/table.js';
 import { checkParamValue } from '../shared/paths.js';
 import { rollupFileFirstId } from '../shared/rollup/layout.js';
 import { storeRootUrl } from '../shared/duckdb.js';
@@ -29,8 +38,13 @@ export interface TableTarget {
 /** The store and the table of `--app` in `--collection` (default the first). Close the store after use (closeStore). */
 export function openTable(t: TableTarget): { store: ObjectStore; table: IcebergTable; collection: CollectionConfig } {
   const config = loadSyncConfig(t.env);
-  const collection = t.collection === undefined ? config.collections[0] : config.collections.find((c) => c.name === t.collection);
-  if (!collection) throw new CliError(`no collection "${t.collection}" in the config (have: ${config.collections.map((c) => c.name).join(', ')})`, EXIT.usage);
+  const collection =
+    t.collection === undefined ? config.collections[0] : config.collections.find((c) => c.name === t.collection);
+  if (!collection)
+    throw new CliError(
+      `no collection "${t.collection}" in the config (have: ${config.collections.map((c) => c.name).join(', ')})`,
+      EXIT.usage,
+    );
   const bad = checkParamValue(t.app);
   if (bad) throw new CliError(`--app ${JSON.stringify(t.app)}: an app name ${bad}`, EXIT.usage);
   const store = storeFromEnv(t.env);
@@ -59,13 +73,20 @@ export function pickSnapshot(meta: TableMetadata, asOf: string | undefined): Sna
   }
   if (/^\d+$/.test(asOf)) {
     const s = meta.snapshots.find((x) => String(x['snapshot-id']) === asOf);
-    if (!s) throw new CliError(`--as-of ${asOf}: no such snapshot in the table (expired after ICEBERG_SNAPSHOT_RETENTION_SECONDS, or never; see "events-ingest table")`);
+    if (!s)
+      throw new CliError(
+        `--as-of ${asOf}: no such snapshot in the table (expired after ICEBERG_SNAPSHOT_RETENTION_SECONDS, or never; see "events-ingest table")`,
+      );
     return s;
   }
   const ms = Date.parse(asOf);
-  if (!Number.isFinite(ms)) throw new CliError(`--as-of ${JSON.stringify(asOf)}: neither a snapshot id nor an ISO timestamp`, EXIT.usage);
+  if (!Number.isFinite(ms))
+    throw new CliError(`--as-of ${JSON.stringify(asOf)}: neither a snapshot id nor an ISO timestamp`, EXIT.usage);
   const s = snapshotAsOf(meta, ms);
-  if (!s) throw new CliError(`--as-of ${asOf}: the table has no snapshot that old (the oldest retained is ${new Date(Math.min(...meta.snapshots.map((x) => x['timestamp-ms']))).toISOString()})`);
+  if (!s)
+    throw new CliError(
+      `--as-of ${asOf}: the table has no snapshot that old (the oldest retained is ${new Date(Math.min(...meta.snapshots.map((x) => x['timestamp-ms']))).toISOString()})`,
+    );
   return s;
 }
 
@@ -91,7 +112,9 @@ async function copyKeys(store: ObjectStore, keys: readonly string[], dir: string
         bytes += await fetchObject(store, key, path.join(dir, ...key.split('/')));
       } catch (err) {
         // A snapshot's file can go once the snapshot expires (ICEBERG_SNAPSHOT_RETENTION_SECONDS after the next one).
-        failure ??= new CliError(`copying the snapshot's files from ${store.describe()} failed at ${key}: ${messageOf(err)}`);
+        failure ??= new CliError(
+          `copying the snapshot's files from ${store.describe()} failed at ${key}: ${messageOf(err)}`,
+        );
       }
     }
   };
@@ -109,7 +132,10 @@ export async function tableViewStatements(t: TableTarget, local?: TableLocalCopy
   const { store, table } = openTable(t);
   try {
     const loaded = await table.load();
-    if (!loaded) throw new CliError(`no Iceberg table for app ${JSON.stringify(t.app)} in ${store.describe()} (is ICEBERG=on on the rollup service, and has it committed yet?)`);
+    if (!loaded)
+      throw new CliError(
+        `no Iceberg table for app ${JSON.stringify(t.app)} in ${store.describe()} (is ICEBERG=on on the rollup service, and has it committed yet?)`,
+      );
     const snap = pickSnapshot(loaded.metadata, t.asOf);
     const keys = await table.dataKeys(snap);
     if (local) {
@@ -123,12 +149,19 @@ export async function tableViewStatements(t: TableTarget, local?: TableLocalCopy
     const batches = keys.filter((k) => rollupFileFirstId(k) === null);
     const app = `${sqlStringLiteral(t.app)} AS "app"`;
     const cols = VIEW_COLUMNS.map((c) => `"${c}"`).join(', ');
-    const batchCols = VIEW_COLUMNS.filter((c) => c !== 'batch_id').map((c) => `"${c}"`).join(', ');
+    const batchCols = VIEW_COLUMNS.filter((c) => c !== 'batch_id')
+      .map((c) => `"${c}"`)
+      .join(', ');
     const parts: string[] = [];
     if (rollups.length > 0) parts.push(`SELECT ${cols}, ${app} FROM read_parquet(${urls(rollups)})`);
-    if (batches.length > 0) parts.push(`SELECT ${batchCols}, regexp_extract(filename, '([^/]+)\\.parquet$', 1) AS "batch_id", ${app} FROM read_parquet(${urls(batches)}, filename = true)`);
+    if (batches.length > 0)
+      parts.push(
+        `SELECT ${batchCols}, regexp_extract(filename, '([^/]+)\\.parquet$', 1) AS "batch_id", ${app} FROM read_parquet(${urls(batches)}, filename = true)`,
+      );
     if (parts.length === 0) {
-      const empty = VIEW_COLUMNS.map((c) => (c === 'received_at' ? `TIMESTAMPTZ '1970-01-01 00:00:00+00' AS "received_at"` : `NULL::VARCHAR AS "${c}"`));
+      const empty = VIEW_COLUMNS.map((c) =>
+        c === 'received_at' ? `TIMESTAMPTZ '1970-01-01 00:00:00+00' AS "received_at"` : `NULL::VARCHAR AS "${c}"`,
+      );
       parts.push(`SELECT ${empty.join(', ')}, ${app} WHERE false`);
     }
     return [...setup, `CREATE VIEW events AS ${parts.map((p) => `(${p})`).join(' UNION ALL ')}`];
@@ -142,7 +175,10 @@ export async function tableSnapshots(t: TableTarget): Promise<{ columns: string[
   const { store, table } = openTable(t);
   try {
     const loaded = await table.load();
-    if (!loaded) throw new CliError(`no Iceberg table for app ${JSON.stringify(t.app)} in ${store.describe()} (is ICEBERG=on on the rollup service, and has it committed yet?)`);
+    if (!loaded)
+      throw new CliError(
+        `no Iceberg table for app ${JSON.stringify(t.app)} in ${store.describe()} (is ICEBERG=on on the rollup service, and has it committed yet?)`,
+      );
     const meta = loaded.metadata;
     const current = meta['current-snapshot-id'];
     const rows = [...meta.snapshots]

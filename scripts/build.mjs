@@ -28,7 +28,10 @@ try {
 }
 
 rmSync(out, { recursive: true, force: true });
-const r = spawnSync(process.execPath, [tsc, '-p', path.join(root, 'tsconfig.build.json'), '--outDir', out], { cwd: root, stdio: 'inherit' });
+const r = spawnSync(process.execPath, [tsc, '-p', path.join(root, 'tsconfig.build.json'), '--outDir', out], {
+  cwd: root,
+  stdio: 'inherit',
+});
 if (r.status !== 0) process.exit(r.status ?? 1);
 
 /** Non-TypeScript files the code loads relative to its own module: every Lua script (every script of shared/redis/scripts/). */

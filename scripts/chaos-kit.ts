@@ -10,7 +10,8 @@ import { pollUntil } from '../shared/poll.js';
 /** `pass`: forward bytes. `http503`: answer every request with an S3-style 503. `reset`: TCP reset on connect. */
 export type FaultMode = 'pass' | 'http503' | 'reset';
 
-const SERVICE_UNAVAILABLE_XML = '<?xml version="1.0" encoding="UTF-8"?><Error><Code>ServiceUnavailable</Code><Message>injected fault</Message></Error>';
+const SERVICE_UNAVAILABLE_XML =
+  '<?xml version="1.0" encoding="UTF-8"?><Error><Code>ServiceUnavailable</Code><Message>injected fault</Message></Error>';
 const SERVICE_UNAVAILABLE = [
   'HTTP/1.1 503 Service Unavailable',
   'Content-Type: application/xml',
@@ -150,8 +151,16 @@ const OUTPUT_DRAIN_MS = 2000;
  * one process, so SIGKILL kills the service itself. (The `tsx` CLI runs the code in a child
  * process; killing the CLI with SIGKILL would leave that child running and still holding its port.)
  */
-export function spawnService(entry: string, env: Record<string, string>, opts: { keepChars?: number; nodeFlags?: readonly string[] } = {}): Service {
-  const child = spawn(process.execPath, [...(opts.nodeFlags ?? []), ...(entry.endsWith('.ts') ? ['--import', 'tsx', entry] : [entry])], { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+export function spawnService(
+  entry: string,
+  env: Record<string, string>,
+  opts: { keepChars?: number; nodeFlags?: readonly string[] } = {},
+): Service {
+  const child = spawn(
+    process.execPath,
+    [...(opts.nodeFlags ?? []), ...(entry.endsWith('.ts') ? ['--import', 'tsx', entry] : [entry])],
+    { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] },
+  );
   const keepChars = opts.keepChars ?? OUTPUT_KEEP_CHARS;
   let out = '';
   const keep = (d: Buffer): void => {
@@ -197,7 +206,14 @@ export async function waitHttpOk(url: string, ms: number, svc?: Service): Promis
         await r.arrayBuffer();
         return r.ok;
       },
-      { ms, what: url, giveUp: () => (svc && (svc.child.exitCode !== null || svc.child.signalCode !== null) ? `process exited (${String(svc.child.exitCode)})` : undefined) },
+      {
+        ms,
+        what: url,
+        giveUp: () =>
+          svc && (svc.child.exitCode !== null || svc.child.signalCode !== null)
+            ? `process exited (${String(svc.child.exitCode)})`
+            : undefined,
+      },
     );
   } catch (err) {
     throw new Error(`${(err as Error).message}${svc ? `:\n${svc.output()}` : ''}`);

@@ -52,8 +52,24 @@ const STORE_KIND = choiceArg(process.argv, 'store', ['s3rver', 'rgw']);
 const REDIS_KIND = choiceArg(process.argv, 'redis', ['single', 'cluster']);
 const CLUSTER_SHARDS = 3;
 const PROFILE = SHORT
-  ? { clients: 3, pauseMs: 150, quietMs: 2000, drainMs: 60_000, bigEvents: 6000, outageMs: 10_000, hardLimitMs: 240_000 }
-  : { clients: 4, pauseMs: 30, quietMs: 12_000, drainMs: 90_000, bigEvents: 12_000, outageMs: 10_000, hardLimitMs: 295_000 };
+  ? {
+      clients: 3,
+      pauseMs: 150,
+      quietMs: 2000,
+      drainMs: 60_000,
+      bigEvents: 6000,
+      outageMs: 10_000,
+      hardLimitMs: 240_000,
+    }
+  : {
+      clients: 4,
+      pauseMs: 30,
+      quietMs: 12_000,
+      drainMs: 90_000,
+      bigEvents: 12_000,
+      outageMs: 10_000,
+      hardLimitMs: 295_000,
+    };
 const APP = 'chaos';
 const QUEUE = 'chaos';
 const TOKEN = `chaos-admin-${randomBytes(8).toString('hex')}`;
@@ -82,7 +98,13 @@ const counters = { requests: 0, refused: 0, noAnswer: 0, statuses: new Map<numbe
 /** Events carry a per-push marker (`message_id = <push>:<i>`) so files can be traced back to pushes. */
 function bodyFor(id: string, n: number, padBytes = 0): string {
   const pad = padBytes > 0 ? 'x'.repeat(padBytes) : undefined;
-  const events = Array.from({ length: n }, (_, i) => ({ event_type: 'track', event: 'chaos', distinct_id: 'chaos-user', message_id: `${id}:${i}`, properties: pad ? { i, pad } : { i } }));
+  const events = Array.from({ length: n }, (_, i) => ({
+    event_type: 'track',
+    event: 'chaos',
+    distinct_id: 'chaos-user',
+    message_id: `${id}:${i}`,
+    properties: pad ? { i, pad } : { i },
+  }));
   return JSON.stringify({ data: { events }, baseHash: null });
 }
 
@@ -188,14 +210,22 @@ async function failoverShardMaster(): Promise<void> {
   const layout = clusterShards?.forPrefix(`events/${APP}/`).layout;
   const slot = calculateSlot(layout?.tag ?? '');
   const view = await clusterView(c.all[0]?.port ?? 0);
-  const victim = view.find((v) => v.master && v.slots.some((r) => {
-    const [lo, hi] = r.split('-').map(Number);
-    return lo !== undefined && slot >= lo && slot <= (hi ?? lo);
-  }))?.port;
+  const victim = view.find(
+    (v) =>
+      v.master &&
+      v.slots.some((r) => {
+        const [lo, hi] = r.split('-').map(Number);
+        return lo !== undefined && slot >= lo && slot <= (hi ?? lo);
+      }),
+  )?.port;
   if (victim === undefined) return progress('  no master found for the shard; skipping');
   await c.kill(victim);
   const t = Date.now();
-  await waitUntil('a replica to take over', 30_000, async () => (await c.masterPorts()).filter((p) => p !== victim).length === 3);
+  await waitUntil(
+    'a replica to take over',
+    30_000,
+    async () => (await c.masterPorts()).filter((p) => p !== victim).length === 3,
+  );
   progress(`  master :${victim} killed; its replica took over after ${Date.now() - t} ms`);
   await sleep(1500);
   await c.restart(victim);
@@ -234,7 +264,11 @@ async function jobInfo(id: string): Promise<{ state: string; processedOn: number
   return { state, processedOn: job?.processedOn };
 }
 
-async function waitUntil<T>(what: string, ms: number, fn: () => Promise<T | undefined | false>): Promise<T | undefined> {
+async function waitUntil<T>(
+  what: string,
+  ms: number,
+  fn: () => Promise<T | undefined | false>,
+): Promise<T | undefined> {
   const deadline = Date.now() + ms;
   while (Date.now() < deadline) {
     const v = await fn().catch(() => undefined);
@@ -302,7 +336,10 @@ async function listAll(): Promise<string[]> {
   const out: string[] = [];
   let after = '';
   for (let page = 0; page < 1000; page++) {
-    const r = await fetch(`${apiUrl}/list/events/${APP}?limit=1000${after ? `&after=${after}` : ''}`, { headers: { Authorization: `Bearer ${TOKEN}` }, signal: AbortSignal.timeout(10_000) });
+    const r = await fetch(`${apiUrl}/list/events/${APP}?limit=1000${after ? `&after=${after}` : ''}`, {
+      headers: { Authorization: `Bearer ${TOKEN}` },
+      signal: AbortSignal.timeout(10_000),
+    });
     if (r.status !== 200) throw new Error(`list answered ${r.status}`);
     const j = (await r.json()) as { items: string[]; hasMore: boolean };
     out.push(...j.items);
@@ -335,7 +372,12 @@ async function verify(store: ObjectStore): Promise<Report> {
   };
   await Promise.all(Array.from({ length: VERIFY_PARALLELISM }, lane));
   // Per file: which logical pushes its rows came from, and how many rows of each.
-  const rows = keys.length === 0 ? [] : await duckQuery(`SELECT parse_filename(filename, true) AS batch, split_part(message_id, ':', 1) AS push, count(*)::INTEGER AS n FROM read_parquet(${sqlString(join(pulled, '*.parquet'))}, filename = true) GROUP BY ALL`);
+  const rows =
+    keys.length === 0
+      ? []
+      : await duckQuery(
+          `SELECT parse_filename(filename, true) AS batch, split_part(message_id, ':', 1) AS push, count(*)::INTEGER AS n FROM read_parquet(${sqlString(join(pulled, '*.parquet'))}, filename = true) GROUP BY ALL`,
+        );
   const filesOfPush = new Map<string, { batch: string; n: number }[]>();
   for (const r of rows) {
     const push = String(r.push);
@@ -401,7 +443,10 @@ function printTable(r: Report): void {
   process.stdout.write(`${line}\n`);
   for (const [k, x] of rows) process.stdout.write(`| ${k.padEnd(w)} | ${String(x).padStart(v)} |\n`);
   process.stdout.write(`${line}\n`);
-  const statuses = [...counters.statuses].sort(([a], [b]) => a - b).map(([s, n]) => `${s}×${n}`).join(' ');
+  const statuses = [...counters.statuses]
+    .sort(([a], [b]) => a - b)
+    .map(([s, n]) => `${s}×${n}`)
+    .join(' ');
   process.stdout.write(`HTTP answers: ${statuses} (${counters.requests} requests)\n`);
 }
 
@@ -410,13 +455,18 @@ function printTable(r: Report): void {
 async function main(): Promise<number> {
   progress(`${SHORT ? 'short' : 'full'} run ${RUN} on ${STORE_KIND}; temp dir ${tmp}`);
   await startRedis();
-  if (cluster) progress(`Redis Cluster of 3 masters + 3 replicas on ${cluster.nodes} (appendonly yes, appendfsync always, noeviction); QUEUE_SHARDS=${CLUSTER_SHARDS}, REDIS_WAIT_REPLICAS=1`);
+  if (cluster)
+    progress(
+      `Redis Cluster of 3 masters + 3 replicas on ${cluster.nodes} (appendonly yes, appendfsync always, noeviction); QUEUE_SHARDS=${CLUSTER_SHARDS}, REDIS_WAIT_REPLICAS=1`,
+    );
   else progress(`redis-server on ${(redis as RedisServer).url} (appendonly yes, appendfsync always, noeviction)`);
   let storeEnv: Record<string, string>;
   if (STORE_KIND === 'rgw') {
     rgw = await startRgw();
     const m = rgw.memory();
-    progress(`Ceph RGW on ${rgw.endpoint} (started in ${rgw.startupMs.toFixed(0)} ms; RSS ${(m.total / 1048576).toFixed(0)} MB: mon ${(m.mon / 1048576).toFixed(0)}, osd ${(m.osd / 1048576).toFixed(0)}, radosgw ${(m.rgw / 1048576).toFixed(0)})`);
+    progress(
+      `Ceph RGW on ${rgw.endpoint} (started in ${rgw.startupMs.toFixed(0)} ms; RSS ${(m.total / 1048576).toFixed(0)} MB: mon ${(m.mon / 1048576).toFixed(0)}, osd ${(m.osd / 1048576).toFixed(0)}, radosgw ${(m.rgw / 1048576).toFixed(0)})`,
+    );
     storeEnv = rgwEnv(rgw);
   } else {
     s3 = await startS3Server();
@@ -438,7 +488,9 @@ async function main(): Promise<number> {
   common = {
     HOST: '127.0.0.1',
     ...storeEnv,
-    ...(cluster ? { REDIS_CLUSTER_NODES: cluster.nodes, QUEUE_SHARDS: String(CLUSTER_SHARDS), REDIS_WAIT_REPLICAS: '1' } : { REDIS_URL: (redis as RedisServer).url }),
+    ...(cluster
+      ? { REDIS_CLUSTER_NODES: cluster.nodes, QUEUE_SHARDS: String(CLUSTER_SHARDS), REDIS_WAIT_REPLICAS: '1' }
+      : { REDIS_URL: (redis as RedisServer).url }),
     QUEUE_NAME: QUEUE,
     ADMIN_TOKEN: TOKEN,
     LOG_LEVEL: 'warn',
@@ -449,7 +501,10 @@ async function main(): Promise<number> {
   await Promise.all([startApi(), startEncoder(0), startEncoder(1)]);
   if (cluster) {
     // Every push goes to one app, so one shard: its queue is the one to watch.
-    clusterConn = createRedisClient({ kind: 'cluster', nodes: cluster.all.map((n) => ({ host: '127.0.0.1', port: n.port })) }, 'worker');
+    clusterConn = createRedisClient(
+      { kind: 'cluster', nodes: cluster.all.map((n) => ({ host: '127.0.0.1', port: n.port })) },
+      'worker',
+    );
     clusterShards = ShardSet.open(clusterConn, shardLayouts(QUEUE, CLUSTER_SHARDS, true));
     monitor = clusterShards.forPrefix(`events/${APP}/`).queue;
   } else {
@@ -475,7 +530,7 @@ async function main(): Promise<number> {
     });
   }
   await phase('kill -9 twice in a row on the same job', doubleKillOnOneJob);
-  if (cluster) await phase('kill -9 the Redis master of the app\'s shard, failover, restart it', failoverShardMaster);
+  if (cluster) await phase("kill -9 the Redis master of the app's shard, failover, restart it", failoverShardMaster);
   else {
     await phase('kill -9 redis-server, restart from its AOF', async () => {
       await killRedis();
@@ -510,7 +565,7 @@ async function main(): Promise<number> {
     });
   }
   if (!SHORT) {
-    if (cluster) await phase('kill -9 the shard\'s Redis master again under load', failoverShardMaster);
+    if (cluster) await phase("kill -9 the shard's Redis master again under load", failoverShardMaster);
     else {
       await phase('kill -9 redis-server again under load', async () => {
         await killRedis();
@@ -526,7 +581,9 @@ async function main(): Promise<number> {
 
   const direct = rgw ? rgwStoreFor(rgw) : s3StoreFor(s3 as S3TestServer);
   const ackedIds = new Set([...pushes.values()].flatMap((p) => [...p.batchIds]));
-  progress(`draining: ${ackedIds.size} acknowledged batches must reach the store (at most ${PROFILE.drainMs / 1000} s)`);
+  progress(
+    `draining: ${ackedIds.size} acknowledged batches must reach the store (at most ${PROFILE.drainMs / 1000} s)`,
+  );
   const deadline = Date.now() + PROFILE.drainMs;
   let ok = false;
   for (let i = 0; Date.now() < deadline; i++) {
@@ -540,18 +597,35 @@ async function main(): Promise<number> {
   }
   progress(ok ? 'backlog drained' : 'drain deadline passed; counting what is there');
   // How much of the load went as group jobs (QUEUE_GROUP_MAX), since the API's last start.
-  const metricsText = await fetch(`${apiUrl}/metrics`, { signal: AbortSignal.timeout(5000) }).then((r) => r.text()).catch(() => '');
+  const metricsText = await fetch(`${apiUrl}/metrics`, { signal: AbortSignal.timeout(5000) })
+    .then((r) => r.text())
+    .catch(() => '');
   // Every series carries the process's default labels (`service`, …): match the name and any label given.
-  const metric = (name: string, label = ''): string => metricsText.split('\n').find((l) => (l.startsWith(`${name}{`) || l.startsWith(`${name} `)) && l.includes(label))?.split(' ').pop() ?? '?';
-  progress(`since the API's last start: ${metric('ingest_pushes_total', 'outcome="accepted"')} pushes accepted; ${metric('ingest_enqueue_group_batches_count')} group jobs carried ${metric('ingest_enqueue_group_batches_sum')} of their batches`);
+  const metric = (name: string, label = ''): string =>
+    metricsText
+      .split('\n')
+      .find((l) => (l.startsWith(`${name}{`) || l.startsWith(`${name} `)) && l.includes(label))
+      ?.split(' ')
+      .pop() ?? '?';
+  progress(
+    `since the API's last start: ${metric('ingest_pushes_total', 'outcome="accepted"')} pushes accepted; ${metric('ingest_enqueue_group_batches_count')} group jobs carried ${metric('ingest_enqueue_group_batches_sum')} of their batches`,
+  );
 
   const report = await verify(direct);
   direct.destroy();
-  const exits = await Promise.all([api, ...encoders].map((p) => (p ? p.stop('SIGTERM', 20_000) : Promise.resolve(null))));
+  const exits = await Promise.all(
+    [api, ...encoders].map((p) => (p ? p.stop('SIGTERM', 20_000) : Promise.resolve(null))),
+  );
   progress(`SIGTERM exit codes: api ${exits[0]}, encoders ${exits[1]} ${exits[2]}`);
   printTable(report);
   process.stdout.write(`CHAOS_RESULT ${JSON.stringify(report)}\n`);
-  const pass = report.lost === 0 && report.duplicated === 0 && report.incomplete === 0 && report.deadLettered === 0 && report.listInOrder && report.listed === report.files;
+  const pass =
+    report.lost === 0 &&
+    report.duplicated === 0 &&
+    report.incomplete === 0 &&
+    report.deadLettered === 0 &&
+    report.listInOrder &&
+    report.listed === report.files;
   progress(pass ? 'PASS: nothing acknowledged was lost or written twice' : 'FAIL');
   return pass ? 0 : 1;
 }

@@ -13,11 +13,14 @@ import { spawn } from 'node:child_process';
 import { resolve } from 'node:path';
 import { Command, InvalidArgumentError } from 'commander';
 
-const int = (min: number, max: number) => (raw: string): number => {
-  const n = Number(raw);
-  if (!/^\d{1,7}$/.test(raw) || n < min || n > max) throw new InvalidArgumentError(`must be an integer from ${min} to ${max}`);
-  return n;
-};
+const int =
+  (min: number, max: number) =>
+  (raw: string): number => {
+    const n = Number(raw);
+    if (!/^\d{1,7}$/.test(raw) || n < min || n > max)
+      throw new InvalidArgumentError(`must be an integer from ${min} to ${max}`);
+    return n;
+  };
 
 const program = new Command()
   .name('erasure-acceptance')
@@ -31,11 +34,26 @@ const opts = program.opts<{ events: number; batches: number }>();
 if (opts.events < opts.batches) program.error('--events must be at least --batches');
 
 const root = resolve(import.meta.dirname, '..');
-const child = spawn(process.execPath, [resolve(root, 'node_modules/vitest/vitest.mjs'), 'run', '--project', 'system', 'test/integration/erasure-acceptance.test.ts', ...program.args], {
-  cwd: root,
-  stdio: 'inherit',
-  env: { ...process.env, ERASURE_ACCEPTANCE_EVENTS: String(opts.events), ERASURE_ACCEPTANCE_BATCHES: String(opts.batches) },
-});
+const child = spawn(
+  process.execPath,
+  [
+    resolve(root, 'node_modules/vitest/vitest.mjs'),
+    'run',
+    '--project',
+    'system',
+    'test/integration/erasure-acceptance.test.ts',
+    ...program.args,
+  ],
+  {
+    cwd: root,
+    stdio: 'inherit',
+    env: {
+      ...process.env,
+      ERASURE_ACCEPTANCE_EVENTS: String(opts.events),
+      ERASURE_ACCEPTANCE_BATCHES: String(opts.batches),
+    },
+  },
+);
 const stop = (sig: NodeJS.Signals): void => void child.kill(sig);
 process.once('SIGINT', stop);
 process.once('SIGTERM', stop);

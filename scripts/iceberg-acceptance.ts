@@ -15,11 +15,14 @@ import { spawn } from 'node:child_process';
 import { resolve } from 'node:path';
 import { Command, InvalidArgumentError } from 'commander';
 
-const int = (min: number, max: number) => (raw: string): number => {
-  const n = Number(raw);
-  if (!/^\d{1,6}$/.test(raw) || n < min || n > max) throw new InvalidArgumentError(`must be an integer from ${min} to ${max}`);
-  return n;
-};
+const int =
+  (min: number, max: number) =>
+  (raw: string): number => {
+    const n = Number(raw);
+    if (!/^\d{1,6}$/.test(raw) || n < min || n > max)
+      throw new InvalidArgumentError(`must be an integer from ${min} to ${max}`);
+    return n;
+  };
 
 const program = new Command()
   .name('iceberg-acceptance')
@@ -34,19 +37,30 @@ const opts = program.opts<{ seconds: number; rgwSeconds: number; period: number 
 if (3600 % opts.period !== 0) program.error('--period must divide 3600 (the table is partitioned by hour)');
 
 const root = resolve(import.meta.dirname, '..');
-const child = spawn(process.execPath, [resolve(root, 'node_modules/vitest/vitest.mjs'), 'run', '--project', 'system', 'test/integration/iceberg-acceptance.test.ts', ...program.args], {
-  cwd: root,
-  stdio: 'inherit',
-  env: {
-    ...process.env,
-    ICEBERG_ACCEPTANCE_SECONDS: String(opts.seconds),
-    ICEBERG_ACCEPTANCE_RGW_SECONDS: String(opts.rgwSeconds),
-    ICEBERG_ACCEPTANCE_PERIOD_SECONDS: String(opts.period),
-    ICEBERG_ACCEPTANCE_RGW_KILLS: '3',
-    // One store after the other: the reader's round of reads (icebird decodes every row) fits in its second.
-    ICEBERG_ACCEPTANCE_CONCURRENT: '0',
+const child = spawn(
+  process.execPath,
+  [
+    resolve(root, 'node_modules/vitest/vitest.mjs'),
+    'run',
+    '--project',
+    'system',
+    'test/integration/iceberg-acceptance.test.ts',
+    ...program.args,
+  ],
+  {
+    cwd: root,
+    stdio: 'inherit',
+    env: {
+      ...process.env,
+      ICEBERG_ACCEPTANCE_SECONDS: String(opts.seconds),
+      ICEBERG_ACCEPTANCE_RGW_SECONDS: String(opts.rgwSeconds),
+      ICEBERG_ACCEPTANCE_PERIOD_SECONDS: String(opts.period),
+      ICEBERG_ACCEPTANCE_RGW_KILLS: '3',
+      // One store after the other: the reader's round of reads (icebird decodes every row) fits in its second.
+      ICEBERG_ACCEPTANCE_CONCURRENT: '0',
+    },
   },
-});
+);
 const stop = (sig: NodeJS.Signals): void => void child.kill(sig);
 process.once('SIGINT', stop);
 process.once('SIGTERM', stop);

@@ -25,11 +25,14 @@ import { freePort, startRedisServer } from '../test/helpers/redis-server.js';
 import { startService, waitFor, waitForHttp } from '../test/helpers/proc.js';
 import { type Answer, MiB, RssSampler, SHAPES, type Shape, answerProblem, pushBody, shapedBody } from './memory-kit.js';
 
-const int = (min: number, max: number) => (raw: string): number => {
-  const n = Number(raw);
-  if (!/^\d{1,9}$/.test(raw) || n < min || n > max) throw new InvalidArgumentError(`must be an integer from ${min} to ${max}`);
-  return n;
-};
+const int =
+  (min: number, max: number) =>
+  (raw: string): number => {
+    const n = Number(raw);
+    if (!/^\d{1,9}$/.test(raw) || n < min || n > max)
+      throw new InvalidArgumentError(`must be an integer from ${min} to ${max}`);
+    return n;
+  };
 const shapeArg = (raw: string): Shape | 'all' => {
   if (raw === 'all' || (SHAPES as readonly string[]).includes(raw)) return raw as Shape | 'all';
   throw new InvalidArgumentError(`must be one of ${SHAPES.join(', ')} or all`);
@@ -37,16 +40,24 @@ const shapeArg = (raw: string): Shape | 'all' => {
 
 const opts = new Command()
   .name('memory-acceptance')
-  .description('200 concurrent 8 MB pushes of the costliest shape against the compiled product with its defaults: peak RSS, answers, files, idle RSS')
+  .description(
+    '200 concurrent 8 MB pushes of the costliest shape against the compiled product with its defaults: peak RSS, answers, files, idle RSS',
+  )
   .option('--shape <shape>', `body shape: ${SHAPES.join(', ')} or all`, shapeArg, 'escaped' as Shape | 'all')
   .option('--pushes <n>', 'concurrent pushes', int(1, 2000), 200)
   .option('--idle-seconds <n>', 'seconds to wait after the last file before the idle RSS is read', int(0, 3600), 60)
   .option('--limit-mib <n>', 'the bound on the peak RSS of all processes', int(64, 65_536), 1024)
-  .option('--body-bytes <n>', 'bytes per body (at most the default maxBodyBytes, 8000000); 1048576 takes the path where the API encodes the file itself', int(1024, 8_000_000), 8_000_000)
+  .option(
+    '--body-bytes <n>',
+    'bytes per body (at most the default maxBodyBytes, 8000000); 1048576 takes the path where the API encodes the file itself',
+    int(1024, 8_000_000),
+    8_000_000,
+  )
   .parse()
   .opts<{ shape: Shape | 'all'; pushes: number; idleSeconds: number; limitMib: number; bodyBytes: number }>();
 
-const say = (msg: string): void => void process.stderr.write(`[memory-acceptance ${new Date().toISOString().slice(11, 19)}] ${msg}\n`);
+const say = (msg: string): void =>
+  void process.stderr.write(`[memory-acceptance ${new Date().toISOString().slice(11, 19)}] ${msg}\n`);
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 interface Outcome {
@@ -55,7 +66,13 @@ interface Outcome {
   lines: string[];
 }
 
-async function runShape(shape: Shape, url: string, dataDir: string, sampler: RssSampler, baseline: number): Promise<Outcome> {
+async function runShape(
+  shape: Shape,
+  url: string,
+  dataDir: string,
+  sampler: RssSampler,
+  baseline: number,
+): Promise<Outcome> {
   const lines: string[] = [];
   const problems: string[] = [];
   const body = shapedBody(shape, opts.bodyBytes);
@@ -63,7 +80,11 @@ async function runShape(shape: Shape, url: string, dataDir: string, sampler: Rss
   sampler.resetPeak();
   const t0 = performance.now();
   let answered = 0;
-  const progress = setInterval(() => say(`${shape}: ${answered}/${opts.pushes} answered, RSS now ${MiB(sampler.latest)}, peak ${MiB(sampler.peak)}`), 2000);
+  const progress = setInterval(
+    () =>
+      say(`${shape}: ${answered}/${opts.pushes} answered, RSS now ${MiB(sampler.latest)}, peak ${MiB(sampler.peak)}`),
+    2000,
+  );
   let answers: Answer[];
   try {
     answers = await Promise.all(
@@ -79,7 +100,9 @@ async function runShape(shape: Shape, url: string, dataDir: string, sampler: Rss
   }
   const seconds = (performance.now() - t0) / 1000;
   const count = (status: number): number => answers.filter((a) => a.status === status).length;
-  lines.push(`${shape}: ${opts.pushes} x ${(body.bytes / 1e6).toFixed(2)} MB (${body.events} events) answered in ${seconds.toFixed(1)} s: ${count(200)} x 200, ${count(503)} x 503, ${count(413)} x 413, ${answers.length - count(200) - count(503) - count(413)} other`);
+  lines.push(
+    `${shape}: ${opts.pushes} x ${(body.bytes / 1e6).toFixed(2)} MB (${body.events} events) answered in ${seconds.toFixed(1)} s: ${count(200)} x 200, ${count(503)} x 503, ${count(413)} x 413, ${answers.length - count(200) - count(503) - count(413)} other`,
+  );
   const reasons = new Map<string, number>();
   for (const a of answers) {
     const p = answerProblem(a);
@@ -100,7 +123,13 @@ async function runShape(shape: Shape, url: string, dataDir: string, sampler: Rss
   const ids = answers.filter((a) => a.status === 200).map((a) => (JSON.parse(a.body) as { batchId: string }).batchId);
   const files = ids.map((id) => join(dataDir, 'events', `mem-${shape}`, `${id}.parquet`));
   say(`${shape}: waiting for ${files.length} files`);
-  const written = setInterval(() => say(`${shape}: ${files.filter((f) => existsSync(f)).length}/${files.length} files, RSS now ${MiB(sampler.latest)}, peak ${MiB(sampler.peak)}`), 5000);
+  const written = setInterval(
+    () =>
+      say(
+        `${shape}: ${files.filter((f) => existsSync(f)).length}/${files.length} files, RSS now ${MiB(sampler.latest)}, peak ${MiB(sampler.peak)}`,
+      ),
+    5000,
+  );
   try {
     await waitFor(async () => files.every((f) => existsSync(f)), 600_000, `${files.length} batch files`);
   } catch (err) {
@@ -109,24 +138,33 @@ async function runShape(shape: Shape, url: string, dataDir: string, sampler: Rss
     clearInterval(written);
   }
   if (files.length > 0 && files.every((f) => existsSync(f))) {
-    const [row] = await duckQuery(`SELECT count(*)::BIGINT AS n FROM read_parquet([${files.map(sqlString).join(', ')}])`);
+    const [row] = await duckQuery(
+      `SELECT count(*)::BIGINT AS n FROM read_parquet([${files.map(sqlString).join(', ')}])`,
+    );
     const rows = Number((row as { n: bigint | number }).n);
     lines.push(`  ${files.length} files written, ${rows} rows (expected ${files.length * body.events})`);
-    if (rows !== files.length * body.events) problems.push(`the files hold ${rows} rows, the 200s promised ${files.length * body.events}`);
+    if (rows !== files.length * body.events)
+      problems.push(`the files hold ${rows} rows, the 200s promised ${files.length * body.events}`);
   }
   const peak = sampler.peak;
-  lines.push(`  peak RSS of all processes ${MiB(peak)} (bound ${opts.limitMib} MiB); each process' own peak: ${sampler.peakBreakdown()}`);
+  lines.push(
+    `  peak RSS of all processes ${MiB(peak)} (bound ${opts.limitMib} MiB); each process' own peak: ${sampler.peakBreakdown()}`,
+  );
   if (peak >= opts.limitMib * 2 ** 20) problems.push(`peak RSS ${MiB(peak)} is not under ${opts.limitMib} MiB`);
 
   say(`${shape}: every file written; idle for ${opts.idleSeconds} s`);
   for (let s = 0; s < opts.idleSeconds; s += 10) {
     await sleep(Math.min(10, opts.idleSeconds - s) * 1000);
-    say(`${shape}: idle ${Math.min(opts.idleSeconds, s + 10)} s, RSS ${MiB(sampler.latest)} (baseline ${MiB(baseline)}; by process ${sampler.breakdown()})`);
+    say(
+      `${shape}: idle ${Math.min(opts.idleSeconds, s + 10)} s, RSS ${MiB(sampler.latest)} (baseline ${MiB(baseline)}; by process ${sampler.breakdown()})`,
+    );
   }
   const idle = await settledRss(sampler);
   say(`${shape}: heaps now: ${await heapFigures(url)}`);
   const ratio = idle / baseline;
-  lines.push(`  idle RSS ${opts.idleSeconds} s later ${MiB(idle)}: ${(ratio * 100).toFixed(0)}% of the baseline ${MiB(baseline)} (bound 120%)`);
+  lines.push(
+    `  idle RSS ${opts.idleSeconds} s later ${MiB(idle)}: ${(ratio * 100).toFixed(0)}% of the baseline ${MiB(baseline)} (bound 120%)`,
+  );
   if (ratio > 1.2) problems.push(`idle RSS ${MiB(idle)} is more than 120% of the baseline ${MiB(baseline)}`);
   for (const p of problems.slice(0, 10)) lines.push(`  FAIL: ${p}`);
   if (problems.length > 10) lines.push(`  FAIL: ... and ${problems.length - 10} more`);
@@ -136,7 +174,8 @@ async function runShape(shape: Shape, url: string, dataDir: string, sampler: Rss
 /** V8 heap and external (Buffer) memory of the API and its encoder, from the API's /metrics (prom-client's default metrics). */
 async function heapFigures(url: string): Promise<string> {
   const text = await (await fetch(`${url}/metrics`)).text().catch(() => '');
-  const pick = /^(ingest_(?:encoder_)?)?(nodejs_heap_size_used_bytes|nodejs_heap_size_total_bytes|nodejs_external_memory_bytes)(?:\{[^}]*\})? (\S+)/gm;
+  const pick =
+    /^(ingest_(?:encoder_)?)?(nodejs_heap_size_used_bytes|nodejs_heap_size_total_bytes|nodejs_external_memory_bytes)(?:\{[^}]*\})? (\S+)/gm;
   const out: string[] = [];
   for (const m of text.matchAll(pick)) out.push(`${m[1] ?? ''}${m[2] ?? ''}=${MiB(Number(m[3]))}`);
   return out.join(' ') || 'not exported';
@@ -161,21 +200,37 @@ async function main(): Promise<void> {
   const port = await freePort();
   const url = `http://127.0.0.1:${port}`;
   // Defaults for everything that sizes memory; only where to listen, which Redis and which folder.
-  const proc = startService(entry, { PORT: String(port), HOST: '127.0.0.1', REDIS_URL: redis.url, DATA_DIR: dataDir, LOG_LEVEL: 'warn', ROLLUP: 'off' });
+  const proc = startService(entry, {
+    PORT: String(port),
+    HOST: '127.0.0.1',
+    REDIS_URL: redis.url,
+    DATA_DIR: dataDir,
+    LOG_LEVEL: 'warn',
+    ROLLUP: 'off',
+  });
   let sampler: RssSampler | undefined;
   const outcomes: Outcome[] = [];
   try {
     await waitForHttp(`${url}/readyz`, 60_000, proc);
-    await waitFor(async () => /^ingest_encoder_workers\{service="ingest"\} 1$/m.test(await (await fetch(`${url}/metrics`)).text()), 60_000, 'the encoder process');
+    await waitFor(
+      async () => /^ingest_encoder_workers\{service="ingest"\} 1$/m.test(await (await fetch(`${url}/metrics`)).text()),
+      60_000,
+      'the encoder process',
+    );
     sampler = new RssSampler(proc.pid, 50);
     // A small push first, so the baseline is a process that has taken a push, then a quiet moment.
-    const warm = await fetch(`${url}/push/events/mem-warm/any`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: '{"data":{"events":[{"event":"warm"}]},"baseHash":null}' });
+    const warm = await fetch(`${url}/push/events/mem-warm/any`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: '{"data":{"events":[{"event":"warm"}]},"baseHash":null}',
+    });
     if (warm.status !== 200) throw new Error(`the warm-up push got ${warm.status}: ${await warm.text()}`);
     await sleep(5000);
     const baseline = await settledRss(sampler);
     say(`baseline by process: ${sampler.breakdown()}`);
     say(`baseline: idle RSS of the service's process tree (pid ${proc.pid} and its children) ${MiB(baseline)}`);
-    for (const shape of opts.shape === 'all' ? SHAPES : [opts.shape]) outcomes.push(await runShape(shape, url, dataDir, sampler, baseline));
+    for (const shape of opts.shape === 'all' ? SHAPES : [opts.shape])
+      outcomes.push(await runShape(shape, url, dataDir, sampler, baseline));
   } finally {
     sampler?.stop();
     await proc.stop('SIGTERM', 30_000).catch(() => undefined);

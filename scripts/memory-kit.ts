@@ -59,7 +59,13 @@ export function shapedBody(shape: Shape, limit = BODY_LIMIT): ShapedBody {
   const room = limit - headOf(999_999).length - tail.length;
   if (shape === 'empty') {
     const n = Math.floor(room / 3);
-    return { head: headOf, bulk: Buffer.from(',{}'.repeat(n)), tail, events: n + 1, bytes: headOf(0).length + 3 * n + tail.length };
+    return {
+      head: headOf,
+      bulk: Buffer.from(',{}'.repeat(n)),
+      tail,
+      events: n + 1,
+      bytes: headOf(0).length + 3 * n + tail.length,
+    };
   }
   // The smallest event of each shape, with its comma: a small body gets fewer, not emptier, events.
   const smallest = { escaped: 14, wide: 9, nested: 23, fixed: 14 }[shape];
@@ -78,12 +84,25 @@ export interface Answer {
 /** POSTs one body (head, bulk, tail) and collects the answer whole; a request that fails is answered status 0. */
 export function pushBody(url: string, head: Buffer, bulk: Buffer, tail: Buffer, timeoutMs = 300_000): Promise<Answer> {
   return new Promise<Answer>((resolve) => {
-    const req = http.request(url, { method: 'POST', agent: false, headers: { 'Content-Type': 'application/json', 'Content-Length': String(head.length + bulk.length + tail.length) } });
+    const req = http.request(url, {
+      method: 'POST',
+      agent: false,
+      headers: {
+        'Content-Type': 'application/json',
+        'Content-Length': String(head.length + bulk.length + tail.length),
+      },
+    });
     req.setTimeout(timeoutMs, () => req.destroy(new Error('push timed out')));
     req.on('response', (res) => {
       const chunks: Buffer[] = [];
       res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, retryAfter: res.headers['retry-after'], body: Buffer.concat(chunks).toString() }));
+      res.on('end', () =>
+        resolve({
+          status: res.statusCode ?? 0,
+          retryAfter: res.headers['retry-after'],
+          body: Buffer.concat(chunks).toString(),
+        }),
+      );
       res.on('error', (err) => resolve({ status: 0, retryAfter: undefined, body: err.message }));
     });
     // A server that answers early (413 from Content-Length, 503) may close before the upload ends.
@@ -102,9 +121,14 @@ export function answerProblem(a: Answer): string | undefined {
   } catch {
     error = undefined;
   }
-  if (a.status === 200) return /"batchId":"[^"]+"/.test(a.body) ? undefined : `200 without a batchId: ${a.body.slice(0, 200)}`;
-  if (a.status === 503) return typeof error === 'string' && error.length > 0 && /^\d+$/.test(a.retryAfter ?? '') ? undefined : `503 without a reason or Retry-After: ${a.body.slice(0, 200)}`;
-  if (a.status === 413) return typeof error === 'string' && error.length > 0 ? undefined : `413 without a reason: ${a.body.slice(0, 200)}`;
+  if (a.status === 200)
+    return /"batchId":"[^"]+"/.test(a.body) ? undefined : `200 without a batchId: ${a.body.slice(0, 200)}`;
+  if (a.status === 503)
+    return typeof error === 'string' && error.length > 0 && /^\d+$/.test(a.retryAfter ?? '')
+      ? undefined
+      : `503 without a reason or Retry-After: ${a.body.slice(0, 200)}`;
+  if (a.status === 413)
+    return typeof error === 'string' && error.length > 0 ? undefined : `413 without a reason: ${a.body.slice(0, 200)}`;
   return `status ${a.status}: ${a.body.slice(0, 200)}`;
 }
 
@@ -131,7 +155,8 @@ export function processTree(pid: number): number[] {
     }
   }
   const out = [pid];
-  for (let i = 0; i < out.length && i < 1000; i++) for (const [child, parent] of parents) if (parent === out[i]) out.push(child);
+  for (let i = 0; i < out.length && i < 1000; i++)
+    for (const [child, parent] of parents) if (parent === out[i]) out.push(child);
   return out;
 }
 

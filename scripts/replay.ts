@@ -51,18 +51,28 @@ async function main(): Promise<number> {
     if (opts.list) {
       for (const shard of shards.shards) {
         const { total, items } = await listFailed(shard.queue, 1000);
-        process.stdout.write(`${total} failed batch(es) in queue ${env.QUEUE_NAME}${shards.count > 1 ? ` shard ${shard.layout.index}` : ''}\n`);
-        for (const f of items) process.stdout.write(`${f.batchId}\t${f.key ?? (f.members ? `group of ${f.members.length}: ${f.members.join(',')}` : '?')}\tattempts=${f.attemptsMade}\t${f.failedReason}\n`);
+        process.stdout.write(
+          `${total} failed batch(es) in queue ${env.QUEUE_NAME}${shards.count > 1 ? ` shard ${shard.layout.index}` : ''}\n`,
+        );
+        for (const f of items)
+          process.stdout.write(
+            `${f.batchId}\t${f.key ?? (f.members ? `group of ${f.members.length}: ${f.members.join(',')}` : '?')}\tattempts=${f.attemptsMade}\t${f.failedReason}\n`,
+          );
       }
       return 0;
     }
     const results: ReplayOutcome[] = [];
-    if (opts.all) for (const s of shards.shards) results.push(...(await replayFailed(s.queue, s.ledger, 'all', { reissue: opts.reissue })));
+    if (opts.all)
+      for (const s of shards.shards)
+        results.push(...(await replayFailed(s.queue, s.ledger, 'all', { reissue: opts.reissue })));
     for (const id of opts.all ? [] : ids) {
       const s = shards.forBatchId(id);
       results.push(...(await replayFailed(s.queue, s.ledger, [id], { reissue: opts.reissue })));
     }
-    for (const r of results) process.stdout.write(`${r.batchId}\t${r.outcome}${r.newBatchId ? `\t${r.newBatchId}` : ''}${r.detail ? `\t${r.detail}` : ''}\n`);
+    for (const r of results)
+      process.stdout.write(
+        `${r.batchId}\t${r.outcome}${r.newBatchId ? `\t${r.newBatchId}` : ''}${r.detail ? `\t${r.detail}` : ''}\n`,
+      );
     const done = results.filter((r) => r.outcome === 'replayed' || r.outcome === 'reissued').length;
     process.stdout.write(`${done} of ${results.length} batch(es) back in the queue\n`);
     // Asking for a specific id that is not failed is an error worth an exit code; --all of nothing is not.

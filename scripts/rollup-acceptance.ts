@@ -9,11 +9,14 @@ import { spawn } from 'node:child_process';
 import { resolve } from 'node:path';
 import { Command, InvalidArgumentError } from 'commander';
 
-const int = (min: number, max: number) => (raw: string): number => {
-  const n = Number(raw);
-  if (!/^\d{1,6}$/.test(raw) || n < min || n > max) throw new InvalidArgumentError(`must be an integer from ${min} to ${max}`);
-  return n;
-};
+const int =
+  (min: number, max: number) =>
+  (raw: string): number => {
+    const n = Number(raw);
+    if (!/^\d{1,6}$/.test(raw) || n < min || n > max)
+      throw new InvalidArgumentError(`must be an integer from ${min} to ${max}`);
+    return n;
+  };
 
 const program = new Command()
   .name('rollup-acceptance')
@@ -28,16 +31,26 @@ const opts = program.opts<{ seconds: number; period: number; delay: number }>();
 if (86_400 % opts.period !== 0) program.error('--period must divide 86400');
 
 const root = resolve(import.meta.dirname, '..');
-const child = spawn(process.execPath, [resolve(root, 'node_modules/vitest/vitest.mjs'), 'run', 'test/integration/rollup-acceptance.test.ts', 'test/integration/rollup-acceptance-faults.test.ts', ...program.args], {
-  cwd: root,
-  stdio: 'inherit',
-  env: {
-    ...process.env,
-    ROLLUP_ACCEPTANCE_SECONDS: String(opts.seconds),
-    ROLLUP_ACCEPTANCE_PERIOD_SECONDS: String(opts.period),
-    ROLLUP_ACCEPTANCE_DELAY_SECONDS: String(opts.delay),
+const child = spawn(
+  process.execPath,
+  [
+    resolve(root, 'node_modules/vitest/vitest.mjs'),
+    'run',
+    'test/integration/rollup-acceptance.test.ts',
+    'test/integration/rollup-acceptance-faults.test.ts',
+    ...program.args,
+  ],
+  {
+    cwd: root,
+    stdio: 'inherit',
+    env: {
+      ...process.env,
+      ROLLUP_ACCEPTANCE_SECONDS: String(opts.seconds),
+      ROLLUP_ACCEPTANCE_PERIOD_SECONDS: String(opts.period),
+      ROLLUP_ACCEPTANCE_DELAY_SECONDS: String(opts.delay),
+    },
   },
-});
+);
 const stop = (sig: NodeJS.Signals): void => void child.kill(sig);
 process.once('SIGINT', stop);
 process.once('SIGTERM', stop);

@@ -73,7 +73,12 @@ export interface SoakOptions {
 export async function redisFigures(redis: Redis): Promise<RedisFigures> {
   const info = await redis.info('memory');
   const field = (name: string): number => Number(new RegExp(`^${name}:(\\d+)`, 'm').exec(info)?.[1] ?? 0);
-  return { usedMemory: field('used_memory'), dbsize: await redis.dbsize(), scripts: field('used_memory_scripts'), clients: field('mem_clients_normal') };
+  return {
+    usedMemory: field('used_memory'),
+    dbsize: await redis.dbsize(),
+    scripts: field('used_memory_scripts'),
+    clients: field('mem_clients_normal'),
+  };
 }
 
 /** MEMORY USAGE and entry counts of every key under the ledger's tag `{ns}`, grouped by family (shared/redis/keyspace.ts; `unknown` for a key it does not name). */
@@ -84,7 +89,14 @@ export async function ledgerFootprint(redis: Redis, ns: string): Promise<Record<
     const [next, keys] = await redis.scan(cursor, 'MATCH', `${hashTag(ns)}:*`, 'COUNT', 1000);
     for (const key of keys) {
       const [bytes, type] = await Promise.all([redis.memory('USAGE', key, 'SAMPLES', 0), redis.type(key)]);
-      const entries = type === 'hash' ? await redis.hlen(key) : type === 'zset' ? await redis.zcard(key) : type === 'set' ? await redis.scard(key) : 1;
+      const entries =
+        type === 'hash'
+          ? await redis.hlen(key)
+          : type === 'zset'
+            ? await redis.zcard(key)
+            : type === 'set'
+              ? await redis.scard(key)
+              : 1;
       const f = (out[keyFamily(key) ?? 'unknown'] ??= { keys: 0, entries: 0, bytes: 0 });
       f.keys++;
       f.entries += entries;
@@ -98,7 +110,10 @@ export async function ledgerFootprint(redis: Redis, ns: string): Promise<Record<
 
 async function streamFootprint(redis: Redis, queueName: string): Promise<FamilyFootprint> {
   const key = queueKey(LEGACY_QUEUE_PREFIX, queueName, 'events');
-  const [len, bytes] = await Promise.all([redis.xlen(key).catch(() => 0), redis.memory('USAGE', key, 'SAMPLES', 0).catch(() => 0)]);
+  const [len, bytes] = await Promise.all([
+    redis.xlen(key).catch(() => 0),
+    redis.memory('USAGE', key, 'SAMPLES', 0).catch(() => 0),
+  ]);
   return { keys: len > 0 ? 1 : 0, entries: len, bytes: Number(bytes ?? 0) };
 }
 
@@ -114,7 +129,14 @@ const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms
 
 /** One small, distinct batch: a unique message_id per push, so no two keyless bodies are alike. */
 function soakBody(i: number): string {
-  const e = { event_type: 'track', event: 'soak', distinct_id: `d-${i % 977}`, message_id: randomUUID(), ts: new Date().toISOString(), properties: { i, step: i % 13 } };
+  const e = {
+    event_type: 'track',
+    event: 'soak',
+    distinct_id: `d-${i % 977}`,
+    message_id: randomUUID(),
+    ts: new Date().toISOString(),
+    properties: { i, step: i % 13 },
+  };
   return JSON.stringify({ data: { events: [e, { ...e, message_id: randomUUID(), event: 'soak-2' }] }, baseHash: null });
 }
 
@@ -127,18 +149,33 @@ export async function runSoak(o: SoakOptions): Promise<SoakResult> {
   const log = o.log ?? (() => undefined);
   const queueName = o.env?.QUEUE_NAME ?? 'soak';
   const dataDir = mkdtempSync(join(tmpdir(), 'ingest-soak-'));
-  const env = parseEnv({ PORT: '0', HOST: '127.0.0.1', METRICS_PORT: '0', REDIS_URL: o.redisUrl, DATA_DIR: dataDir, QUEUE_NAME: queueName, LOG_LEVEL: 'silent', ...o.env });
+  const env = parseEnv({
+    PORT: '0',
+    HOST: '127.0.0.1',
+    METRICS_PORT: '0',
+    REDIS_URL: o.redisUrl,
+    DATA_DIR: dataDir,
+    QUEUE_NAME: queueName,
+    LOG_LEVEL: 'silent',
+    ...o.env,
+  });
   const probe = new Redis(o.redisUrl, { maxRetriesPerRequest: null });
   const queue = openQueue(queueAddress.push({ queueName }), probe);
   const ledger = new BatchLedger(probe, queueName);
-  const stack = await startStack(env, { api: true, encoder: true }, createLogger({ level: env.LOG_LEVEL, name: 'soak' }));
+  const stack = await startStack(
+    env,
+    { api: true, encoder: true },
+    createLogger({ level: env.LOG_LEVEL, name: 'soak' }),
+  );
   const slack = o.slack ?? { bytes: 4 * 1024 * 1024, keys: 6 };
   try {
     const url = stack.api?.server.url ?? '';
     await sleep(300);
     const before = await redisFigures(probe);
     const peak = { ...before };
-    log(`before: used_memory ${before.usedMemory} B (scripts ${before.scripts} B, clients ${before.clients} B), DBSIZE ${before.dbsize}`);
+    log(
+      `before: used_memory ${before.usedMemory} B (scripts ${before.scripts} B, clients ${before.clients} B), DBSIZE ${before.dbsize}`,
+    );
     const ids = new Set<string>();
     let pushes = 0;
     let deduplicated = 0;
@@ -149,7 +186,11 @@ export async function runSoak(o: SoakOptions): Promise<SoakResult> {
     let lastKeyed: { body: string; key: string; app: string } | undefined;
     const post = async (app: string, body: string, key?: string): Promise<string> => {
       for (let attempt = 0; attempt < 20; attempt++) {
-        const r = await fetch(`${url}/push/events/${app}/x`, { method: 'POST', headers: { 'content-type': 'application/json', ...(key ? { 'idempotency-key': key } : {}) }, body });
+        const r = await fetch(`${url}/push/events/${app}/x`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', ...(key ? { 'idempotency-key': key } : {}) },
+          body,
+        });
         const text = await r.text();
         if (r.status === 200) return (JSON.parse(text) as { batchId: string }).batchId;
         if (r.status !== 503) throw new Error(`push answered ${r.status}: ${text}`);
@@ -196,7 +237,9 @@ export async function runSoak(o: SoakOptions): Promise<SoakResult> {
       clearInterval(sampler);
     }
     const pushSeconds = (performance.now() - t0) / 1000;
-    log(`${pushes} pushes (${ids.size} batches, ${deduplicated} retries) to ${Math.min(o.apps, pushes)} apps in ${pushSeconds.toFixed(1)} s`);
+    log(
+      `${pushes} pushes (${ids.size} batches, ${deduplicated} retries) to ${Math.min(o.apps, pushes)} apps in ${pushSeconds.toFixed(1)} s`,
+    );
 
     const drainBound = Date.now() + 240_000;
     for (;;) {
@@ -211,17 +254,26 @@ export async function runSoak(o: SoakOptions): Promise<SoakResult> {
     const eventsStream = await streamFootprint(probe, queueName);
     peak.usedMemory = Math.max(peak.usedMemory, drained.usedMemory);
     peak.dbsize = Math.max(peak.dbsize, drained.dbsize);
-    log(`drained: used_memory ${drained.usedMemory} B, DBSIZE ${drained.dbsize} (peak ${peak.usedMemory} B, ${peak.dbsize} keys)`);
-    for (const [name, f] of Object.entries(families)) log(`  ${name}: ${f.keys} keys, ${f.entries} entries, ${f.bytes} B (${(f.bytes / Math.max(1, f.entries)).toFixed(1)} B/entry)`);
+    log(
+      `drained: used_memory ${drained.usedMemory} B, DBSIZE ${drained.dbsize} (peak ${peak.usedMemory} B, ${peak.dbsize} keys)`,
+    );
+    for (const [name, f] of Object.entries(families))
+      log(
+        `  ${name}: ${f.keys} keys, ${f.entries} entries, ${f.bytes} B (${(f.bytes / Math.max(1, f.entries)).toFixed(1)} B/entry)`,
+      );
     log(`  BullMQ events stream: ${eventsStream.entries} entries, ${eventsStream.bytes} B`);
 
     const t1 = performance.now();
     const settleBound = Date.now() + o.settleMs;
     let after = drained;
     if (o.settleMs > 0) await sleep(o.minSettleMs ?? 0);
-    for (; o.settleMs > 0; ) {
+    for (; o.settleMs > 0;) {
       after = await redisFigures(probe);
-      if ((after.dbsize <= before.dbsize + slack.keys && after.usedMemory <= before.usedMemory + slack.bytes) || Date.now() > settleBound) break;
+      if (
+        (after.dbsize <= before.dbsize + slack.keys && after.usedMemory <= before.usedMemory + slack.bytes) ||
+        Date.now() > settleBound
+      )
+        break;
       await sleep(500);
     }
     const settledSeconds = (performance.now() - t1) / 1000;
@@ -235,7 +287,21 @@ export async function runSoak(o: SoakOptions): Promise<SoakResult> {
         `after the windows (${settledSeconds.toFixed(1)} s): used_memory ${after.usedMemory} B (${signed(after.usedMemory - before.usedMemory)}; scripts ${signed(after.scripts - before.scripts)}, clients ${signed(after.clients - before.clients)}), DBSIZE ${after.dbsize} (${signed(after.dbsize - before.dbsize)})`,
       );
     }
-    return { pushes, batches: ids.size, deduplicated, apps: Math.min(o.apps, pushes), files: countFiles(join(dataDir, 'events')), pushSeconds, before, peak, drained, after, families, eventsStream, settledSeconds };
+    return {
+      pushes,
+      batches: ids.size,
+      deduplicated,
+      apps: Math.min(o.apps, pushes),
+      files: countFiles(join(dataDir, 'events')),
+      pushSeconds,
+      before,
+      peak,
+      drained,
+      after,
+      families,
+      eventsStream,
+      settledSeconds,
+    };
   } finally {
     await stack.close();
     await queue.close().catch(() => undefined);

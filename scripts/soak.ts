@@ -31,14 +31,22 @@ async function main(): Promise<number> {
     const w = String(window);
     const r = await runSoak({
       redisUrl: redis.url,
-      env: { QUEUE_NAME: 'soak-long', IDEMPOTENCY_WINDOW_SECONDS: w, LIST_INDEX_SECONDS: w, BODY_DEDUP_WINDOW_SECONDS: w },
+      env: {
+        QUEUE_NAME: 'soak-long',
+        IDEMPOTENCY_WINDOW_SECONDS: w,
+        LIST_INDEX_SECONDS: w,
+        BODY_DEDUP_WINDOW_SECONDS: w,
+      },
       durationMs: minutes * 60_000,
       apps,
       settleMs: (window * 2 + 60) * 1000,
       minSettleMs: (window * 2 + 2) * 1000,
       log: (line) => void process.stdout.write(`${line}\n`),
     });
-    const ok = r.files === r.batches && r.after.dbsize - r.before.dbsize <= 4 && r.after.usedMemory - r.before.usedMemory < 4 * 1024 * 1024;
+    const ok =
+      r.files === r.batches &&
+      r.after.dbsize - r.before.dbsize <= 4 &&
+      r.after.usedMemory - r.before.usedMemory < 4 * 1024 * 1024;
     process.stdout.write(
       `${ok ? 'PASS' : 'FAIL'}: ${r.batches} batches (${r.files} files) to ${r.apps} apps in ${r.pushSeconds.toFixed(0)} s; used_memory ${r.before.usedMemory} -> peak ${r.peak.usedMemory} -> ${r.after.usedMemory} B; DBSIZE ${r.before.dbsize} -> peak ${r.peak.dbsize} -> ${r.after.dbsize}\n`,
     );

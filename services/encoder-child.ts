@@ -37,7 +37,8 @@ type Inbound = ToEncoderChild;
 /** How often a burst encoder counts the jobs waiting in the queue. */
 const BURST_POLL_MS = 250;
 
-if (!process.send) throw new Error('services/encoder-child.ts runs as a child process of services/main (fork), with an IPC channel');
+if (!process.send)
+  throw new Error('services/encoder-child.ts runs as a child process of services/main (fork), with an IPC channel');
 
 /** Sends to the parent while the channel is open (a parent that is gone gets nothing). */
 function tell(msg: unknown): void {
@@ -94,14 +95,23 @@ function closeAndExit(reason: string): void {
 }
 
 function start(data: EncoderChildData): Promise<void> {
-  const env: Env = { ...data.env, ENCODER_MAX_INFLIGHT_BYTES: Math.max(1, Math.floor(data.env.ENCODER_MAX_INFLIGHT_BYTES / data.count)) };
+  const env: Env = {
+    ...data.env,
+    ENCODER_MAX_INFLIGHT_BYTES: Math.max(1, Math.floor(data.env.ENCODER_MAX_INFLIGHT_BYTES / data.count)),
+  };
   const nice = niceThisProcess(env.ENCODER_NICE);
   // The first encoder's slots fetch up to ENCODER_CONCURRENCY jobs; a burst encoder joins when as many again wait.
   const burst = data.index > 0 ? { backlog: env.ENCODER_CONCURRENCY, pollMs: BURST_POLL_MS } : undefined;
-  const c = (ctx = new StackContext(env, { name: 'encoder', serviceLabel: 'ingest', defaultMetrics: { prefix: 'ingest_encoder_' } }));
+  const c = (ctx = new StackContext(env, {
+    name: 'encoder',
+    serviceLabel: 'ingest',
+    defaultMetrics: { prefix: 'ingest_encoder_' },
+  }));
   const encoder = encoderWorkers(c, burst ? { burst } : {});
   // The first encoder also runs `npm start`'s rollups (unless ROLLUP=off), at this process's priority.
-  const lifecycle = new Lifecycle([redisConnections(c), ...(data.index === 0 ? [rollupService(c)] : []), encoder], { logger: c.logger });
+  const lifecycle = new Lifecycle([redisConnections(c), ...(data.index === 0 ? [rollupService(c)] : []), encoder], {
+    logger: c.logger,
+  });
   // Signals are this module's (SIGINT is the parent's); each trigger runs the one stop.
   const running = runUntilSignal(lifecycle, {
     logger: c.logger,
@@ -113,7 +123,18 @@ function start(data: EncoderChildData): Promise<void> {
   });
   return running.then(() => {
     if (stopAsked) return;
-    c.logger.info({ encoder: data.index, burst: burst !== undefined, queue: env.QUEUE_NAME, concurrency: env.ENCODER_CONCURRENCY, maxInflightBytes: env.ENCODER_MAX_INFLIGHT_BYTES, store: c.store.describe(), nice }, 'encoder process started');
+    c.logger.info(
+      {
+        encoder: data.index,
+        burst: burst !== undefined,
+        queue: env.QUEUE_NAME,
+        concurrency: env.ENCODER_CONCURRENCY,
+        maxInflightBytes: env.ENCODER_MAX_INFLIGHT_BYTES,
+        store: c.store.describe(),
+        nice,
+      },
+      'encoder process started',
+    );
     tell({ type: 'ready' });
   });
 }
@@ -127,7 +148,9 @@ process.on('message', (msg: Inbound) => {
     starting.catch((err: unknown) => {
       // A start that fails during a stop is part of that stop.
       if (stopAsked) return;
-      process.stderr.write(`encoder process failed to start: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+      process.stderr.write(
+        `encoder process failed to start: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`,
+      );
       process.exit(1);
     });
   } else if (msg.type === 'metrics') {

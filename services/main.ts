@@ -15,7 +15,9 @@ import { encoderProcesses } from './encoder/processes.js';
  * The module each encoder process runs (./encoder-child.ts: the encoder, and in the first one the
  * rollup service), beside this one: .ts under tsx, .js from dist/.
  */
-const ENCODER_CHILD = fileURLToPath(new URL(import.meta.url.endsWith('.ts') ? './encoder-child.ts' : './encoder-child.js', import.meta.url));
+const ENCODER_CHILD = fileURLToPath(
+  new URL(import.meta.url.endsWith('.ts') ? './encoder-child.ts' : './encoder-child.js', import.meta.url),
+);
 
 /**
  * The Redis `npm start` uses when REDIS_URL is not set: the one on the default port, or a private
@@ -30,7 +32,11 @@ function privateRedis(ctx: StackContext): Component {
       starting ??= (async () => {
         const redis = redisSlice(ctx.env);
         if (redis.REDIS_CLUSTER_NODES) return undefined;
-        const handle = await ensureRedis({ redisUrl: redis.REDIS_URL, dataDir: storeSlice(ctx.env).DATA_DIR, logger: ctx.logger });
+        const handle = await ensureRedis({
+          redisUrl: redis.REDIS_URL,
+          dataDir: storeSlice(ctx.env).DATA_DIR,
+          logger: ctx.logger,
+        });
         ctx.useRedisUrl(handle.url);
         return handle;
       })();
@@ -67,11 +73,23 @@ async function main(): Promise<void> {
     // A memory store lives in one thread: keep the encoder (and the rollup service, which then
     // says it is off) beside the API.
     const api = apiServer(ctx, { encoderInProcess: true });
-    components = [privateRedis(ctx), redisConnections(ctx), rollupService(ctx), encoderWorkers(ctx), api, apiUpkeep(api)];
+    components = [
+      privateRedis(ctx),
+      redisConnections(ctx),
+      rollupService(ctx),
+      encoderWorkers(ctx),
+      api,
+      apiUpkeep(api),
+    ];
   } else {
     // Rollups (the planner's store listings, DuckDB's compaction) run in the first encoder
     // process, at its lower priority, not beside the pushes.
-    const encoders = encoderProcesses({ entry: ENCODER_CHILD, env: () => ctx.env, count: parsed.ENCODER_PROCESSES, processStopping: () => lifecycle.isStopping });
+    const encoders = encoderProcesses({
+      entry: ENCODER_CHILD,
+      env: () => ctx.env,
+      count: parsed.ENCODER_PROCESSES,
+      processStopping: () => lifecycle.isStopping,
+    });
     const api = apiServer(ctx, { extraMetrics: () => encoders.metrics() });
     // The encoder processes start once the API answers, and close once it stopped taking pushes
     // (the stop runs in the reverse order): their stop is listed before the API, their start after.

@@ -64,13 +64,28 @@ export interface RunningStack {
  */
 export async function startStack(env: Env, parts: StackParts, logger?: Logger): Promise<RunningStack> {
   const name = parts.api && parts.encoder ? 'ingest' : parts.api ? 'api' : 'encoder';
-  const ctx = new StackContext(env, { name, ...(parts.serviceLabel ? { serviceLabel: parts.serviceLabel } : {}), ...(parts.defaultMetrics !== undefined ? { defaultMetrics: parts.defaultMetrics } : {}), ...(logger ? { logger } : {}) });
+  const ctx = new StackContext(env, {
+    name,
+    ...(parts.serviceLabel ? { serviceLabel: parts.serviceLabel } : {}),
+    ...(parts.defaultMetrics !== undefined ? { defaultMetrics: parts.defaultMetrics } : {}),
+    ...(logger ? { logger } : {}),
+  });
   // Stopped in the reverse order: the API first (no new pushes), then the encoder, then what they use.
   const rollup = parts.rollup ? rollupService(ctx) : undefined;
-  const encoder = parts.encoder ? encoderWorkers(ctx, parts.encoderBurst ? { burst: parts.encoderBurst } : {}) : undefined;
-  const health = encoder && !parts.api && (parts.encoderMetricsServer ?? true) ? encoderHealthServer(ctx, encoder) : undefined;
-  const api = parts.api ? apiServer(ctx, { ...(parts.extraMetrics ? { extraMetrics: parts.extraMetrics } : {}), encoderInProcess: parts.encoder }) : undefined;
-  const components = [redisConnections(ctx), health, rollup, encoder, api, api && apiUpkeep(api)].filter((c): c is Component => c !== undefined);
+  const encoder = parts.encoder
+    ? encoderWorkers(ctx, parts.encoderBurst ? { burst: parts.encoderBurst } : {})
+    : undefined;
+  const health =
+    encoder && !parts.api && (parts.encoderMetricsServer ?? true) ? encoderHealthServer(ctx, encoder) : undefined;
+  const api = parts.api
+    ? apiServer(ctx, {
+        ...(parts.extraMetrics ? { extraMetrics: parts.extraMetrics } : {}),
+        encoderInProcess: parts.encoder,
+      })
+    : undefined;
+  const components = [redisConnections(ctx), health, rollup, encoder, api, api && apiUpkeep(api)].filter(
+    (c): c is Component => c !== undefined,
+  );
   const lifecycle = new Lifecycle(components, { logger: ctx.logger });
   await lifecycle.start();
   if (health) logEncoderStarted(ctx, health);

@@ -149,7 +149,11 @@ export class DrainCollector {
   /** Full collections run so far (tests, logs). */
   runs = 0;
 
-  constructor(private readonly opts: { minPeak: number; delayMs?: number; minIntervalMs?: number; collect?: () => boolean } = { minPeak: 32 * 1024 * 1024 }) {}
+  constructor(
+    private readonly opts: { minPeak: number; delayMs?: number; minIntervalMs?: number; collect?: () => boolean } = {
+      minPeak: 32 * 1024 * 1024,
+    },
+  ) {}
 
   note(used: number): void {
     this.peak = Math.max(this.peak, used);

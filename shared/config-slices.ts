@@ -15,12 +15,27 @@ function pick<K extends keyof Env>(env: Env, keys: readonly K[]): Pick<Env, K> {
 }
 
 /** Where Redis is and how the queues are laid out in it (every process). */
-export const REDIS_KEYS = ['REDIS_URL', 'REDIS_CLUSTER_NODES', 'QUEUE_NAME', 'QUEUE_SHARDS', 'REDIS_WAIT_REPLICAS', 'REDIS_WAIT_TIMEOUT_MS'] as const;
+export const REDIS_KEYS = [
+  'REDIS_URL',
+  'REDIS_CLUSTER_NODES',
+  'QUEUE_NAME',
+  'QUEUE_SHARDS',
+  'REDIS_WAIT_REPLICAS',
+  'REDIS_WAIT_TIMEOUT_MS',
+] as const;
 export type RedisSlice = Pick<Env, (typeof REDIS_KEYS)[number]>;
 export const redisSlice = (env: Env): RedisSlice => pick(env, REDIS_KEYS);
 
 /** The object store (every process). */
-export const STORE_KEYS = ['STORE', 'DATA_DIR', 'S3_BUCKET', 'S3_PREFIX', 'S3_ENDPOINT', 'S3_REGION', 'S3_FORCE_PATH_STYLE'] as const;
+export const STORE_KEYS = [
+  'STORE',
+  'DATA_DIR',
+  'S3_BUCKET',
+  'S3_PREFIX',
+  'S3_ENDPOINT',
+  'S3_REGION',
+  'S3_FORCE_PATH_STYLE',
+] as const;
 export type StoreSlice = Pick<Env, (typeof STORE_KEYS)[number]>;
 export const storeSlice = (env: Env): StoreSlice => pick(env, STORE_KEYS);
 
@@ -70,12 +85,23 @@ export type ListenSlice = Pick<Env, (typeof LISTEN_KEYS)[number]>;
 export const listenSlice = (env: Env): ListenSlice => pick(env, LISTEN_KEYS);
 
 /** An encoder's workers (createEncoder's settings). */
-export const ENCODER_KEYS = ['QUEUE_NAME', 'ENCODER_CONCURRENCY', 'ENCODER_LOCK_SECONDS', 'LIST_INDEX_SECONDS', 'ENCODER_MAX_INFLIGHT_BYTES'] as const;
+export const ENCODER_KEYS = [
+  'QUEUE_NAME',
+  'ENCODER_CONCURRENCY',
+  'ENCODER_LOCK_SECONDS',
+  'LIST_INDEX_SECONDS',
+  'ENCODER_MAX_INFLIGHT_BYTES',
+] as const;
 export type EncoderSlice = Pick<Env, (typeof ENCODER_KEYS)[number]>;
 export const encoderSlice = (env: Env): EncoderSlice => pick(env, ENCODER_KEYS);
 
 /** The Iceberg committer (services/rollup/iceberg-committer.ts); part of the rollup slice. */
-export const ICEBERG_KEYS = ['ICEBERG', 'ICEBERG_COMMIT_SECONDS', 'ICEBERG_SNAPSHOT_RETENTION_SECONDS', 'ICEBERG_TEST_COMMIT_DELAY_MS'] as const;
+export const ICEBERG_KEYS = [
+  'ICEBERG',
+  'ICEBERG_COMMIT_SECONDS',
+  'ICEBERG_SNAPSHOT_RETENTION_SECONDS',
+  'ICEBERG_TEST_COMMIT_DELAY_MS',
+] as const;
 export type IcebergSlice = Pick<Env, (typeof ICEBERG_KEYS)[number]>;
 export const icebergSlice = (env: Env): IcebergSlice => pick(env, ICEBERG_KEYS);
 

@@ -16,10 +16,16 @@ export function isJsonMimeType(mime: string): boolean {
   return JSON_MIME_RE.test(mime);
 }
 
-const positiveMs = z.number().int().positive().max(24 * 3600 * 1000);
+const positiveMs = z
+  .number()
+  .int()
+  .positive()
+  .max(24 * 3600 * 1000);
 const positiveCount = z.number().int().positive();
 const BucketSchema = z.enum(['identity', 'ip', 'identity+ip']);
-const RateLimitDimensionSchema = z.object({ windowMs: positiveMs.optional(), maxRequests: positiveCount.optional() }).strict();
+const RateLimitDimensionSchema = z
+  .object({ windowMs: positiveMs.optional(), maxRequests: positiveCount.optional() })
+  .strict();
 
 /**
  * One rate-limit rule for push, pull or list, in the reference's (Starfish) shape: a single
@@ -56,7 +62,9 @@ const CollectionRateLimitSchema = z
   .strict();
 
 /** The reference's global block: defaults for every collection rule that leaves them out. */
-const GlobalRateLimitSchema = z.object({ windowMs: positiveMs.optional(), maxRequests: positiveCount.optional() }).strict();
+const GlobalRateLimitSchema = z
+  .object({ windowMs: positiveMs.optional(), maxRequests: positiveCount.optional() })
+  .strict();
 
 export type RateLimitRule = z.infer<typeof RateLimitRuleSchema>;
 export type CollectionRateLimit = z.infer<typeof CollectionRateLimitSchema>;
@@ -79,7 +87,12 @@ const CollectionSchema = z
     writeRoles: z.array(z.string().min(1)).default(['public']),
     encryption: z.string().default('none'),
     allowedMimeTypes: z.array(z.string()).min(1).default(['application/json']),
-    maxBodyBytes: z.number().int().positive().max(256 * 1024 * 1024).default(8_000_000),
+    maxBodyBytes: z
+      .number()
+      .int()
+      .positive()
+      .max(256 * 1024 * 1024)
+      .default(8_000_000),
     /** Events per push at most; a body with more gets 413 naming this (see MAX_EVENTS_PER_BATCH_DEFAULT). */
     maxEventsPerBatch: z.number().int().positive().max(10_000_000).default(MAX_EVENTS_PER_BATCH_DEFAULT),
     listable: z.boolean().default(false),
@@ -98,7 +111,11 @@ const CollectionSchema = z
       ctx.addIssue({ code: 'custom', path: ['storagePath'], message: (err as Error).message });
     }
     if (c.encryption !== 'none') {
-      ctx.addIssue({ code: 'custom', path: ['encryption'], message: `events collections store plain Parquet; encryption must be "none" (got "${c.encryption}")` });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['encryption'],
+        message: `events collections store plain Parquet; encryption must be "none" (got "${c.encryption}")`,
+      });
     }
     const bad = c.allowedMimeTypes.filter((m) => !isJsonMimeType(m));
     if (bad.length > 0) {
@@ -123,7 +140,8 @@ export const SyncConfigSchema = z
       ctx.addIssue({
         code: 'custom',
         path: ['namespaces'],
-        message: 'namespaces are not supported by events-ingest (routes have no /<namespace>/ prefix); list every collection under "collections" with distinct storagePaths, or run one deployment per namespace',
+        message:
+          'namespaces are not supported by events-ingest (routes have no /<namespace>/ prefix); list every collection under "collections" with distinct storagePaths, or run one deployment per namespace',
       });
     }
     cfg.collections.forEach((c, i) => {
@@ -141,7 +159,8 @@ export const SyncConfigSchema = z
             ctx.addIssue({
               code: 'custom',
               path: ['collections', i, 'rateLimit', action, ...(d ? [d] : [])],
-              message: 'must resolve both windowMs and maxRequests: set them on the rule, on the collection\'s rateLimit, or on the global rateLimit',
+              message:
+                "must resolve both windowMs and maxRequests: set them on the rule, on the collection's rateLimit, or on the global rateLimit",
             });
           }
         }
@@ -149,13 +168,23 @@ export const SyncConfigSchema = z
     });
     const seen = new Set<string>();
     cfg.collections.forEach((c, i) => {
-      if (seen.has(c.name)) ctx.addIssue({ code: 'custom', path: ['collections', i, 'name'], message: `duplicate collection name "${c.name}"` });
+      if (seen.has(c.name))
+        ctx.addIssue({
+          code: 'custom',
+          path: ['collections', i, 'name'],
+          message: `duplicate collection name "${c.name}"`,
+        });
       seen.add(c.name);
     });
     const routes = new Set<string>();
     cfg.collections.forEach((c, i) => {
       const shape = c.storagePath.replace(/\{[^}]*\}/g, '{}');
-      if (routes.has(shape)) ctx.addIssue({ code: 'custom', path: ['collections', i, 'storagePath'], message: `routes of "${c.storagePath}" collide with another collection` });
+      if (routes.has(shape))
+        ctx.addIssue({
+          code: 'custom',
+          path: ['collections', i, 'storagePath'],
+          message: `routes of "${c.storagePath}" collide with another collection`,
+        });
       routes.add(shape);
     });
   });
@@ -167,7 +196,9 @@ export type CollectionConfig = SyncConfig['collections'][number];
  * encoder uses for a job, which names its collection. A name the config does not have gets the
  * default too (a job queued under an older config).
  */
-export function compressionOfCollections(collections: readonly Pick<CollectionConfig, 'name' | 'parquetCompression'>[]): (collection: string) => ParquetCompression {
+export function compressionOfCollections(
+  collections: readonly Pick<CollectionConfig, 'name' | 'parquetCompression'>[],
+): (collection: string) => ParquetCompression {
   const byName = new Map(collections.map((c) => [c.name, c.parquetCompression ?? PARQUET_COMPRESSION_DEFAULT]));
   return (collection) => byName.get(collection) ?? PARQUET_COMPRESSION_DEFAULT;
 }
@@ -193,9 +224,7 @@ export const DEFAULT_SYNC_CONFIG: SyncConfigInput = {
 };
 
 function formatIssues(prefix: string, error: z.ZodError): string {
-  return error.issues
-    .map((i) => `${prefix}${i.path.length ? i.path.join('.') : '(root)'}: ${i.message}`)
-    .join('; ');
+  return error.issues.map((i) => `${prefix}${i.path.length ? i.path.join('.') : '(root)'}: ${i.message}`).join('; ');
 }
 
 /** Validates a SyncConfig value; throws ConfigError naming each bad field. */
@@ -297,9 +326,27 @@ export const EnvSchema = z
     /** Seed nodes of a Redis Cluster (`host:port,host:port,…`); switches every process to the Cluster client. */
     REDIS_CLUSTER_NODES: z
       .string()
-      .transform((v) => v.split(',').map((n) => n.trim()).filter(Boolean))
-      .pipe(z.array(z.string().regex(/^[A-Za-z0-9.-]+:\d{1,5}$/, 'must be a comma list of host:port seed nodes, like 10.0.0.1:7000,10.0.0.2:7000')).min(1))
-      .transform((nodes) => nodes.map((n) => ({ host: n.slice(0, n.lastIndexOf(':')), port: Number(n.slice(n.lastIndexOf(':') + 1)) })))
+      .transform((v) =>
+        v
+          .split(',')
+          .map((n) => n.trim())
+          .filter(Boolean),
+      )
+      .pipe(
+        z
+          .array(
+            z
+              .string()
+              .regex(
+                /^[A-Za-z0-9.-]+:\d{1,5}$/,
+                'must be a comma list of host:port seed nodes, like 10.0.0.1:7000,10.0.0.2:7000',
+              ),
+          )
+          .min(1),
+      )
+      .transform((nodes) =>
+        nodes.map((n) => ({ host: n.slice(0, n.lastIndexOf(':')), port: Number(n.slice(n.lastIndexOf(':') + 1)) })),
+      )
       .refine((nodes) => nodes.every((n) => n.port > 0 && n.port <= 65535), 'ports must be 1-65535')
       .optional(),
     /**
@@ -313,7 +360,10 @@ export const EnvSchema = z
     REDIS_WAIT_REPLICAS: z.coerce.number().int().min(0).max(16).default(0),
     /** How long a push waits for REDIS_WAIT_REPLICAS before answering 503 + Retry-After. */
     REDIS_WAIT_TIMEOUT_MS: positiveInt.min(10).max(10_000).default(1000),
-    QUEUE_NAME: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'must be 1-64 characters of [A-Za-z0-9_-]').default(QUEUE_NAME_DEFAULT),
+    QUEUE_NAME: z
+      .string()
+      .regex(/^[A-Za-z0-9_-]{1,64}$/, 'must be 1-64 characters of [A-Za-z0-9_-]')
+      .default(QUEUE_NAME_DEFAULT),
     STORE: z.enum(['fs', 's3', 'memory']).default('fs'),
     DATA_DIR: z.string().min(1).default('./data'),
     S3_BUCKET: z.string().optional(),
@@ -339,7 +389,12 @@ export const EnvSchema = z
     /** Batches per queue job at most when pushes arrive while an add runs (group commit); 1: one job per batch. */
     QUEUE_GROUP_MAX: positiveInt.max(64).default(QUEUE_GROUP_MAX_DEFAULT),
     /** Largest push body the API encodes to Parquet itself (from 128 KiB); 0: the encoders encode every batch. */
-    API_ENCODE_MAX_BYTES: z.coerce.number().int().min(0).max(16 * 1024 * 1024).default(API_ENCODE_MAX_BYTES_DEFAULT),
+    API_ENCODE_MAX_BYTES: z.coerce
+      .number()
+      .int()
+      .min(0)
+      .max(16 * 1024 * 1024)
+      .default(API_ENCODE_MAX_BYTES_DEFAULT),
     REDIS_MEMORY_HIGH_WATER: z.coerce.number().gt(0).lt(1).default(0.8),
     IDEMPOTENCY_WINDOW_SECONDS: z.coerce.number().int().min(0).default(DEFAULT_IDEMPOTENCY_WINDOW_SECONDS),
     /** Pushes without an Idempotency-Key: a byte-identical body within this many seconds is a retry. Meant for retries only. */
@@ -393,8 +448,24 @@ export const EnvSchema = z
     /** Browser origins allowed to call the sync routes: `*` or a comma list of origins; unset = CORS off. */
     CORS_ORIGINS: z
       .string()
-      .transform((v) => v.split(',').map((o) => o.trim()).filter(Boolean))
-      .pipe(z.array(z.string().regex(/^(\*|https?:\/\/[^/\s,]+)$/, 'must be * or origins like https://app.example.com (scheme://host[:port], comma separated)')).min(1))
+      .transform((v) =>
+        v
+          .split(',')
+          .map((o) => o.trim())
+          .filter(Boolean),
+      )
+      .pipe(
+        z
+          .array(
+            z
+              .string()
+              .regex(
+                /^(\*|https?:\/\/[^/\s,]+)$/,
+                'must be * or origins like https://app.example.com (scheme://host[:port], comma separated)',
+              ),
+          )
+          .min(1),
+      )
       .optional(),
     /** Reverse proxies in front of the API; X-Forwarded-For is believed only that far (0: never). */
     TRUSTED_PROXY_HOPS: z.coerce.number().int().min(0).max(10).default(TRUSTED_PROXY_HOPS_DEFAULT),
@@ -418,8 +489,21 @@ export const EnvSchema = z
     /** Starfish user ids (32 lowercase hex, the root identity's `userId`) whose caps get `admin` (with CAP_AUTH=on). */
     CAP_ADMINS: z
       .string()
-      .transform((v) => v.split(',').map((id) => id.trim()).filter(Boolean))
-      .pipe(z.array(z.string().regex(CAP_USER_ID_RE, 'must be a comma list of Starfish user ids (32 lowercase hex characters each)')).min(1))
+      .transform((v) =>
+        v
+          .split(',')
+          .map((id) => id.trim())
+          .filter(Boolean),
+      )
+      .pipe(
+        z
+          .array(
+            z
+              .string()
+              .regex(CAP_USER_ID_RE, 'must be a comma list of Starfish user ids (32 lowercase hex characters each)'),
+          )
+          .min(1),
+      )
       .optional(),
     /** A JSON file of signed Starfish revocation lists (one list or an array): the caps they name get 401. */
     CAP_REVOCATIONS_FILE: z.string().min(1).optional(),
@@ -452,18 +536,44 @@ export const EnvSchema = z
     LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   })
   .superRefine((e, ctx) => {
-    if (e.REDIS_URL && e.REDIS_CLUSTER_NODES) ctx.addIssue({ code: 'custom', path: ['REDIS_CLUSTER_NODES'], message: 'set REDIS_URL (one Redis) or REDIS_CLUSTER_NODES (a Redis Cluster), not both' });
-    if (e.STORE === 's3' && !e.S3_BUCKET) ctx.addIssue({ code: 'custom', path: ['S3_BUCKET'], message: 'is required when STORE=s3' });
-    if (e.JWT_JWKS_URL && e.JWT_PUBLIC_KEY) ctx.addIssue({ code: 'custom', path: ['JWT_PUBLIC_KEY'], message: 'set JWT_JWKS_URL or JWT_PUBLIC_KEY, not both' });
+    if (e.REDIS_URL && e.REDIS_CLUSTER_NODES)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['REDIS_CLUSTER_NODES'],
+        message: 'set REDIS_URL (one Redis) or REDIS_CLUSTER_NODES (a Redis Cluster), not both',
+      });
+    if (e.STORE === 's3' && !e.S3_BUCKET)
+      ctx.addIssue({ code: 'custom', path: ['S3_BUCKET'], message: 'is required when STORE=s3' });
+    if (e.JWT_JWKS_URL && e.JWT_PUBLIC_KEY)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['JWT_PUBLIC_KEY'],
+        message: 'set JWT_JWKS_URL or JWT_PUBLIC_KEY, not both',
+      });
     if ((e.JWT_ISSUER || e.JWT_AUDIENCE) && !e.JWT_JWKS_URL && !e.JWT_PUBLIC_KEY) {
-      ctx.addIssue({ code: 'custom', path: ['JWT_ISSUER'], message: 'JWT_ISSUER/JWT_AUDIENCE need JWT_JWKS_URL or JWT_PUBLIC_KEY' });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['JWT_ISSUER'],
+        message: 'JWT_ISSUER/JWT_AUDIENCE need JWT_JWKS_URL or JWT_PUBLIC_KEY',
+      });
     }
-    if (e.JWT_ALLOW_NO_EXP === 'on' && !e.JWT_JWKS_URL && !e.JWT_PUBLIC_KEY) ctx.addIssue({ code: 'custom', path: ['JWT_ALLOW_NO_EXP'], message: 'needs JWT_JWKS_URL or JWT_PUBLIC_KEY' });
-    if ((e.CAP_ADMINS || e.CAP_REVOCATIONS_FILE) && e.CAP_AUTH !== 'on') ctx.addIssue({ code: 'custom', path: [e.CAP_ADMINS ? 'CAP_ADMINS' : 'CAP_REVOCATIONS_FILE'], message: 'needs CAP_AUTH=on' });
+    if (e.JWT_ALLOW_NO_EXP === 'on' && !e.JWT_JWKS_URL && !e.JWT_PUBLIC_KEY)
+      ctx.addIssue({ code: 'custom', path: ['JWT_ALLOW_NO_EXP'], message: 'needs JWT_JWKS_URL or JWT_PUBLIC_KEY' });
+    if ((e.CAP_ADMINS || e.CAP_REVOCATIONS_FILE) && e.CAP_AUTH !== 'on')
+      ctx.addIssue({
+        code: 'custom',
+        path: [e.CAP_ADMINS ? 'CAP_ADMINS' : 'CAP_REVOCATIONS_FILE'],
+        message: 'needs CAP_AUTH=on',
+      });
     if (e.ICEBERG === 'on' && e.ROLLUP === 'on' && 3600 % e.ROLLUP_PERIOD_SECONDS !== 0) {
-      ctx.addIssue({ code: 'custom', path: ['ROLLUP_PERIOD_SECONDS'], message: `must divide 3600 (an hour) while ICEBERG=on: the table is partitioned by hour and a rollup file must lie in one (set ICEBERG=off to keep ${e.ROLLUP_PERIOD_SECONDS})` });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['ROLLUP_PERIOD_SECONDS'],
+        message: `must divide 3600 (an hour) while ICEBERG=on: the table is partitioned by hour and a rollup file must lie in one (set ICEBERG=off to keep ${e.ROLLUP_PERIOD_SECONDS})`,
+      });
     }
-    if (e.CORS_ORIGINS && e.CORS_ORIGINS.includes('*') && e.CORS_ORIGINS.length > 1) ctx.addIssue({ code: 'custom', path: ['CORS_ORIGINS'], message: 'is either * or a list of origins, not both' });
+    if (e.CORS_ORIGINS && e.CORS_ORIGINS.includes('*') && e.CORS_ORIGINS.length > 1)
+      ctx.addIssue({ code: 'custom', path: ['CORS_ORIGINS'], message: 'is either * or a list of origins, not both' });
   });
 
 export type Env = z.infer<typeof EnvSchema>;
@@ -476,7 +586,10 @@ export function parseEnv(env: NodeJS.ProcessEnv = process.env): Env {
     const was = cleaned[old];
     if (was === undefined) continue;
     delete cleaned[old];
-    if (cleaned[now] !== undefined && cleaned[now] !== was) throw new ConfigError(`environment variable ${old} (the earlier name of ${now}) is ${was} but ${now} is ${cleaned[now]}; set only ${now}`);
+    if (cleaned[now] !== undefined && cleaned[now] !== was)
+      throw new ConfigError(
+        `environment variable ${old} (the earlier name of ${now}) is ${was} but ${now} is ${cleaned[now]}; set only ${now}`,
+      );
     cleaned[now] = was;
   }
   const r = EnvSchema.safeParse(cleaned);
@@ -496,7 +609,12 @@ const TokensFileSchema = z.union([
     z.union([
       z.object({ token: z.string().min(16), roles: z.array(z.string().min(1)).min(1) }).strict(),
       // A Starfish identity's caps get these roles (CAP_AUTH=on), as CAP_ADMINS gives `admin`.
-      z.object({ capUserId: z.string().regex(CAP_USER_ID_RE, 'must be a Starfish user id (32 lowercase hex characters)'), roles: z.array(z.string().min(1)).min(1) }).strict(),
+      z
+        .object({
+          capUserId: z.string().regex(CAP_USER_ID_RE, 'must be a Starfish user id (32 lowercase hex characters)'),
+          roles: z.array(z.string().min(1)).min(1),
+        })
+        .strict(),
     ]),
   ),
 ]);
@@ -513,7 +631,9 @@ export function loadTokens(env: Pick<Env, 'ADMIN_TOKEN' | 'TOKENS_FILE'>): Map<s
   if (env.ADMIN_TOKEN) tokens.set(env.ADMIN_TOKEN, ['admin']);
   if (env.TOKENS_FILE) {
     const data = readTokensFile(env.TOKENS_FILE);
-    const entries = Array.isArray(data) ? data.flatMap((e) => ('token' in e ? [[e.token, e.roles] as const] : [])) : Object.entries(data);
+    const entries = Array.isArray(data)
+      ? data.flatMap((e) => ('token' in e ? [[e.token, e.roles] as const] : []))
+      : Object.entries(data);
     for (const [token, roles] of entries) tokens.set(token, [...new Set([...(tokens.get(token) ?? []), ...roles])]);
   }
   return tokens;
@@ -526,7 +646,8 @@ export function loadTokens(env: Pick<Env, 'ADMIN_TOKEN' | 'TOKENS_FILE'>): Map<s
 export function loadCapRoles(env: Pick<Env, 'CAP_AUTH' | 'CAP_ADMINS' | 'TOKENS_FILE'>): Map<string, string[]> {
   const out = new Map<string, string[]>();
   if (env.CAP_AUTH !== 'on') return out;
-  const add = (id: string, roles: readonly string[]): void => void out.set(id, [...new Set([...(out.get(id) ?? []), ...roles])]);
+  const add = (id: string, roles: readonly string[]): void =>
+    void out.set(id, [...new Set([...(out.get(id) ?? []), ...roles])]);
   for (const id of env.CAP_ADMINS ?? []) add(id, ['admin']);
   if (env.TOKENS_FILE) {
     const data = readTokensFile(env.TOKENS_FILE);
@@ -541,8 +662,15 @@ export function loadCapRevocations(env: Pick<Env, 'CAP_REVOCATIONS_FILE'>): unkn
   const data = readJsonFile(env.CAP_REVOCATIONS_FILE, 'CAP_REVOCATIONS_FILE');
   const lists = Array.isArray(data) ? data : [data];
   lists.forEach((l, i) => {
-    if (typeof l !== 'object' || l === null || typeof (l as { iss?: unknown }).iss !== 'string' || !Array.isArray((l as { revoked?: unknown }).revoked)) {
-      throw new ConfigError(`CAP_REVOCATIONS_FILE ${env.CAP_REVOCATIONS_FILE}: list ${i} is not a signed revocation list ({ v, iss, issUserId, generation, revoked, sig })`);
+    if (
+      typeof l !== 'object' ||
+      l === null ||
+      typeof (l as { iss?: unknown }).iss !== 'string' ||
+      !Array.isArray((l as { revoked?: unknown }).revoked)
+    ) {
+      throw new ConfigError(
+        `CAP_REVOCATIONS_FILE ${env.CAP_REVOCATIONS_FILE}: list ${i} is not a signed revocation list ({ v, iss, issUserId, generation, revoked, sig })`,
+      );
     }
   });
   return lists;

@@ -70,7 +70,10 @@ export function duckdbReadParquetSql(opts: DuckdbReadParquetOptions): DuckdbRead
   const params: Record<string, string> = {};
   for (const name of template.prefixParams) {
     const value = opts.params?.[name];
-    if (value === undefined) throw new Error(`duckdbReadParquetSql: missing param "${name}" for storagePath "${storagePath}" (use "${ANY_PARAM}" for all values)`);
+    if (value === undefined)
+      throw new Error(
+        `duckdbReadParquetSql: missing param "${name}" for storagePath "${storagePath}" (use "${ANY_PARAM}" for all values)`,
+      );
     if (value !== ANY_PARAM) {
       const problem = checkParamValue(value);
       if (problem) throw new Error(`duckdbReadParquetSql: param "${name}" ${problem}`);
@@ -82,25 +85,37 @@ export function duckdbReadParquetSql(opts: DuckdbReadParquetOptions): DuckdbRead
   const location = opts.store.location?.();
   if (location?.kind === 'file') return fileRead(location.dir, prefix);
   if (location?.kind === 's3') return s3Read(location, prefix, opts);
-  throw new Error(`duckdbReadParquetSql: store ${opts.store.describe()} keeps no files DuckDB can open; use a filesystem or an S3 store`);
+  throw new Error(
+    `duckdbReadParquetSql: store ${opts.store.describe()} keeps no files DuckDB can open; use a filesystem or an S3 store`,
+  );
 }
 
 /** `read_parquet` of the files under `prefix` in the folder `dir`: no setup. */
 function fileRead(dir: string, prefix: string): DuckdbReadParquet {
   const root = path.resolve(dir).split(path.sep).join('/');
-  if (GLOB_META_RE.test(root)) throw new Error(`duckdbReadParquetSql: filesystem root ${JSON.stringify(root)} contains glob characters (*?[]{}); DuckDB would misread it`);
+  if (GLOB_META_RE.test(root))
+    throw new Error(
+      `duckdbReadParquetSql: filesystem root ${JSON.stringify(root)} contains glob characters (*?[]{}); DuckDB would misread it`,
+    );
   const glob = `${root.replace(/\/$/, '')}/${prefix}*.parquet`;
   return { setup: [], from: `read_parquet(${sqlStringLiteral(glob)})`, glob };
 }
 
 /** `read_parquet` of the files under `prefix` in an S3 store, after httpfs and a secret scoped to the store's bucket and prefix. */
-function s3Read(s3: Extract<StoreLocation, { kind: 's3' }>, prefix: string, opts: DuckdbReadParquetOptions): DuckdbReadParquet {
+function s3Read(
+  s3: Extract<StoreLocation, { kind: 's3' }>,
+  prefix: string,
+  opts: DuckdbReadParquetOptions,
+): DuckdbReadParquet {
   if (GLOB_META_RE.test(s3.prefix) || GLOB_META_RE.test(s3.bucket)) {
-    throw new Error(`duckdbReadParquetSql: S3 bucket/prefix ${JSON.stringify(`${s3.bucket}/${s3.prefix}`)} contains glob characters (*?[]{})`);
+    throw new Error(
+      `duckdbReadParquetSql: S3 bucket/prefix ${JSON.stringify(`${s3.bucket}/${s3.prefix}`)} contains glob characters (*?[]{})`,
+    );
   }
   const glob = `s3://${s3.bucket}/${s3.prefix}${prefix}*.parquet`;
   const secretName = opts.secretName ?? 'events_ingest';
-  if (!SECRET_NAME_RE.test(secretName)) throw new Error(`duckdbReadParquetSql: secretName ${JSON.stringify(secretName)} must be an identifier`);
+  if (!SECRET_NAME_RE.test(secretName))
+    throw new Error(`duckdbReadParquetSql: secretName ${JSON.stringify(secretName)} must be an identifier`);
   const fields: string[] = ['TYPE s3'];
   const creds = opts.credentials ?? s3.credentials ?? credentialsFromEnv(opts.env ?? process.env);
   if (creds) {
@@ -130,7 +145,11 @@ function s3Read(s3: Extract<StoreLocation, { kind: 's3' }>, prefix: string, opts
  * subquery: `CREATE VIEW events AS <this>`. A param named like one of the file's columns would
  * clash: it is left out (the file's column wins).
  */
-export function duckdbSelectWithPathColumns(read: Pick<DuckdbReadParquet, 'glob'>, storagePath: string, fileColumns: readonly string[] = []): string {
+export function duckdbSelectWithPathColumns(
+  read: Pick<DuckdbReadParquet, 'glob'>,
+  storagePath: string,
+  fileColumns: readonly string[] = [],
+): string {
   const template = parseStoragePath(storagePath);
   const prefix = template.segments.slice(0, -1);
   let group = 0;
@@ -164,13 +183,20 @@ function endpointParts(endpoint: string): { host: string; tls: boolean } {
   } catch {
     throw new Error(`duckdbReadParquetSql: S3 endpoint ${JSON.stringify(endpoint)} is not a URL`);
   }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new Error(`duckdbReadParquetSql: S3 endpoint ${JSON.stringify(endpoint)} must be http(s)`);
-  if (url.pathname !== '/' && url.pathname !== '') throw new Error(`duckdbReadParquetSql: S3 endpoint ${JSON.stringify(endpoint)} has a path; DuckDB takes host:port only`);
+  if (url.protocol !== 'http:' && url.protocol !== 'https:')
+    throw new Error(`duckdbReadParquetSql: S3 endpoint ${JSON.stringify(endpoint)} must be http(s)`);
+  if (url.pathname !== '/' && url.pathname !== '')
+    throw new Error(
+      `duckdbReadParquetSql: S3 endpoint ${JSON.stringify(endpoint)} has a path; DuckDB takes host:port only`,
+    );
   return { host: url.host, tls: url.protocol === 'https:' };
 }
 
 /** The DuckDB URL of the store's root (ends with `/`) and the setup statements to read it. */
-export function storeRootUrl(store: ObjectStore, env?: Readonly<Record<string, string | undefined>>): { rootUrl: string; setup: string[] } {
+export function storeRootUrl(
+  store: ObjectStore,
+  env?: Readonly<Record<string, string | undefined>>,
+): { rootUrl: string; setup: string[] } {
   const sql = duckdbReadParquetSql({ store, collection: 'r/{id}', params: {}, env });
   return { rootUrl: sql.glob.slice(0, -'r/*.parquet'.length), setup: sql.setup };
 }

@@ -58,7 +58,16 @@ export interface EventSink {
    * @param escaped - For a string value: it holds a backslash escape.
    * @param spaced - The value holds whitespace outside strings (a container from a pretty-printer).
    */
-  member(keyStart: number, keyEnd: number, keyEscaped: boolean, valueStart: number, valueEnd: number, kind: ValueKind, escaped: boolean, spaced: boolean): void;
+  member(
+    keyStart: number,
+    keyEnd: number,
+    keyEscaped: boolean,
+    valueStart: number,
+    valueEnd: number,
+    kind: ValueKind,
+    escaped: boolean,
+    spaced: boolean,
+  ): void;
   /** Called after the last member of the event begun last. */
   endEvent(): void;
 }
@@ -71,10 +80,13 @@ export interface EventSink {
  * number or `""` does not count. A push without an Idempotency-Key is deduplicated by its body
  * only when this is true (docs/reliability.md, "Retries").
  */
-export type EnvelopeScan = { ok: true; events: number; everyEventHasMessageId: boolean } | { ok: false; error: string; code: EnvelopeErrorCode };
+export type EnvelopeScan =
+  { ok: true; events: number; everyEventHasMessageId: boolean } | { ok: false; error: string; code: EnvelopeErrorCode };
 
 /** Outcome of {@link checkEnvelope}: also the decoded text when asked, for whoever encodes it next. */
-export type EnvelopeCheck = { ok: true; text?: string; events: number; everyEventHasMessageId: boolean } | { ok: false; error: string; code: EnvelopeErrorCode };
+export type EnvelopeCheck =
+  | { ok: true; text?: string; events: number; everyEventHasMessageId: boolean }
+  | { ok: false; error: string; code: EnvelopeErrorCode };
 
 /**
  * What is wrong with a refused body, for whoever must tell problems apart (the API's status and
@@ -195,7 +207,8 @@ class Scanner {
   }
 
   syntax(expected: string): never {
-    if (this.pos >= this.buf.length) this.fail(`malformed JSON: the body ends where ${expected} was expected`, 'bad_json');
+    if (this.pos >= this.buf.length)
+      this.fail(`malformed JSON: the body ends where ${expected} was expected`, 'bad_json');
     this.fail(`malformed JSON at byte ${this.pos}: expected ${expected}`, 'bad_json');
   }
 
@@ -491,7 +504,10 @@ class Scanner {
 
   tooDeep(): never {
     const where = this.eventIndex >= 0 ? `data.events[${this.eventIndex}]` : 'a value of the envelope';
-    this.fail(`JSON nesting deeper than ${MAX_JSON_DEPTH} levels in ${where} (the event object is level 1)`, 'too_deep');
+    this.fail(
+      `JSON nesting deeper than ${MAX_JSON_DEPTH} levels in ${where} (the event object is level 1)`,
+      'too_deep',
+    );
   }
 
   /** Past a member or element: `,` (returns false) or the closing `close` (returns true). */
@@ -606,7 +622,8 @@ class Scanner {
 
   /** A key whose hash equals that of key k: a duplicate if its bytes are the same too. */
   refuseSame(index: number, keyStart: number, keyEnd: number, k: number, at: number, len: number): void {
-    if (this.kLen[k] === len && this.sameBytes(this.kAt[k], at, len)) this.duplicate(index, this.decode(keyStart, keyEnd));
+    if (this.kLen[k] === len && this.sameBytes(this.kAt[k], at, len))
+      this.duplicate(index, this.decode(keyStart, keyEnd));
   }
 
   /** From now on (to the end of the event), keys go into a Set: a probe ran past MAX_PROBES. */
@@ -677,7 +694,10 @@ class Scanner {
   }
 
   duplicate(index: number, key: string): never {
-    this.fail(`data.events[${index}] has the key ${quoteKey(key)} twice; each top-level key of an event must be unique`, 'duplicate_key');
+    this.fail(
+      `data.events[${index}] has the key ${quoteKey(key)} twice; each top-level key of an event must be unique`,
+      'duplicate_key',
+    );
   }
 
   /** The key or string `buf[start, end)` (quotes included) as a JS string. */
@@ -832,7 +852,10 @@ class Scanner {
     if (this.buf[this.pos] !== 123) {
       if (this.pos >= this.buf.length) this.fail(`empty body: expected ${EXPECTED_ENVELOPE}`, 'empty');
       // A bare array of events is what several SDKs send; say where the array belongs.
-      this.wrongType((got) => `body must be a JSON object ${EXPECTED_ENVELOPE}, got ${got}${got === 'an array' ? ' (an array of events belongs in "data.events")' : ''}`);
+      this.wrongType(
+        (got) =>
+          `body must be a JSON object ${EXPECTED_ENVELOPE}, got ${got}${got === 'an array' ? ' (an array of events belongs in "data.events")' : ''}`,
+      );
     }
     this.pos++;
     this.skipWs();
@@ -848,7 +871,9 @@ class Scanner {
         if (key === 'data') {
           if (events >= 0) this.fail('the body has the key "data" twice');
           if (this.buf[this.pos] !== 123) {
-            this.wrongType((got) => `"data" must be an object holding "events", got ${got}; expected ${EXPECTED_ENVELOPE}`);
+            this.wrongType(
+              (got) => `"data" must be an object holding "events", got ${got}; expected ${EXPECTED_ENVELOPE}`,
+            );
           }
           events = this.data();
         } else {
@@ -867,7 +892,9 @@ class Scanner {
     if (this.topKeys.length === 0) return `body has no "data": got an empty object, expected ${EXPECTED_ENVELOPE}`;
     const shown = this.topKeys.slice(0, 5).map(quoteKey).join(', ');
     const more = this.topKeys.length > 5 ? ', …' : '';
-    const hint = this.topKeys.some((k) => k === 'events' || k === 'batch') ? ' (the array of events belongs in "data.events")' : '';
+    const hint = this.topKeys.some((k) => k === 'events' || k === 'batch')
+      ? ' (the array of events belongs in "data.events")'
+      : '';
     return `body has no "data": got an object with the keys ${shown}${more}${hint}, expected ${EXPECTED_ENVELOPE}`;
   }
 }

@@ -43,7 +43,8 @@ export class GroupCommitter<T> {
   items = 0;
 
   constructor(private readonly opts: GroupCommitOptions<T>) {
-    if (!Number.isInteger(opts.maxItems) || opts.maxItems < 1) throw new Error(`maxItems must be a positive integer, got ${opts.maxItems}`);
+    if (!Number.isInteger(opts.maxItems) || opts.maxItems < 1)
+      throw new Error(`maxItems must be a positive integer, got ${opts.maxItems}`);
   }
 
   /** Items waiting for a send (not counting the one running). */
@@ -98,7 +99,7 @@ export class GroupCommitter<T> {
     const group = [first];
     let bytes = this.opts.sizeOf(first.item);
     if (bytes > this.opts.maxBytes) return group;
-    for (let i = 0; i < this.waiting.length && group.length < this.opts.maxItems; ) {
+    for (let i = 0; i < this.waiting.length && group.length < this.opts.maxItems;) {
       const e = this.waiting[i] as Entry<T>;
       const size = this.opts.sizeOf(e.item);
       if (bytes + size > this.opts.maxBytes) {

@@ -41,7 +41,12 @@ export interface RunningServer {
 }
 
 /** Starts an HTTP server with deliberate limits. */
-export async function listen(handler: RequestListener, port: number, host: string, opts: ListenOptions = {}): Promise<RunningServer> {
+export async function listen(
+  handler: RequestListener,
+  port: number,
+  host: string,
+  opts: ListenOptions = {},
+): Promise<RunningServer> {
   const server = http.createServer(
     {
       maxHeaderSize: SERVER_LIMITS.maxHeaderSize,

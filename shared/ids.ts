@@ -24,7 +24,8 @@ let poolAt = POOL_BYTES;
 
 /** `bytes` (at most 64) random bytes as lowercase hex. */
 export function randomHex(bytes: number): string {
-  if (!Number.isInteger(bytes) || bytes < 1 || bytes > 64) throw new RangeError(`randomHex takes 1-64 bytes, not ${bytes}`);
+  if (!Number.isInteger(bytes) || bytes < 1 || bytes > 64)
+    throw new RangeError(`randomHex takes 1-64 bytes, not ${bytes}`);
   if (poolAt + bytes > POOL_BYTES) {
     randomFillSync(pool);
     poolAt = 0;

@@ -132,7 +132,8 @@ export class Lifecycle {
       const rest = order.slice(i + 1);
       report.notStopped.push(c.name, ...rest.map((r) => r.name));
       for (const r of rest) void this.stopOne(r, 0);
-      if (rest.length > 0) this.logger.error({ components: rest.map((r) => r.name) }, 'asked to stop at once, not waited for');
+      if (rest.length > 0)
+        this.logger.error({ components: rest.map((r) => r.name) }, 'asked to stop at once, not waited for');
       break;
     }
     return report;
@@ -144,7 +145,10 @@ export class Lifecycle {
       await c.stop(graceMs);
       return 'stopped';
     } catch (err) {
-      this.logger.warn({ component: c.name, err: err instanceof Error ? err.message : String(err) }, 'component stop failed');
+      this.logger.warn(
+        { component: c.name, err: err instanceof Error ? err.message : String(err) },
+        'component stop failed',
+      );
       return 'failed';
     }
   }
@@ -212,7 +216,8 @@ export async function runUntilSignal(lifecycle: Lifecycle, opts: RunOptions): Pr
       const report = await lifecycle.stop(opts.graceMs);
       const code = report.notStopped.length > 0 ? 1 : 0;
       if (code === 0) opts.logger.info({}, 'shut down cleanly');
-      else opts.logger.error({ graceMs: opts.graceMs, notStopped: report.notStopped }, 'shutdown took too long; exiting');
+      else
+        opts.logger.error({ graceMs: opts.graceMs, notStopped: report.notStopped }, 'shutdown took too long; exiting');
       await flush(opts.logger);
       try {
         await opts.beforeExit?.(code);

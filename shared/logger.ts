@@ -13,7 +13,17 @@ export function createLogger(opts: { level: string; name: string; destination?: 
       name: opts.name,
       base: { pid: process.pid, service: opts.name },
       redact: {
-        paths: ['distinct_id', 'properties', 'context', '*.distinct_id', '*.properties', '*.context', 'body', '*.body', 'req.headers.authorization'],
+        paths: [
+          'distinct_id',
+          'properties',
+          'context',
+          '*.distinct_id',
+          '*.properties',
+          '*.context',
+          'body',
+          '*.body',
+          'req.headers.authorization',
+        ],
         censor: '[redacted]',
       },
     },

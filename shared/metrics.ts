@@ -12,6 +12,10 @@ export const SLOW_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5
 export function createRegistry(service: string, withDefaults: boolean | { prefix: string } = true): Registry {
   const registry = new Registry();
   registry.setDefaultLabels({ service });
-  if (withDefaults) collectDefaultMetrics({ register: registry, ...(typeof withDefaults === 'object' ? { prefix: withDefaults.prefix } : {}) });
+  if (withDefaults)
+    collectDefaultMetrics({
+      register: registry,
+      ...(typeof withDefaults === 'object' ? { prefix: withDefaults.prefix } : {}),
+    });
   return registry;
 }

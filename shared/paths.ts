@@ -21,13 +21,15 @@ const LITERAL_RE = /^[A-Za-z0-9._~-]{1,128}$/;
 
 /** Parses a storagePath template; throws an Error naming the problem. */
 export function parseStoragePath(source: string): StoragePathTemplate {
-  if (source.startsWith('/') || source.endsWith('/')) throw new Error(`storagePath "${source}" must not start or end with "/"`);
+  if (source.startsWith('/') || source.endsWith('/'))
+    throw new Error(`storagePath "${source}" must not start or end with "/"`);
   const raw = source.split('/');
   const segments: Segment[] = raw.map((part) => {
     const m = /^\{([^}]*)\}$/.exec(part);
     if (m) {
       const name = m[1] ?? '';
-      if (!PARAM_NAME_RE.test(name)) throw new Error(`storagePath "${source}": param name "${name}" must be an identifier`);
+      if (!PARAM_NAME_RE.test(name))
+        throw new Error(`storagePath "${source}": param name "${name}" must be an identifier`);
       return { kind: 'param', name };
     }
     if (!LITERAL_RE.test(part) || part === '.' || part === '..') {
@@ -36,7 +38,8 @@ export function parseStoragePath(source: string): StoragePathTemplate {
     return { kind: 'literal', value: part };
   });
   const last = segments[segments.length - 1];
-  if (!last || last.kind !== 'param') throw new Error(`storagePath "${source}" must end with a {param} segment (e.g. "events/{app}/{batchId}")`);
+  if (!last || last.kind !== 'param')
+    throw new Error(`storagePath "${source}" must end with a {param} segment (e.g. "events/{app}/{batchId}")`);
   const names = segments.flatMap((s) => (s.kind === 'param' ? [s.name] : []));
   if (new Set(names).size !== names.length) throw new Error(`storagePath "${source}" repeats a param name`);
   return { source, segments, batchParam: last.name, prefixParams: names.slice(0, -1) };

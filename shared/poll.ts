@@ -24,5 +24,7 @@ export async function pollUntil<T>(
     }
     await new Promise((r) => setTimeout(r, intervalMs));
   }
-  throw new Error(`timed out after ${opts.ms} ms waiting for ${opts.what}${last === undefined ? '' : `: ${String(last)}`}`);
+  throw new Error(
+    `timed out after ${opts.ms} ms waiting for ${opts.what}${last === undefined ? '' : `: ${String(last)}`}`,
+  );
 }

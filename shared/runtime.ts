@@ -8,7 +8,8 @@ import { ConfigError } from './config.js';
  * V8's own heuristic (and cannot undo an earlier call). Why 300: docs/decisions/0015-heap-growing-percent.md.
  */
 export function applyHeapGrowth(percent: number): void {
-  if (!Number.isInteger(percent) || percent < 0) throw new RangeError(`heap growth must be a whole percent >= 0, got ${percent}`);
+  if (!Number.isInteger(percent) || percent < 0)
+    throw new RangeError(`heap growth must be a whole percent >= 0, got ${percent}`);
   if (percent > 0) setFlagsFromString(`--heap-growing-percent=${percent}`);
 }
 

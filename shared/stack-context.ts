@@ -10,7 +10,15 @@ import { RedisUnavailable, TimeoutError } from './errors.js';
 import { type Logger, createLogger } from './logger.js';
 import { createRegistry } from './metrics.js';
 import type { Component } from './lifecycle.js';
-import { type RedisClient, type RedisTarget, closeRedis, createRedisClient, describeTarget, redisTarget, waitReady } from './redis/connection.js';
+import {
+  type RedisClient,
+  type RedisTarget,
+  closeRedis,
+  createRedisClient,
+  describeTarget,
+  redisTarget,
+  waitReady,
+} from './redis/connection.js';
 import { LEGACY_QUEUE_PREFIX, type ShardLayout, ensureShardLayout, shardLayouts } from './redis/shards.js';
 import { withTimeout } from './timeout.js';
 import { applyHeapGrowth } from './runtime.js';
@@ -49,7 +57,10 @@ export class StackContext {
    * `{ prefix }` names them apart (`npm start`'s encoder processes report theirs as
    * `ingest_encoder_process_cpu_seconds_total` and so on, beside the API process's own).
    */
-  constructor(env: Env, o: { name: string; serviceLabel?: string; defaultMetrics?: boolean | { prefix: string }; logger?: Logger }) {
+  constructor(
+    env: Env,
+    o: { name: string; serviceLabel?: string; defaultMetrics?: boolean | { prefix: string }; logger?: Logger },
+  ) {
     this.currentEnv = env;
     this.logger = o.logger ?? createLogger({ level: env.LOG_LEVEL, name: o.name });
     applyHeapGrowth(env.HEAP_GROWING_PERCENT);
@@ -95,7 +106,9 @@ export class StackContext {
 
   /** Opens the connections asked for, in the order they were asked for. */
   openConnections(): void {
-    for (const name of this.wanted) if (!this.conns.has(name)) this.conns.set(name, createRedisClient(this.target, name === 'producer' ? 'producer' : 'worker', this.logger));
+    for (const name of this.wanted)
+      if (!this.conns.has(name))
+        this.conns.set(name, createRedisClient(this.target, name === 'producer' ? 'producer' : 'worker', this.logger));
   }
 
   /** The connection `name` if it is open. */
@@ -105,7 +118,10 @@ export class StackContext {
 
   connection(name: ConnectionName): RedisClient {
     const c = this.conns.get(name);
-    if (!c) throw new Error(`Redis connection "${name}" is not open: list the redis component before the components that use it`);
+    if (!c)
+      throw new Error(
+        `Redis connection "${name}" is not open: list the redis component before the components that use it`,
+      );
     return c;
   }
 
@@ -141,7 +157,9 @@ export function redisConnections(ctx: StackContext): Component {
       if (ledger) await checkLayout(ledger, ctx.env, ctx.layouts, ctx.logger);
       if (producer) {
         // Pushes fail fast while Redis is away; give it a moment at start so the first ones do not.
-        await waitReady(producer, 5000).catch(() => ctx.logger.warn({ redis: ctx.redisName }, 'Redis not reachable yet: pushes answer 503 until it is'));
+        await waitReady(producer, 5000).catch(() =>
+          ctx.logger.warn({ redis: ctx.redisName }, 'Redis not reachable yet: pushes answer 503 until it is'),
+        );
         if (!ledger) await checkLayout(producer, ctx.env, ctx.layouts, ctx.logger);
       }
       const [first] = ctx.connections;
@@ -157,7 +175,11 @@ export function redisConnections(ctx: StackContext): Component {
 async function warnWithoutAof(conn: RedisClient, redisName: string, logger: Logger): Promise<void> {
   try {
     const [, aof] = (await conn.config('GET', 'appendonly')) as [string, string];
-    if (aof !== 'yes') logger.warn({ redis: redisName }, 'Redis runs without AOF (appendonly no): acknowledged batches still queued are lost if Redis restarts');
+    if (aof !== 'yes')
+      logger.warn(
+        { redis: redisName },
+        'Redis runs without AOF (appendonly no): acknowledged batches still queued are lost if Redis restarts',
+      );
   } catch {
     /* CONFIG may be disabled (managed Redis); nothing to warn about then */
   }
@@ -168,16 +190,28 @@ async function warnWithoutAof(conn: RedisClient, redisName: string, logger: Logg
  * change stops the start. With the default layout (one shard, one Redis) an unreachable Redis
  * only skips the check, as a push then answers 503 anyway; a sharded layout waits for Redis.
  */
-async function checkLayout(conn: RedisClient, env: Env, layouts: readonly ShardLayout[], logger: Logger): Promise<void> {
+async function checkLayout(
+  conn: RedisClient,
+  env: Env,
+  layouts: readonly ShardLayout[],
+  logger: Logger,
+): Promise<void> {
   const legacy = layouts.length === 1 && layouts[0]?.queuePrefix === LEGACY_QUEUE_PREFIX;
   try {
     await waitReady(conn, legacy ? 2000 : 30_000);
     const r = await withTimeout(ensureShardLayout(conn, env.QUEUE_NAME, layouts), 10_000, 'shard layout check');
-    if (r.changedFrom !== undefined) logger.warn({ from: r.changedFrom, to: layouts.length }, 'QUEUE_SHARDS changed on a drained queue: new shard layout recorded');
+    if (r.changedFrom !== undefined)
+      logger.warn(
+        { from: r.changedFrom, to: layouts.length },
+        'QUEUE_SHARDS changed on a drained queue: new shard layout recorded',
+      );
   } catch (err) {
     if (err instanceof ConfigError) throw err;
     if (legacy && (err instanceof RedisUnavailable || err instanceof TimeoutError)) {
-      logger.warn({ err: (err as Error).message }, 'Redis not reachable at start: the QUEUE_SHARDS layout check is skipped');
+      logger.warn(
+        { err: (err as Error).message },
+        'Redis not reachable at start: the QUEUE_SHARDS layout check is skipped',
+      );
       return;
     }
     throw new ConfigError(`could not check the queue shard layout in Redis: ${(err as Error).message}`);

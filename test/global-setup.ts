@@ -30,7 +30,10 @@ export async function setup(project: TestProject): Promise<void> {
   if (!url) {
     // Only reached without redis-server installed; needs a Docker engine (none on the dev/CI machines).
     const { GenericContainer, Wait } = await import('testcontainers');
-    const started = await new GenericContainer('redis:7-alpine').withExposedPorts(6379).withWaitStrategy(Wait.forLogMessage('Ready to accept connections')).start();
+    const started = await new GenericContainer('redis:7-alpine')
+      .withExposedPorts(6379)
+      .withWaitStrategy(Wait.forLogMessage('Ready to accept connections'))
+      .start();
     container = started;
     url = `redis://${started.getHost()}:${started.getMappedPort(6379)}`;
   }

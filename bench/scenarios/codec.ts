@@ -50,12 +50,20 @@ async function hyparquetOpens(file: Uint8Array, rows: number): Promise<number> {
 }
 
 /** 1 when DuckDB reads every row of `file` (written to a temporary folder), else 0. */
-async function duckdbOpens(db: DuckDBInstance, dir: string, name: string, file: Uint8Array, rows: number): Promise<number> {
+async function duckdbOpens(
+  db: DuckDBInstance,
+  dir: string,
+  name: string,
+  file: Uint8Array,
+  rows: number,
+): Promise<number> {
   const path = join(dir, `${name}.parquet`);
   writeFileSync(path, file);
   const conn = await db.connect();
   try {
-    const r = await conn.runAndReadAll(`SELECT count(*)::INTEGER AS n FROM read_parquet('${path.replaceAll("'", "''")}')`);
+    const r = await conn.runAndReadAll(
+      `SELECT count(*)::INTEGER AS n FROM read_parquet('${path.replaceAll("'", "''")}')`,
+    );
     return Number(r.getRowObjects()[0]?.n) === rows ? 1 : 0;
   } catch {
     return 0;
@@ -65,21 +73,42 @@ async function duckdbOpens(db: DuckDBInstance, dir: string, name: string, file: 
 }
 
 /** The rows of one batch size: per codec, bytes/event and CPU/batch against ZSTD's. */
-function sizeRows(size: number, bodies: readonly string[], rounds: number, minMs: number, ctx: BenchContext): BenchRow[] {
+function sizeRows(
+  size: number,
+  bodies: readonly string[],
+  rounds: number,
+  minMs: number,
+  ctx: BenchContext,
+): BenchRow[] {
   const cpu = new Map<ParquetCompression, number[]>(PARQUET_COMPRESSIONS.map((c) => [c, []]));
   for (const c of PARQUET_COMPRESSIONS) msPerBatch(encodeWith(c), bodies, minMs / 4);
   for (let r = 0; r < rounds; r++) {
     ctx.progress(`codec: ${size}-event batches, round ${r + 1}/${rounds}`);
     // Rotate the order so drift on a shared machine hits every codec alike.
-    const order = PARQUET_COMPRESSIONS.map((_, i) => PARQUET_COMPRESSIONS[(i + r) % PARQUET_COMPRESSIONS.length] as ParquetCompression);
+    const order = PARQUET_COMPRESSIONS.map(
+      (_, i) => PARQUET_COMPRESSIONS[(i + r) % PARQUET_COMPRESSIONS.length] as ParquetCompression,
+    );
     for (const c of order) cpu.get(c)?.push(msPerBatch(encodeWith(c), bodies, minMs));
   }
-  const bytesPerEvent = (c: ParquetCompression): number => bodies.reduce((s, b) => s + encodeWith(c)(b).byteLength, 0) / (bodies.length * size);
+  const bytesPerEvent = (c: ParquetCompression): number =>
+    bodies.reduce((s, b) => s + encodeWith(c)(b).byteLength, 0) / (bodies.length * size);
   const zstdBytes = bytesPerEvent('zstd');
   const zstdCpu = median(cpu.get('zstd') ?? []);
   return PARQUET_COMPRESSIONS.flatMap((c) => [
-    row({ scenario: 'codec', metric: `${c}: bytes per event, ${size}-event batches (reference: zstd)`, unit: 'B', ours: bytesPerEvent(c), reference: zstdBytes }),
-    row({ scenario: 'codec', metric: `${c}: encoder CPU per batch (encode only, one thread), ${size}-event batches (reference: zstd)`, unit: 'ms', ours: median(cpu.get(c) ?? []), reference: zstdCpu }),
+    row({
+      scenario: 'codec',
+      metric: `${c}: bytes per event, ${size}-event batches (reference: zstd)`,
+      unit: 'B',
+      ours: bytesPerEvent(c),
+      reference: zstdBytes,
+    }),
+    row({
+      scenario: 'codec',
+      metric: `${c}: encoder CPU per batch (encode only, one thread), ${size}-event batches (reference: zstd)`,
+      unit: 'ms',
+      ours: median(cpu.get(c) ?? []),
+      reference: zstdCpu,
+    }),
   ]);
 }
 
@@ -100,8 +129,18 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
     for (const c of PARQUET_COMPRESSIONS) {
       const file = encodeWith(c)(sample);
       rows.push(
-        row({ scenario: 'codec', metric: `${c}: opens in plain hyparquet, no compressors (1 = yes)`, unit: '', ours: await hyparquetOpens(file, 100) }),
-        row({ scenario: 'codec', metric: `${c}: opens in DuckDB (1 = yes)`, unit: '', ours: await duckdbOpens(db, dir, c, file, 100) }),
+        row({
+          scenario: 'codec',
+          metric: `${c}: opens in plain hyparquet, no compressors (1 = yes)`,
+          unit: '',
+          ours: await hyparquetOpens(file, 100),
+        }),
+        row({
+          scenario: 'codec',
+          metric: `${c}: opens in DuckDB (1 = yes)`,
+          unit: '',
+          ours: await duckdbOpens(db, dir, c, file, 100),
+        }),
       );
     }
   } finally {

@@ -18,7 +18,27 @@ import { PRIVATE_REDIS_ARGS } from '../../shared/redis/private-server.js';
 import { unixSocketUrl } from '../../shared/redis/url.js';
 import { freePort, startRedisServer } from '../../test/helpers/redis-server.js';
 import { childNodePids } from '../../test/helpers/dist.js';
-import { type Child, bodyFactory, loadTest, median, pacedLoad, parquetFiles, probeRedis, redisCpuSeconds, redisForks, row, serviceCpuSeconds, serviceThreadCpu, sleep, spawnService, spawnTs, splitServiceCpu, waitForFiles, waitHttp, writtenIndexCounter } from '../lib.js';
+import {
+  type Child,
+  bodyFactory,
+  loadTest,
+  median,
+  pacedLoad,
+  parquetFiles,
+  probeRedis,
+  redisCpuSeconds,
+  redisForks,
+  row,
+  serviceCpuSeconds,
+  serviceThreadCpu,
+  sleep,
+  spawnService,
+  spawnTs,
+  splitServiceCpu,
+  waitForFiles,
+  waitHttp,
+  writtenIndexCounter,
+} from '../lib.js';
 import type { BenchContext, BenchRow } from '../types.js';
 
 /** Batch sizes of the saturation runs; the first is the one the latency, bytes and DuckDB rows use. */
@@ -67,7 +87,9 @@ function failureSummary(runs: Record<Side['name'], RunResult[]>): string {
   for (const name of ['ours', 'ref'] as const) {
     const sum: Record<string, number> = {};
     for (const r of runs[name]) for (const [k, n] of Object.entries(r.failures ?? {})) sum[k] = (sum[k] ?? 0) + n;
-    const text = Object.entries(sum).map(([k, n]) => `${k}×${n}`).join(', ');
+    const text = Object.entries(sum)
+      .map(([k, n]) => `${k}×${n}`)
+      .join(', ');
     if (text) parts.push(`${name}: ${text}`);
   }
   return parts.length ? ` (${parts.join('; ')})` : '';
@@ -80,7 +102,9 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
   const rounds = smoke ? 1 : 2;
   const tmp = mkdtempSync(join(tmpdir(), 'ingest-bench-e2e-'));
   const socket = join(tmp, 'redis.sock');
-  const redisServer = await startRedisServer({ args: [...PRIVATE_REDIS_ARGS, ...(OVER_TCP ? [] : ['--unixsocket', socket, '--unixsocketperm', '700'])] });
+  const redisServer = await startRedisServer({
+    args: [...PRIVATE_REDIS_ARGS, ...(OVER_TCP ? [] : ['--unixsocket', socket, '--unixsocketperm', '700'])],
+  });
   const redis = probeRedis(redisServer.url);
   const procs: Child[] = [];
   try {
@@ -92,15 +116,33 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
       url: `http://127.0.0.1:${oursPort}`,
       dataDir: oursDir,
       // LOG_LEVEL as `npm start` has it unless the caller overrides, so the bench measures the default.
-      proc: await spawnService('services/main', { PORT: String(oursPort), HOST: '127.0.0.1', REDIS_URL: OVER_TCP ? redisServer.url : unixSocketUrl(socket), DATA_DIR: oursDir, QUEUE_NAME: 'bench-e2e', ...(process.env.BENCH_LOG_LEVEL ? { LOG_LEVEL: process.env.BENCH_LOG_LEVEL } : {}) }),
+      proc: await spawnService('services/main', {
+        PORT: String(oursPort),
+        HOST: '127.0.0.1',
+        REDIS_URL: OVER_TCP ? redisServer.url : unixSocketUrl(socket),
+        DATA_DIR: oursDir,
+        QUEUE_NAME: 'bench-e2e',
+        ...(process.env.BENCH_LOG_LEVEL ? { LOG_LEVEL: process.env.BENCH_LOG_LEVEL } : {}),
+      }),
     };
-    const ref: Side = { name: 'ref', url: `http://127.0.0.1:${refPort}`, dataDir: refDir, proc: spawnTs('bench/reference-server.ts', { PORT: String(refPort), DATA_DIR: refDir }) };
+    const ref: Side = {
+      name: 'ref',
+      url: `http://127.0.0.1:${refPort}`,
+      dataDir: refDir,
+      proc: spawnTs('bench/reference-server.ts', { PORT: String(refPort), DATA_DIR: refDir }),
+    };
     procs.push(ours.proc, ref.proc);
     ctx.progress(`e2e: starting both servers (ours reaches Redis over ${OVER_TCP ? 'loopback TCP' : 'a unix socket'})`);
     await Promise.all([waitHttp(`${ours.url}/healthz`, ours.proc), waitHttp(`${ref.url}/healthz`, ref.proc)]);
 
     let runNo = 0;
-    const oneRun = async (side: Side, label: string, size: number, durationSec: number, overallRate?: number): Promise<RunResult> => {
+    const oneRun = async (
+      side: Side,
+      label: string,
+      size: number,
+      durationSec: number,
+      overallRate?: number,
+    ): Promise<RunResult> => {
       const app = `${label}-${size}-${runNo++}`;
       const dir = join(side.dataDir, 'events', app);
       const body = bodyFactory(size);
@@ -116,8 +158,20 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
       // (bench/lib.ts pacedLoad; autocannon's overallRate sends each second's quota as a burst).
       const result =
         overallRate === undefined
-          ? await loadTest({ url: side.url, path, body, connections: CONNECTIONS, durationSec }).then((r) => ({ accepted: r['2xx'], p50: r.latency.p50, p99: r.latency.p99, bad: r.non2xx + r.errors + r.timeouts, failures: undefined }))
-          : await pacedLoad({ url: side.url, path, body, rate: overallRate, durationSec }).then((r) => ({ accepted: r.ok, p50: r.latency.p50, p99: r.latency.p99, bad: r.non2xx + r.errors + r.skipped, failures: { ...r.failures, ...(r.skipped ? { 'not sent': r.skipped } : {}) } }));
+          ? await loadTest({ url: side.url, path, body, connections: CONNECTIONS, durationSec }).then((r) => ({
+              accepted: r['2xx'],
+              p50: r.latency.p50,
+              p99: r.latency.p99,
+              bad: r.non2xx + r.errors + r.timeouts,
+              failures: undefined,
+            }))
+          : await pacedLoad({ url: side.url, path, body, rate: overallRate, durationSec }).then((r) => ({
+              accepted: r.ok,
+              p50: r.latency.p50,
+              p99: r.latency.p99,
+              bad: r.non2xx + r.errors + r.skipped,
+              failures: { ...r.failures, ...(r.skipped ? { 'not sent': r.skipped } : {}) },
+            }));
       const tLoad = performance.now();
       const accepted = result.accepted;
       let tDurable = tLoad;
@@ -126,7 +180,13 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
         // (listing it every 50 ms cost a fifth of a core during the drain:
         // docs/decisions/0003-written-index-for-list.md).
         const count = writtenIndexCounter(redis, `events/${app}/`);
-        tDurable = await waitForFiles(dir, accepted, 180_000, (have) => ctx.progress(`e2e: ${side.name} ${label} ${size}-event: draining, ${have}/${accepted} files`), { count });
+        tDurable = await waitForFiles(
+          dir,
+          accepted,
+          180_000,
+          (have) => ctx.progress(`e2e: ${side.name} ${label} ${size}-event: draining, ${have}/${accepted} files`),
+          { count },
+        );
       }
       const cpu = serviceCpuSeconds(pids) - cpu0;
       const threads = splitServiceCpu(pids, threads0, serviceThreadCpu(pids), cpu);
@@ -141,7 +201,11 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
         bad: result.bad,
         accepted,
         nodeCpuMsPerBatch: perBatch(cpu),
-        threadsMsPerBatch: { main: perBatch(threads.main), encoder: perBatch(threads.encoder), other: perBatch(threads.other) },
+        threadsMsPerBatch: {
+          main: perBatch(threads.main),
+          encoder: perBatch(threads.encoder),
+          other: perBatch(threads.other),
+        },
         redisCpuMsPerBatch: perBatch(rcpu),
         redisForks: forks,
         dir,
@@ -180,7 +244,10 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
         fixed[side.name].push(run);
         // Ours' Redis forks once per AOF rewrite; a rewrite during a paced round competes for the cores.
         const forks = side.name === 'ours' ? `, Redis forks (AOF rewrites) ${run.redisForks}` : '';
-        ctx.progress(`e2e: fixed ${offered} pushes/s round ${r + 1}/${rounds}, ${side.name}: p50 ${run.p50.toFixed(2)} ms, p99 ${run.p99.toFixed(1)} ms${forks}`, { keep: true });
+        ctx.progress(
+          `e2e: fixed ${offered} pushes/s round ${r + 1}/${rounds}, ${side.name}: p50 ${run.p50.toFixed(2)} ms, p99 ${run.p99.toFixed(1)} ms${forks}`,
+          { keep: true },
+        );
         await sleep(smoke ? 100 : 1000);
       }
     }
@@ -188,7 +255,16 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
     // The fair size comparison (issue 15): the reference with `properties`/`context` kept as their
     // JSON text, so its files hold what ours hold. A separate process, used for bytes only.
     const refTextPort = await freePort();
-    const refText: Side = { name: 'ref', url: `http://127.0.0.1:${refTextPort}`, dataDir: join(tmp, 'ref-text'), proc: spawnTs('bench/reference-server.ts', { PORT: String(refTextPort), DATA_DIR: join(tmp, 'ref-text'), REF_OBJECTS_AS_TEXT: '1' }) };
+    const refText: Side = {
+      name: 'ref',
+      url: `http://127.0.0.1:${refTextPort}`,
+      dataDir: join(tmp, 'ref-text'),
+      proc: spawnTs('bench/reference-server.ts', {
+        PORT: String(refTextPort),
+        DATA_DIR: join(tmp, 'ref-text'),
+        REF_OBJECTS_AS_TEXT: '1',
+      }),
+    };
     procs.push(refText.proc);
     ctx.progress('e2e: reference keeping properties/context as text, for bytes on disk');
     await waitHttp(`${refText.url}/healthz`, refText.proc);
@@ -201,7 +277,10 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
     const refFiles = parquetFiles(sat.ref[0].dir);
     const k = Math.min(oursFiles.files, refFiles.files, smoke ? 200 : 3000);
     const duckDirs = { ours: join(tmp, 'duck-ours'), ref: join(tmp, 'duck-ref') };
-    for (const [name, files] of [['ours', oursFiles], ['ref', refFiles]] as const) {
+    for (const [name, files] of [
+      ['ours', oursFiles],
+      ['ref', refFiles],
+    ] as const) {
       mkdirSync(duckDirs[name], { recursive: true });
       for (const p of files.paths.slice(0, k)) linkSync(p, join(duckDirs[name], basename(p)));
     }
@@ -210,9 +289,12 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
       const conn = await duck.connect();
       try {
         const t0 = performance.now();
-        const reader = await conn.runAndReadAll(`SELECT event_type, count(*) AS n FROM read_parquet('${join(dir, '**', '*.parquet').replaceAll("'", "''")}') GROUP BY 1`);
+        const reader = await conn.runAndReadAll(
+          `SELECT event_type, count(*) AS n FROM read_parquet('${join(dir, '**', '*.parquet').replaceAll("'", "''")}') GROUP BY 1`,
+        );
         const total = reader.getRowObjectsJson().reduce((s, r) => s + Number(r.n), 0);
-        if (total !== k * EVENTS_PER_BATCH) throw new Error(`DuckDB counted ${total} events in ${dir}, expected ${k * EVENTS_PER_BATCH}`);
+        if (total !== k * EVENTS_PER_BATCH)
+          throw new Error(`DuckDB counted ${total} events in ${dir}, expected ${k * EVENTS_PER_BATCH}`);
         return performance.now() - t0;
       } finally {
         conn.closeSync();
@@ -224,9 +306,14 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
       try {
         const file = refTextFiles.paths[0];
         if (!file) throw new Error('the reference keeping text wrote no file');
-        const r = await conn.runAndReadAll(`SELECT count(*) FILTER (WHERE properties LIKE '{%') AS text, count(*) AS n FROM read_parquet('${file.replaceAll("'", "''")}')`);
+        const r = await conn.runAndReadAll(
+          `SELECT count(*) FILTER (WHERE properties LIKE '{%') AS text, count(*) AS n FROM read_parquet('${file.replaceAll("'", "''")}')`,
+        );
         const [c] = r.getRowObjectsJson() as { text: string | number; n: string | number }[];
-        if (!c || Number(c.n) === 0 || Number(c.text) !== Number(c.n)) throw new Error(`the reference keeping text stored properties as text in ${String(c?.text)} of ${String(c?.n)} rows`);
+        if (!c || Number(c.n) === 0 || Number(c.text) !== Number(c.n))
+          throw new Error(
+            `the reference keeping text stored properties as text in ${String(c?.text)} of ${String(c?.n)} rows`,
+          );
       } finally {
         conn.closeSync();
       }
@@ -237,24 +324,104 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
     await query(duckDirs.ref);
     for (let r = 0; r < duckRounds; r++) {
       ctx.progress(`e2e: DuckDB query over ${k} files each, round ${r + 1}/${duckRounds}`);
-      for (const name of r % 2 === 0 ? (['ours', 'ref'] as const) : (['ref', 'ours'] as const)) duckMs[name].push(await query(duckDirs[name]));
+      for (const name of r % 2 === 0 ? (['ours', 'ref'] as const) : (['ref', 'ours'] as const))
+        duckMs[name].push(await query(duckDirs[name]));
     }
 
     const m = (xs: RunResult[], f: (x: RunResult) => number): number => median(xs.map(f));
     const total = (xs: RunResult[]): number => xs.reduce((s, x) => s + x.bad, 0);
     const rows: BenchRow[] = [
-      row({ scenario: 'e2e', metric: 'accepted pushes/s at saturation (32 conns, 100-event batches)', unit: 'pushes/s', ours: m(sat.ours, (x) => x.acceptedPerSec), reference: m(sat.ref, (x) => x.acceptedPerSec) }),
-      row({ scenario: 'e2e', metric: 'durable events/s at saturation', unit: 'events/s', ours: m(sat.ours, (x) => x.durableEventsPerSec), reference: m(sat.ref, (x) => x.durableEventsPerSec), ratioTarget: { op: '>=', value: 1.0 } }),
-      row({ scenario: 'e2e', metric: 'push p50 latency at saturation', unit: 'ms', ours: m(sat.ours, (x) => x.p50), reference: m(sat.ref, (x) => x.p50) }),
-      row({ scenario: 'e2e', metric: 'push p99 latency at saturation', unit: 'ms', ours: m(sat.ours, (x) => x.p99), reference: m(sat.ref, (x) => x.p99) }),
-      row({ scenario: 'e2e', metric: 'non-2xx/errors at saturation', unit: 'count', ours: total(sat.ours), reference: total(sat.ref) }),
-      row({ scenario: 'e2e', metric: `offered load (60% of ref saturation; open loop, evenly paced)`, unit: 'pushes/s', ours: offered }),
-      row({ scenario: 'e2e', metric: 'push p50 latency at 60% load', unit: 'ms', ours: m(fixed.ours, (x) => x.p50), reference: m(fixed.ref, (x) => x.p50) }),
-      row({ scenario: 'e2e', metric: 'push p99 latency at 60% load', unit: 'ms', ours: m(fixed.ours, (x) => x.p99), reference: m(fixed.ref, (x) => x.p99), ratioTarget: { op: '<=', value: 0.5 } }),
-      { ...row({ scenario: 'e2e', metric: `non-2xx/errors at 60% load${failureSummary(fixed)}`, unit: 'count', ours: total(fixed.ours), reference: total(fixed.ref) }), target: 'ours = 0', pass: total(fixed.ours) === 0 },
-      row({ scenario: 'e2e', metric: 'bytes per event on disk (reference keeping properties/context as JSON text: same information)', unit: 'B', ours: oursFiles.bytes / (oursFiles.files * EVENTS_PER_BATCH), reference: refTextFiles.bytes / (refTextFiles.files * EVENTS_PER_BATCH), ratioTarget: { op: '<=', value: 0.35 } }),
-      row({ scenario: 'e2e', metric: 'bytes per event on disk (reference as shipped: properties/context stored as "[object Object]")', unit: 'B', ours: oursFiles.bytes / (oursFiles.files * EVENTS_PER_BATCH), reference: refFiles.bytes / (refFiles.files * EVENTS_PER_BATCH) }),
-      row({ scenario: 'e2e', metric: `DuckDB GROUP BY event_type over ${k * EVENTS_PER_BATCH} events (${k} files)`, unit: 'ms', ours: median(duckMs.ours), reference: median(duckMs.ref), ratioTarget: { op: '<=', value: 0.7 } }),
+      row({
+        scenario: 'e2e',
+        metric: 'accepted pushes/s at saturation (32 conns, 100-event batches)',
+        unit: 'pushes/s',
+        ours: m(sat.ours, (x) => x.acceptedPerSec),
+        reference: m(sat.ref, (x) => x.acceptedPerSec),
+      }),
+      row({
+        scenario: 'e2e',
+        metric: 'durable events/s at saturation',
+        unit: 'events/s',
+        ours: m(sat.ours, (x) => x.durableEventsPerSec),
+        reference: m(sat.ref, (x) => x.durableEventsPerSec),
+        ratioTarget: { op: '>=', value: 1.0 },
+      }),
+      row({
+        scenario: 'e2e',
+        metric: 'push p50 latency at saturation',
+        unit: 'ms',
+        ours: m(sat.ours, (x) => x.p50),
+        reference: m(sat.ref, (x) => x.p50),
+      }),
+      row({
+        scenario: 'e2e',
+        metric: 'push p99 latency at saturation',
+        unit: 'ms',
+        ours: m(sat.ours, (x) => x.p99),
+        reference: m(sat.ref, (x) => x.p99),
+      }),
+      row({
+        scenario: 'e2e',
+        metric: 'non-2xx/errors at saturation',
+        unit: 'count',
+        ours: total(sat.ours),
+        reference: total(sat.ref),
+      }),
+      row({
+        scenario: 'e2e',
+        metric: `offered load (60% of ref saturation; open loop, evenly paced)`,
+        unit: 'pushes/s',
+        ours: offered,
+      }),
+      row({
+        scenario: 'e2e',
+        metric: 'push p50 latency at 60% load',
+        unit: 'ms',
+        ours: m(fixed.ours, (x) => x.p50),
+        reference: m(fixed.ref, (x) => x.p50),
+      }),
+      row({
+        scenario: 'e2e',
+        metric: 'push p99 latency at 60% load',
+        unit: 'ms',
+        ours: m(fixed.ours, (x) => x.p99),
+        reference: m(fixed.ref, (x) => x.p99),
+        ratioTarget: { op: '<=', value: 0.5 },
+      }),
+      {
+        ...row({
+          scenario: 'e2e',
+          metric: `non-2xx/errors at 60% load${failureSummary(fixed)}`,
+          unit: 'count',
+          ours: total(fixed.ours),
+          reference: total(fixed.ref),
+        }),
+        target: 'ours = 0',
+        pass: total(fixed.ours) === 0,
+      },
+      row({
+        scenario: 'e2e',
+        metric: 'bytes per event on disk (reference keeping properties/context as JSON text: same information)',
+        unit: 'B',
+        ours: oursFiles.bytes / (oursFiles.files * EVENTS_PER_BATCH),
+        reference: refTextFiles.bytes / (refTextFiles.files * EVENTS_PER_BATCH),
+        ratioTarget: { op: '<=', value: 0.35 },
+      }),
+      row({
+        scenario: 'e2e',
+        metric: 'bytes per event on disk (reference as shipped: properties/context stored as "[object Object]")',
+        unit: 'B',
+        ours: oursFiles.bytes / (oursFiles.files * EVENTS_PER_BATCH),
+        reference: refFiles.bytes / (refFiles.files * EVENTS_PER_BATCH),
+      }),
+      row({
+        scenario: 'e2e',
+        metric: `DuckDB GROUP BY event_type over ${k * EVENTS_PER_BATCH} events (${k} files)`,
+        unit: 'ms',
+        ours: median(duckMs.ours),
+        reference: median(duckMs.ref),
+        ratioTarget: { op: '<=', value: 0.7 },
+      }),
     ];
     for (const size of E2E_BATCH_SIZES) {
       const runs = satBySize.get(size) as Record<Side['name'], RunResult[]>;
@@ -263,18 +430,70 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
       const all = (x: RunResult): number => x.nodeCpuMsPerBatch + x.redisCpuMsPerBatch;
       if (size !== EVENTS_PER_BATCH) {
         rows.push(
-          row({ scenario: 'e2e', metric: `accepted pushes/s ${at}`, unit: 'pushes/s', ours: m(runs.ours, (x) => x.acceptedPerSec), reference: m(runs.ref, (x) => x.acceptedPerSec) }),
-          row({ scenario: 'e2e', metric: `durable events/s ${at}`, unit: 'events/s', ours: m(runs.ours, (x) => x.durableEventsPerSec), reference: m(runs.ref, (x) => x.durableEventsPerSec), ...(target === undefined ? {} : { ratioTarget: { op: '>=' as const, value: target } }) }),
-          row({ scenario: 'e2e', metric: `non-2xx/errors ${at}`, unit: 'count', ours: total(runs.ours), reference: total(runs.ref) }),
+          row({
+            scenario: 'e2e',
+            metric: `accepted pushes/s ${at}`,
+            unit: 'pushes/s',
+            ours: m(runs.ours, (x) => x.acceptedPerSec),
+            reference: m(runs.ref, (x) => x.acceptedPerSec),
+          }),
+          row({
+            scenario: 'e2e',
+            metric: `durable events/s ${at}`,
+            unit: 'events/s',
+            ours: m(runs.ours, (x) => x.durableEventsPerSec),
+            reference: m(runs.ref, (x) => x.durableEventsPerSec),
+            ...(target === undefined ? {} : { ratioTarget: { op: '>=' as const, value: target } }),
+          }),
+          row({
+            scenario: 'e2e',
+            metric: `non-2xx/errors ${at}`,
+            unit: 'count',
+            ours: total(runs.ours),
+            reference: total(runs.ref),
+          }),
         );
       }
       rows.push(
-        row({ scenario: 'e2e', metric: `CPU per batch ${at}: server processes (ours: API + encoder process; ref: whole push)`, unit: 'ms', ours: m(runs.ours, (x) => x.nodeCpuMsPerBatch), reference: m(runs.ref, (x) => x.nodeCpuMsPerBatch) }),
-        row({ scenario: 'e2e', metric: `CPU per batch ${at}: ours, API thread (HTTP, validate, mint, enqueue)`, unit: 'ms', ours: m(runs.ours, (x) => x.threadsMsPerBatch.main) }),
-        row({ scenario: 'e2e', metric: `CPU per batch ${at}: ours, encoder process's event loop (dequeue, encode, write, release)`, unit: 'ms', ours: m(runs.ours, (x) => x.threadsMsPerBatch.encoder) }),
-        row({ scenario: 'e2e', metric: `CPU per batch ${at}: ours, other threads of both (libuv pools: fs, zlib; V8 GC/JIT; the API's encode thread)`, unit: 'ms', ours: m(runs.ours, (x) => x.threadsMsPerBatch.other) }),
-        row({ scenario: 'e2e', metric: `CPU per batch ${at}: Redis${OVER_TCP ? '' : ' (reached over its unix socket)'}`, unit: 'ms', ours: m(runs.ours, (x) => x.redisCpuMsPerBatch), reference: 0 }),
-        row({ scenario: 'e2e', metric: `CPU per batch ${at}: all processes (ours: server + Redis)`, unit: 'ms', ours: m(runs.ours, all), reference: m(runs.ref, all) }),
+        row({
+          scenario: 'e2e',
+          metric: `CPU per batch ${at}: server processes (ours: API + encoder process; ref: whole push)`,
+          unit: 'ms',
+          ours: m(runs.ours, (x) => x.nodeCpuMsPerBatch),
+          reference: m(runs.ref, (x) => x.nodeCpuMsPerBatch),
+        }),
+        row({
+          scenario: 'e2e',
+          metric: `CPU per batch ${at}: ours, API thread (HTTP, validate, mint, enqueue)`,
+          unit: 'ms',
+          ours: m(runs.ours, (x) => x.threadsMsPerBatch.main),
+        }),
+        row({
+          scenario: 'e2e',
+          metric: `CPU per batch ${at}: ours, encoder process's event loop (dequeue, encode, write, release)`,
+          unit: 'ms',
+          ours: m(runs.ours, (x) => x.threadsMsPerBatch.encoder),
+        }),
+        row({
+          scenario: 'e2e',
+          metric: `CPU per batch ${at}: ours, other threads of both (libuv pools: fs, zlib; V8 GC/JIT; the API's encode thread)`,
+          unit: 'ms',
+          ours: m(runs.ours, (x) => x.threadsMsPerBatch.other),
+        }),
+        row({
+          scenario: 'e2e',
+          metric: `CPU per batch ${at}: Redis${OVER_TCP ? '' : ' (reached over its unix socket)'}`,
+          unit: 'ms',
+          ours: m(runs.ours, (x) => x.redisCpuMsPerBatch),
+          reference: 0,
+        }),
+        row({
+          scenario: 'e2e',
+          metric: `CPU per batch ${at}: all processes (ours: server + Redis)`,
+          unit: 'ms',
+          ours: m(runs.ours, all),
+          reference: m(runs.ref, all),
+        }),
       );
     }
     return rows;

@@ -8,7 +8,18 @@ import { encodeBatch } from '../../shared/parquet/encode.js';
 import { bodyFactory, median, row } from '../lib.js';
 import type { BenchContext, BenchRow } from '../types.js';
 
-const REF_COLUMNS = ['event_type', 'event', 'distinct_id', 'anonymous_id', 'ts', 'message_id', 'properties', 'context', 'dt', 'received_at'] as const;
+const REF_COLUMNS = [
+  'event_type',
+  'event',
+  'distinct_id',
+  'anonymous_id',
+  'ts',
+  'message_id',
+  'properties',
+  'context',
+  'dt',
+  'received_at',
+] as const;
 
 /**
  * The reference's encodeParquet, with one change: a non-string value is written as its JSON
@@ -28,7 +39,12 @@ function referenceEncode(body: string, asShipped = false): Uint8Array {
     if (v === null || v === undefined) return '';
     return JSON.stringify(v);
   };
-  const columnData = REF_COLUMNS.map((name) => ({ name, type: 'STRING' as const, nullable: false, data: rows.map((r) => text(r[name])) }));
+  const columnData = REF_COLUMNS.map((name) => ({
+    name,
+    type: 'STRING' as const,
+    nullable: false,
+    data: rows.map((r) => text(r[name])),
+  }));
   return new Uint8Array(parquetWriteBuffer({ columnData, codec: 'UNCOMPRESSED' }));
 }
 
@@ -93,14 +109,40 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
     const shippedBytes = bodies.reduce((s, b) => s + referenceEncode(b, true).byteLength, 0) / (bodies.length * size);
     const target = EVENTS_PER_SEC_TARGET[size];
     rows.push(
-      row({ scenario: 'encoder', metric: `events/s per core, ${size}-event batches`, unit: 'events/s', ours: median(ours), reference: median(ref), ...(target === undefined ? {} : { ratioTarget: { op: '>=' as const, value: target } }) }),
-      row({ scenario: 'encoder', metric: `CPU per batch (encode only, one thread), ${size}-event batches`, unit: 'ms', ours: (size * 1000) / median(ours), reference: (size * 1000) / median(ref) }),
-      row({ scenario: 'encoder', metric: `bytes per event, ${size}-event batches`, unit: 'B', ours: oursBytes, reference: refBytes, ...(size >= 100 ? { ratioTarget: { op: '<=' as const, value: 0.35 } } : {}) }),
+      row({
+        scenario: 'encoder',
+        metric: `events/s per core, ${size}-event batches`,
+        unit: 'events/s',
+        ours: median(ours),
+        reference: median(ref),
+        ...(target === undefined ? {} : { ratioTarget: { op: '>=' as const, value: target } }),
+      }),
+      row({
+        scenario: 'encoder',
+        metric: `CPU per batch (encode only, one thread), ${size}-event batches`,
+        unit: 'ms',
+        ours: (size * 1000) / median(ours),
+        reference: (size * 1000) / median(ref),
+      }),
+      row({
+        scenario: 'encoder',
+        metric: `bytes per event, ${size}-event batches`,
+        unit: 'B',
+        ours: oursBytes,
+        reference: refBytes,
+        ...(size >= 100 ? { ratioTarget: { op: '<=' as const, value: 0.35 } } : {}),
+      }),
     );
     if (size === 1000) {
       rows.push(
         row({ scenario: 'encoder', metric: 'raw JSON bytes per event (input)', unit: 'B', ours: rawBytesPerEvent }),
-        row({ scenario: 'encoder', metric: 'ref as shipped (String(): objects → "[object Object]") bytes/event', unit: 'B', ours: oursBytes, reference: shippedBytes }),
+        row({
+          scenario: 'encoder',
+          metric: 'ref as shipped (String(): objects → "[object Object]") bytes/event',
+          unit: 'B',
+          ours: oursBytes,
+          reference: shippedBytes,
+        }),
       );
     }
   }

@@ -46,15 +46,29 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
       await store.putBytes(`${prefix}${id}.parquet`, r.bytes);
       if (i % 500 === 0) ctx.progress(`erase: writing batch files ${i}/${batches}`);
     }
-    const db = await DuckDBInstance.create(':memory:', { threads: '1', memory_limit: '1GB', preserve_insertion_order: 'false' });
+    const db = await DuckDBInstance.create(':memory:', {
+      threads: '1',
+      memory_limit: '1GB',
+      preserve_insertion_order: 'false',
+    });
     const duck = await db.connect();
     const rootUrl = storeRootUrl(store).rootUrl;
     for (let h = 0; h < HOURS; h++) {
       ctx.progress(`erase: rolling hour ${h + 1}/${HOURS}`);
-      await rollPeriod({ store, duck, periodSeconds: 3600, rootUrl, assertLocked: async () => undefined }, prefix, t0 + h * HOUR_MS, 'roll');
+      await rollPeriod(
+        { store, duck, periodSeconds: 3600, rootUrl, assertLocked: async () => undefined },
+        prefix,
+        t0 + h * HOUR_MS,
+        'roll',
+      );
     }
     ctx.progress('erase: erasing one distinct id');
-    const ectx = { store, duck, rootUrl, withPrefixLock: <T>(fn: (a: () => Promise<void>) => Promise<T>): Promise<T> => fn(async () => undefined) };
+    const ectx = {
+      store,
+      duck,
+      rootUrl,
+      withPrefixLock: <T>(fn: (a: () => Promise<void>) => Promise<T>): Promise<T> => fn(async () => undefined),
+    };
     const ids = { distinctIds: [PERSON], anonymousIds: [] };
     const wall0 = performance.now();
     const first = await erasePass(ectx, prefix, ids);
@@ -63,8 +77,12 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
     duck.closeSync();
     db.closeSync();
     const c = rescan.counts;
-    if (!ctx.smoke && c.rowsErased < 24) throw new Error(`erased ${c.rowsErased} row removals, expected 12 batch rows + 12 rollup rows`);
-    ctx.progress(`erase: ${c.filesScanned} files scanned, ${c.filesRewritten} rewritten, ${c.rowsErased} rows in ${seconds.toFixed(1)} s`, { keep: true });
+    if (!ctx.smoke && c.rowsErased < 24)
+      throw new Error(`erased ${c.rowsErased} row removals, expected 12 batch rows + 12 rollup rows`);
+    ctx.progress(
+      `erase: ${c.filesScanned} files scanned, ${c.filesRewritten} rewritten, ${c.rowsErased} rows in ${seconds.toFixed(1)} s`,
+      { keep: true },
+    );
     return [
       {
         scenario: 'erase',

@@ -41,7 +41,12 @@ function fixtureIds(n: number): string[] {
   return ids;
 }
 
-async function forEachBounded<T>(items: readonly T[], fn: (item: T) => Promise<void>, onProgress?: (done: number) => void, parallelism = WRITE_PARALLELISM): Promise<void> {
+async function forEachBounded<T>(
+  items: readonly T[],
+  fn: (item: T) => Promise<void>,
+  onProgress?: (done: number) => void,
+  parallelism = WRITE_PARALLELISM,
+): Promise<void> {
   let next = 0;
   let done = 0;
   const lane = async (): Promise<void> => {
@@ -90,7 +95,11 @@ function filesystem(busy: boolean): Backend {
         async populate(ids, progress) {
           await mkdir(dir, { recursive: true });
           // Same file names the store writes (key -> path), without the per-file fsyncs.
-          await forEachBounded(ids, (id) => writeFile(join(dir, `${id}.parquet`), FIXTURE), (d) => progress(`list: fs: wrote ${d}/${ids.length} files`));
+          await forEachBounded(
+            ids,
+            (id) => writeFile(join(dir, `${id}.parquet`), FIXTURE),
+            (d) => progress(`list: fs: wrote ${d}/${ids.length} files`),
+          );
           const old = new Date(Date.now() - 3_600_000);
           await utimes(dir, old, old);
         },
@@ -148,7 +157,10 @@ const rgw: Backend = {
         await forEachBounded(
           ids,
           (id) => store.putBytes(`${PREFIX}${id}.parquet`, FIXTURE, { contentType: 'application/vnd.apache.parquet' }),
-          (d) => progress(`list: rgw: put ${d}/${ids.length} objects (${Math.round(d / ((performance.now() - started) / 1000))}/s)`),
+          (d) =>
+            progress(
+              `list: rgw: put ${d}/${ids.length} objects (${Math.round(d / ((performance.now() - started) / 1000))}/s)`,
+            ),
           PUT_PARALLELISM,
         );
       },
@@ -171,8 +183,19 @@ function median(xs: readonly number[]): number {
  * over the prefix, after one warm-up call. Every answer is checked to be the right page, so
  * a fast but wrong listing cannot pass for a fast one.
  */
-async function measure(ledger: BatchLedger, queue: Queue, opened: OpenedStore, ids: readonly string[], calls: number): Promise<number> {
-  const plugin = createEventsServerPlugin({ store: opened.store, collection: 'events', storagePath: 'events/{app}/{batchId}', queue: { queue, ledger } });
+async function measure(
+  ledger: BatchLedger,
+  queue: Queue,
+  opened: OpenedStore,
+  ids: readonly string[],
+  calls: number,
+): Promise<number> {
+  const plugin = createEventsServerPlugin({
+    store: opened.store,
+    collection: 'events',
+    storagePath: 'events/{app}/{batchId}',
+    queue: { queue, ledger },
+  });
   const params = { app: APP };
   await plugin.list(params, ids[0], PAGE);
   const times: number[] = [];
@@ -184,7 +207,11 @@ async function measure(ledger: BatchLedger, queue: Queue, opened: OpenedStore, i
     const t0 = performance.now();
     const page = await plugin.list(params, cursor, PAGE);
     times.push(performance.now() - t0);
-    if (page.items.length !== PAGE || page.items[0] !== `${ids[at + 1]}.parquet` || page.items[PAGE - 1] !== `${ids[at + PAGE]}.parquet`) {
+    if (
+      page.items.length !== PAGE ||
+      page.items[0] !== `${ids[at + 1]}.parquet` ||
+      page.items[PAGE - 1] !== `${ids[at + PAGE]}.parquet`
+    ) {
       throw new Error(`list after ${cursor} returned a wrong page (${page.items.length} items)`);
     }
   }
@@ -217,7 +244,10 @@ export const run: Scenario = async (ctx) => {
     // filling every store to 100,000 files takes minutes each.
     const only = process.env.BENCH_LIST_ONLY?.toLowerCase();
     const chosen = only ? variants.filter((v) => v.backend.name.toLowerCase().includes(only)) : variants;
-    if (chosen.length === 0) throw new Error(`BENCH_LIST_ONLY=${only ?? ''} matches no store (${variants.map((v) => v.backend.name).join(', ')})`);
+    if (chosen.length === 0)
+      throw new Error(
+        `BENCH_LIST_ONLY=${only ?? ''} matches no store (${variants.map((v) => v.backend.name).join(', ')})`,
+      );
     for (const { backend, indexed } of chosen) {
       const p50: number[] = [];
       for (const n of sizes) {

@@ -32,7 +32,12 @@ const COLLECTION: Record<Variant, string> = { off: 'off', rule: 'rule', 'rule+ap
 
 function config(): unknown {
   const rateLimit = (v: Variant) =>
-    v === 'off' ? undefined : { push: { windowMs: 60_000, maxRequests: NEVER, bucket: 'identity' }, ...(v === 'rule+app' ? { appEvents: { windowMs: 1000, maxEvents: NEVER } } : {}) };
+    v === 'off'
+      ? undefined
+      : {
+          push: { windowMs: 60_000, maxRequests: NEVER, bucket: 'identity' },
+          ...(v === 'rule+app' ? { appEvents: { windowMs: 1000, maxEvents: NEVER } } : {}),
+        };
   return {
     version: 1,
     collections: VARIANTS.map((v) => ({
@@ -50,7 +55,12 @@ function percentile(sorted: readonly number[], p: number): number {
 }
 
 /** `connections` loops pushing back to back for `ms`; returns every latency (ms) and the non-200 count. */
-async function closedLoop(base: string, prefix: string, app: string, ms: number): Promise<{ lat: number[]; bad: number }> {
+async function closedLoop(
+  base: string,
+  prefix: string,
+  app: string,
+  ms: number,
+): Promise<{ lat: number[]; bad: number }> {
   const agent = new Agent({ keepAlive: true, maxSockets: CONNECTIONS });
   const body = bodyFactory(EVENTS_PER_BATCH);
   const url = new URL(base);
@@ -62,7 +72,14 @@ async function closedLoop(base: string, prefix: string, app: string, ms: number)
       const payload = body();
       const t0 = performance.now();
       const req = request(
-        { agent, host: url.hostname, port: url.port, method: 'POST', path: `/push/${prefix}/${app}/x`, headers: { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(payload) } },
+        {
+          agent,
+          host: url.hostname,
+          port: url.port,
+          method: 'POST',
+          path: `/push/${prefix}/${app}/x`,
+          headers: { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(payload) },
+        },
         (res) => {
           res.resume();
           res.on('end', () => {
@@ -162,18 +179,80 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
     const desc = `${CONNECTIONS} conns closed loop, ${EVENTS_PER_BATCH}-event batches`;
     const rows: BenchRow[] = [];
     for (const v of variants) {
-      const label = v === 'off' ? 'no rate limit' : v === 'rule' ? 'push rule (identity bucket)' : 'push rule + per-app events budget';
-      rows.push(row({ scenario: 'rate-limit', metric: `push p50, ${label} (${desc})`, unit: 'ms', ours: median(p50s[v]) }));
-      rows.push(row({ scenario: 'rate-limit', metric: `push p99, ${label} (${desc})`, unit: 'ms', ours: median(p99s[v]) }));
-      rows.push(row({ scenario: 'rate-limit', metric: `pushes measured, ${label}`, unit: 'count', ours: lat[v].length }));
+      const label =
+        v === 'off'
+          ? 'no rate limit'
+          : v === 'rule'
+            ? 'push rule (identity bucket)'
+            : 'push rule + per-app events budget';
+      rows.push(
+        row({ scenario: 'rate-limit', metric: `push p50, ${label} (${desc})`, unit: 'ms', ours: median(p50s[v]) }),
+      );
+      rows.push(
+        row({ scenario: 'rate-limit', metric: `push p99, ${label} (${desc})`, unit: 'ms', ours: median(p99s[v]) }),
+      );
+      rows.push(
+        row({ scenario: 'rate-limit', metric: `pushes measured, ${label}`, unit: 'count', ours: lat[v].length }),
+      );
     }
-    rows.push(row({ scenario: 'rate-limit', metric: 'push p50 added by the push rule (rule - off)', unit: 'ms', ours: median(p50s.rule) - median(p50s.off) }));
-    rows.push(row({ scenario: 'rate-limit', metric: 'push p99 added by the push rule (rule - off)', unit: 'ms', ours: median(p99s.rule) - median(p99s.off) }));
-    rows.push({ ...row({ scenario: 'rate-limit', metric: 'non-200 answers (the limit is never reached)', unit: 'count', ours: bad }), target: '= 0', pass: bad === 0 });
-    rows.push(row({ scenario: 'rate-limit', metric: 'one check (rate_check-1.lua) round trip p50, from Node', unit: 'ms', ours: percentile(check, 50) }));
-    rows.push(row({ scenario: 'rate-limit', metric: 'one check (rate_check-1.lua) round trip p99, from Node', unit: 'ms', ours: percentile(check, 99) }));
-    rows.push(row({ scenario: 'rate-limit', metric: 'Redis PING round trip p50 (baseline)', unit: 'ms', ours: percentile(ping, 50) }));
-    rows.push(row({ scenario: 'rate-limit', metric: 'Redis PING round trip p99 (baseline)', unit: 'ms', ours: percentile(ping, 99) }));
+    rows.push(
+      row({
+        scenario: 'rate-limit',
+        metric: 'push p50 added by the push rule (rule - off)',
+        unit: 'ms',
+        ours: median(p50s.rule) - median(p50s.off),
+      }),
+    );
+    rows.push(
+      row({
+        scenario: 'rate-limit',
+        metric: 'push p99 added by the push rule (rule - off)',
+        unit: 'ms',
+        ours: median(p99s.rule) - median(p99s.off),
+      }),
+    );
+    rows.push({
+      ...row({
+        scenario: 'rate-limit',
+        metric: 'non-200 answers (the limit is never reached)',
+        unit: 'count',
+        ours: bad,
+      }),
+      target: '= 0',
+      pass: bad === 0,
+    });
+    rows.push(
+      row({
+        scenario: 'rate-limit',
+        metric: 'one check (rate_check-1.lua) round trip p50, from Node',
+        unit: 'ms',
+        ours: percentile(check, 50),
+      }),
+    );
+    rows.push(
+      row({
+        scenario: 'rate-limit',
+        metric: 'one check (rate_check-1.lua) round trip p99, from Node',
+        unit: 'ms',
+        ours: percentile(check, 99),
+      }),
+    );
+    rows.push(
+      row({
+        scenario: 'rate-limit',
+        metric: 'Redis PING round trip p50 (baseline)',
+        unit: 'ms',
+        ours: percentile(ping, 50),
+      }),
+    );
+    rows.push(
+      row({
+        scenario: 'rate-limit',
+        metric: 'Redis PING round trip p99 (baseline)',
+        unit: 'ms',
+        ours: percentile(ping, 99),
+      }),
+    );
     return rows;
   } finally {
     ctx.progress('rate-limit: stopping');

@@ -30,7 +30,11 @@ export async function pushBatches(url: string, app: string, count: number, paral
       next++;
       const text = body();
       bytes += Buffer.byteLength(text);
-      const r = await fetch(`${url}/push/events/${app}/x`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: text });
+      const r = await fetch(`${url}/push/events/${app}/x`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: text,
+      });
       await r.arrayBuffer();
       if (r.status !== 200) throw new Error(`push answered ${r.status}`);
     }
@@ -61,7 +65,10 @@ async function familyBytes(redis: Redis, pattern: string): Promise<{ bytes: numb
  * gives with the default windows: 500 × bucket length claims in one bucket. Minted straight
  * through the ledger (pipelined), so only Redis is measured.
  */
-export async function ledgerDensity(redisUrl: string, smoke: boolean): Promise<{ keyed: number; body: number; written: number; writtenSmallPrefix: number; keyedClaims: number }> {
+export async function ledgerDensity(
+  redisUrl: string,
+  smoke: boolean,
+): Promise<{ keyed: number; body: number; written: number; writtenSmallPrefix: number; keyedClaims: number }> {
   const redis = new Redis(redisUrl);
   try {
     const ns = 'bench-density';
@@ -72,7 +79,14 @@ export async function ledgerDensity(redisUrl: string, smoke: boolean): Promise<{
       for (let i = 0; i < n; i += 2000) {
         await Promise.all(
           Array.from({ length: Math.min(2000, n - i) }, (_, j) =>
-            ledger.mint('p/', { idempotency: { family, scope: `${family}-${i + j}`, bodyHash: family === 'key' ? String(i + j).padStart(64, '0') : hash, windowSeconds: window } }),
+            ledger.mint('p/', {
+              idempotency: {
+                family,
+                scope: `${family}-${i + j}`,
+                bodyHash: family === 'key' ? String(i + j).padStart(64, '0') : hash,
+                windowSeconds: window,
+              },
+            }),
           ),
         );
       }
@@ -84,7 +98,8 @@ export async function ledgerDensity(redisUrl: string, smoke: boolean): Promise<{
     const b = await familyBytes(redis, `${ledgerKeys.idemFamilyPrefix(ns, 'body')}*`);
     // The list index of one busy prefix (a sorted set past 128 members: Redis' skiplist encoding).
     const ids = (await redis.zrange(ledger.pendingKey('p/'), '0', smoke ? '199' : '19999')) as string[];
-    for (let i = 0; i < ids.length; i += 2000) await Promise.all(ids.slice(i, i + 2000).map((id) => ledger.markWritten('p/', id, 3600)));
+    for (let i = 0; i < ids.length; i += 2000)
+      await Promise.all(ids.slice(i, i + 2000).map((id) => ledger.markWritten('p/', id, 3600)));
     const w = await familyBytes(redis, ledger.writtenKey('p/'));
     // Many quiet prefixes, 100 ids each (listpack encoding).
     const small = smoke ? 3 : 300;
@@ -94,7 +109,13 @@ export async function ledgerDensity(redisUrl: string, smoke: boolean): Promise<{
     }
     const ws = await familyBytes(redis, `${ledgerKeys.written(ns, 'q')}*`);
     await redis.flushall();
-    return { keyed: k.bytes / k.entries, body: b.bytes / b.entries, written: w.bytes / w.entries, writtenSmallPrefix: ws.bytes / ws.entries, keyedClaims };
+    return {
+      keyed: k.bytes / k.entries,
+      body: b.bytes / b.entries,
+      written: w.bytes / w.entries,
+      writtenSmallPrefix: ws.bytes / ws.entries,
+      keyedClaims,
+    };
   } finally {
     redis.disconnect();
   }
@@ -106,7 +127,14 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
   const redisServer = await startRedisServer({ args: PRIVATE_REDIS_ARGS });
   const redis = probeRedis(redisServer.url);
   const port = await freePort();
-  const api = await spawnService('services/api/main', { PORT: String(port), HOST: '127.0.0.1', REDIS_URL: redisServer.url, DATA_DIR: tmp, QUEUE_NAME: 'bench-mem', LOG_LEVEL: 'warn' });
+  const api = await spawnService('services/api/main', {
+    PORT: String(port),
+    HOST: '127.0.0.1',
+    REDIS_URL: redisServer.url,
+    DATA_DIR: tmp,
+    QUEUE_NAME: 'bench-mem',
+    LOG_LEVEL: 'warn',
+  });
   try {
     const url = `http://127.0.0.1:${port}`;
     await waitHttp(`${url}/healthz`, api);
@@ -124,11 +152,28 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
     ctx.progress('redis-memory: ledger bytes per entry at 500 pushes/s density');
     const d = await ledgerDensity(redisServer.url, ctx.smoke);
     return [
-      row({ scenario: 'redis-memory', metric: `used_memory per buffered event (${batches} batches, no encoder)`, unit: 'B', ours: perEvent, reference: rawPerEvent, ratioTarget: { op: '<=', value: 0.3 } }),
-      row({ scenario: 'redis-memory', metric: `Idempotency-Key entry, default window (${d.keyedClaims} claims in one bucket)`, unit: 'B', ours: d.keyed }),
+      row({
+        scenario: 'redis-memory',
+        metric: `used_memory per buffered event (${batches} batches, no encoder)`,
+        unit: 'B',
+        ours: perEvent,
+        reference: rawPerEvent,
+        ratioTarget: { op: '<=', value: 0.3 },
+      }),
+      row({
+        scenario: 'redis-memory',
+        metric: `Idempotency-Key entry, default window (${d.keyedClaims} claims in one bucket)`,
+        unit: 'B',
+        ours: d.keyed,
+      }),
       row({ scenario: 'redis-memory', metric: 'body-dedup entry, default window', unit: 'B', ours: d.body }),
       row({ scenario: 'redis-memory', metric: 'list-index entry, busy prefix (skiplist)', unit: 'B', ours: d.written }),
-      row({ scenario: 'redis-memory', metric: 'list-index entry, 100 ids per prefix (listpack)', unit: 'B', ours: d.writtenSmallPrefix }),
+      row({
+        scenario: 'redis-memory',
+        metric: 'list-index entry, 100 ids per prefix (listpack)',
+        unit: 'B',
+        ours: d.writtenSmallPrefix,
+      }),
     ];
   } finally {
     await api.stop();

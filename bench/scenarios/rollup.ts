@@ -52,14 +52,23 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
     const events = batches * EVENTS_PER_BATCH;
 
     // Roll the four hours, one DuckDB thread, measuring this process's CPU (DuckDB's threads included).
-    const rollDb = await DuckDBInstance.create(':memory:', { threads: '1', memory_limit: '1GB', preserve_insertion_order: 'false' });
+    const rollDb = await DuckDBInstance.create(':memory:', {
+      threads: '1',
+      memory_limit: '1GB',
+      preserve_insertion_order: 'false',
+    });
     const duck = await rollDb.connect();
     const cpu0 = process.cpuUsage();
     const wall0 = performance.now();
     let rolledBytes = 0;
     for (let h = 0; h < HOURS; h++) {
       ctx.progress(`rollup: rolling hour ${h + 1}/${HOURS}`);
-      const r = await rollPeriod({ store, duck, periodSeconds: 3600, rootUrl: storeRootUrl(store).rootUrl, assertLocked: async () => undefined }, prefix, t0 + h * HOUR_MS, 'roll');
+      const r = await rollPeriod(
+        { store, duck, periodSeconds: 3600, rootUrl: storeRootUrl(store).rootUrl, assertLocked: async () => undefined },
+        prefix,
+        t0 + h * HOUR_MS,
+        'roll',
+      );
       rolledBytes += r.bytes;
     }
     const rollWall = (performance.now() - wall0) / 1000;
@@ -85,7 +94,8 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
       }
       return { s: median(times), rows };
     };
-    const viewFrom = async (): Promise<string> => `(${(await rollupViewSql({ store, collection: 'events/{app}/{batchId}', params: { app: 'bench' } })).select})`;
+    const viewFrom = async (): Promise<string> =>
+      `(${(await rollupViewSql({ store, collection: 'events/{app}/{batchId}', params: { app: 'bench' } })).select})`;
     const groupBy = (from: string): string => `SELECT event_type, count(*) AS n FROM ${from} GROUP BY 1 ORDER BY 1`;
     const hour = (from: string): string =>
       `SELECT count(*) AS n FROM ${from} WHERE received_at >= make_timestamptz(${(t0 + HOUR_MS) * 1000}) AND received_at < make_timestamptz(${(t0 + 2 * HOUR_MS) * 1000})`;
@@ -93,42 +103,97 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
     const gRaw = await timeIt(async () => groupBy(raw));
     ctx.progress('rollup: GROUP BY over the view');
     const gView = await timeIt(async () => groupBy(await viewFrom()));
-    if (JSON.stringify(gRaw.rows) !== JSON.stringify(gView.rows)) throw new Error('GROUP BY over the view differs from the batch files');
+    if (JSON.stringify(gRaw.rows) !== JSON.stringify(gView.rows))
+      throw new Error('GROUP BY over the view differs from the batch files');
     ctx.progress('rollup: one-hour range');
     const hRaw = await timeIt(async () => hour(raw));
     const hView = await timeIt(async () => hour(await viewFrom()));
-    if (JSON.stringify(hRaw.rows) !== JSON.stringify(hView.rows)) throw new Error('range count over the view differs from the batch files');
+    if (JSON.stringify(hRaw.rows) !== JSON.stringify(hView.rows))
+      throw new Error('range count over the view differs from the batch files');
 
     // The sort choice (ROLLUP_SORT: event, received_at, batch_id) against received_at first: the
     // second hour's rows written both ways by the same DuckDB settings as the rollup service.
     ctx.progress('rollup: sort order event-first vs received_at-first');
-    const hourFiles = manifest?.periods.find((p) => p.startMs === t0 + HOUR_MS)?.files.map((f) => `'${storeRootUrl(store).rootUrl}${f.key}'`) ?? [];
+    const hourFiles =
+      manifest?.periods
+        .find((p) => p.startMs === t0 + HOUR_MS)
+        ?.files.map((f) => `'${storeRootUrl(store).rootUrl}${f.key}'`) ?? [];
     const sorted = { event: join(dir, 'sort-event-first.parquet'), time: join(dir, 'sort-time-first.parquet') };
-    for (const [name, order] of [['event', ROLLUP_SORT.join(', ')], ['time', 'received_at, event, batch_id']] as const) {
-      await conn.run(`COPY (SELECT * FROM read_parquet([${hourFiles.join(', ')}]) ORDER BY ${order}) TO '${sorted[name]}' (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE ${ROLLUP_ROW_GROUP_ROWS})`);
+    for (const [name, order] of [
+      ['event', ROLLUP_SORT.join(', ')],
+      ['time', 'received_at, event, batch_id'],
+    ] as const) {
+      await conn.run(
+        `COPY (SELECT * FROM read_parquet([${hourFiles.join(', ')}]) ORDER BY ${order}) TO '${sorted[name]}' (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE ${ROLLUP_ROW_GROUP_ROWS})`,
+      );
     }
-    const hourRows = Number((await conn.runAndReadAll(`SELECT count(*) FROM read_parquet('${sorted.event}')`)).getRows()[0]?.[0] ?? 0);
+    const hourRows = Number(
+      (await conn.runAndReadAll(`SELECT count(*) FROM read_parquet('${sorted.event}')`)).getRows()[0]?.[0] ?? 0,
+    );
     const tenMinutes = (file: string): string =>
       `SELECT count(*) AS n FROM read_parquet('${file}') WHERE received_at >= make_timestamptz(${(t0 + HOUR_MS + 20 * 60_000) * 1000}) AND received_at < make_timestamptz(${(t0 + HOUR_MS + 30 * 60_000) * 1000})`;
-    const oneEvent = (file: string): string => `SELECT count(*) AS n FROM read_parquet('${file}') WHERE event = 'purchase'`;
+    const oneEvent = (file: string): string =>
+      `SELECT count(*) AS n FROM read_parquet('${file}') WHERE event = 'purchase'`;
     const eEvent = await timeIt(async () => oneEvent(sorted.event));
     const tEvent = await timeIt(async () => oneEvent(sorted.time));
     const eRange = await timeIt(async () => tenMinutes(sorted.event));
     const tRange = await timeIt(async () => tenMinutes(sorted.time));
-    if (JSON.stringify(eEvent.rows) !== JSON.stringify(tEvent.rows) || JSON.stringify(eRange.rows) !== JSON.stringify(tRange.rows)) throw new Error('the two sort orders hold different rows');
+    if (
+      JSON.stringify(eEvent.rows) !== JSON.stringify(tEvent.rows) ||
+      JSON.stringify(eRange.rows) !== JSON.stringify(tRange.rows)
+    )
+      throw new Error('the two sort orders hold different rows');
     conn.closeSync();
     db.closeSync();
 
     const scenario = 'rollup';
     return [
-      row({ scenario, metric: `GROUP BY event_type, ${events.toLocaleString('en')} events: view vs ${batches.toLocaleString('en')} batch files`, unit: 's', ours: gView.s, reference: gRaw.s, ratioTarget: ctx.smoke ? undefined : { op: '<=', value: 0.1 } }),
-      row({ scenario, metric: `count of one hour out of ${HOURS}: view vs batch files`, unit: 's', ours: hView.s, reference: hRaw.s, ratioTarget: ctx.smoke ? undefined : { op: '<=', value: 0.05 } }),
-      row({ scenario, metric: 'bytes per event: rollups vs batch files', unit: 'B', ours: rolledBytes / events, reference: batchBytes / events }),
+      row({
+        scenario,
+        metric: `GROUP BY event_type, ${events.toLocaleString('en')} events: view vs ${batches.toLocaleString('en')} batch files`,
+        unit: 's',
+        ours: gView.s,
+        reference: gRaw.s,
+        ratioTarget: ctx.smoke ? undefined : { op: '<=', value: 0.1 },
+      }),
+      row({
+        scenario,
+        metric: `count of one hour out of ${HOURS}: view vs batch files`,
+        unit: 's',
+        ours: hView.s,
+        reference: hRaw.s,
+        ratioTarget: ctx.smoke ? undefined : { op: '<=', value: 0.05 },
+      }),
+      row({
+        scenario,
+        metric: 'bytes per event: rollups vs batch files',
+        unit: 'B',
+        ours: rolledBytes / events,
+        reference: batchBytes / events,
+      }),
       row({ scenario, metric: 'rollup throughput (DuckDB, 1 thread)', unit: 'events/CPU-s', ours: events / rollCpu }),
       row({ scenario, metric: 'rollup wall time for all periods', unit: 's', ours: rollWall }),
-      row({ scenario, metric: `sort choice, one hour (${hourRows.toLocaleString('en')} rows): bytes per event, event-first (ours) vs received_at-first`, unit: 'B', ours: statSync(sorted.event).size / hourRows, reference: statSync(sorted.time).size / hourRows }),
-      row({ scenario, metric: "sort choice: count WHERE event = 'purchase', event-first vs received_at-first", unit: 's', ours: eEvent.s, reference: tEvent.s }),
-      row({ scenario, metric: 'sort choice: count of 10 minutes of the hour, event-first vs received_at-first', unit: 's', ours: eRange.s, reference: tRange.s }),
+      row({
+        scenario,
+        metric: `sort choice, one hour (${hourRows.toLocaleString('en')} rows): bytes per event, event-first (ours) vs received_at-first`,
+        unit: 'B',
+        ours: statSync(sorted.event).size / hourRows,
+        reference: statSync(sorted.time).size / hourRows,
+      }),
+      row({
+        scenario,
+        metric: "sort choice: count WHERE event = 'purchase', event-first vs received_at-first",
+        unit: 's',
+        ours: eEvent.s,
+        reference: tEvent.s,
+      }),
+      row({
+        scenario,
+        metric: 'sort choice: count of 10 minutes of the hour, event-first vs received_at-first',
+        unit: 's',
+        ours: eRange.s,
+        reference: tRange.s,
+      }),
     ];
   } finally {
     rmSync(dir, { recursive: true, force: true });

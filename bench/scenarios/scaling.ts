@@ -18,7 +18,17 @@ import { PRIVATE_REDIS_ARGS } from '../../shared/redis/private-server.js';
 import { ShardSet, shardLayouts } from '../../shared/redis/shards.js';
 import { startRedisCluster } from '../../test/helpers/redis-cluster.js';
 import { freePort, startRedisServer } from '../../test/helpers/redis-server.js';
-import { type Child, median, probeRedis, processCpuSeconds, redisCpuSeconds, row, spawnService, waitForFiles, waitHttp } from '../lib.js';
+import {
+  type Child,
+  median,
+  probeRedis,
+  processCpuSeconds,
+  redisCpuSeconds,
+  row,
+  spawnService,
+  waitForFiles,
+  waitHttp,
+} from '../lib.js';
 import type { BenchContext, BenchRow } from '../types.js';
 import { pushBatches } from './redis-memory.js';
 
@@ -36,7 +46,13 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
   const queue = openQueue(queueAddress.push({ queueName: QUEUE }), queueConn);
   const port = await freePort();
   const url = `http://127.0.0.1:${port}`;
-  const api = await spawnService('services/api/main', { PORT: String(port), HOST: '127.0.0.1', REDIS_URL: redisServer.url, DATA_DIR: tmp, QUEUE_NAME: QUEUE });
+  const api = await spawnService('services/api/main', {
+    PORT: String(port),
+    HOST: '127.0.0.1',
+    REDIS_URL: redisServer.url,
+    DATA_DIR: tmp,
+    QUEUE_NAME: QUEUE,
+  });
   const encoders: Child[] = [];
   const rows: BenchRow[] = [];
   const apiCpu: number[] = [];
@@ -58,7 +74,13 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
       const mine: Child[] = [];
       for (let i = 0; i < n; i++) {
         const metricsPort = await freePort();
-        const enc = await spawnService('services/encoder/main', { REDIS_URL: redisServer.url, DATA_DIR: tmp, QUEUE_NAME: QUEUE, HOST: '127.0.0.1', METRICS_PORT: String(metricsPort) });
+        const enc = await spawnService('services/encoder/main', {
+          REDIS_URL: redisServer.url,
+          DATA_DIR: tmp,
+          QUEUE_NAME: QUEUE,
+          HOST: '127.0.0.1',
+          METRICS_PORT: String(metricsPort),
+        });
         mine.push(enc);
         encoders.push(enc);
         await waitHttp(`http://127.0.0.1:${metricsPort}/healthz`, enc);
@@ -67,18 +89,42 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
       const r2 = await redisCpuSeconds(redis);
       const t0 = performance.now();
       await queue.resume();
-      const t1 = await waitForFiles(join(tmp, 'events', app), batches, 300_000, (have) => ctx.progress(`scaling: ${n} encoder(s): ${have}/${batches} files`));
+      const t1 = await waitForFiles(join(tmp, 'events', app), batches, 300_000, (have) =>
+        ctx.progress(`scaling: ${n} encoder(s): ${have}/${batches} files`),
+      );
       const e1 = mine.map((e) => processCpuSeconds(e.pid));
       const r3 = await redisCpuSeconds(redis);
       encCpu.push((e1.reduce((s, v, i) => s + v - e0[i], 0) * 1000) / batches);
       redisCpu.push(((r1 - r0 + (r3 - r2)) * 1000) / batches);
-      rows.push(row({ scenario: 'scaling', metric: `durable events/s, ${n} encoder process(es), pre-filled queue`, unit: 'events/s', ours: (batches * EVENTS_PER_BATCH) / ((t1 - t0) / 1000) }));
+      rows.push(
+        row({
+          scenario: 'scaling',
+          metric: `durable events/s, ${n} encoder process(es), pre-filled queue`,
+          unit: 'events/s',
+          ours: (batches * EVENTS_PER_BATCH) / ((t1 - t0) / 1000),
+        }),
+      );
       await Promise.all(mine.map((e) => e.stop()));
     }
     rows.push(
-      row({ scenario: 'scaling', metric: 'CPU per batch: API process (push, validate, mint, enqueue)', unit: 'ms', ours: median(apiCpu) }),
-      row({ scenario: 'scaling', metric: 'CPU per batch: encoder process(es) (dequeue, encode, write, release)', unit: 'ms', ours: median(encCpu) }),
-      row({ scenario: 'scaling', metric: 'CPU per batch: Redis (enqueue + dequeue)', unit: 'ms', ours: median(redisCpu) }),
+      row({
+        scenario: 'scaling',
+        metric: 'CPU per batch: API process (push, validate, mint, enqueue)',
+        unit: 'ms',
+        ours: median(apiCpu),
+      }),
+      row({
+        scenario: 'scaling',
+        metric: 'CPU per batch: encoder process(es) (dequeue, encode, write, release)',
+        unit: 'ms',
+        ours: median(encCpu),
+      }),
+      row({
+        scenario: 'scaling',
+        metric: 'CPU per batch: Redis (enqueue + dequeue)',
+        unit: 'ms',
+        ours: median(redisCpu),
+      }),
     );
     await Promise.all(encoders.splice(0).map((e) => e.stop()));
     rows.push(...(await runCluster(ctx, batches)));
@@ -106,10 +152,19 @@ async function runCluster(ctx: BenchContext, batches: number): Promise<BenchRow[
   ctx.progress('scaling: starting a 3-master Redis Cluster');
   const cluster = await startRedisCluster({ masters: 3, replicas: 0, args: PRIVATE_REDIS_ARGS });
   const masters = (await cluster.masterPorts()).map((p) => probeRedis(`redis://127.0.0.1:${p}`));
-  const conn = new Cluster(cluster.all.map((n) => ({ host: '127.0.0.1', port: n.port })), { redisOptions: { maxRetriesPerRequest: null } });
+  const conn = new Cluster(
+    cluster.all.map((n) => ({ host: '127.0.0.1', port: n.port })),
+    { redisOptions: { maxRetriesPerRequest: null } },
+  );
   conn.on('error', () => undefined);
   const shards = ShardSet.open(conn, shardLayouts(QUEUE, CLUSTER_SHARDS, true));
-  const env = { HOST: '127.0.0.1', REDIS_CLUSTER_NODES: cluster.nodes, QUEUE_SHARDS: String(CLUSTER_SHARDS), DATA_DIR: tmp, QUEUE_NAME: QUEUE };
+  const env = {
+    HOST: '127.0.0.1',
+    REDIS_CLUSTER_NODES: cluster.nodes,
+    QUEUE_SHARDS: String(CLUSTER_SHARDS),
+    DATA_DIR: tmp,
+    QUEUE_NAME: QUEUE,
+  };
   const port = await freePort();
   const url = `http://127.0.0.1:${port}`;
   const api = await spawnService('services/api/main', { ...env, PORT: String(port) });
@@ -119,7 +174,9 @@ async function runCluster(ctx: BenchContext, batches: number): Promise<BenchRow[
     await waitHttp(`${url}/healthz`, api);
     await pushBatches(url, 'warmup', 5, 2);
     for (const s of shards.shards) await s.queue.pause();
-    ctx.progress(`scaling: filling the cluster's ${CLUSTER_SHARDS} shards with ${total} batches over ${CLUSTER_APPS} apps`);
+    ctx.progress(
+      `scaling: filling the cluster's ${CLUSTER_SHARDS} shards with ${total} batches over ${CLUSTER_APPS} apps`,
+    );
     const r0 = await cpu();
     await Promise.all(Array.from({ length: CLUSTER_APPS }, (_, a) => pushBatches(url, `cl-${a}`, perApp, 1)));
     const r1 = await cpu();
@@ -133,13 +190,36 @@ async function runCluster(ctx: BenchContext, batches: number): Promise<BenchRow[
     const t0 = performance.now();
     for (const s of shards.shards) await s.queue.resume();
     let t1 = t0;
-    for (let a = 0; a < CLUSTER_APPS; a++) t1 = Math.max(t1, await waitForFiles(join(tmp, 'events', `cl-${a}`), perApp, 300_000, (have) => ctx.progress(`scaling: cluster: app ${a + 1}/${CLUSTER_APPS}: ${have}/${perApp} files`)));
+    for (let a = 0; a < CLUSTER_APPS; a++)
+      t1 = Math.max(
+        t1,
+        await waitForFiles(join(tmp, 'events', `cl-${a}`), perApp, 300_000, (have) =>
+          ctx.progress(`scaling: cluster: app ${a + 1}/${CLUSTER_APPS}: ${have}/${perApp} files`),
+        ),
+      );
     const r3 = await cpu();
-    const perNode = masters.map((_, i) => (((r1[i] ?? 0) - (r0[i] ?? 0) + ((r3[i] ?? 0) - (r2[i] ?? 0))) * 1000) / total);
+    const perNode = masters.map(
+      (_, i) => (((r1[i] ?? 0) - (r0[i] ?? 0) + ((r3[i] ?? 0) - (r2[i] ?? 0))) * 1000) / total,
+    );
     return [
-      row({ scenario: 'scaling', metric: `durable events/s, ${CLUSTER_ENCODERS} encoder processes, 3-master Redis Cluster (QUEUE_SHARDS=${CLUSTER_SHARDS}), pre-filled queue`, unit: 'events/s', ours: (total * EVENTS_PER_BATCH) / ((t1 - t0) / 1000) }),
-      row({ scenario: 'scaling', metric: 'CPU per batch: Redis Cluster, busiest master node (enqueue + dequeue)', unit: 'ms', ours: Math.max(...perNode) }),
-      row({ scenario: 'scaling', metric: 'CPU per batch: Redis Cluster, sum over the 3 master nodes (enqueue + dequeue)', unit: 'ms', ours: perNode.reduce((x, y) => x + y, 0) }),
+      row({
+        scenario: 'scaling',
+        metric: `durable events/s, ${CLUSTER_ENCODERS} encoder processes, 3-master Redis Cluster (QUEUE_SHARDS=${CLUSTER_SHARDS}), pre-filled queue`,
+        unit: 'events/s',
+        ours: (total * EVENTS_PER_BATCH) / ((t1 - t0) / 1000),
+      }),
+      row({
+        scenario: 'scaling',
+        metric: 'CPU per batch: Redis Cluster, busiest master node (enqueue + dequeue)',
+        unit: 'ms',
+        ours: Math.max(...perNode),
+      }),
+      row({
+        scenario: 'scaling',
+        metric: 'CPU per batch: Redis Cluster, sum over the 3 master nodes (enqueue + dequeue)',
+        unit: 'ms',
+        ours: perNode.reduce((x, y) => x + y, 0),
+      }),
     ];
   } finally {
     await Promise.all(encoders.map((e) => e.stop()));

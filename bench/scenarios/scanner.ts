@@ -25,14 +25,25 @@ function timed(fn: () => { ok: boolean }): number {
 }
 
 /** Fastest time of `fn` on `plain` and on `body`, alternating, in ns per byte. */
-function perByte(fn: (b: Uint8Array) => { ok: boolean }, plain: Uint8Array, body: Uint8Array, rounds: number): { plain: number; body: number; bodyMs: number } {
+function perByte(
+  fn: (b: Uint8Array) => { ok: boolean },
+  plain: Uint8Array,
+  body: Uint8Array,
+  rounds: number,
+): { plain: number; body: number; bodyMs: number } {
   fn(plain);
   fn(body);
   let p = Infinity;
   let a = Infinity;
   for (let r = 0; r < rounds; r++) {
-    p = Math.min(p, timed(() => fn(plain)));
-    a = Math.min(a, timed(() => fn(body)));
+    p = Math.min(
+      p,
+      timed(() => fn(plain)),
+    );
+    a = Math.min(
+      a,
+      timed(() => fn(body)),
+    );
   }
   return { plain: (p * 1e6) / plain.length, body: (a * 1e6) / body.length, bodyMs: a };
 }
@@ -52,7 +63,16 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
     ctx.progress(`scanner: scan, ${shape}`);
     const scan = perByte((b) => scanEnvelope(b), plain, bodies[i], rounds);
     worstScanMs = Math.max(worstScanMs, scan.bodyMs);
-    rows.push(row({ scenario: 'scanner', metric: `scan (reference: plain events), ${shape}`, unit: 'ns/B', ours: scan.body, reference: scan.plain, ratioTarget: { op: '<=', value: SCAN_RATIO_TARGET } }));
+    rows.push(
+      row({
+        scenario: 'scanner',
+        metric: `scan (reference: plain events), ${shape}`,
+        unit: 'ns/B',
+        ours: scan.body,
+        reference: scan.plain,
+        ratioTarget: { op: '<=', value: SCAN_RATIO_TARGET },
+      }),
+    );
     await new Promise((r) => setImmediate(r));
   }
   for (const [i, shape] of shapes.entries()) {
@@ -60,9 +80,24 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
     // prepareBatch also copies every row into its column buffers: a body of millions of tiny
     // events costs rows, not keys (and is refused past maxEventsPerBatch before it is queued).
     const prepare = perByte((b) => prepareBatch(b), plain, bodies[i], Math.max(2, rounds >> 2));
-    rows.push(row({ scenario: 'scanner', metric: `prepareBatch (reference: plain events), ${shape}`, unit: 'ns/B', ours: prepare.body, reference: prepare.plain }));
+    rows.push(
+      row({
+        scenario: 'scanner',
+        metric: `prepareBatch (reference: plain events), ${shape}`,
+        unit: 'ns/B',
+        ours: prepare.body,
+        reference: prepare.plain,
+      }),
+    );
     await new Promise((r) => setImmediate(r));
   }
-  rows.push(row({ scenario: 'scanner', metric: `slowest scan of a ${mb} body (any shape above)`, unit: 'ms', ours: worstScanMs }));
+  rows.push(
+    row({
+      scenario: 'scanner',
+      metric: `slowest scan of a ${mb} body (any shape above)`,
+      unit: 'ms',
+      ours: worstScanMs,
+    }),
+  );
   return rows;
 }

@@ -10,7 +10,17 @@ import { FailedLimit, ReplayId, fits } from './contract/schemas.js';
 import { withTimeout } from '../../shared/timeout.js';
 import { batchIdMs } from '../../shared/ids.js';
 import type { BatchLedger } from '../../shared/ledger/ledger.js';
-import { BATCH_JOB_OPTIONS, type BatchJob, BatchGroupJobSchema, BatchJobSchema, JOB_NAME, isGroupJobId, isGroupPayload, packParquet, unpackBody } from '../../shared/redis/jobs/push.js';
+import {
+  BATCH_JOB_OPTIONS,
+  type BatchJob,
+  BatchGroupJobSchema,
+  BatchJobSchema,
+  JOB_NAME,
+  isGroupJobId,
+  isGroupPayload,
+  packParquet,
+  unpackBody,
+} from '../../shared/redis/jobs/push.js';
 import { restampParquet } from '../../shared/parquet/encode.js';
 import { noteReplayedBatch } from '../../shared/redis/rollup-keys.js';
 import { type RoleResolver, TokenRoles, requireRoles } from './auth.js';
@@ -48,7 +58,9 @@ const ADMIN_TIMEOUT_MS = 10_000;
  */
 export function queueCallError(err: unknown): unknown {
   const typed = asRedisUnavailable(err);
-  return typed instanceof TimeoutError || typed instanceof RedisUnavailable ? new ApiError('unavailable', 'queue unavailable (Redis); retry later', { 'Retry-After': '1' }) : typed;
+  return typed instanceof TimeoutError || typed instanceof RedisUnavailable
+    ? new ApiError('unavailable', 'queue unavailable (Redis); retry later', { 'Retry-After': '1' })
+    : typed;
 }
 
 /** `reissue`: under new ids. `bestEffort`: where a failed clean-up (a release, the old job's removal) is logged and counted. */
@@ -63,7 +75,9 @@ export const MAX_REPLAY_BATCH = 1000;
 function describeFailed(job: Job): FailedBatch {
   const data = job.data as Partial<BatchJob>;
   if (isGroupPayload(job.data)) {
-    const batches = Array.isArray((job.data as { batches?: unknown }).batches) ? ((job.data as { batches: Partial<BatchJob>[] }).batches) : [];
+    const batches = Array.isArray((job.data as { batches?: unknown }).batches)
+      ? (job.data as { batches: Partial<BatchJob>[] }).batches
+      : [];
     return {
       batchId: String(job.id),
       key: null,
@@ -97,12 +111,18 @@ export async function listFailed(queue: Queue, limit = 100): Promise<{ total: nu
  * again under a NEW id (so clients polling `?after=` past the old id still see it) and the
  * failed job is removed.
  */
-export async function replayOne(queue: Queue, ledger: BatchLedger, batchId: string, opts: ReplayOptions = {}): Promise<ReplayOutcome> {
+export async function replayOne(
+  queue: Queue,
+  ledger: BatchLedger,
+  batchId: string,
+  opts: ReplayOptions = {},
+): Promise<ReplayOutcome> {
   const job = await queue.getJob(batchId);
   if (!job || (await job.getState()) !== 'failed') return { batchId, outcome: 'not-failed' };
   if (isGroupPayload(job.data)) return replayGroup(queue, ledger, job, opts);
   const parsed = BatchJobSchema.safeParse(job.data);
-  if (!parsed.success) return { batchId, outcome: 'bad-job', detail: 'job payload does not match the contract; left in the failed set' };
+  if (!parsed.success)
+    return { batchId, outcome: 'bad-job', detail: 'job payload does not match the contract; left in the failed set' };
   const data = parsed.data;
   if (!opts.reissue) {
     // Back in flight before the retry so the list route waits for it again; the ledger's replay
@@ -111,7 +131,12 @@ export async function replayOne(queue: Queue, ledger: BatchLedger, batchId: stri
     // If its period is already rolled, the rollup planner re-rolls it once the batch is written.
     // The queue's own connection (an ioredis client or Cluster: the queue is built on one) reaches
     // the shard's Redis; the note goes under the shard's tag, where the rollup planner reads it.
-    await noteReplayedBatch((await queue.backend.client) as unknown as RedisClient, ledger.namespace, data.prefix, batchId);
+    await noteReplayedBatch(
+      (await queue.backend.client) as unknown as RedisClient,
+      ledger.namespace,
+      data.prefix,
+      batchId,
+    );
     await job.retry('failed', { resetAttemptsMade: true, resetAttemptsStarted: true });
     return { batchId, outcome: 'replayed' };
   }
@@ -131,7 +156,11 @@ export async function replayOne(queue: Queue, ledger: BatchLedger, batchId: stri
       Object.assign(next, packParquet(file, data.jsonBytes));
     } catch (err) {
       await ledger.release(data.prefix, newId);
-      return { batchId, outcome: 'bad-job', detail: `job payload cannot be unpacked (${(err as Error).message}); left in the failed set` };
+      return {
+        batchId,
+        outcome: 'bad-job',
+        detail: `job payload cannot be unpacked (${(err as Error).message}); left in the failed set`,
+      };
     }
   }
   try {
@@ -153,20 +182,48 @@ export async function replayOne(queue: Queue, ledger: BatchLedger, batchId: stri
 async function replayGroup(queue: Queue, ledger: BatchLedger, job: Job, opts: ReplayOptions): Promise<ReplayOutcome> {
   const batchId = String(job.id);
   const parsed = BatchGroupJobSchema.safeParse(job.data);
-  if (!parsed.success) return { batchId, outcome: 'bad-job', detail: 'group job payload does not match the contract; left in the failed set' };
-  if (opts.reissue) return { batchId, outcome: 'bad-job', detail: 'a group job is replayed under its own ids (without reissue); left in the failed set' };
-  await ledger.noteGroup(batchId, parsed.data.batches.map((b) => b.batchId));
+  if (!parsed.success)
+    return {
+      batchId,
+      outcome: 'bad-job',
+      detail: 'group job payload does not match the contract; left in the failed set',
+    };
+  if (opts.reissue)
+    return {
+      batchId,
+      outcome: 'bad-job',
+      detail: 'a group job is replayed under its own ids (without reissue); left in the failed set',
+    };
+  await ledger.noteGroup(
+    batchId,
+    parsed.data.batches.map((b) => b.batchId),
+  );
   for (const b of parsed.data.batches) {
     await ledger.markReplaying(b.prefix, b.batchId);
-    await noteReplayedBatch((await queue.backend.client) as unknown as RedisClient, ledger.namespace, b.prefix, b.batchId);
+    await noteReplayedBatch(
+      (await queue.backend.client) as unknown as RedisClient,
+      ledger.namespace,
+      b.prefix,
+      b.batchId,
+    );
   }
   await job.retry('failed', { resetAttemptsMade: true, resetAttemptsStarted: true });
   return { batchId, outcome: 'replayed' };
 }
 
 /** Replays `ids`, or every dead letter (up to MAX_REPLAY_BATCH, oldest first) when `ids` is 'all'. */
-export async function replayFailed(queue: Queue, ledger: BatchLedger, ids: readonly string[] | 'all', opts: ReplayOptions = {}): Promise<ReplayOutcome[]> {
-  const targets = ids === 'all' ? (await queue.getJobs(['failed'], 0, MAX_REPLAY_BATCH - 1, true)).filter((j): j is Job => Boolean(j)).map((j) => String(j.id)) : ids;
+export async function replayFailed(
+  queue: Queue,
+  ledger: BatchLedger,
+  ids: readonly string[] | 'all',
+  opts: ReplayOptions = {},
+): Promise<ReplayOutcome[]> {
+  const targets =
+    ids === 'all'
+      ? (await queue.getJobs(['failed'], 0, MAX_REPLAY_BATCH - 1, true))
+          .filter((j): j is Job => Boolean(j))
+          .map((j) => String(j.id))
+      : ids;
   const out: ReplayOutcome[] = [];
   for (const id of targets.slice(0, MAX_REPLAY_BATCH)) out.push(await replayOne(queue, ledger, id, opts));
   return out;
@@ -212,7 +269,9 @@ export function createAdminRouter(o: AdminRouterOptions): Router {
       const limit = queryInteger(FailedLimit, 'limit', req.query.limit);
       if (!o.shards || o.shards.count === 1) return void res.json(await listFailed(o.queue, limit));
       const parts = await Promise.all(o.shards.shards.map((s) => listFailed(s.queue, limit)));
-      const items = parts.flatMap((p) => p.items).sort((a, b) => (a.failedAt ?? 0) - (b.failedAt ?? 0) || (a.batchId < b.batchId ? -1 : 1));
+      const items = parts
+        .flatMap((p) => p.items)
+        .sort((a, b) => (a.failedAt ?? 0) - (b.failedAt ?? 0) || (a.batchId < b.batchId ? -1 : 1));
       res.json({ total: parts.reduce((n, p) => n + p.total, 0), items: items.slice(0, limit) });
     }),
   );
@@ -221,9 +280,16 @@ export function createAdminRouter(o: AdminRouterOptions): Router {
     admin,
     wrap(async (req, res) => {
       const id = String(req.params.batchId);
-      if (!fits(ReplayId, id)) throw new ApiError('bad_param', 'batchId must be a batch id like 1782933157690-0000-735223 (or a group job id, g-<batch id>)');
+      if (!fits(ReplayId, id))
+        throw new ApiError(
+          'bad_param',
+          'batchId must be a batch id like 1782933157690-0000-735223 (or a group job id, g-<batch id>)',
+        );
       const shard = o.shards?.forBatchId(isGroupJobId(id) ? id.slice(2) : id) ?? o;
-      const [r] = await replayFailed(shard.queue, shard.ledger, [id], { reissue: reissueOf(req), bestEffort: o.bestEffort });
+      const [r] = await replayFailed(shard.queue, shard.ledger, [id], {
+        reissue: reissueOf(req),
+        bestEffort: o.bestEffort,
+      });
       if (r?.outcome === 'not-failed') throw new ApiError('not_found', `batch ${id} is not in the failed set`);
       res.json(r);
     }),
@@ -233,8 +299,17 @@ export function createAdminRouter(o: AdminRouterOptions): Router {
     admin,
     wrap(async (req, res) => {
       const results: ReplayOutcome[] = [];
-      for (const shard of o.shards?.shards ?? [o]) results.push(...(await replayFailed(shard.queue, shard.ledger, 'all', { reissue: reissueOf(req), bestEffort: o.bestEffort })));
-      res.json({ replayed: results.filter((r) => r.outcome === 'replayed' || r.outcome === 'reissued').length, results });
+      for (const shard of o.shards?.shards ?? [o])
+        results.push(
+          ...(await replayFailed(shard.queue, shard.ledger, 'all', {
+            reissue: reissueOf(req),
+            bestEffort: o.bestEffort,
+          })),
+        );
+      res.json({
+        replayed: results.filter((r) => r.outcome === 'replayed' || r.outcome === 'reissued').length,
+        results,
+      });
     }),
   );
   router.all('/admin/failed', methodNotAllowed(['GET', 'HEAD']));

@@ -1,10 +1,22 @@
-import express, { type Express, type NextFunction, type Request, type RequestHandler, type Response, type Router } from 'express';
+import express, {
+  type Express,
+  type NextFunction,
+  type Request,
+  type RequestHandler,
+  type Response,
+  type Router,
+} from 'express';
 import type { IncomingMessage } from 'node:http';
 import type { Queue } from 'bullmq';
 import type { Registry } from 'prom-client';
 import { ShardSet } from '../../shared/redis/shards.js';
 import type { ApiSlice } from '../../shared/config-slices.js';
-import { API_ENCODE_MAX_BYTES_DEFAULT, MAX_INFLIGHT_BYTES_DEFAULT, QUEUE_GROUP_MAX_DEFAULT, type SyncConfig } from '../../shared/config.js';
+import {
+  API_ENCODE_MAX_BYTES_DEFAULT,
+  MAX_INFLIGHT_BYTES_DEFAULT,
+  QUEUE_GROUP_MAX_DEFAULT,
+  type SyncConfig,
+} from '../../shared/config.js';
 import { ByteBudget, DRAIN_COLLECT_MIN_PEAK, DrainCollector } from '../../shared/byte-budget.js';
 import type { BatchLedger } from '../../shared/ledger/ledger.js';
 import { type Logger, type ThrottledWarn, throttledWarn } from '../../shared/logger.js';
@@ -31,7 +43,16 @@ import { EncodeThreadHolder, RETIRE_ABOVE_WASM_BYTES } from '../../shared/parque
 
 export interface ApiDeps {
   /** Its slice of the environment (shared/config-slices.ts, `apiSlice`); the rest default to the env's defaults. */
-  env: Pick<ApiSlice, 'BASE_PATH' | 'QUEUE_HIGH_WATER' | 'REDIS_MEMORY_HIGH_WATER' | 'IDEMPOTENCY_WINDOW_SECONDS' | 'ORPHAN_GRACE_SECONDS' | 'QUEUE_NAME'> & Partial<ApiSlice>;
+  env: Pick<
+    ApiSlice,
+    | 'BASE_PATH'
+    | 'QUEUE_HIGH_WATER'
+    | 'REDIS_MEMORY_HIGH_WATER'
+    | 'IDEMPOTENCY_WINDOW_SECONDS'
+    | 'ORPHAN_GRACE_SECONDS'
+    | 'QUEUE_NAME'
+  > &
+    Partial<ApiSlice>;
   config: SyncConfig;
   store: ObjectStore;
   /** Producer connection (no offline queue): one Redis or a Cluster. */
@@ -94,11 +115,58 @@ export function createApiApp(deps: ApiDeps): ApiApp {
   });
   // The Segment tracking API (/v1/*), a second door to the same push path, when write keys are configured.
   const file = deps.env.SEGMENT_WRITE_KEYS_FILE;
-  const segment = file ? createSegmentDoor({ file, config, plugins, edge: edge.routerOptions, appPattern: deps.env.APP_PATTERN, shedReason, inflightBudget: inflight.budget, observer }) : undefined;
-  const health = createHealthRouter({ basePath: deps.env.BASE_PATH, redis, store, registry, extraMetrics: deps.extraMetrics, maxLagMs: () => upkeep.maxLagMs(), shedReason: () => shedder.shedReason() });
-  const admin = createAdminRouter({ queue, ledger, redis, shards, tokens, roleResolver: edge.routerOptions.roleResolver, bestEffort: { logger, counter: metrics.bestEffortFailures } });
+  const segment = file
+    ? createSegmentDoor({
+        file,
+        config,
+        plugins,
+        edge: edge.routerOptions,
+        appPattern: deps.env.APP_PATTERN,
+        shedReason,
+        inflightBudget: inflight.budget,
+        observer,
+      })
+    : undefined;
+  const health = createHealthRouter({
+    basePath: deps.env.BASE_PATH,
+    redis,
+    store,
+    registry,
+    extraMetrics: deps.extraMetrics,
+    maxLagMs: () => upkeep.maxLagMs(),
+    shedReason: () => shedder.shedReason(),
+  });
+  const admin = createAdminRouter({
+    queue,
+    ledger,
+    redis,
+    shards,
+    tokens,
+    roleResolver: edge.routerOptions.roleResolver,
+    bestEffort: { logger, counter: metrics.bestEffortFailures },
+  });
   const openapi = createOpenApiRouter(openApiDocument(config, documentOptionsOf(deps.env)));
-  const app = expressApp({ metrics, logger, redis, basePath: deps.env.BASE_PATH, health, openapi, segment, sync: router, admin: [edge.adminAudit, admin, createEraseRouter({ queueName: deps.env.QUEUE_NAME, redis, collections: config.collections, tokens, roleResolver: edge.routerOptions.roleResolver })] });
+  const app = expressApp({
+    metrics,
+    logger,
+    redis,
+    basePath: deps.env.BASE_PATH,
+    health,
+    openapi,
+    segment,
+    sync: router,
+    admin: [
+      edge.adminAudit,
+      admin,
+      createEraseRouter({
+        queueName: deps.env.QUEUE_NAME,
+        redis,
+        collections: config.collections,
+        tokens,
+        roleResolver: edge.routerOptions.roleResolver,
+      }),
+    ],
+  });
   const upkeep = new Upkeep({ shards, queue, redis, metrics, logger, graceMs: deps.env.ORPHAN_GRACE_SECONDS * 1000 });
 
   return {
@@ -133,9 +201,18 @@ function loadShedder(deps: ApiDeps, shards: ShardSet, metrics: ApiMetrics): Load
 }
 
 /** One events plugin per collection, all over the same queue binding settings and push metrics. */
-function collectionPlugins(deps: ApiDeps, shards: ShardSet, metrics: ApiMetrics, shedder: LoadShedder, encodeThread: EncodeThreadHolder): ReturnType<typeof createEventsServerPlugin>[] {
+function collectionPlugins(
+  deps: ApiDeps,
+  shards: ShardSet,
+  metrics: ApiMetrics,
+  shedder: LoadShedder,
+  encodeThread: EncodeThreadHolder,
+): ReturnType<typeof createEventsServerPlugin>[] {
   const { env, store, queue, ledger, logger } = deps;
-  const encodeFailedWarn = throttledWarn(logger, 'Parquet encode in the API failed; the batch was queued as JSON for an encoder');
+  const encodeFailedWarn = throttledWarn(
+    logger,
+    'Parquet encode in the API failed; the batch was queued as JSON for an encoder',
+  );
   const binding = (): QueueBinding => ({
     queue,
     ledger,
@@ -159,7 +236,11 @@ function collectionPlugins(deps: ApiDeps, shards: ShardSet, metrics: ApiMetrics,
 }
 
 /** The push path's timings and sizes, as API metrics (and the shedder's write estimate). */
-function pushStepObserver(metrics: ApiMetrics, shedder: LoadShedder, encodeFailedWarn: ThrottledWarn): NonNullable<EventsPluginOptions['observe']> {
+function pushStepObserver(
+  metrics: ApiMetrics,
+  shedder: LoadShedder,
+  encodeFailedWarn: ThrottledWarn,
+): NonNullable<EventsPluginOptions['observe']> {
   return {
     mintSeconds: (s) => metrics.mintDuration.observe(s),
     enqueueSeconds: (s) => metrics.enqueueDuration.observe(s),
@@ -252,7 +333,13 @@ function accessLog(metrics: ApiMetrics, logger: Logger): RequestHandler {
       const route = req.route ? `${req.baseUrl}${String((req.route as { path: unknown }).path)}` : 'unmatched';
       const seconds = (performance.now() - start) / 1000;
       metrics.httpDuration.observe({ route, method: req.method, status: String(res.statusCode) }, seconds);
-      const line = { method: req.method, route, status: res.statusCode, ms: Math.round(seconds * 1000), bytesIn: Number(req.headers['content-length'] ?? 0) };
+      const line = {
+        method: req.method,
+        route,
+        status: res.statusCode,
+        ms: Math.round(seconds * 1000),
+        bytesIn: Number(req.headers['content-length'] ?? 0),
+      };
       if (res.statusCode >= 500) logger.warn(line, 'request');
       else logger.info(line, 'request');
     });
@@ -261,7 +348,11 @@ function accessLog(metrics: ApiMetrics, logger: Logger): RequestHandler {
 }
 
 /** The server's `checkContinue`: a push declaring a body over its limit is refused, and counted, before `100 Continue`. */
-function continueCheck(collections: SyncConfig['collections'], basePath: string | undefined, metrics: ApiMetrics): (req: IncomingMessage) => ContinueRefusal | null {
+function continueCheck(
+  collections: SyncConfig['collections'],
+  basePath: string | undefined,
+  metrics: ApiMetrics,
+): (req: IncomingMessage) => ContinueRefusal | null {
   const overLength = pushLengthCheck(collections, basePath);
   return function checkContinue(req: IncomingMessage): ContinueRefusal | null {
     const refusal = overLength(req);

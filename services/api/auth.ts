@@ -35,7 +35,27 @@ export type Credentials = { kind: 'none' } | { kind: 'bearer'; token: string } |
  * (`Authorization: <token>`, the scheme forgotten) has the credential itself where the scheme
  * goes, and an answer naming it would copy the secret into client logs, proxies and screenshots.
  */
-const KNOWN_SCHEMES = new Map(['Basic', 'Digest', 'Negotiate', 'NTLM', 'HOBA', 'Mutual', 'OAuth', 'SCRAM-SHA-1', 'SCRAM-SHA-256', 'vapid', 'DPoP', 'GNAP', 'PrivateToken', 'Concealed', 'AWS4-HMAC-SHA256', 'Token', 'Cap'].map((s) => [s.toLowerCase(), s]));
+const KNOWN_SCHEMES = new Map(
+  [
+    'Basic',
+    'Digest',
+    'Negotiate',
+    'NTLM',
+    'HOBA',
+    'Mutual',
+    'OAuth',
+    'SCRAM-SHA-1',
+    'SCRAM-SHA-256',
+    'vapid',
+    'DPoP',
+    'GNAP',
+    'PrivateToken',
+    'Concealed',
+    'AWS4-HMAC-SHA256',
+    'Token',
+    'Cap',
+  ].map((s) => [s.toLowerCase(), s]),
+);
 
 /**
  * Reads the `Authorization` header. The reason of `other` names a registered scheme at most
@@ -48,10 +68,17 @@ export function credentialsOf(req: Request): Credentials {
   const [scheme = '', ...rest] = header.split(/[ \t]+/);
   if (scheme.toLowerCase() === 'bearer') {
     if (rest.length === 1 && rest[0]) return { kind: 'bearer', token: rest[0] };
-    return { kind: 'other', reason: rest.length === 0 ? 'malformed bearer token: no token after "Bearer"' : `malformed bearer token: one token expected after "Bearer", got ${rest.length} parts` };
+    return {
+      kind: 'other',
+      reason:
+        rest.length === 0
+          ? 'malformed bearer token: no token after "Bearer"'
+          : `malformed bearer token: one token expected after "Bearer", got ${rest.length} parts`,
+    };
   }
   const known = KNOWN_SCHEMES.get(scheme.toLowerCase());
-  if (known === undefined) return { kind: 'other', reason: 'malformed Authorization header: expected "Bearer <token>"' };
+  if (known === undefined)
+    return { kind: 'other', reason: 'malformed Authorization header: expected "Bearer <token>"' };
   return { kind: 'other', reason: `Authorization scheme ${known} is not supported; use Bearer` };
 }
 
@@ -171,15 +198,31 @@ export function authenticate(roles: readonly string[], auth: TokenRoles | RoleRe
       (who) => {
         if (!who) {
           const c = credentialsOf(req);
-          const reason = c.kind === 'none' ? 'missing bearer token' : c.kind === 'bearer' ? 'bearer token not recognised' : c.reason;
-          return refuse({ status: 401, error: new ApiError('unauthorized', reason, { 'WWW-Authenticate': c.kind === 'other' ? 'Bearer error="invalid_request"' : 'Bearer' }) });
+          const reason =
+            c.kind === 'none' ? 'missing bearer token' : c.kind === 'bearer' ? 'bearer token not recognised' : c.reason;
+          return refuse({
+            status: 401,
+            error: new ApiError('unauthorized', reason, {
+              'WWW-Authenticate': c.kind === 'other' ? 'Bearer error="invalid_request"' : 'Bearer',
+            }),
+          });
         }
         res.locals.auth = who;
-        if (!who.roles.some((r) => roles.includes(r))) return refuse({ status: 403, error: new ApiError('forbidden', `token lacks a required role (${roles.join(', ')})`) });
+        if (!who.roles.some((r) => roles.includes(r)))
+          return refuse({
+            status: 403,
+            error: new ApiError('forbidden', `token lacks a required role (${roles.join(', ')})`),
+          });
         next();
       },
       (err: unknown) => {
-        if (err instanceof AuthError) return refuse({ status: 401, error: new ApiError('unauthorized', `invalid token: ${err.message}`, { 'WWW-Authenticate': `Bearer error="invalid_token"` }) });
+        if (err instanceof AuthError)
+          return refuse({
+            status: 401,
+            error: new ApiError('unauthorized', `invalid token: ${err.message}`, {
+              'WWW-Authenticate': `Bearer error="invalid_token"`,
+            }),
+          });
         refuse({ error: err });
       },
     );
@@ -200,7 +243,11 @@ export function authorize(onDenied?: (status: 401 | 403) => void): RequestHandle
  * Middleware factory: {@link authenticate} then {@link authorize}, for routes with nothing to
  * run between them. The caller is kept for {@link authOf}.
  */
-export function requireRoles(roles: readonly string[], auth: TokenRoles | RoleResolver, onDenied?: (status: 401 | 403) => void): RequestHandler {
+export function requireRoles(
+  roles: readonly string[],
+  auth: TokenRoles | RoleResolver,
+  onDenied?: (status: 401 | 403) => void,
+): RequestHandler {
   const first = authenticate(roles, auth);
   const second = authorize(onDenied);
   return function requireRolesMiddleware(req: Request, res: Response, next: NextFunction): void {

@@ -1,17 +1,35 @@
 import { type Hash, createHash } from 'node:crypto';
-import { type BrotliDecompress, type Gunzip, type Inflate, constants as zc, createBrotliDecompress, createGunzip, createInflate } from 'node:zlib';
+import {
+  type BrotliDecompress,
+  type Gunzip,
+  type Inflate,
+  constants as zc,
+  createBrotliDecompress,
+  createGunzip,
+  createInflate,
+} from 'node:zlib';
 import type { Request } from 'express';
 import type { ByteBudget } from '../../shared/byte-budget.js';
 import { ApiError, type ErrorCode } from './error-map.js';
 import type { ContentCoding } from './push/admission/content.js';
 
-export { CONTENT_CODINGS, type ContentCoding, contentTypeAllowed, parseContentEncoding } from './push/admission/content.js';
+export {
+  CONTENT_CODINGS,
+  type ContentCoding,
+  contentTypeAllowed,
+  parseContentEncoding,
+} from './push/admission/content.js';
 
 /** Why a body could not be read; the router counts each in its own metric. */
 export type BodyErrorReason = 'too_large' | 'over_budget' | 'bad_encoding' | 'unreadable';
 
 /** The error code of each reason (the error map gives its status). */
-const BODY_ERROR_CODES: Record<BodyErrorReason, ErrorCode> = { too_large: 'too_large', over_budget: 'overloaded', bad_encoding: 'bad_encoding', unreadable: 'bad_request' };
+const BODY_ERROR_CODES: Record<BodyErrorReason, ErrorCode> = {
+  too_large: 'too_large',
+  over_budget: 'overloaded',
+  bad_encoding: 'bad_encoding',
+  unreadable: 'bad_request',
+};
 
 /** A refused body: its code plus the reason, so the router can count it without parsing messages. */
 export class BodyError extends ApiError {
@@ -61,7 +79,10 @@ const DECODE_CHUNK_BYTES = 64 * 1024;
 function decoderFor(coding: Exclude<ContentCoding, 'identity'>): Gunzip | Inflate | BrotliDecompress {
   if (coding === 'gzip') return createGunzip({ chunkSize: DECODE_CHUNK_BYTES });
   if (coding === 'deflate') return createInflate({ chunkSize: DECODE_CHUNK_BYTES });
-  return createBrotliDecompress({ chunkSize: DECODE_CHUNK_BYTES, params: { [zc.BROTLI_DECODER_PARAM_LARGE_WINDOW]: 0 } });
+  return createBrotliDecompress({
+    chunkSize: DECODE_CHUNK_BYTES,
+    params: { [zc.BROTLI_DECODER_PARAM_LARGE_WINDOW]: 0 },
+  });
 }
 
 /**
@@ -80,7 +101,11 @@ export async function readBody(req: Request, opts: ReadBodyOptions): Promise<Req
   const declared = header === undefined ? undefined : Number(header);
   if (declared !== undefined && declared > maxBytes) {
     const headers = await discardRest(req);
-    throw new BodyError('too_large', `body of ${header} bytes is over this collection's limit of ${maxBytes} bytes`, headers);
+    throw new BodyError(
+      'too_large',
+      `body of ${header} bytes is over this collection's limit of ${maxBytes} bytes`,
+      headers,
+    );
   }
   const cover = budgetCover(budget, held);
   if (declared !== undefined && Number.isSafeInteger(declared) && !cover(declared)) return refuseOverBudget(req);
@@ -89,7 +114,8 @@ export async function readBody(req: Request, opts: ReadBodyOptions): Promise<Req
   });
 }
 
-const OVER_BUDGET_MESSAGE = "overloaded: request bodies in flight are at this process' memory budget (MAX_INFLIGHT_BYTES); retry later";
+const OVER_BUDGET_MESSAGE =
+  "overloaded: request bodies in flight are at this process' memory budget (MAX_INFLIGHT_BYTES); retry later";
 
 /** A body whose declared length the budget cannot cover: refused with 503 + Retry-After before a byte is read. */
 async function refuseOverBudget(req: Request): Promise<never> {
@@ -146,7 +172,10 @@ class BodyStream {
     this.decodedHash = this.decoder === undefined ? undefined : createHash('sha256');
     // A declared plain body is read straight into one buffer of its size: no chunk list to
     // concatenate, so the body is held once, not twice, at the end of the read.
-    this.preallocated = coding === 'identity' && declared !== undefined && Number.isSafeInteger(declared) ? Buffer.allocUnsafe(declared) : undefined;
+    this.preallocated =
+      coding === 'identity' && declared !== undefined && Number.isSafeInteger(declared)
+        ? Buffer.allocUnsafe(declared)
+        : undefined;
   }
 
   start(): void {
@@ -202,7 +231,12 @@ class BodyStream {
     if (this.done) return;
     this.detach();
     const sentHash = this.hash.digest('hex');
-    this.resolve({ bytes, hash: sentHash, decodedHash: this.decodedHash ? this.decodedHash.digest('hex') : sentHash, sentBytes: this.sent });
+    this.resolve({
+      bytes,
+      hash: sentHash,
+      decodedHash: this.decodedHash ? this.decodedHash.digest('hex') : sentHash,
+      sentBytes: this.sent,
+    });
   }
 
   private budgetSpent(): void {
@@ -213,11 +247,13 @@ class BodyStream {
     if (this.done) return;
     const { maxBytes } = this.plan;
     this.sent += chunk.length;
-    if (this.sent > maxBytes) return this.refuse('too_large', `body is over this collection's limit of ${maxBytes} bytes`);
+    if (this.sent > maxBytes)
+      return this.refuse('too_large', `body is over this collection's limit of ${maxBytes} bytes`);
     this.hash.update(chunk);
     if (this.decoder) return this.decode(this.decoder, chunk);
     if (!this.plan.cover(this.sent)) return this.budgetSpent();
-    if (this.preallocated && this.sent <= this.preallocated.length) chunk.copy(this.preallocated, this.sent - chunk.length);
+    if (this.preallocated && this.sent <= this.preallocated.length)
+      chunk.copy(this.preallocated, this.sent - chunk.length);
     else this.chunks.push(chunk);
   };
 
@@ -237,14 +273,23 @@ class BodyStream {
   private readonly onEnd = (): void => {
     this.received = true;
     if (this.decoder) this.decoder.end();
-    else this.succeed(this.preallocated && this.sent === this.preallocated.length ? this.preallocated : Buffer.concat(this.chunks, this.sent));
+    else
+      this.succeed(
+        this.preallocated && this.sent === this.preallocated.length
+          ? this.preallocated
+          : Buffer.concat(this.chunks, this.sent),
+      );
   };
 
   private readonly onDecoded = (out: Buffer): void => {
     if (this.done) return;
     const { maxBytes, coding } = this.plan;
     this.decoded += out.length;
-    if (this.decoded > maxBytes) return this.refuse('too_large', `body decoded from Content-Encoding ${coding} is over this collection's limit of ${maxBytes} bytes`);
+    if (this.decoded > maxBytes)
+      return this.refuse(
+        'too_large',
+        `body decoded from Content-Encoding ${coding} is over this collection's limit of ${maxBytes} bytes`,
+      );
     if (!this.plan.cover(this.decoded)) return this.budgetSpent();
     this.decodedHash?.update(out);
     this.chunks.push(out);
@@ -252,7 +297,11 @@ class BodyStream {
 
   private readonly onDecodedEnd = (): void => {
     const { coding } = this.plan;
-    if (this.trailing()) return this.refuse('bad_encoding', `body has data after the end of its ${coding} stream (Content-Encoding ${coding}): send exactly one stream, with nothing after it`);
+    if (this.trailing())
+      return this.refuse(
+        'bad_encoding',
+        `body has data after the end of its ${coding} stream (Content-Encoding ${coding}): send exactly one stream, with nothing after it`,
+      );
     this.succeed(Buffer.concat(this.chunks, this.decoded));
   };
 
@@ -266,13 +315,19 @@ class BodyStream {
    */
   private trailing(): boolean {
     if (!this.received || !this.decoder || this.decoder.bytesWritten !== this.sent) return true;
-    return this.plan.coding === 'gzip' && (this.tail.length < 4 || this.tail.readUInt32LE(0) !== this.decoded % 2 ** 32);
+    return (
+      this.plan.coding === 'gzip' && (this.tail.length < 4 || this.tail.readUInt32LE(0) !== this.decoded % 2 ** 32)
+    );
   }
 
   private readonly onDecodeError = (err: Error & { code?: string }): void =>
-    this.refuse('bad_encoding', `body is not valid ${this.plan.coding} data (Content-Encoding ${this.plan.coding}): ${err.code ?? 'decode error'}`);
+    this.refuse(
+      'bad_encoding',
+      `body is not valid ${this.plan.coding} data (Content-Encoding ${this.plan.coding}): ${err.code ?? 'decode error'}`,
+    );
 
-  private readonly onError = (err: Error): void => this.fail(new BodyError('unreadable', `request body could not be read: ${err.message}`));
+  private readonly onError = (err: Error): void =>
+    this.fail(new BodyError('unreadable', `request body could not be read: ${err.message}`));
 
   private readonly onAborted = (): void => this.fail(new BodyError('unreadable', 'request aborted'));
 }

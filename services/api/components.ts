@@ -16,7 +16,10 @@ export interface ApiComponent extends Component {
  * The HTTP API on PORT: its queues (one per shard) and its app. Stops by refusing new connections
  * and finishing the requests in flight (10 s), then closes its queues.
  */
-export function apiServer(ctx: StackContext, o: { extraMetrics?: () => Promise<string>; encoderInProcess?: boolean } = {}): ApiComponent {
+export function apiServer(
+  ctx: StackContext,
+  o: { extraMetrics?: () => Promise<string>; encoderInProcess?: boolean } = {},
+): ApiComponent {
   ctx.use('producer');
   // Read before anything starts: a bad TOKENS_FILE stops the start before anything listens.
   const tokens = ctx.tokens;
@@ -28,18 +31,49 @@ export function apiServer(ctx: StackContext, o: { extraMetrics?: () => Promise<s
     const redis = redisSlice(ctx.env);
     const { PORT, HOST } = listenSlice(ctx.env);
     const producer = ctx.connection('producer');
-    shards = ShardSet.open(producer, ctx.layouts, { replicas: redis.REDIS_WAIT_REPLICAS, timeoutMs: redis.REDIS_WAIT_TIMEOUT_MS });
+    shards = ShardSet.open(producer, ctx.layouts, {
+      replicas: redis.REDIS_WAIT_REPLICAS,
+      timeoutMs: redis.REDIS_WAIT_TIMEOUT_MS,
+    });
     const [first] = shards.shards;
     if (!first) throw new Error('no queue shard');
-    const app = createApiApp({ env: apiSlice(ctx.env), config, store, redis: producer, queue: first.queue, ledger: first.ledger, shards, tokens, registry: ctx.registry, logger, extraMetrics: o.extraMetrics });
-    const server = await listen(app.app as http.RequestListener, PORT, HOST, { checkContinue: (req) => app.checkContinue(req) });
+    const app = createApiApp({
+      env: apiSlice(ctx.env),
+      config,
+      store,
+      redis: producer,
+      queue: first.queue,
+      ledger: first.ledger,
+      shards,
+      tokens,
+      registry: ctx.registry,
+      logger,
+      extraMetrics: o.extraMetrics,
+    });
+    const server = await listen(app.app as http.RequestListener, PORT, HOST, {
+      checkContinue: (req) => app.checkContinue(req),
+    });
     api = { server, app };
     logger.info(
-      { url: server.url, redis: ctx.redisName, store: store.describe(), collections: config.collections.map((c) => c.name), queue: redis.QUEUE_NAME, shards: shards.count, waitReplicas: redis.REDIS_WAIT_REPLICAS, encoder: o.encoderInProcess ?? false, heapGrowingPercent: ctx.env.HEAP_GROWING_PERCENT },
+      {
+        url: server.url,
+        redis: ctx.redisName,
+        store: store.describe(),
+        collections: config.collections.map((c) => c.name),
+        queue: redis.QUEUE_NAME,
+        shards: shards.count,
+        waitReplicas: redis.REDIS_WAIT_REPLICAS,
+        encoder: o.encoderInProcess ?? false,
+        heapGrowingPercent: ctx.env.HEAP_GROWING_PERCENT,
+      },
       'api listening',
     );
     for (const c of config.collections) {
-      if (!c.readRoles.includes('public') && tokens.size === 0) logger.warn({ collection: c.name }, 'no tokens configured (ADMIN_TOKEN/TOKENS_FILE): list and pull will answer 401');
+      if (!c.readRoles.includes('public') && tokens.size === 0)
+        logger.warn(
+          { collection: c.name },
+          'no tokens configured (ADMIN_TOKEN/TOKENS_FILE): list and pull will answer 401',
+        );
     }
   };
   return {

@@ -26,7 +26,13 @@ export interface CollectionClientInfo {
 /** The manifest: what clients need to push (body limit, MIME types, encryption), never roles, tokens or rate-limit internals. */
 export function collectionManifest(collections: readonly CollectionConfig[]): { collections: CollectionClientInfo[] } {
   return {
-    collections: collections.map((c) => ({ name: c.name, maxBodyBytes: c.maxBodyBytes, encryption: c.encryption, allowedMimeTypes: [...c.allowedMimeTypes], maxEventsPerBatch: c.maxEventsPerBatch })),
+    collections: collections.map((c) => ({
+      name: c.name,
+      maxBodyBytes: c.maxBodyBytes,
+      encryption: c.encryption,
+      allowedMimeTypes: [...c.allowedMimeTypes],
+      maxEventsPerBatch: c.maxEventsPerBatch,
+    })),
   };
 }
 
@@ -44,7 +50,9 @@ function render(collections: readonly CollectionConfig[]): Rendered {
 /** If-None-Match by weak comparison (RFC 9110 §13.1.2); `*` matches, since there is a representation. */
 function notModified(req: Request, etag: string): boolean {
   const inm = req.headers['if-none-match'];
-  return typeof inm === 'string' && inm.split(',').some((v) => v.trim() === '*' || v.trim().replace(/^W\//, '') === etag);
+  return (
+    typeof inm === 'string' && inm.split(',').some((v) => v.trim() === '*' || v.trim().replace(/^W\//, '') === etag)
+  );
 }
 
 /**
@@ -73,13 +81,19 @@ export function configHandler(config: SyncConfig, opts: ConfigEndpointOptions, r
   }
   return function configRoleFiltered(req: Request, res: Response, next: NextFunction): void {
     res.setHeader('Vary', 'Authorization');
-    const roles = (): Promise<readonly string[]> => (req.headers.authorization ? resolver(req).then((who) => (who ? [...who.roles, 'public'] : ['public'])) : Promise.resolve(['public']));
+    const roles = (): Promise<readonly string[]> =>
+      req.headers.authorization
+        ? resolver(req).then((who) => (who ? [...who.roles, 'public'] : ['public']))
+        : Promise.resolve(['public']);
     roles().then(
       (have) => {
-        const visible = config.collections.filter((c) => c.readRoles.some((r) => have.includes(r)) || c.writeRoles.some((r) => have.includes(r)));
+        const visible = config.collections.filter(
+          (c) => c.readRoles.some((r) => have.includes(r)) || c.writeRoles.some((r) => have.includes(r)),
+        );
         send(req, res, render(visible), 'private, max-age=60');
       },
-      (err: unknown) => next(err instanceof AuthError ? new ApiError('unauthorized', `invalid credentials: ${err.message}`) : err),
+      (err: unknown) =>
+        next(err instanceof AuthError ? new ApiError('unauthorized', `invalid credentials: ${err.message}`) : err),
     );
   };
 }

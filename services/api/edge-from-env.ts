@@ -1,7 +1,13 @@
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import type { Cluster, Redis } from 'ioredis';
 import type { Registry } from 'prom-client';
-import { QUEUE_NAME_DEFAULT, RATE_LIMIT_PUSH_ON_ERROR_DEFAULT, TRUSTED_PROXY_HOPS_DEFAULT, loadCapRevocations, loadCapRoles } from '../../shared/config.js';
+import {
+  QUEUE_NAME_DEFAULT,
+  RATE_LIMIT_PUSH_ON_ERROR_DEFAULT,
+  TRUSTED_PROXY_HOPS_DEFAULT,
+  loadCapRevocations,
+  loadCapRoles,
+} from '../../shared/config.js';
 import type { EdgeSlice } from '../../shared/config-slices.js';
 import { capNonceKeyPrefix, rateLimitKeyPrefix } from '../../shared/redis/keyspace.js';
 import type { Logger } from '../../shared/logger.js';
@@ -24,7 +30,12 @@ export type EdgeEnv = EdgeSlice;
  */
 export function withCapAuthFromEnv(
   env: Partial<EdgeEnv>,
-  deps: { redis: Redis | Cluster; registry: Registry; logger?: Logger; collections?: readonly { name: string; storagePath: string }[] },
+  deps: {
+    redis: Redis | Cluster;
+    registry: Registry;
+    logger?: Logger;
+    collections?: readonly { name: string; storagePath: string }[];
+  },
   others: RoleResolver,
 ): RoleResolver {
   if (env.CAP_AUTH !== 'on') return others;
@@ -37,7 +48,11 @@ export function withCapAuthFromEnv(
     observer: {
       outcome: (o) => metrics.outcomes.inc({ outcome: o }),
       verifySeconds: (s) => metrics.verify.observe(s),
-      loadFailed: (err) => deps.logger?.error({ err: err instanceof Error ? err.message : String(err) }, 'CAP_AUTH=on but cap auth cannot start: every cap-signed request gets 500'),
+      loadFailed: (err) =>
+        deps.logger?.error(
+          { err: err instanceof Error ? err.message : String(err) },
+          'CAP_AUTH=on but cap auth cannot start: every cap-signed request gets 500',
+        ),
     },
   });
   return capOrElse(cap, others);
@@ -75,11 +90,24 @@ export function jwtWarnings(env: Partial<EdgeEnv>): string[] {
  */
 export function edgeFromEnv(
   env: Partial<EdgeEnv>,
-  deps: { tokens: TokenRoles; redis: Redis | Cluster; registry: Registry; logger: Logger; collections?: readonly { name: string; storagePath: string }[] },
-): { routerOptions: Partial<SyncRouterOptions> & { roleResolver: RoleResolver }; observer: RouterObserver; adminAudit: RequestHandler } {
+  deps: {
+    tokens: TokenRoles;
+    redis: Redis | Cluster;
+    registry: Registry;
+    logger: Logger;
+    collections?: readonly { name: string; storagePath: string }[];
+  },
+): {
+  routerOptions: Partial<SyncRouterOptions> & { roleResolver: RoleResolver };
+  observer: RouterObserver;
+  adminAudit: RequestHandler;
+} {
   const unset = jwtWarnings(env);
   if (unset.length > 0) {
-    deps.logger.warn({ unset }, `JWT auth is on without ${unset.join(' and ')}: any token signed by the configured keys is accepted whatever its ${unset.map((k) => (k === 'JWT_ISSUER' ? 'issuer' : 'audience')).join(' or ')}`);
+    deps.logger.warn(
+      { unset },
+      `JWT auth is on without ${unset.join(' and ')}: any token signed by the configured keys is accepted whatever its ${unset.map((k) => (k === 'JWT_ISSUER' ? 'issuer' : 'audience')).join(' or ')}`,
+    );
   }
   const metrics = createEdgeMetrics(deps.registry);
   const auditLogger = pinoAuditLogger(deps.logger);

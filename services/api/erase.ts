@@ -16,7 +16,15 @@ import { queueCallError } from './admin.js';
 import { checkParamValue, listPrefix, parseStoragePath } from '../../shared/paths.js';
 import type { RedisClient } from '../../shared/redis/connection.js';
 import { withTimeout } from '../../shared/timeout.js';
-import { ERASE_JOB_NAME, ERASE_JOB_OPTIONS, type EraseJob, type EraseProgress, EraseRequestSchema, type EraseState, newErasureId } from '../../shared/redis/jobs/erase.js';
+import {
+  ERASE_JOB_NAME,
+  ERASE_JOB_OPTIONS,
+  type EraseJob,
+  type EraseProgress,
+  EraseRequestSchema,
+  type EraseState,
+  newErasureId,
+} from '../../shared/redis/jobs/erase.js';
 import { type RoleResolver, TokenRoles, authOf, requireRoles } from './auth.js';
 import { methodNotAllowed } from './edge/methods.js';
 import { ErasureId, fits } from './contract/schemas.js';
@@ -96,7 +104,11 @@ export function createEraseRouter(o: EraseRouterOptions): Router {
       const app = String(req.params.app);
       const template = templates.get(collection);
       if (!template) throw new ApiError('not_found', `no collection named ${JSON.stringify(collection)}`);
-      if (template.prefixParams.length !== 1) throw new ApiError('bad_request', `collection ${collection} has ${template.prefixParams.length} list-prefix params; erase needs exactly one (the app)`);
+      if (template.prefixParams.length !== 1)
+        throw new ApiError(
+          'bad_request',
+          `collection ${collection} has ${template.prefixParams.length} list-prefix params; erase needs exactly one (the app)`,
+        );
       const bad = checkParamValue(app);
       if (bad) throw new ApiError('bad_param', `app ${bad}`);
       let json: unknown;
@@ -108,7 +120,10 @@ export function createEraseRouter(o: EraseRouterOptions): Router {
       const parsed = EraseRequestSchema.safeParse(json);
       if (!parsed.success) {
         const issue = parsed.error.issues[0];
-        throw new ApiError('bad_request', `${issue?.path.length ? `${issue.path.join('.')}: ` : ''}${issue?.message ?? 'invalid body'}`);
+        throw new ApiError(
+          'bad_request',
+          `${issue?.path.length ? `${issue.path.join('.')}: ` : ''}${issue?.message ?? 'invalid body'}`,
+        );
       }
       const requestedAt = Date.now();
       const id = newErasureId(requestedAt);
@@ -133,7 +148,8 @@ export function createEraseRouter(o: EraseRouterOptions): Router {
     admin,
     wrap(async (req, res) => {
       const id = String(req.params.id);
-      if (!fits(ErasureId, id)) throw new ApiError('bad_param', 'id must be an erasure id like er-1782933157690-0123456789abcdef');
+      if (!fits(ErasureId, id))
+        throw new ApiError('bad_param', 'id must be an erasure id like er-1782933157690-0123456789abcdef');
       const job = await queueOf().getJob(id);
       if (!job) throw new ApiError('not_found', `no erasure ${id} (unknown, or completed more than 30 days ago)`);
       res.json(describe(job, await job.getState()));

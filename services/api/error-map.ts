@@ -14,26 +14,55 @@ import type { PushOutcome } from './push/outcome.js';
 /** Every code an error answer may carry, with its status and what it means. The one list (OpenAPI's enum is made from it). */
 export const ERROR_CODES = {
   bad_json: { status: 400, description: 'The body is not JSON (or not UTF-8).' },
-  bad_envelope: { status: 400, description: 'The body is JSON but not a push envelope: data.events missing, not an array, or an event that is not an object.' },
-  bad_encoding: { status: 400, description: 'The body does not decode with its Content-Encoding (corrupt, or bytes after the stream).' },
-  bad_param: { status: 400, description: 'A path or query parameter is invalid (characters, length, APP_PATTERN, limit, after).' },
+  bad_envelope: {
+    status: 400,
+    description:
+      'The body is JSON but not a push envelope: data.events missing, not an array, or an event that is not an object.',
+  },
+  bad_encoding: {
+    status: 400,
+    description: 'The body does not decode with its Content-Encoding (corrupt, or bytes after the stream).',
+  },
+  bad_param: {
+    status: 400,
+    description: 'A path or query parameter is invalid (characters, length, APP_PATTERN, limit, after).',
+  },
   bad_header: { status: 400, description: 'A request header is invalid (Idempotency-Key).' },
-  bad_request: { status: 400, description: 'The request is malformed in another way (an admin body, an unreadable body).' },
+  bad_request: {
+    status: 400,
+    description: 'The request is malformed in another way (an admin body, an unreadable body).',
+  },
   unauthorized: { status: 401, description: 'Credentials are missing or invalid.' },
   forbidden: { status: 403, description: 'Valid credentials without a role the route needs.' },
   not_found: { status: 404, description: 'No such route, collection, dead letter or erasure.' },
   method_not_allowed: { status: 405, description: 'The path exists but not with this method; see Allow.' },
   request_timeout: { status: 408, description: 'The request was not completed within REQUEST_TIMEOUT_MS.' },
-  cursor_expired: { status: 410, description: 'The list cursor is older than the raw retention; see Raw-Deleted-Through.' },
+  cursor_expired: {
+    status: 410,
+    description: 'The list cursor is older than the raw retention; see Raw-Deleted-Through.',
+  },
   too_large: { status: 413, description: "The body (bytes, decoded bytes or events) is over the collection's limit." },
   content_type: { status: 415, description: "The Content-Type is not one of the collection's allowedMimeTypes." },
-  content_encoding: { status: 415, description: 'The Content-Encoding is not gzip, deflate, br or identity (or stacks several).' },
+  content_encoding: {
+    status: 415,
+    description: 'The Content-Encoding is not gzip, deflate, br or identity (or stacks several).',
+  },
   range_not_satisfiable: { status: 416, description: 'The Range is outside the batch file; see Content-Range.' },
-  idempotency_conflict: { status: 422, description: 'The Idempotency-Key was used within its window for another body.' },
+  idempotency_conflict: {
+    status: 422,
+    description: 'The Idempotency-Key was used within its window for another body.',
+  },
   rate_limited: { status: 429, description: 'A rate limit or the per-app events budget is spent; see Retry-After.' },
   internal: { status: 500, description: 'An unexpected error; nothing about it is told.' },
-  overloaded: { status: 503, description: 'Shed: the queue or Redis memory is past its high-water mark, or the memory budget for pushes is spent; see Retry-After.' },
-  unavailable: { status: 503, description: 'Redis, the store, the rate limiter or the JWKS cannot be reached right now; see Retry-After.' },
+  overloaded: {
+    status: 503,
+    description:
+      'Shed: the queue or Redis memory is past its high-water mark, or the memory budget for pushes is spent; see Retry-After.',
+  },
+  unavailable: {
+    status: 503,
+    description: 'Redis, the store, the rate limiter or the JWKS cannot be reached right now; see Retry-After.',
+  },
 } as const satisfies Record<string, { status: number; description: string }>;
 
 export type ErrorCode = keyof typeof ERROR_CODES;
@@ -109,12 +138,22 @@ const CODE_OF_EXPRESS_TYPE: Readonly<Record<string, ErrorCode>> = {
   'charset.unsupported': 'content_type',
 };
 
-function answer(code: ErrorCode, error: string, headers: Record<string, string> = {}, status: number = ERROR_CODES[code].status): ErrorAnswer {
+function answer(
+  code: ErrorCode,
+  error: string,
+  headers: Record<string, string> = {},
+  status: number = ERROR_CODES[code].status,
+): ErrorAnswer {
   return { status, headers, body: { error, code } };
 }
 
 /** The answer to a refusal or a failed outcome: its code's status, `Retry-After` when it has a wait. */
-export function refusalAnswer(code: ErrorCode, detail: string, retryAfter?: number, headers: Record<string, string> = {}): ErrorAnswer {
+export function refusalAnswer(
+  code: ErrorCode,
+  detail: string,
+  retryAfter?: number,
+  headers: Record<string, string> = {},
+): ErrorAnswer {
   return answer(code, detail, retryAfter === undefined ? headers : { ...headers, 'Retry-After': String(retryAfter) });
 }
 
@@ -143,14 +182,20 @@ export function outcomeError(outcome: PushOutcome): ApiError {
 
 /** Errors thrown by shared (domain) code, by type. */
 function domainAnswer(err: unknown): ErrorAnswer | null {
-  if (err instanceof CursorExpired) return answer('cursor_expired', err.message, { [RAW_DELETED_HEADER]: err.deletedThrough });
+  if (err instanceof CursorExpired)
+    return answer('cursor_expired', err.message, { [RAW_DELETED_HEADER]: err.deletedThrough });
   if (err instanceof StoreError) {
-    const a = err.retriable ? answer('unavailable', 'store unavailable; retry later', { 'Retry-After': '1' }) : answer('internal', 'store error');
+    const a = err.retriable
+      ? answer('unavailable', 'store unavailable; retry later', { 'Retry-After': '1' })
+      : answer('internal', 'store error');
     return { ...a, log: { level: 'warn', fields: { err: err.message, retriable: err.retriable }, msg: 'store error' } };
   }
   if (err instanceof RedisUnavailable) {
     // A route that reached Redis while it is away: an outage, not a bug. The message never names internals.
-    return { ...answer('unavailable', 'Redis unavailable; retry later', { 'Retry-After': '5' }), log: { level: 'warn', fields: { err: err.name }, msg: 'request failed: Redis unavailable' } };
+    return {
+      ...answer('unavailable', 'Redis unavailable; retry later', { 'Retry-After': '5' }),
+      log: { level: 'warn', fields: { err: err.name }, msg: 'request failed: Redis unavailable' },
+    };
   }
   return null;
 }
@@ -162,16 +207,26 @@ function domainAnswer(err: unknown): ErrorAnswer | null {
  */
 export function errorAnswer(err: unknown): ErrorAnswer {
   if (err instanceof ApiError) return answer(err.code, err.message, err.headers);
-  if (err instanceof HttpError) return answer(CODE_OF_STATUS[err.status] ?? (err.status >= 500 ? 'internal' : 'bad_request'), err.message, err.headers, err.status);
+  if (err instanceof HttpError)
+    return answer(
+      CODE_OF_STATUS[err.status] ?? (err.status >= 500 ? 'internal' : 'bad_request'),
+      err.message,
+      err.headers,
+      err.status,
+    );
   const domain = domainAnswer(err);
   if (domain) return domain;
   const status = (err as { status?: unknown } | null)?.status;
   if (typeof status === 'number' && status >= 400 && status < 500) {
     const type = (err as { type?: unknown }).type;
-    const code = (typeof type === 'string' ? CODE_OF_EXPRESS_TYPE[type] : undefined) ?? CODE_OF_STATUS[status] ?? 'bad_request';
+    const code =
+      (typeof type === 'string' ? CODE_OF_EXPRESS_TYPE[type] : undefined) ?? CODE_OF_STATUS[status] ?? 'bad_request';
     return answer(code, (err as Error).message || 'bad request', {}, status);
   }
-  return { ...answer('internal', 'internal error'), log: { level: 'error', fields: { err: err instanceof Error ? err.message : String(err) }, msg: 'unhandled error' } };
+  return {
+    ...answer('internal', 'internal error'),
+    log: { level: 'error', fields: { err: err instanceof Error ? err.message : String(err) }, msg: 'unhandled error' },
+  };
 }
 
 /** Sends an error answer as JSON. */

@@ -51,14 +51,24 @@ function readyz(opts: HealthRoutesOptions): (req: Request, res: Response) => Pro
   return async function readyz(_req, res) {
     const checks: Record<string, string> = {};
     const [redisOk, storeOk] = await Promise.all([
-      withTimeout(redis.ping(), 1000).then(() => true, () => false),
-      withTimeout(store.healthcheck(), 2000).then(() => true, () => false),
+      withTimeout(redis.ping(), 1000).then(
+        () => true,
+        () => false,
+      ),
+      withTimeout(store.healthcheck(), 2000).then(
+        () => true,
+        () => false,
+      ),
     ]);
     checks.redis = redisOk ? 'ok' : `${redisName} unreachable`;
     checks.store = storeOk ? 'ok' : `${storeName} unreachable`;
     // null = unknown (Redis did not answer); 0 would claim nothing is held back.
     let watermarkLagSeconds: number | null = null;
-    if (redisOk) watermarkLagSeconds = await withTimeout(opts.maxLagMs(), 1000).then((ms) => ms / 1000, () => null);
+    if (redisOk)
+      watermarkLagSeconds = await withTimeout(opts.maxLagMs(), 1000).then(
+        (ms) => ms / 1000,
+        () => null,
+      );
     const ok = redisOk && storeOk;
     if (!ok) res.set('Retry-After', '5');
     res.status(ok ? 200 : 503).json({ ok, checks, watermarkLagSeconds, shedding: opts.shedReason() });

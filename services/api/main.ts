@@ -8,7 +8,10 @@ import { apiServer, apiUpkeep } from './components.js';
 try {
   const ctx = new StackContext(parseEnv(), { name: 'api' });
   const api = apiServer(ctx);
-  await runUntilSignal(new Lifecycle([redisConnections(ctx), api, apiUpkeep(api)], { logger: ctx.logger }), { logger: ctx.logger, graceMs: SHUTDOWN_GRACE_MS });
+  await runUntilSignal(new Lifecycle([redisConnections(ctx), api, apiUpkeep(api)], { logger: ctx.logger }), {
+    logger: ctx.logger,
+    graceMs: SHUTDOWN_GRACE_MS,
+  });
 } catch (err) {
   exitOnStartupError(err);
 }

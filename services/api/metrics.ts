@@ -3,7 +3,19 @@ import { FAST_BUCKETS, METRIC_PREFIX as P } from '../../shared/metrics.js';
 import { bestEffortCounter } from '../../shared/best-effort.js';
 
 /** Reasons a push is refused; a fixed set so the label stays small. */
-export const REJECT_REASONS = ['content_type', 'content_encoding', 'too_large', 'bad_encoding', 'bad_json', 'bad_envelope', 'bad_param', 'bad_header', 'unauthorized', 'forbidden', 'idempotency_conflict'] as const;
+export const REJECT_REASONS = [
+  'content_type',
+  'content_encoding',
+  'too_large',
+  'bad_encoding',
+  'bad_json',
+  'bad_envelope',
+  'bad_param',
+  'bad_header',
+  'unauthorized',
+  'forbidden',
+  'idempotency_conflict',
+] as const;
 export type RejectReason = (typeof REJECT_REASONS)[number];
 
 /** Why a push was shed (503 + Retry-After): the queue or Redis memory over its mark, or the body budget spent. */
@@ -43,29 +55,131 @@ export function createApiMetrics(registry: Registry, opts: ApiMetricsOptions = {
   // gauge without its own collect would be read before the refresh finished.
   const collect = refresh ? () => refresh() : undefined;
   const m = {
-    pushes: new Counter({ name: `${P}pushes_total`, help: 'Push requests by outcome (accepted, empty, deduplicated, rejected, shed, unavailable)', labelNames: ['outcome'], registers }),
-    shed: new Counter({ name: `${P}push_shed_total`, help: 'Pushes answered 503 + Retry-After under load, by reason (high_water: queue or Redis memory; inflight_bytes: MAX_INFLIGHT_BYTES)', labelNames: ['reason'], registers }),
-    inflightBytes: new Gauge({ name: `${P}push_inflight_bytes`, help: 'Memory of the pushes this process holds now: body bytes, plus a per-event row cost once counted (against MAX_INFLIGHT_BYTES)', registers }),
-    inflightBytesLimit: new Gauge({ name: `${P}push_inflight_bytes_limit`, help: 'MAX_INFLIGHT_BYTES of this process', registers }),
-    rejections: new Counter({ name: `${P}push_rejections_total`, help: 'Refused pushes by reason', labelNames: ['reason'], registers }),
+    pushes: new Counter({
+      name: `${P}pushes_total`,
+      help: 'Push requests by outcome (accepted, empty, deduplicated, rejected, shed, unavailable)',
+      labelNames: ['outcome'],
+      registers,
+    }),
+    shed: new Counter({
+      name: `${P}push_shed_total`,
+      help: 'Pushes answered 503 + Retry-After under load, by reason (high_water: queue or Redis memory; inflight_bytes: MAX_INFLIGHT_BYTES)',
+      labelNames: ['reason'],
+      registers,
+    }),
+    inflightBytes: new Gauge({
+      name: `${P}push_inflight_bytes`,
+      help: 'Memory of the pushes this process holds now: body bytes, plus a per-event row cost once counted (against MAX_INFLIGHT_BYTES)',
+      registers,
+    }),
+    inflightBytesLimit: new Gauge({
+      name: `${P}push_inflight_bytes_limit`,
+      help: 'MAX_INFLIGHT_BYTES of this process',
+      registers,
+    }),
+    rejections: new Counter({
+      name: `${P}push_rejections_total`,
+      help: 'Refused pushes by reason',
+      labelNames: ['reason'],
+      registers,
+    }),
     eventsAccepted: new Counter({ name: `${P}events_accepted_total`, help: 'Events in accepted batches', registers }),
-    bytesAccepted: new Counter({ name: `${P}bytes_accepted_total`, help: 'Request body bytes of accepted batches, as sent (compressed for a compressed push)', registers }),
-    httpDuration: new Histogram({ name: `${P}http_request_duration_seconds`, help: 'HTTP request duration by route and status', labelNames: ['route', 'method', 'status'], buckets: FAST_BUCKETS, registers }),
-    mintDuration: new Histogram({ name: `${P}mint_duration_seconds`, help: 'Time to mint a batch id in Redis', buckets: FAST_BUCKETS, registers }),
-    enqueueDuration: new Histogram({ name: `${P}enqueue_duration_seconds`, help: 'Time to add a batch job to the queue', buckets: FAST_BUCKETS, registers }),
-    encodeDuration: new Histogram({ name: `${P}push_encode_duration_seconds`, help: 'Time the API spent turning a push body into its Parquet file (bodies from 128 KiB up to API_ENCODE_MAX_BYTES, on its encode thread, the wait for it included; the encoder only writes those)', buckets: FAST_BUCKETS, registers }),
-    encodeFailures: new Counter({ name: `${P}push_encode_failures_total`, help: 'Pushes whose Parquet encode in the API failed (its thread died, was closed or did not answer within 3 s): the batch was queued as JSON and an encoder encodes it', registers }),
-    enqueueGroupBatches: new Histogram({ name: `${P}enqueue_group_batches`, help: 'Batches per group job this process added (QUEUE_GROUP_MAX; pushes that went alone are not counted)', buckets: [2, 4, 8, 16, 32, 64], registers }),
-    enqueueUnknown: new Counter({ name: `${P}enqueue_unknown_total`, help: 'Pushes answered 503 whose add was sent but did not answer in time: it may still land, so the id stays in flight and the key claimed', registers }),
-    queueJobs: new Gauge({ name: `${P}queue_jobs`, help: 'Jobs in the queue by state', labelNames: ['state'], registers, collect }),
-    queueShardJobs: new Gauge({ name: `${P}queue_shard_jobs`, help: 'Jobs waiting, active or dead-lettered per queue shard (QUEUE_SHARDS): a hot shard shows here; ingest_queue_jobs is their sum', labelNames: ['shard', 'state'], registers, collect }),
-    queueOldestWaiting: new Gauge({ name: `${P}queue_oldest_waiting_age_seconds`, help: 'Age of the oldest waiting job (0 when none)', registers, collect }),
-    queueWorkers: new Gauge({ name: `${P}queue_workers`, help: 'BullMQ workers (encoder connections) attached to the queue, as Redis sees them', registers, collect }),
-    watermarkLag: new Gauge({ name: `${P}watermark_lag_seconds`, help: 'Age of the oldest in-flight batch over all list prefixes: newer batches are hidden from list until it is written', registers, collect }),
-    upkeepFailures: new Counter({ name: `${P}upkeep_failures_total`, help: 'Failed passes of the API upkeep loop (orphan reaping, queue gauges), by step; the log says why', labelNames: ['step'], registers }),
-    orphansReaped: new Counter({ name: `${P}orphans_reaped_total`, help: 'In-flight ids released by the reaper (minted but never enqueued, or dead-lettered)', labelNames: ['kind'], registers }),
+    bytesAccepted: new Counter({
+      name: `${P}bytes_accepted_total`,
+      help: 'Request body bytes of accepted batches, as sent (compressed for a compressed push)',
+      registers,
+    }),
+    httpDuration: new Histogram({
+      name: `${P}http_request_duration_seconds`,
+      help: 'HTTP request duration by route and status',
+      labelNames: ['route', 'method', 'status'],
+      buckets: FAST_BUCKETS,
+      registers,
+    }),
+    mintDuration: new Histogram({
+      name: `${P}mint_duration_seconds`,
+      help: 'Time to mint a batch id in Redis',
+      buckets: FAST_BUCKETS,
+      registers,
+    }),
+    enqueueDuration: new Histogram({
+      name: `${P}enqueue_duration_seconds`,
+      help: 'Time to add a batch job to the queue',
+      buckets: FAST_BUCKETS,
+      registers,
+    }),
+    encodeDuration: new Histogram({
+      name: `${P}push_encode_duration_seconds`,
+      help: 'Time the API spent turning a push body into its Parquet file (bodies from 128 KiB up to API_ENCODE_MAX_BYTES, on its encode thread, the wait for it included; the encoder only writes those)',
+      buckets: FAST_BUCKETS,
+      registers,
+    }),
+    encodeFailures: new Counter({
+      name: `${P}push_encode_failures_total`,
+      help: 'Pushes whose Parquet encode in the API failed (its thread died, was closed or did not answer within 3 s): the batch was queued as JSON and an encoder encodes it',
+      registers,
+    }),
+    enqueueGroupBatches: new Histogram({
+      name: `${P}enqueue_group_batches`,
+      help: 'Batches per group job this process added (QUEUE_GROUP_MAX; pushes that went alone are not counted)',
+      buckets: [2, 4, 8, 16, 32, 64],
+      registers,
+    }),
+    enqueueUnknown: new Counter({
+      name: `${P}enqueue_unknown_total`,
+      help: 'Pushes answered 503 whose add was sent but did not answer in time: it may still land, so the id stays in flight and the key claimed',
+      registers,
+    }),
+    queueJobs: new Gauge({
+      name: `${P}queue_jobs`,
+      help: 'Jobs in the queue by state',
+      labelNames: ['state'],
+      registers,
+      collect,
+    }),
+    queueShardJobs: new Gauge({
+      name: `${P}queue_shard_jobs`,
+      help: 'Jobs waiting, active or dead-lettered per queue shard (QUEUE_SHARDS): a hot shard shows here; ingest_queue_jobs is their sum',
+      labelNames: ['shard', 'state'],
+      registers,
+      collect,
+    }),
+    queueOldestWaiting: new Gauge({
+      name: `${P}queue_oldest_waiting_age_seconds`,
+      help: 'Age of the oldest waiting job (0 when none)',
+      registers,
+      collect,
+    }),
+    queueWorkers: new Gauge({
+      name: `${P}queue_workers`,
+      help: 'BullMQ workers (encoder connections) attached to the queue, as Redis sees them',
+      registers,
+      collect,
+    }),
+    watermarkLag: new Gauge({
+      name: `${P}watermark_lag_seconds`,
+      help: 'Age of the oldest in-flight batch over all list prefixes: newer batches are hidden from list until it is written',
+      registers,
+      collect,
+    }),
+    upkeepFailures: new Counter({
+      name: `${P}upkeep_failures_total`,
+      help: 'Failed passes of the API upkeep loop (orphan reaping, queue gauges), by step; the log says why',
+      labelNames: ['step'],
+      registers,
+    }),
+    orphansReaped: new Counter({
+      name: `${P}orphans_reaped_total`,
+      help: 'In-flight ids released by the reaper (minted but never enqueued, or dead-lettered)',
+      labelNames: ['kind'],
+      registers,
+    }),
     bestEffortFailures: bestEffortCounter(registry, API_BEST_EFFORT),
-    redisUsedMemoryRatio: new Gauge({ name: `${P}redis_memory_used_ratio`, help: 'Redis used_memory / maxmemory as last sampled by the load shedder (0 when maxmemory is unset)', registers }),
+    redisUsedMemoryRatio: new Gauge({
+      name: `${P}redis_memory_used_ratio`,
+      help: 'Redis used_memory / maxmemory as last sampled by the load shedder (0 when maxmemory is unset)',
+      registers,
+    }),
   };
   for (const o of PUSH_OUTCOMES) m.pushes.inc({ outcome: o }, 0);
   for (const r of REJECT_REASONS) m.rejections.inc({ reason: r }, 0);
@@ -78,14 +192,38 @@ export function createApiMetrics(registry: Registry, opts: ApiMetricsOptions = {
 export type ApiMetrics = ReturnType<typeof createApiMetrics>;
 
 /** Outcomes of a cap-cert check (CAP_AUTH=on); mirrors CAP_OUTCOMES in edge/cap-auth.ts, which cannot be imported here without loading it. */
-const CAP_AUTH_OUTCOMES = ['ok', 'too_large', 'malformed', 'bad_headers', 'skew', 'invalid_cap', 'expired', 'kind', 'method', 'bad_signature', 'revoked', 'replay', 'store_unavailable'] as const;
+const CAP_AUTH_OUTCOMES = [
+  'ok',
+  'too_large',
+  'malformed',
+  'bad_headers',
+  'skew',
+  'invalid_cap',
+  'expired',
+  'kind',
+  'method',
+  'bad_signature',
+  'revoked',
+  'replay',
+  'store_unavailable',
+] as const;
 
 /** Metrics of cap-cert auth: outcomes by reason and verification time. Never an identity or a cert in a label. */
 export function createCapAuthMetrics(registry: Registry) {
   const registers = [registry];
   const m = {
-    outcomes: new Counter({ name: `${P}cap_auth_total`, help: 'Requests with an Authorization: Cap credential, by outcome (ok, or why it was refused: replay, expired, bad_signature, ...)', labelNames: ['outcome'], registers }),
-    verify: new Histogram({ name: `${P}cap_auth_duration_seconds`, help: 'Time to check one cap-signed request: cert and request signatures (Ed25519) and the nonce claim (one Redis round trip)', buckets: FAST_BUCKETS, registers }),
+    outcomes: new Counter({
+      name: `${P}cap_auth_total`,
+      help: 'Requests with an Authorization: Cap credential, by outcome (ok, or why it was refused: replay, expired, bad_signature, ...)',
+      labelNames: ['outcome'],
+      registers,
+    }),
+    verify: new Histogram({
+      name: `${P}cap_auth_duration_seconds`,
+      help: 'Time to check one cap-signed request: cert and request signatures (Ed25519) and the nonce claim (one Redis round trip)',
+      buckets: FAST_BUCKETS,
+      registers,
+    }),
   };
   for (const o of CAP_AUTH_OUTCOMES) m.outcomes.inc({ outcome: o }, 0);
   return m;

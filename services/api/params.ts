@@ -21,6 +21,9 @@ export function queryInteger(schema: z.ZodDefault<z.ZodNumber>, name: string, ra
 }
 
 /** {@link queryInteger} with a range given as numbers. */
-export function parseIntegerParam(raw: unknown, o: { name: string; min: number; max: number; fallback: number }): number {
+export function parseIntegerParam(
+  raw: unknown,
+  o: { name: string; min: number; max: number; fallback: number },
+): number {
   return queryInteger(z.int().min(o.min).max(o.max).default(o.fallback), o.name, raw);
 }

@@ -1,10 +1,20 @@
 import type { Queue } from 'bullmq';
-import { type CollectionConfig, DEFAULT_BODY_DEDUP_WINDOW_SECONDS, DEFAULT_IDEMPOTENCY_WINDOW_SECONDS, isJsonMimeType } from '../../shared/config.js';
+import {
+  type CollectionConfig,
+  DEFAULT_BODY_DEDUP_WINDOW_SECONDS,
+  DEFAULT_IDEMPOTENCY_WINDOW_SECONDS,
+  isJsonMimeType,
+} from '../../shared/config.js';
 import type { BestEffortSink } from '../../shared/best-effort.js';
 import { parseBatchRef } from '../../shared/ids.js';
 import type { BatchLedger } from '../../shared/ledger/ledger.js';
 import { MemoryLedger } from '../../shared/ledger/memory.js';
-import { PARQUET_COMPRESSION_DEFAULT, PARQUET_MIME_TYPE, type ParquetCompression, type PreparedBatch } from '../../shared/parquet/encode.js';
+import {
+  PARQUET_COMPRESSION_DEFAULT,
+  PARQUET_MIME_TYPE,
+  type ParquetCompression,
+  type PreparedBatch,
+} from '../../shared/parquet/encode.js';
 import type { ParquetEncodeThread } from '../../shared/parquet/encode-thread-pool.js';
 import { type StoragePathTemplate, batchKey, parseStoragePath } from '../../shared/paths.js';
 import { API_ENCODE_MIN_BYTES } from '../../shared/redis/jobs/push.js';
@@ -114,24 +124,45 @@ export interface EventsServerPlugin {
    * `validated.everyEventHasMessageId` (the scan's): a push without a key is deduplicated by its
    * body only when true (absent: false), since two devices may send the same body.
    */
-  push(params: Readonly<Record<string, string>>, body: Buffer, validated: { text: string; events: number; prepared?: PreparedBatch; everyEventHasMessageId?: boolean }, opts?: { idempotencyKey?: string; hash?: string; decodedHash?: string }): Promise<PushResult>;
+  push(
+    params: Readonly<Record<string, string>>,
+    body: Buffer,
+    validated: { text: string; events: number; prepared?: PreparedBatch; everyEventHasMessageId?: boolean },
+    opts?: { idempotencyKey?: string; hash?: string; decodedHash?: string },
+  ): Promise<PushResult>;
   /**
    * True when `idempotencyKey` is already claimed for this prefix within its window, so `push`
    * with it stores nothing new: it gets the first answer (same decoded body) or 422 (another
    * body). Read-only; the router asks before charging the per-app events budget. Always false
    * without a queue or with the window off. Redis unreachable: 503.
    */
-  idempotencyClaimed(params: Readonly<Record<string, string>>, idempotencyKey: string, decodedHash: string): Promise<boolean>;
+  idempotencyClaimed(
+    params: Readonly<Record<string, string>>,
+    idempotencyKey: string,
+    decodedHash: string,
+  ): Promise<boolean>;
   /** {@link idempotencyClaimed} with an unreachable Redis as a typed outcome instead of an error (what admission asks). */
-  keyClaimed(params: Readonly<Record<string, string>>, idempotencyKey: string, decodedHash: string): Promise<boolean | Unavailable>;
+  keyClaimed(
+    params: Readonly<Record<string, string>>,
+    idempotencyKey: string,
+    decodedHash: string,
+  ): Promise<boolean | Unavailable>;
   list(params: Readonly<Record<string, string>>, after: string | undefined, limit: number): Promise<ListResult>;
   pull(params: Readonly<Record<string, string>>, ref: string): Promise<(StoredObject & { batchId: string }) | null>;
 }
 
 /** The push path of a plugin: queued (PushService over Redis and BullMQ) or inline (no Redis). */
-function pushPathOf(opts: EventsPluginOptions, collection: string, template: StoragePathTemplate, inlineLedger: MemoryLedger | null): PushService | InlinePush {
+function pushPathOf(
+  opts: EventsPluginOptions,
+  collection: string,
+  template: StoragePathTemplate,
+  inlineLedger: MemoryLedger | null,
+): PushService | InlinePush {
   const { store, queue } = opts;
-  const compression = opts.parquetCompression ?? (typeof opts.collection === 'string' ? undefined : opts.collection.parquetCompression) ?? PARQUET_COMPRESSION_DEFAULT;
+  const compression =
+    opts.parquetCompression ??
+    (typeof opts.collection === 'string' ? undefined : opts.collection.parquetCompression) ??
+    PARQUET_COMPRESSION_DEFAULT;
   if (!queue) return new InlinePush({ template, store, ledger: inlineLedger as MemoryLedger, compression });
   const observe = opts.observe ?? {};
   return new PushService({
@@ -166,7 +197,12 @@ function listIndexOf(queue: QueueBinding | undefined, inlineLedger: MemoryLedger
  */
 export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServerPlugin {
   const { store, storagePath, queue } = opts;
-  if (!store || typeof store.putBytes !== 'function' || typeof store.getBytes !== 'function' || typeof store.listKeys !== 'function') {
+  if (
+    !store ||
+    typeof store.putBytes !== 'function' ||
+    typeof store.getBytes !== 'function' ||
+    typeof store.listKeys !== 'function'
+  ) {
     throw new Error('events plugin: the store must implement putBytes, getBytes and listKeys');
   }
   const template = parseStoragePath(storagePath);
@@ -174,15 +210,19 @@ export function createEventsServerPlugin(opts: EventsPluginOptions): EventsServe
   if (typeof opts.collection !== 'string') {
     const c = opts.collection;
     if (!c.allowedMimeTypes.every(isJsonMimeType)) {
-      throw new Error(`events plugin: collection "${collection}" must be JSON-typed (allowedMimeTypes ["application/json"])`);
+      throw new Error(
+        `events plugin: collection "${collection}" must be JSON-typed (allowedMimeTypes ["application/json"])`,
+      );
     }
-    if (c.encryption !== 'none') throw new Error(`events plugin: collection "${collection}" must have encryption "none"`);
+    if (c.encryption !== 'none')
+      throw new Error(`events plugin: collection "${collection}" must have encryption "none"`);
   }
   const inlineLedger = queue ? null : new MemoryLedger();
   const pushPath = pushPathOf(opts, collection, template, inlineLedger);
   const lister = new BatchLister({ store, template, index: listIndexOf(queue, inlineLedger) });
   const encodeMaxBytes = queue?.encodeMaxBytes ?? 0;
-  const keyClaimed: EventsServerPlugin['keyClaimed'] = async (params, key, decodedHash) => (pushPath instanceof PushService ? pushPath.keyClaimed(params, key, decodedHash) : false);
+  const keyClaimed: EventsServerPlugin['keyClaimed'] = async (params, key, decodedHash) =>
+    pushPath instanceof PushService ? pushPath.keyClaimed(params, key, decodedHash) : false;
 
   return {
     name: 'events',
@@ -230,7 +270,12 @@ export function pushResultOf(outcome: PushOutcome): PushResult | null {
   switch (outcome.kind) {
     case 'accepted':
     case 'duplicate':
-      return { hash: outcome.hash, batchId: outcome.batchId, events: outcome.events, deduplicated: outcome.kind === 'duplicate' };
+      return {
+        hash: outcome.hash,
+        batchId: outcome.batchId,
+        events: outcome.events,
+        deduplicated: outcome.kind === 'duplicate',
+      };
     case 'empty':
       return { hash: outcome.hash, batchId: null, events: 0, deduplicated: false };
     default:

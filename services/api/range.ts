@@ -34,7 +34,10 @@ export function decideRange(header: string | undefined, size: number): RangeDeci
   if (header === undefined) return { kind: 'full' };
   const m = /^\s*bytes\s*=\s*(.*)$/i.exec(header);
   if (!m) return { kind: 'full' };
-  const specs = (m[1] ?? '').split(',').map((s) => s.trim()).filter((s) => s.length > 0);
+  const specs = (m[1] ?? '')
+    .split(',')
+    .map((s) => s.trim())
+    .filter((s) => s.length > 0);
   if (specs.length !== 1) return { kind: 'full' };
   const spec = SPEC_RE.exec(specs[0] as string);
   if (!spec) return { kind: 'full' };

@@ -2,20 +2,49 @@ import { createHash } from 'node:crypto';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import express, { type NextFunction, type Request, type RequestHandler, type Response, type Router } from 'express';
-import { type CollectionConfig, RATE_LIMIT_PUSH_ON_ERROR_DEFAULT, type SyncConfig, type SyncConfigInput, TRUSTED_PROXY_HOPS_DEFAULT, parseSyncConfig } from '../../shared/config.js';
+import {
+  type CollectionConfig,
+  RATE_LIMIT_PUSH_ON_ERROR_DEFAULT,
+  type SyncConfig,
+  type SyncConfigInput,
+  TRUSTED_PROXY_HOPS_DEFAULT,
+  parseSyncConfig,
+} from '../../shared/config.js';
 import { StoreError } from '../../shared/errors.js';
-import { ApiError, type ErrorLog, errorAnswer, jsonErrorHandler, outcomeAnswer, refusalAnswer, sendError } from './error-map.js';
+import {
+  ApiError,
+  type ErrorLog,
+  errorAnswer,
+  jsonErrorHandler,
+  outcomeAnswer,
+  refusalAnswer,
+  sendError,
+} from './error-map.js';
 import { queryInteger } from './params.js';
 import { BatchRef, ListLimit, PathParam, fits } from './contract/schemas.js';
 import { parseBatchRef } from '../../shared/ids.js';
 import { capNonceKeyPrefix, rateLimitKeyPrefix } from '../../shared/redis/keyspace.js';
-import { type StoragePathTemplate, batchKey, checkParamValue, listPrefix, parseStoragePath, routePattern } from '../../shared/paths.js';
+import {
+  type StoragePathTemplate,
+  batchKey,
+  checkParamValue,
+  listPrefix,
+  parseStoragePath,
+  routePattern,
+} from '../../shared/paths.js';
 import { RAW_DELETED_HEADER, checkListCursor } from '../../shared/rollup/retention.js';
 import type { ByteRange, ObjectStore } from '../../shared/store/types.js';
 import type { Cluster, Redis } from 'ioredis';
 import { type RoleResolver, TokenRoles, authenticate, authorize, tokenRoleResolver } from './auth.js';
 import { type AuditLogger, audit } from './edge/audit.js';
-import { type CapAuthOptions, MemoryNonceStore, type NonceStore, RedisNonceStore, capOrElse, createCapRoleResolver } from './edge/cap-auth.js';
+import {
+  type CapAuthOptions,
+  MemoryNonceStore,
+  type NonceStore,
+  RedisNonceStore,
+  capOrElse,
+  createCapRoleResolver,
+} from './edge/cap-auth.js';
 import { type ConfigEndpointOptions, configHandler } from './config-route.js';
 import { type CounterStore, MemoryCounterStore, RedisCounterStore } from './edge/counters.js';
 import { type CorsOptions, cors } from './edge/cors.js';
@@ -66,7 +95,10 @@ export interface SyncRouterOptions {
    * refused across instances, keys `<nonceKeyPrefix>:…`) or a NonceStore; default this process only.
    * The Starfish protocol package is loaded (edge/cap-auth.ts) only with this option. Default off.
    */
-  capAuth?: Omit<CapAuthOptions, 'nonceStore' | 'collections'> & { nonceStore?: NonceStore | Redis | Cluster; nonceKeyPrefix?: string };
+  capAuth?: Omit<CapAuthOptions, 'nonceStore' | 'collections'> & {
+    nonceStore?: NonceStore | Redis | Cluster;
+    nonceKeyPrefix?: string;
+  };
   /** `GET /config`, the Starfish collection manifest (`fetchServerConfig`). Default off, as in the reference; `npm start` serves it public. */
   configEndpoint?: ConfigEndpointOptions;
   /** CORS for browser SDKs: `true` (any origin) or options. Default off. */
@@ -126,7 +158,8 @@ async function openObject(store: ObjectStore, key: string): Promise<PullObject |
       async read(range) {
         const stream = await getStream(key, range);
         // Deleted between head and read: the answer has begun (headers set), so fail it as a store error.
-        if (!stream) throw new StoreError(`object ${JSON.stringify(key)} vanished while being read`, { retriable: true });
+        if (!stream)
+          throw new StoreError(`object ${JSON.stringify(key)} vanished while being read`, { retriable: true });
         return stream;
       },
     };
@@ -162,7 +195,11 @@ function parseAfter(raw: unknown): string | undefined {
   if (raw === undefined || raw === '') return undefined;
   if (typeof raw !== 'string') throw new ApiError('bad_param', 'after must be a single batch id');
   const bare = fits(BatchRef, raw) ? parseBatchRef(raw) : null;
-  if (bare === null) throw new ApiError('bad_param', 'after must be a batch id like 1782933157690-0000-735223 (with or without .parquet)');
+  if (bare === null)
+    throw new ApiError(
+      'bad_param',
+      'after must be a batch id like 1782933157690-0000-735223 (with or without .parquet)',
+    );
   return bare;
 }
 
@@ -212,11 +249,20 @@ function admissionInputOf({ collection, limiter }: PushRoute, req: Request, res:
 }
 
 /** Answers a push's outcome: 200 with its id, or its error through the map; tells the observer. */
-function answerPush(res: Response, outcome: PushOutcome, observer: RouterObserver | undefined, sentBytes: number): void {
+function answerPush(
+  res: Response,
+  outcome: PushOutcome,
+  observer: RouterObserver | undefined,
+  sentBytes: number,
+): void {
   if (outcome.kind === 'unavailable') observer?.unavailable?.();
   if (outcome.kind === 'conflict') observer?.rejected?.('idempotency_conflict');
   const result = pushResultOf(outcome);
-  if (!result) return sendError(res, outcomeAnswer(outcome) ?? errorAnswer(new Error(`push outcome ${outcome.kind} has no answer`)));
+  if (!result)
+    return sendError(
+      res,
+      outcomeAnswer(outcome) ?? errorAnswer(new Error(`push outcome ${outcome.kind} has no answer`)),
+    );
   observer?.pushed?.(result, sentBytes);
   res.status(200).json({ hash: result.hash, batchId: result.batchId });
 }
@@ -272,11 +318,15 @@ function pullHandler(plugin: EventsServerPlugin): RequestHandler {
     }
     const { size } = obj;
     // If-None-Match wins over Range (RFC 9110 §13.2.2); If-Range decides whether Range applies at all.
-    const range = ifRangeAllows(req.get('if-range'), etag) ? decideRange(req.headers.range, size) : ({ kind: 'full' } as const);
+    const range = ifRangeAllows(req.get('if-range'), etag)
+      ? decideRange(req.headers.range, size)
+      : ({ kind: 'full' } as const);
     if (range.kind === 'unsatisfiable') {
       // An error must not be cached for a year like the file itself.
       res.removeHeader('Cache-Control');
-      throw new ApiError('range_not_satisfiable', `range not satisfiable: the batch has ${size} bytes`, { 'Content-Range': unsatisfiedRange(size) });
+      throw new ApiError('range_not_satisfiable', `range not satisfiable: the batch has ${size} bytes`, {
+        'Content-Range': unsatisfiedRange(size),
+      });
     }
     res.setHeader('Content-Type', PARQUET_MIME_TYPE);
     const part = range.kind === 'partial' ? { start: range.start, end: range.end } : undefined;
@@ -294,11 +344,20 @@ function pullHandler(plugin: EventsServerPlugin): RequestHandler {
 }
 
 /** `others`, behind the cap-cert resolver when `opts.capAuth` is set. */
-function withCapAuth(opts: SyncRouterOptions, collections: readonly { name: string; storagePath: string }[], others: RoleResolver): RoleResolver {
+function withCapAuth(
+  opts: SyncRouterOptions,
+  collections: readonly { name: string; storagePath: string }[],
+  others: RoleResolver,
+): RoleResolver {
   const o = opts.capAuth;
   if (!o) return others;
   const given = o.nonceStore;
-  const nonceStore = given === undefined ? new MemoryNonceStore() : 'claim' in given ? given : new RedisNonceStore(given, o.nonceKeyPrefix ?? capNonceKeyPrefix());
+  const nonceStore =
+    given === undefined
+      ? new MemoryNonceStore()
+      : 'claim' in given
+        ? given
+        : new RedisNonceStore(given, o.nonceKeyPrefix ?? capNonceKeyPrefix());
   return capOrElse(createCapRoleResolver({ ...o, nonceStore, collections }), others);
 }
 
@@ -316,7 +375,14 @@ export function createSyncRouter(opts: SyncRouterOptions): Router {
     router.get('/config', configHandler(config, opts.configEndpoint, resolver));
     router.all('/config', methodNotAllowed(['GET', 'HEAD']));
   }
-  const mount: MountContext = { router, opts, resolver, noStore: useEdgeMiddleware(router, opts), served: [], ...rateLimits(opts, config) };
+  const mount: MountContext = {
+    router,
+    opts,
+    resolver,
+    noStore: useEdgeMiddleware(router, opts),
+    served: [],
+    ...rateLimits(opts, config),
+  };
   const ours: CollectionConfig[] = [];
   for (const collection of config.collections) {
     const plugin = pluginOf(opts, collection);
@@ -350,7 +416,8 @@ type SyncPrefix = (typeof SYNC_PREFIXES)[number];
 
 /** The routes of each sync prefix, as a reader writes them (`POST /push/events/{app}/{batchId}`), without the base path. */
 function routeShapes(collections: readonly CollectionConfig[]): Record<SyncPrefix, string[]> {
-  const shape = (segments: StoragePathTemplate['segments']): string => segments.map((s) => (s.kind === 'param' ? `{${s.name}}` : s.value)).join('/');
+  const shape = (segments: StoragePathTemplate['segments']): string =>
+    segments.map((s) => (s.kind === 'param' ? `{${s.name}}` : s.value)).join('/');
   const templates = collections.map((c) => ({ c, t: parseStoragePath(c.storagePath) }));
   return {
     push: templates.map(({ t }) => `POST /push/${shape(t.segments)}`),
@@ -392,7 +459,10 @@ function unmatchedSyncRoute(collections: readonly CollectionConfig[]): RequestHa
     const base = req.baseUrl.slice(0, -(prefix.length + 1));
     const path = (req.originalUrl.split('?')[0] ?? '').slice(0, 300);
     const routes = shapes[prefix].map((r) => r.replace(' /', ` ${base}/`));
-    const hint = routes.length > 0 ? `${prefix} routes look like ${routes.join(' or ')}` : `no collection is ${prefix === 'list' ? 'listable' : 'configured'}`;
+    const hint =
+      routes.length > 0
+        ? `${prefix} routes look like ${routes.join(' or ')}`
+        : `no collection is ${prefix === 'list' ? 'listable' : 'configured'}`;
     next(new ApiError('not_found', `no route ${req.method} ${path}; ${hint}`));
   };
 }
@@ -424,7 +494,11 @@ function useEdgeMiddleware(router: Router, opts: SyncRouterOptions): RequestHand
   if (opts.cors) router.use(syncPaths, cors(opts.cors));
   const secure = opts.securityHeaders ?? true;
   if (secure) router.use(syncPaths, securityHeaders(secure));
-  if (opts.requestTimeoutMs && opts.requestTimeoutMs > 0) router.use(syncPaths, requestTimeout(opts.requestTimeoutMs, () => opts.observer?.timedOut?.()));
+  if (opts.requestTimeoutMs && opts.requestTimeoutMs > 0)
+    router.use(
+      syncPaths,
+      requestTimeout(opts.requestTimeoutMs, () => opts.observer?.timedOut?.()),
+    );
   return (_req, res, next) => {
     if (secure) res.setHeader('Cache-Control', 'no-store');
     next();
@@ -435,7 +509,9 @@ function useEdgeMiddleware(router: Router, opts: SyncRouterOptions): RequestHand
 function rateLimits(opts: SyncRouterOptions, config: SyncConfig): Pick<MountContext, 'counters' | 'limiter'> {
   const { observer } = opts;
   const counters = new Map(config.collections.map((c) => [c.name, resolveCounters(c, config.rateLimit)]));
-  const limited = config.collections.some((c) => c.rateLimit?.appEvents) || [...counters.values()].some((a) => a.push.length + a.pull.length + a.list.length > 0);
+  const limited =
+    config.collections.some((c) => c.rateLimit?.appEvents) ||
+    [...counters.values()].some((a) => a.push.length + a.pull.length + a.list.length > 0);
   if (!limited) return { counters, limiter: null };
   const store = opts.rateLimitStore;
   const limiter = new RateLimiter({
@@ -443,7 +519,11 @@ function rateLimits(opts: SyncRouterOptions, config: SyncConfig): Pick<MountCont
     keyPrefix: opts.rateLimitKeyPrefix ?? rateLimitKeyPrefix(),
     trustedProxyHops: opts.trustedProxyHops ?? TRUSTED_PROXY_HOPS_DEFAULT,
     pushOnError: opts.rateLimitPushOnError ?? RATE_LIMIT_PUSH_ON_ERROR_DEFAULT,
-    observer: { limited: observer?.rateLimited, storeFailed: observer?.rateLimitStoreFailed, checkSeconds: observer?.rateLimitCheckSeconds },
+    observer: {
+      limited: observer?.rateLimited,
+      storeFailed: observer?.rateLimitStoreFailed,
+      checkSeconds: observer?.rateLimitCheckSeconds,
+    },
   });
   return { counters, limiter };
 }
@@ -453,7 +533,9 @@ function pluginOf(opts: SyncRouterOptions, collection: CollectionConfig): Events
   const plugin = opts.plugins.find((p) => p.collection === collection.name);
   if (!plugin) return undefined;
   if (plugin.template.source !== collection.storagePath) {
-    throw new Error(`collection "${collection.name}": plugin storagePath "${plugin.template.source}" differs from the config's "${collection.storagePath}"`);
+    throw new Error(
+      `collection "${collection.name}": plugin storagePath "${plugin.template.source}" differs from the config's "${collection.storagePath}"`,
+    );
   }
   return plugin;
 }
@@ -468,27 +550,60 @@ function mountCollection(m: MountContext, collection: CollectionConfig, plugin: 
   };
   const deniedRead = (status: 401 | 403): void => observer?.authDenied?.(status);
   const auditing = (action: 'push' | 'list' | 'pull'): RequestHandler =>
-    opts.auditLogger && (action !== 'push' || opts.auditPush) ? audit(action, collection.name, opts.auditLogger) : passThrough;
+    opts.auditLogger && (action !== 'push' || opts.auditPush)
+      ? audit(action, collection.name, opts.auditLogger)
+      : passThrough;
   const rules = m.counters.get(collection.name) ?? { push: [], pull: [], list: [] };
-  const limit = (action: RateAction): RequestHandler => (limiter && rules[action].length > 0 ? limiter.middleware(collection.name, rules[action]) : passThrough);
+  const limit = (action: RateAction): RequestHandler =>
+    limiter && rules[action].length > 0 ? limiter.middleware(collection.name, rules[action]) : passThrough;
   const t = plugin.template;
   const full = routePattern(t.segments);
   const prefixRoute = routePattern(t.segments.slice(0, -1));
   m.served.push([`/push/${full}`, ['POST']], [`/pull/${full}`, ['GET', 'HEAD']]);
   if (collection.listable) m.served.push([`/list/${prefixRoute}`, ['GET', 'HEAD']]);
 
-  router.post(`/push/${full}`, auditing('push'), authenticate(collection.writeRoles, resolver), limit('push'), authorize(denied), pushHandler({ opts, plugin, collection, limiter }));
+  router.post(
+    `/push/${full}`,
+    auditing('push'),
+    authenticate(collection.writeRoles, resolver),
+    limit('push'),
+    authorize(denied),
+    pushHandler({ opts, plugin, collection, limiter }),
+  );
   if (collection.listable) {
-    router.get(`/list/${prefixRoute}`, auditing('list'), noStore, authenticate(collection.readRoles, resolver), limit('list'), authorize(deniedRead), listHandler(plugin));
+    router.get(
+      `/list/${prefixRoute}`,
+      auditing('list'),
+      noStore,
+      authenticate(collection.readRoles, resolver),
+      limit('list'),
+      authorize(deniedRead),
+      listHandler(plugin),
+    );
   }
   // The rewritten listing (issue 36) names one app: only for a storagePath with one list parameter.
   const appParam = collection.listable && t.prefixParams.length === 1 ? t.prefixParams[0] : undefined;
   if (appParam !== undefined) {
     const path = `/list/${prefixRoute}/${REWRITTEN_ROUTE}`;
     m.served.push([path, ['GET', 'HEAD']]);
-    router.get(path, auditing('list'), noStore, authenticate(rewrittenRoles(collection.readRoles), resolver), limit('list'), authorize(deniedRead), rewrittenHandler(plugin.store, collection.name, appParam));
+    router.get(
+      path,
+      auditing('list'),
+      noStore,
+      authenticate(rewrittenRoles(collection.readRoles), resolver),
+      limit('list'),
+      authorize(deniedRead),
+      rewrittenHandler(plugin.store, collection.name, appParam),
+    );
   }
-  router.get(`/pull/${full}`, auditing('pull'), authenticate(collection.readRoles, resolver), limit('pull'), authorize(deniedRead), pullHandler(plugin));
+  router.get(
+    `/pull/${full}`,
+    auditing('pull'),
+    authenticate(collection.readRoles, resolver),
+    limit('pull'),
+    authorize(deniedRead),
+    pullHandler(plugin),
+  );
 }
 
 /** `GET /list/<prefix>` of one collection: a page of batch refs after `?after=`. */

@@ -48,7 +48,8 @@ export class LoadShedder {
     if (this.reason !== null) return this.reason;
     if (this.max > 0 && this.pending > 0) {
       const projected = (this.used + this.pending) / this.max;
-      if (projected >= this.opts.maxMemoryRatio) return `Redis memory at ${(projected * 100).toFixed(0)}% of maxmemory (with this process's writes since the last sample)`;
+      if (projected >= this.opts.maxMemoryRatio)
+        return `Redis memory at ${(projected * 100).toFixed(0)}% of maxmemory (with this process's writes since the last sample)`;
     }
     return null;
   }
@@ -62,10 +63,17 @@ export class LoadShedder {
       const queues: readonly Queue[] = Array.isArray(this.opts.queue) ? this.opts.queue : [this.opts.queue as Queue];
       const redis = this.opts.redis;
       // On a Cluster, the fullest master decides (every write of this process is counted against it).
-      const infoOf = redis instanceof Cluster ? Promise.all(redis.nodes('master').map((n) => n.info('memory'))) : redis.info('memory').then((i) => [i]);
-      const [allCounts, infos] = await Promise.all([Promise.all(queues.map((q) => q.getJobCounts('waiting', 'prioritized', 'delayed'))), infoOf]);
+      const infoOf =
+        redis instanceof Cluster
+          ? Promise.all(redis.nodes('master').map((n) => n.info('memory')))
+          : redis.info('memory').then((i) => [i]);
+      const [allCounts, infos] = await Promise.all([
+        Promise.all(queues.map((q) => q.getJobCounts('waiting', 'prioritized', 'delayed'))),
+        infoOf,
+      ]);
       let waiting = 0;
-      for (const counts of allCounts) waiting += (counts.waiting ?? 0) + (counts.prioritized ?? 0) + (counts.delayed ?? 0);
+      for (const counts of allCounts)
+        waiting += (counts.waiting ?? 0) + (counts.prioritized ?? 0) + (counts.delayed ?? 0);
       let max = 0;
       let used = 0;
       let ratio = 0;
@@ -79,8 +87,10 @@ export class LoadShedder {
       this.max = max;
       this.pending = Math.max(0, this.pending - counted);
       this.opts.onSample?.({ waiting, memoryRatio: ratio });
-      if (waiting >= this.opts.maxWaiting) this.reason = `queue backlog of ${waiting} batches is over the high-water mark`;
-      else if (ratio >= this.opts.maxMemoryRatio) this.reason = `Redis memory at ${(ratio * 100).toFixed(0)}% of maxmemory`;
+      if (waiting >= this.opts.maxWaiting)
+        this.reason = `queue backlog of ${waiting} batches is over the high-water mark`;
+      else if (ratio >= this.opts.maxMemoryRatio)
+        this.reason = `Redis memory at ${(ratio * 100).toFixed(0)}% of maxmemory`;
       else this.reason = null;
     } catch {
       // Redis unreachable: pushes fail on their own with 503; keep the last verdict.

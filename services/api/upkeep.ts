@@ -49,9 +49,10 @@ export class Upkeep {
     const { redis, logger, metrics } = this.deps;
     // Redis known to be away: answer the scrape at once with the last values (the upkeep loop counts the outage).
     if (redis.status !== 'ready') return Promise.resolve();
-    this.gaugesInFlight ??= bestEffort('queue_gauges', withTimeout(this.readQueueGauges(), 2000, 'queue gauges'), { logger, counter: metrics.bestEffortFailures }).finally(
-      () => (this.gaugesInFlight = undefined),
-    );
+    this.gaugesInFlight ??= bestEffort('queue_gauges', withTimeout(this.readQueueGauges(), 2000, 'queue gauges'), {
+      logger,
+      counter: metrics.bestEffortFailures,
+    }).finally(() => (this.gaugesInFlight = undefined));
     return this.gaugesInFlight;
   }
 
@@ -105,13 +106,21 @@ export class Upkeep {
     } catch (err) {
       metrics.upkeepFailures.inc({ step });
       // Driver and ledger messages name keys and ids at most, never event contents.
-      this.upkeepFailed({ step, err: err instanceof Error ? `${err.name}: ${err.message.slice(0, 200)}` : 'unknown', redis: redisAddress(redis), redisStatus: redis.status });
+      this.upkeepFailed({
+        step,
+        err: err instanceof Error ? `${err.name}: ${err.message.slice(0, 200)}` : 'unknown',
+        redis: redisAddress(redis),
+        redisStatus: redis.status,
+      });
       throw err;
     }
   }
 
   private async shardGauges(s: Shard): Promise<{ counts: Record<string, number>; oldestWaiting: number | null }> {
-    const [counts, [oldest]] = await Promise.all([s.queue.getJobCounts(...QUEUE_STATES), s.queue.getJobs(['waiting'], 0, 0, true)]);
+    const [counts, [oldest]] = await Promise.all([
+      s.queue.getJobCounts(...QUEUE_STATES),
+      s.queue.getJobs(['waiting'], 0, 0, true),
+    ]);
     return { counts, oldestWaiting: oldest ? oldest.timestamp : null };
   }
 
@@ -128,7 +137,8 @@ export class Upkeep {
     let oldest: number | null = null;
     perShard.forEach((g, i) => {
       for (const [state, n] of Object.entries(g.counts)) totals[state] = (totals[state] ?? 0) + n;
-      for (const state of SHARD_QUEUE_STATES) metrics.queueShardJobs.set({ shard: String(i), state }, g.counts[state] ?? 0);
+      for (const state of SHARD_QUEUE_STATES)
+        metrics.queueShardJobs.set({ shard: String(i), state }, g.counts[state] ?? 0);
       if (g.oldestWaiting !== null && (oldest === null || g.oldestWaiting < oldest)) oldest = g.oldestWaiting;
     });
     for (const [state, n] of Object.entries(totals)) metrics.queueJobs.set({ state }, n);

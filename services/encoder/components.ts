@@ -28,7 +28,11 @@ export function encoderWorkers(ctx: StackContext, o: { burst?: BurstOptions } = 
         queueName: env.QUEUE_NAME,
         connection: ctx.connection('worker'),
         ledger: new BatchLedger(ledgerConn, env.QUEUE_NAME),
-        shards: ctx.layouts.map((l) => ({ queueName: l.queueName, prefix: l.queuePrefix, ledger: new BatchLedger(ledgerConn, l.namespace, { shard: { index: l.index, count: l.count } }) })),
+        shards: ctx.layouts.map((l) => ({
+          queueName: l.queueName,
+          prefix: l.queuePrefix,
+          ledger: new BatchLedger(ledgerConn, l.namespace, { shard: { index: l.index, count: l.count } }),
+        })),
         store: ctx.store,
         registry: ctx.registry,
         logger: ctx.logger,
@@ -49,11 +53,26 @@ export function encoderWorkers(ctx: StackContext, o: { burst?: BurstOptions } = 
 /** Logs what `start:encoder` runs, once its components started. */
 export function logEncoderStarted(ctx: StackContext, health: HealthServer): void {
   const { env } = ctx;
-  ctx.logger.info({ metrics: `${health.server?.url ?? ''}/metrics`, queue: env.QUEUE_NAME, shards: ctx.layouts.length, concurrency: env.ENCODER_CONCURRENCY, store: ctx.store.describe(), heapGrowingPercent: env.HEAP_GROWING_PERCENT }, 'encoder started');
+  ctx.logger.info(
+    {
+      metrics: `${health.server?.url ?? ''}/metrics`,
+      queue: env.QUEUE_NAME,
+      shards: ctx.layouts.length,
+      concurrency: env.ENCODER_CONCURRENCY,
+      store: ctx.store.describe(),
+      heapGrowingPercent: env.HEAP_GROWING_PERCENT,
+    },
+    'encoder started',
+  );
 }
 
 /** The encoder's /metrics and /healthz (`ok` while its first worker takes jobs) on METRICS_PORT. */
 export function encoderHealthServer(ctx: StackContext, encoder: EncoderComponent): HealthServer {
   const { METRICS_PORT, HOST } = processSlice(ctx.env);
-  return healthServer({ registry: ctx.registry, port: METRICS_PORT, host: HOST, healthy: () => encoder.encoder?.worker.isRunning() ?? false });
+  return healthServer({
+    registry: ctx.registry,
+    port: METRICS_PORT,
+    host: HOST,
+    healthy: () => encoder.encoder?.worker.isRunning() ?? false,
+  });
 }

@@ -10,7 +10,10 @@ try {
   const encoder = encoderWorkers(ctx);
   // Listed before the encoder, so /healthz still answers while it finishes its active jobs.
   const health = encoderHealthServer(ctx, encoder);
-  await runUntilSignal(new Lifecycle([redisConnections(ctx), health, encoder], { logger: ctx.logger }), { logger: ctx.logger, graceMs: SHUTDOWN_GRACE_MS });
+  await runUntilSignal(new Lifecycle([redisConnections(ctx), health, encoder], { logger: ctx.logger }), {
+    logger: ctx.logger,
+    graceMs: SHUTDOWN_GRACE_MS,
+  });
   logEncoderStarted(ctx, health);
 } catch (err) {
   exitOnStartupError(err);

@@ -29,15 +29,27 @@ interface EncoderProcess {
  * starting, then closes. It inherits this process's Node flags (under tsx, tsx's loader) except
  * the inspector's.
  */
-function startEncoderProcess(entry: string, env: Env, index: number, count: number, processStopping: () => boolean): { encoder: EncoderProcess; ready: Promise<void> } {
+function startEncoderProcess(
+  entry: string,
+  env: Env,
+  index: number,
+  count: number,
+  processStopping: () => boolean,
+): { encoder: EncoderProcess; ready: Promise<void> } {
   // Its environment fixes glibc's mmap threshold, so a big batch's buffers are given back (services/encoder/process-env.ts).
-  const child: ChildProcess = fork(entry, [], { serialization: 'advanced', execArgv: process.execArgv.filter((a) => !a.startsWith('--inspect')), env: encoderProcessEnv(process.env) });
+  const child: ChildProcess = fork(entry, [], {
+    serialization: 'advanced',
+    execArgv: process.execArgv.filter((a) => !a.startsWith('--inspect')),
+    env: encoderProcessEnv(process.env),
+  });
   const waiters: ((m: FromChild) => void)[] = [];
   let exited = false;
   child.on('message', (m: FromChild) => {
     for (const w of waiters.splice(0)) w(m);
   });
-  const exit = new Promise<number | string | null>((resolve) => child.once('exit', (code, signal) => ((exited = true), resolve(code ?? signal))));
+  const exit = new Promise<number | string | null>((resolve) =>
+    child.once('exit', (code, signal) => ((exited = true), resolve(code ?? signal))),
+  );
   const next = (type: FromChild['type'], ms: number): Promise<FromChild | null> =>
     new Promise((resolve) => {
       const t = setTimeout(() => resolve(null), ms);
@@ -107,7 +119,9 @@ function startEncoderProcess(entry: string, env: Env, index: number, count: numb
  * of this scrape.
  */
 async function encoderMetrics(encoders: readonly EncoderProcess[]): Promise<string> {
-  const parts = (await Promise.all(encoders.map((t) => t.metrics()))).filter((m): m is ChildMetrics => m !== null && m.length > 0);
+  const parts = (await Promise.all(encoders.map((t) => t.metrics()))).filter(
+    (m): m is ChildMetrics => m !== null && m.length > 0,
+  );
   if (parts.length === 0) return '';
   return AggregatorRegistry.aggregate(parts).metrics();
 }
@@ -126,13 +140,20 @@ export interface EncoderProcesses extends Component {
  * for it to exit. One that ends on its own after it was ready stops the whole process (SIGTERM to
  * itself), unless `processStopping()` says that stop is already under way.
  */
-export function encoderProcesses(o: { entry: string; env: () => Env; count: number; processStopping: () => boolean }): EncoderProcesses {
+export function encoderProcesses(o: {
+  entry: string;
+  env: () => Env;
+  count: number;
+  processStopping: () => boolean;
+}): EncoderProcesses {
   const encoders: EncoderProcess[] = [];
   return {
     name: 'encoder processes',
     async start() {
       const env = o.env();
-      const starts = Array.from({ length: o.count }, (_, i) => startEncoderProcess(o.entry, env, i, o.count, o.processStopping));
+      const starts = Array.from({ length: o.count }, (_, i) =>
+        startEncoderProcess(o.entry, env, i, o.count, o.processStopping),
+      );
       encoders.push(...starts.map((s) => s.encoder));
       const failed = (await Promise.allSettled(starts.map((s) => s.ready))).find((s) => s.status === 'rejected');
       if (failed) throw failed.reason;

@@ -4,14 +4,30 @@ import type { Registry } from 'prom-client';
 import type { BatchLedger } from '../../shared/ledger/ledger.js';
 import { type Logger, type ThrottledWarn, throttledWarn } from '../../shared/logger.js';
 import { openQueue, openWorker, queueAddress } from '../../shared/redis/queues.js';
-import { BATCH_JOB_OPTIONS, type BatchGroupJob, type BatchJob, JOB_NAME, isGroupPayload } from '../../shared/redis/jobs/push.js';
+import {
+  BATCH_JOB_OPTIONS,
+  type BatchGroupJob,
+  type BatchJob,
+  JOB_NAME,
+  isGroupPayload,
+} from '../../shared/redis/jobs/push.js';
 import type { ObjectStore } from '../../shared/store/types.js';
-import { ByteBudget, DRAIN_COLLECT_MIN_PEAK, DrainCollector, ENCODER_ROW_BYTES, batchCost } from '../../shared/byte-budget.js';
+import {
+  ByteBudget,
+  DRAIN_COLLECT_MIN_PEAK,
+  DrainCollector,
+  ENCODER_ROW_BYTES,
+  batchCost,
+} from '../../shared/byte-budget.js';
 import { StoreError } from '../../shared/errors.js';
 import { ENCODER_LOCK_SECONDS_DEFAULT, LIST_INDEX_SECONDS_DEFAULT } from '../../shared/config.js';
 import { bestEffort } from '../../shared/best-effort.js';
 import { createEncoderMetrics, type EncoderMetrics } from './metrics.js';
-import { EncodeThreadHolder, type ParquetEncodeThread, RETIRE_ABOVE_WASM_BYTES } from '../../shared/parquet/encode-thread-pool.js';
+import {
+  EncodeThreadHolder,
+  type ParquetEncodeThread,
+  RETIRE_ABOVE_WASM_BYTES,
+} from '../../shared/parquet/encode-thread-pool.js';
 import type { ParquetCompression } from '../../shared/parquet/compression.js';
 import { type Step, decodeGroupJob, decodeJob, encodeOffThread, restoreBody, write } from './pipeline.js';
 
@@ -110,11 +126,18 @@ interface JobResult {
  * `concurrency` jobs are fetched at once, and each fetched payload is the compressed body) and
  * reads it from Redis again once admitted, so jobs waiting in their slots hold no body bytes.
  */
-async function processJob(job: Job, o: ShardOptions, m: EncoderMetrics, budget: ByteBudget | undefined, reload: (id: string) => Promise<unknown>): Promise<JobResult> {
+async function processJob(
+  job: Job,
+  o: ShardOptions,
+  m: EncoderMetrics,
+  budget: ByteBudget | undefined,
+  reload: (id: string) => Promise<unknown>,
+): Promise<JobResult> {
   // No other reference to the payload may outlive the wait below (hence no `decoded` local here,
   // and the wait written out here rather than in a step that would hold the payload as an argument).
   let data = jobContract(job.data);
-  if (job.processedOn && job.attemptsMade === 0) m.waitSeconds.observe(Math.max(0, job.processedOn - job.timestamp) / 1000);
+  if (job.processedOn && job.attemptsMade === 0)
+    m.waitSeconds.observe(Math.max(0, job.processedOn - job.timestamp) / 1000);
   if (!budget) return encodeAndWrite(data, o, m);
   const tw = performance.now();
   // Known before the payload is unpacked: the job carries its event count (BatchJob.events).
@@ -146,7 +169,14 @@ async function processJob(job: Job, o: ShardOptions, m: EncoderMetrics, budget: 
  * written siblings are not written again. If that add fails, the group fails and is retried whole
  * (a member written again overwrites its own file with the same bytes).
  */
-async function processGroup(job: Job, o: ShardOptions, m: EncoderMetrics, budget: ByteBudget | undefined, reload: (id: string) => Promise<unknown>, splitOff: (batch: BatchJob) => Promise<void>): Promise<JobResult> {
+async function processGroup(
+  job: Job,
+  o: ShardOptions,
+  m: EncoderMetrics,
+  budget: ByteBudget | undefined,
+  reload: (id: string) => Promise<unknown>,
+  splitOff: (batch: BatchJob) => Promise<void>,
+): Promise<JobResult> {
   let group = groupContract(job.data);
   const total = group.batches.reduce((n, b) => n + jobCost(b), 0);
   const ids = group.batches.map((b) => b.batchId).join(',');
@@ -172,7 +202,8 @@ async function processGroup(job: Job, o: ShardOptions, m: EncoderMetrics, budget
     m.budgetWaitSeconds.observe((performance.now() - tw) / 1000);
   }
   try {
-    if (job.processedOn && job.attemptsMade === 0) m.waitSeconds.observe(Math.max(0, job.processedOn - job.timestamp) / 1000);
+    if (job.processedOn && job.attemptsMade === 0)
+      m.waitSeconds.observe(Math.max(0, job.processedOn - job.timestamp) / 1000);
     const results = await Promise.allSettled(group.batches.map((b) => encodeAndWrite(b, o, m)));
     return await settleGroup(job, group, results, o, m, splitOff);
   } finally {
@@ -181,7 +212,14 @@ async function processGroup(job: Job, o: ShardOptions, m: EncoderMetrics, budget
 }
 
 /** Sums a group's written members and splits each failed one off as a job of its own. */
-async function settleGroup(job: Job, group: BatchGroupJob, results: PromiseSettledResult<JobResult>[], o: ShardOptions, m: EncoderMetrics, splitOff: (batch: BatchJob) => Promise<void>): Promise<JobResult> {
+async function settleGroup(
+  job: Job,
+  group: BatchGroupJob,
+  results: PromiseSettledResult<JobResult>[],
+  o: ShardOptions,
+  m: EncoderMetrics,
+  splitOff: (batch: BatchJob) => Promise<void>,
+): Promise<JobResult> {
   let rows = 0;
   let bytes = 0;
   for (const [i, r] of results.entries()) {
@@ -194,7 +232,10 @@ async function settleGroup(job: Job, group: BatchGroupJob, results: PromiseSettl
     const reason = (r.reason as Error)?.message ?? String(r.reason);
     await splitOff(batch);
     m.batches.inc({ outcome: 'retried' });
-    o.logger.warn({ batchId: batch.batchId, key: batch.key, group: job.id, reason }, 'batch failed in its group; queued on its own');
+    o.logger.warn(
+      { batchId: batch.batchId, key: batch.key, group: job.id, reason },
+      'batch failed in its group; queued on its own',
+    );
   }
   return { key: '', rows, bytes };
 }
@@ -228,7 +269,8 @@ function jobContract(payload: unknown): BatchJob {
 async function reloaded(job: Job, before: BatchJob, reload: (id: string) => Promise<unknown>): Promise<BatchJob> {
   // Gone (removed by an operator while it waited): an error, so BullMQ retries or drops it as it does a lost lock.
   const again = jobContract(await reload(job.id ?? ''));
-  if (again.batchId !== before.batchId || again.bodyBytes !== before.bodyBytes || again.events !== before.events) throw new Error(`job ${job.id ?? ''} changed while it waited for the byte budget`);
+  if (again.batchId !== before.batchId || again.bodyBytes !== before.bodyBytes || again.events !== before.events)
+    throw new Error(`job ${job.id ?? ''} changed while it waited for the byte budget`);
   return again;
 }
 
@@ -239,12 +281,25 @@ async function encodeAndWrite(data: BatchJob, o: ShardOptions, m: EncoderMetrics
   // Released only after the file is durable, so the list never shows a later id before this one.
   await o.ledger.markWritten(data.prefix, data.batchId, o.listIndexSeconds ?? LIST_INDEX_SECONDS_DEFAULT);
   countWritten(data, rows, bytes.byteLength, m);
-  o.logger.info({ batchId: data.batchId, key: data.key, events: rows, bytes: bytes.byteLength, ms: Math.round(performance.now() - startedAt) }, 'batch written');
+  o.logger.info(
+    {
+      batchId: data.batchId,
+      key: data.key,
+      events: rows,
+      bytes: bytes.byteLength,
+      ms: Math.round(performance.now() - startedAt),
+    },
+    'batch written',
+  );
   return { key: data.key, rows, bytes: bytes.byteLength };
 }
 
 /** Step: the batch's Parquet file (a file the API encoded is passed through), and when its encode started. */
-async function encodeBatch(data: BatchJob, o: ShardOptions, m: EncoderMetrics): Promise<{ bytes: Uint8Array; rows: number; startedAt: number }> {
+async function encodeBatch(
+  data: BatchJob,
+  o: ShardOptions,
+  m: EncoderMetrics,
+): Promise<{ bytes: Uint8Array; rows: number; startedAt: number }> {
   let body: Step<Buffer> | undefined = await restoreBody(data);
   if (!body.ok) throw new UnrecoverableError(body.reason);
 
@@ -340,7 +395,10 @@ interface EncoderRun {
 }
 
 /** MAX_INFLIGHT_BYTES as a byte budget (none without it), with its gauges. */
-function encoderBudget(maxInflightBytes: number | undefined, metrics: EncoderMetrics): { budget: ByteBudget | undefined; drained: DrainCollector } {
+function encoderBudget(
+  maxInflightBytes: number | undefined,
+  metrics: EncoderMetrics,
+): { budget: ByteBudget | undefined; drained: DrainCollector } {
   // Once large batches have drained, their dead buffers are collected (shared/byte-budget.ts).
   const drained = new DrainCollector({ minPeak: DRAIN_COLLECT_MIN_PEAK });
   const budget = maxInflightBytes
@@ -378,7 +436,9 @@ function startWorker(shard: EncoderShard, run: EncoderRun): Worker {
       if (gate) await gate.take(1);
       metrics.active.inc();
       try {
-        return isGroupPayload(job.data) ? await processGroup(job, so, metrics, budget, reload, splitOff) : await processJob(job, so, metrics, budget, reload);
+        return isGroupPayload(job.data)
+          ? await processGroup(job, so, metrics, budget, reload, splitOff)
+          : await processJob(job, so, metrics, budget, reload);
       } finally {
         metrics.active.dec();
         gate?.give(1);
@@ -393,7 +453,8 @@ function startWorker(shard: EncoderShard, run: EncoderRun): Worker {
 }
 
 /** A shard's batch queue (BullMQ's default prefix `bull` when the shard names none). */
-const addressOf = (shard: EncoderShard) => queueAddress.push({ queueName: shard.queueName, ...(shard.prefix ? { queuePrefix: shard.prefix } : {}) });
+const addressOf = (shard: EncoderShard) =>
+  queueAddress.push({ queueName: shard.queueName, ...(shard.prefix ? { queuePrefix: shard.prefix } : {}) });
 
 /** A shard worker's BullMQ settings (its queue, prefix and connection are the factory's). */
 function workerOptions(o: EncoderOptions, concurrency: number): Omit<WorkerOptions, 'connection' | 'prefix'> {
@@ -402,14 +463,21 @@ function workerOptions(o: EncoderOptions, concurrency: number): Omit<WorkerOptio
     lockDuration: o.lockDurationMs ?? ENCODER_LOCK_SECONDS_DEFAULT * 1000,
     // A killed worker's job comes back as stalled; it must be retried, not failed.
     maxStalledCount: 20,
-    stalledInterval: Math.min(15_000, Math.max(1000, Math.floor((o.lockDurationMs ?? ENCODER_LOCK_SECONDS_DEFAULT * 1000) / 2))),
+    stalledInterval: Math.min(
+      15_000,
+      Math.max(1000, Math.floor((o.lockDurationMs ?? ENCODER_LOCK_SECONDS_DEFAULT * 1000) / 2)),
+    ),
     // A burst encoder starts idle (see `burstControl`).
     autorun: !o.burst,
   };
 }
 
 /** A group's failed member becomes a job of its own (its id as job id: adding it twice is a no-op). */
-function splitter(shard: EncoderShard, connection: Redis | Cluster, opened: Queue[]): (batch: BatchJob) => Promise<void> {
+function splitter(
+  shard: EncoderShard,
+  connection: Redis | Cluster,
+  opened: Queue[],
+): (batch: BatchJob) => Promise<void> {
   let splitQueue: Queue | undefined;
   return async function splitOff(batch: BatchJob): Promise<void> {
     if (!splitQueue) {
@@ -432,14 +500,24 @@ function onFailed(run: EncoderRun, shard: EncoderShard, job: Job | undefined, er
   const fields = members === undefined ? { batchId: job.id, key: data.key } : { group: job.id, batches: members };
   if (final) {
     metrics.batches.inc({ outcome: 'failed' }, members ?? 1);
-    o.logger.error({ ...fields, attempts: job.attemptsMade, reason: err.message }, members === undefined ? 'batch dead-lettered' : 'group job dead-lettered');
+    o.logger.error(
+      { ...fields, attempts: job.attemptsMade, reason: err.message },
+      members === undefined ? 'batch dead-lettered' : 'group job dead-lettered',
+    );
     // A dead batch must not hold newer ones back from the list forever (a group's members are
     // released by the reaper, which finds them through the group). Failing here, it is left to
     // the API's reaper too, which frees dead-lettered ids on its next pass.
-    if (typeof data.prefix === 'string' && job.id) void bestEffort('dead_letter_release', shard.ledger.release(data.prefix, job.id), { logger: o.logger, counter: metrics.bestEffortFailures });
+    if (typeof data.prefix === 'string' && job.id)
+      void bestEffort('dead_letter_release', shard.ledger.release(data.prefix, job.id), {
+        logger: o.logger,
+        counter: metrics.bestEffortFailures,
+      });
   } else {
     metrics.batches.inc({ outcome: 'retried' }, members ?? 1);
-    o.logger.warn({ ...fields, attempt: job.attemptsMade, reason: err.message }, members === undefined ? 'batch will be retried' : 'group job will be retried');
+    o.logger.warn(
+      { ...fields, attempt: job.attemptsMade, reason: err.message },
+      members === undefined ? 'batch will be retried' : 'group job will be retried',
+    );
   }
 }
 
@@ -454,7 +532,12 @@ interface BurstControl {
  * finish) once none wait. Gauges: `workers` is 1 and `concurrency` counts this encoder's slots
  * only while it takes jobs, so `sum` over a process stays what is working now.
  */
-function burstControl(b: BurstOptions, run: EncoderRun, shards: readonly EncoderShard[], workers: readonly Worker[]): BurstControl {
+function burstControl(
+  b: BurstOptions,
+  run: EncoderRun,
+  shards: readonly EncoderShard[],
+  workers: readonly Worker[],
+): BurstControl {
   const { o, metrics } = run;
   const state = { taking: false, starts: 0 };
   metrics.concurrency.set(0);
@@ -463,7 +546,10 @@ function burstControl(b: BurstOptions, run: EncoderRun, shards: readonly Encoder
   let timer: NodeJS.Timeout | undefined;
   let pass: Promise<void> = Promise.resolve();
   const once = async (): Promise<void> => {
-    const waiting = (await Promise.all(counters.map((q) => q.getJobCounts('waiting', 'prioritized')))).reduce((n, c) => n + (c.waiting ?? 0) + (c.prioritized ?? 0), 0);
+    const waiting = (await Promise.all(counters.map((q) => q.getJobCounts('waiting', 'prioritized')))).reduce(
+      (n, c) => n + (c.waiting ?? 0) + (c.prioritized ?? 0),
+      0,
+    );
     if (stopped) return;
     if (!state.taking && waiting >= b.backlog) {
       state.taking = true;
@@ -502,7 +588,16 @@ function burstControl(b: BurstOptions, run: EncoderRun, shards: readonly Encoder
 }
 
 /** Waits for active jobs (up to `graceMs`), then closes what the encoder opened; unfinished jobs go back to the queue. */
-async function closeEncoder(parts: { run: EncoderRun; workers: readonly Worker[]; burst: BurstControl | undefined; thread: EncodeThreadHolder; drained: DrainCollector }, graceMs: number): Promise<void> {
+async function closeEncoder(
+  parts: {
+    run: EncoderRun;
+    workers: readonly Worker[];
+    burst: BurstControl | undefined;
+    thread: EncodeThreadHolder;
+    drained: DrainCollector;
+  },
+  graceMs: number,
+): Promise<void> {
   const { run, workers } = parts;
   await parts.burst?.stop();
   run.metrics.workers.set(0);
@@ -516,6 +611,9 @@ async function closeEncoder(parts: { run: EncoderRun; workers: readonly Worker[]
     run.o.logger.warn('active jobs did not finish in time; closing anyway (they will be retried as stalled)');
     // Bounded too: with Redis unreachable a forced close still waits for its connections (and
     // may fail: its jobs come back as stalled either way).
-    await Promise.race([Promise.all(workers.map((w) => w.close(true).catch(() => undefined))), new Promise((r) => setTimeout(r, Math.min(1000, graceMs)).unref())]);
+    await Promise.race([
+      Promise.all(workers.map((w) => w.close(true).catch(() => undefined))),
+      new Promise((r) => setTimeout(r, Math.min(1000, graceMs)).unref()),
+    ]);
   }
 }

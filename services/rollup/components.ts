@@ -19,7 +19,16 @@ export function rollupService(ctx: StackContext, o: { required?: boolean } = {})
     },
     start() {
       starting ??= (async () => {
-        service = (await startRollupService({ env: rollupSlice(ctx.env), config: ctx.config, store: ctx.store, redis: ctx.target, registry: ctx.registry, logger: ctx.logger, ...(o.required ? { required: true } : {}) })) ?? undefined;
+        service =
+          (await startRollupService({
+            env: rollupSlice(ctx.env),
+            config: ctx.config,
+            store: ctx.store,
+            redis: ctx.target,
+            registry: ctx.registry,
+            logger: ctx.logger,
+            ...(o.required ? { required: true } : {}),
+          })) ?? undefined;
       })();
       return starting;
     },

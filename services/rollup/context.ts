@@ -15,7 +15,20 @@ import type { ObjectStore } from '../../shared/store/types.js';
 import type { RollupMetrics } from './metrics.js';
 
 /** The settings the rollup service's parts read (their slice of Env). */
-export type RollupEnv = Pick<Env, 'QUEUE_NAME' | 'QUEUE_SHARDS' | 'ROLLUP_PERIOD_SECONDS' | 'ROLLUP_DELAY_SECONDS' | 'RAW_RETENTION_SECONDS' | 'RETENTION_DAYS' | 'ICEBERG' | 'ICEBERG_COMMIT_SECONDS' | 'ICEBERG_SNAPSHOT_RETENTION_SECONDS' | 'ICEBERG_TEST_COMMIT_DELAY_MS'> & Partial<Pick<Env, 'ERASURE_HASH_KEY' | 'ERASURE_TEST_STEP_DELAY_MS'>>;
+export type RollupEnv = Pick<
+  Env,
+  | 'QUEUE_NAME'
+  | 'QUEUE_SHARDS'
+  | 'ROLLUP_PERIOD_SECONDS'
+  | 'ROLLUP_DELAY_SECONDS'
+  | 'RAW_RETENTION_SECONDS'
+  | 'RETENTION_DAYS'
+  | 'ICEBERG'
+  | 'ICEBERG_COMMIT_SECONDS'
+  | 'ICEBERG_SNAPSHOT_RETENTION_SECONDS'
+  | 'ICEBERG_TEST_COMMIT_DELAY_MS'
+> &
+  Partial<Pick<Env, 'ERASURE_HASH_KEY' | 'ERASURE_TEST_STEP_DELAY_MS'>>;
 
 export interface RollupDeps {
   env: RollupEnv;
@@ -49,7 +62,10 @@ export function ledgerOf(deps: RollupDeps, prefix: string): BatchLedger {
 export async function assertLayout(deps: RollupDeps): Promise<void> {
   const { env } = deps;
   const recorded = await recordedShardCount(deps.cmd, env.QUEUE_NAME);
-  if (recorded !== null && recorded !== env.QUEUE_SHARDS) throw new RollupNotReadyError(`Redis is laid out for QUEUE_SHARDS=${recorded}, this rollup process runs with QUEUE_SHARDS=${env.QUEUE_SHARDS}`);
+  if (recorded !== null && recorded !== env.QUEUE_SHARDS)
+    throw new RollupNotReadyError(
+      `Redis is laid out for QUEUE_SHARDS=${recorded}, this rollup process runs with QUEUE_SHARDS=${env.QUEUE_SHARDS}`,
+    );
 }
 
 /** The context of rollPeriod and of retention on `prefix`, held under `lock` (checked before every manifest write). */
@@ -58,7 +74,10 @@ export async function assertLayout(deps: RollupDeps): Promise<void> {
  * holds it; failed renewals and releases are logged and counted (ingest_best_effort_failures_total).
  */
 export function takePrefixLock(deps: RollupDeps, prefix: string, owner: string): Promise<PrefixLock | null> {
-  return acquirePrefixLock(deps.cmd, deps.env.QUEUE_NAME, prefix, `${owner}:${randomBytes(6).toString('hex')}`, { logger: deps.logger, counter: deps.metrics.bestEffortFailures });
+  return acquirePrefixLock(deps.cmd, deps.env.QUEUE_NAME, prefix, `${owner}:${randomBytes(6).toString('hex')}`, {
+    logger: deps.logger,
+    counter: deps.metrics.bestEffortFailures,
+  });
 }
 
 export function lockedRollContext(deps: RollupDeps, prefix: string, lock: PrefixLock): RollContext {
@@ -70,6 +89,11 @@ export function lockedRollContext(deps: RollupDeps, prefix: string, lock: Prefix
     assertLocked: async () => {
       if (!(await lock.held())) throw new Error(`lost the rollup lock of ${prefix}`);
     },
-    ...(deps.mayDelete ? { mayDelete: (keys: readonly string[]) => (deps.mayDelete as NonNullable<RollupDeps['mayDelete']>)(prefix, keys) } : {}),
+    ...(deps.mayDelete
+      ? {
+          mayDelete: (keys: readonly string[]) =>
+            (deps.mayDelete as NonNullable<RollupDeps['mayDelete']>)(prefix, keys),
+        }
+      : {}),
   };
 }

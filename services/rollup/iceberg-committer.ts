@@ -26,7 +26,17 @@ import type { Registry } from 'prom-client';
 import { batchIdMs } from '../../shared/ids.js';
 import { throttledWarn } from '../../shared/logger.js';
 import { parquetFacts } from '../../shared/iceberg/parquet-footer.js';
-import { IcebergTable, type Snapshot, THROUGH_BATCH_ID, type TableFile, batchTableFile, currentSnapshot, rollupTableFile, storeRootUri, tableAppName } from '../../shared/iceberg/table.js';
+import {
+  IcebergTable,
+  type Snapshot,
+  THROUGH_BATCH_ID,
+  type TableFile,
+  batchTableFile,
+  currentSnapshot,
+  rollupTableFile,
+  storeRootUri,
+  tableAppName,
+} from '../../shared/iceberg/table.js';
 import { visibleUnder } from '../../shared/ledger/ledger.js';
 import { batchIdOfKey, periodStart, rollupFileFirstId } from '../../shared/rollup/layout.js';
 import { type Manifest, type RollupPeriod, manifestFiles, readManifest } from '../../shared/rollup/manifest.js';
@@ -113,11 +123,20 @@ export class IcebergCommitter {
     private readonly o: IcebergCommitterOptions,
   ) {
     const { store } = deps;
-    this.metrics = createIcebergMetrics(o.registry, { intervalSeconds: deps.env.ICEBERG_COMMIT_SECONDS, lagSeconds: () => this.lagSeconds() });
+    this.metrics = createIcebergMetrics(o.registry, {
+      intervalSeconds: deps.env.ICEBERG_COMMIT_SECONDS,
+      lagSeconds: () => this.lagSeconds(),
+    });
     this.rootUri = storeRootUri(store);
     // The store's own conditional create, through its own client and credentials; a store without one fails here, at start-up.
     this.createIfAbsent = o.createIfAbsent ?? requireCreateIfAbsent(store);
-    const warns = { version_hint: throttledWarn(deps.logger, 'iceberg: version-hint.text not rewritten after a commit'), cleanup: throttledWarn(deps.logger, 'iceberg: files of a lost or failed commit not deleted (the orphan sweep takes them)') };
+    const warns = {
+      version_hint: throttledWarn(deps.logger, 'iceberg: version-hint.text not rewritten after a commit'),
+      cleanup: throttledWarn(
+        deps.logger,
+        'iceberg: files of a lost or failed commit not deleted (the orphan sweep takes them)',
+      ),
+    };
     this.quietFailure = (what, err) => {
       this.metrics.failures.inc({ stage: what });
       warns[what]({ err: (err as Error).message });
@@ -135,7 +154,15 @@ export class IcebergCommitter {
     for (const c of this.o.templates) {
       const hit = prefixOfKey(c.template, `${prefix}x`);
       if (hit?.prefix !== prefix) continue;
-      const table = new IcebergTable({ store: this.deps.store, collection: c.name, app: tableAppName(hit.params), rootUri: this.rootUri, createIfAbsent: this.createIfAbsent, onQuietFailure: this.quietFailure, beforeMetadataCreate: this.testCommitDelay(prefix) });
+      const table = new IcebergTable({
+        store: this.deps.store,
+        collection: c.name,
+        app: tableAppName(hit.params),
+        rootUri: this.rootUri,
+        createIfAbsent: this.createIfAbsent,
+        onQuietFailure: this.quietFailure,
+        beforeMetadataCreate: this.testCommitDelay(prefix),
+      });
       this.tables.set(prefix, table);
       return table;
     }
@@ -151,7 +178,10 @@ export class IcebergCommitter {
     const ms = this.deps.env.ICEBERG_TEST_COMMIT_DELAY_MS;
     if (!ms) return undefined;
     return async (version) => {
-      this.deps.logger.info({ prefix, version, ms }, 'iceberg: test commit delay: manifests written, metadata not yet created');
+      this.deps.logger.info(
+        { prefix, version, ms },
+        'iceberg: test commit delay: manifests written, metadata not yet created',
+      );
       await new Promise((r) => setTimeout(r, ms));
     };
   }
@@ -209,9 +239,13 @@ export class IcebergCommitter {
   private async prefixes(): Promise<string[]> {
     const all = new Set(this.o.prefixes());
     try {
-      for (const t of this.o.templates) for (const p of await discoverPrefixes(this.deps.store, t.template, { root: 'batches' })) all.add(p);
+      for (const t of this.o.templates)
+        for (const p of await discoverPrefixes(this.deps.store, t.template, { root: 'batches' })) all.add(p);
     } catch (err) {
-      this.deps.logger.warn({ err: (err as Error).message }, 'iceberg: listing prefixes failed; committing the known ones');
+      this.deps.logger.warn(
+        { err: (err as Error).message },
+        'iceberg: listing prefixes failed; committing the known ones',
+      );
     }
     return [...all].sort();
   }
@@ -251,7 +285,11 @@ export class IcebergCommitter {
   private async sweepOrphans(prefix: string, table: IcebergTable): Promise<void> {
     try {
       const removed = await table.cleanOrphans(Math.max(60_000, 2 * this.deps.env.ICEBERG_COMMIT_SECONDS * 1000));
-      if (removed.length > 0) this.deps.logger.info({ prefix, files: removed.length }, 'iceberg: orphan metadata files of failed commits deleted');
+      if (removed.length > 0)
+        this.deps.logger.info(
+          { prefix, files: removed.length },
+          'iceberg: orphan metadata files of failed commits deleted',
+        );
     } catch (err) {
       this.metrics.failures.inc({ stage: 'orphans' });
       this.deps.logger.warn({ prefix, err: (err as Error).message }, 'iceberg orphan sweep failed');
@@ -268,7 +306,10 @@ export class IcebergCommitter {
     if (!this.deps.store.deleteKeys) return;
     try {
       const current = await table.currentVersion();
-      const old = droppedMetadataKeys(await this.deps.store.listKeys(table.metadataKey('v'), { limit: 100_000 }), current);
+      const old = droppedMetadataKeys(
+        await this.deps.store.listKeys(table.metadataKey('v'), { limit: 100_000 }),
+        current,
+      );
       if (old.length > 0) await this.deps.store.deleteKeys(old);
     } catch (err) {
       this.metrics.failures.inc({ stage: 'expire' });
@@ -281,7 +322,12 @@ export class IcebergCommitter {
   }
 
   /** Step 1: the append (see the module comment); returns the files added. */
-  private async appendNew(prefix: string, table: IcebergTable, manifest: Manifest | null, lock: PrefixLock): Promise<number> {
+  private async appendNew(
+    prefix: string,
+    table: IcebergTable,
+    manifest: Manifest | null,
+    lock: PrefixLock,
+  ): Promise<number> {
     const { store } = this.deps;
     const periodMs = this.periodMs;
     const listedAt = Date.now();
@@ -296,7 +342,13 @@ export class IcebergCommitter {
       if (p !== null) livePeriods.add(p);
     }
     // Rolled periods wholly past through-batch-id that the table holds nothing of: taken as their rollup files.
-    const rolled = (manifest?.periods ?? []).filter((p) => p.files.length > 0 && p.endMs <= (manifest?.watermarkMs ?? 0) && p.startMs > throughMs && !livePeriods.has(p.startMs));
+    const rolled = (manifest?.periods ?? []).filter(
+      (p) =>
+        p.files.length > 0 &&
+        p.endMs <= (manifest?.watermarkMs ?? 0) &&
+        p.startMs > throughMs &&
+        !livePeriods.has(p.startMs),
+    );
     const rolledAt = new Map(rolled.map((p) => [p.startMs, p]));
     const bound = await ledgerOf(this.deps, prefix).listBound(prefix);
 
@@ -365,7 +417,9 @@ export class IcebergCommitter {
   }
 
   /** Table entries of an append's items: batch files with their footers' row counts, rollup files from the manifest. */
-  private async tableFiles(items: readonly ({ key: string; id: string } | { period: RollupPeriod })[]): Promise<TableFile[]> {
+  private async tableFiles(
+    items: readonly ({ key: string; id: string } | { period: RollupPeriod })[],
+  ): Promise<TableFile[]> {
     const out: (TableFile | TableFile[] | undefined)[] = new Array(items.length);
     let next = 0;
     const worker = async (): Promise<void> => {
@@ -385,7 +439,12 @@ export class IcebergCommitter {
   }
 
   /** Step 2: rolled periods the table has fully taken get their manifest's files, in one replace; returns the periods replaced. */
-  private async replaceRolled(prefix: string, table: IcebergTable, manifest: Manifest | null, lock: PrefixLock): Promise<number> {
+  private async replaceRolled(
+    prefix: string,
+    table: IcebergTable,
+    manifest: Manifest | null,
+    lock: PrefixLock,
+  ): Promise<number> {
     if (!manifest) return 0;
     const loaded = await table.load();
     const cur = loaded ? currentSnapshot(loaded.metadata) : undefined;
@@ -405,7 +464,10 @@ export class IcebergCommitter {
       if (out.length === 0 && inn.length === 0) continue;
       if (out.length === 0 || inn.length === 0) {
         // Not a rollup of what the table holds (files the table never took, or batches no rollup covers): left as is.
-        this.deps.logger.warn({ prefix, startMs: p.startMs, remove: out.length, add: inn.length }, 'iceberg: rolled period does not match the table; not replaced');
+        this.deps.logger.warn(
+          { prefix, startMs: p.startMs, remove: out.length, add: inn.length },
+          'iceberg: rolled period does not match the table; not replaced',
+        );
         continue;
       }
       remove.push(...out);
@@ -415,14 +477,22 @@ export class IcebergCommitter {
     }
     if (periods === 0) return 0;
     const addedRows = add.reduce((n, f) => n + f.recordCount, 0);
-    if (addedRows !== removedRows) this.deps.logger.warn({ prefix, removedRows, addedRows }, 'iceberg: a replace changes the row count (a re-roll took a replayed batch)');
+    if (addedRows !== removedRows)
+      this.deps.logger.warn(
+        { prefix, removedRows, addedRows },
+        'iceberg: a replace changes the row count (a re-roll took a replayed batch)',
+      );
     await this.assertHeld(prefix, lock);
     await this.timed('replace', add, () => table.replace(remove, add));
     return periods;
   }
 
   /** Live data files of a snapshot by period start: key → rows. */
-  private async liveByPeriod(prefix: string, table: IcebergTable, snap: Snapshot): Promise<Map<number, Map<string, number>>> {
+  private async liveByPeriod(
+    prefix: string,
+    table: IcebergTable,
+    snap: Snapshot,
+  ): Promise<Map<number, Map<string, number>>> {
     const out = new Map<number, Map<string, number>>();
     for (const [uri, live] of await table.liveFiles(snap)) {
       const key = table.keyOf(uri);
@@ -436,7 +506,13 @@ export class IcebergCommitter {
   }
 
   /** Step 3 (RETENTION_DAYS): a delete snapshot of the files of periods whole-period retention drops (periodsPastRetention's rule). */
-  private async deleteOld(table: IcebergTable, prefix: string, manifest: Manifest | null, lock: PrefixLock, nowMs: number): Promise<number> {
+  private async deleteOld(
+    table: IcebergTable,
+    prefix: string,
+    manifest: Manifest | null,
+    lock: PrefixLock,
+    nowMs: number,
+  ): Promise<number> {
     const days = this.deps.env.RETENTION_DAYS;
     if (days === undefined || !manifest) return 0;
     const cutoff = Math.min(nowMs - days * 86_400_000, manifest.watermarkMs);
@@ -451,7 +527,13 @@ export class IcebergCommitter {
   }
 
   /** Step 4: snapshot expiry, then the freed data files the rollup side is done with leave the store. */
-  private async expire(prefix: string, table: IcebergTable, manifest: Manifest | null, lock: PrefixLock, nowMs: number): Promise<number> {
+  private async expire(
+    prefix: string,
+    table: IcebergTable,
+    manifest: Manifest | null,
+    lock: PrefixLock,
+    nowMs: number,
+  ): Promise<number> {
     let r;
     try {
       await this.assertHeld(prefix, lock);
@@ -468,17 +550,33 @@ export class IcebergCommitter {
       await this.deps.store.deleteKeys(gone);
       this.metrics.dataDeleted.inc(gone.length);
     }
-    this.deps.logger.info({ prefix, snapshots: r.expiredSnapshotIds.length, metadataFiles: r.deletedMetadataFiles, dataFiles: gone.length, kept: r.unreferencedDataKeys.length - gone.length }, 'iceberg: snapshots expired');
+    this.deps.logger.info(
+      {
+        prefix,
+        snapshots: r.expiredSnapshotIds.length,
+        metadataFiles: r.deletedMetadataFiles,
+        dataFiles: gone.length,
+        kept: r.unreferencedDataKeys.length - gone.length,
+      },
+      'iceberg: snapshots expired',
+    );
     return r.expiredSnapshotIds.length;
   }
 
-  private async timed(operation: 'append' | 'replace' | 'delete', added: readonly TableFile[], commit: () => Promise<unknown>): Promise<void> {
+  private async timed(
+    operation: 'append' | 'replace' | 'delete',
+    added: readonly TableFile[],
+    commit: () => Promise<unknown>,
+  ): Promise<void> {
     const t0 = performance.now();
     await commit();
     this.metrics.duration.observe({ operation }, (performance.now() - t0) / 1000);
     this.metrics.commits.inc({ operation });
     this.metrics.files.observe({ operation }, added.length);
-    this.metrics.rows.observe({ operation }, added.reduce((n, f) => n + f.recordCount, 0));
+    this.metrics.rows.observe(
+      { operation },
+      added.reduce((n, f) => n + f.recordCount, 0),
+    );
   }
 
   /**

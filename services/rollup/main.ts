@@ -8,7 +8,13 @@ import { ConfigError, parseEnv } from '../../shared/config.js';
 import { processSlice, redisSlice, rollupSlice, storeSlice } from '../../shared/config-slices.js';
 import { healthServer } from '../../shared/health-server.js';
 import { type Component, Lifecycle, runUntilSignal } from '../../shared/lifecycle.js';
-import { type RedisTarget, closeRedis, createRedisClient, redisTarget, waitReady } from '../../shared/redis/connection.js';
+import {
+  type RedisTarget,
+  closeRedis,
+  createRedisClient,
+  redisTarget,
+  waitReady,
+} from '../../shared/redis/connection.js';
 import { rollupQueueName } from '../../shared/redis/jobs/rollup.js';
 import { openQueue, queueAddress } from '../../shared/redis/queues.js';
 import { eraseQueueName } from '../../shared/redis/jobs/erase.js';
@@ -42,7 +48,10 @@ async function replayFailed(target: RedisTarget, queueName: string): Promise<num
   } finally {
     // A one-shot command's clean-up: its outcome was printed and the process exits next; a failed
     // close changes nothing, but is said on stderr rather than dropped.
-    const closeFailed = (what: string) => (err: unknown) => void process.stderr.write(`closing the ${what} queue failed: ${err instanceof Error ? err.message : String(err)}\n`);
+    const closeFailed = (what: string) => (err: unknown) =>
+      void process.stderr.write(
+        `closing the ${what} queue failed: ${err instanceof Error ? err.message : String(err)}\n`,
+      );
     await queue.close().catch(closeFailed('rollup'));
     await erase.close().catch(closeFailed('erase'));
     await closeRedis(redis, 1000);
@@ -69,11 +78,16 @@ function shardCountCheck(ctx: StackContext): Component {
           'shard count check',
         ).catch((err: unknown) => {
           // Skipped, not failed: every rollup job repeats the check before it moves a watermark.
-          ctx.logger.warn({ redis: ctx.redisName, err: (err as Error).message }, 'shard count check skipped: Redis not reachable yet');
+          ctx.logger.warn(
+            { redis: ctx.redisName, err: (err as Error).message },
+            'shard count check skipped: Redis not reachable yet',
+          );
           return null;
         });
         if (recorded !== null && recorded !== env.QUEUE_SHARDS) {
-          throw new ConfigError(`environment variable QUEUE_SHARDS: is ${env.QUEUE_SHARDS}, but Redis holds queues laid out for QUEUE_SHARDS=${recorded}; run the rollup service with the count the APIs and encoders use`);
+          throw new ConfigError(
+            `environment variable QUEUE_SHARDS: is ${env.QUEUE_SHARDS}, but Redis holds queues laid out for QUEUE_SHARDS=${recorded}; run the rollup service with the count the APIs and encoders use`,
+          );
         }
       } finally {
         redis.disconnect();
@@ -90,15 +104,33 @@ try {
     process.exit(await replayFailed(redisTarget(redis), redis.QUEUE_NAME));
   }
   const store = storeSlice(env);
-  if (rollupSlice(env).ROLLUP === 'off') throw new ConfigError('environment variable ROLLUP: is "off"; start:rollup has nothing to do');
-  if (store.STORE === 'memory') throw new ConfigError('environment variable STORE: rollups need STORE=fs or STORE=s3 (a memory store lives in one process)');
+  if (rollupSlice(env).ROLLUP === 'off')
+    throw new ConfigError('environment variable ROLLUP: is "off"; start:rollup has nothing to do');
+  if (store.STORE === 'memory')
+    throw new ConfigError(
+      'environment variable STORE: rollups need STORE=fs or STORE=s3 (a memory store lives in one process)',
+    );
   const ctx = new StackContext(env, { name: 'rollup' });
   const rollup = rollupService(ctx, { required: true });
   // Listed before the service, so /healthz still answers while its jobs finish.
   const { METRICS_PORT, HOST } = processSlice(env);
-  const health = healthServer({ registry: ctx.registry, port: METRICS_PORT, host: HOST, healthy: () => rollup.service?.worker.isRunning() ?? false });
-  await runUntilSignal(new Lifecycle([shardCountCheck(ctx), health, rollup], { logger: ctx.logger }), { logger: ctx.logger, graceMs: SHUTDOWN_GRACE_MS });
-  ctx.logger.info({ metrics: `${health.server?.url ?? ''}/metrics`, dataDir: store.STORE === 'fs' ? resolve(store.DATA_DIR) : undefined }, 'rollup process started');
+  const health = healthServer({
+    registry: ctx.registry,
+    port: METRICS_PORT,
+    host: HOST,
+    healthy: () => rollup.service?.worker.isRunning() ?? false,
+  });
+  await runUntilSignal(new Lifecycle([shardCountCheck(ctx), health, rollup], { logger: ctx.logger }), {
+    logger: ctx.logger,
+    graceMs: SHUTDOWN_GRACE_MS,
+  });
+  ctx.logger.info(
+    {
+      metrics: `${health.server?.url ?? ''}/metrics`,
+      dataDir: store.STORE === 'fs' ? resolve(store.DATA_DIR) : undefined,
+    },
+    'rollup process started',
+  );
 } catch (err) {
   exitOnStartupError(err);
 }

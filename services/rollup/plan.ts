@@ -57,7 +57,12 @@ export async function planPrefix(
  * instant `firstMs`) is due once every id below its end is final (`horizonMs`) and the shard's
  * clock (`nowMs`) has passed its end plus the delay.
  */
-export function planPeriod(firstMs: number, clock: { horizonMs: number; nowMs: number }, periodMs: number, delayMs: number): PlanResult & { nextStartMs: number } {
+export function planPeriod(
+  firstMs: number,
+  clock: { horizonMs: number; nowMs: number },
+  periodMs: number,
+  delayMs: number,
+): PlanResult & { nextStartMs: number } {
   const startMs = periodStart(firstMs, periodMs);
   const endMs = startMs + periodMs;
   const due = clock.horizonMs >= endMs && clock.nowMs >= endMs + delayMs;

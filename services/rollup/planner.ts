@@ -98,8 +98,18 @@ export class RollupPlanner {
     const c = this.collectionOf(prefix);
     if (!c) return 0;
     const manifest = await readManifest(deps.store, prefix);
-    const plan = await planPrefix({ store: deps.store, ledger: ledgerOf(deps, prefix), periodSeconds: deps.env.ROLLUP_PERIOD_SECONDS, delaySeconds: deps.env.ROLLUP_DELAY_SECONDS }, prefix, manifest);
-    if (plan.due && plan.nextStartMs !== undefined) await this.addJob({ v: 1, collection: c.name, prefix, startMs: plan.nextStartMs, kind: 'roll' });
+    const plan = await planPrefix(
+      {
+        store: deps.store,
+        ledger: ledgerOf(deps, prefix),
+        periodSeconds: deps.env.ROLLUP_PERIOD_SECONDS,
+        delaySeconds: deps.env.ROLLUP_DELAY_SECONDS,
+      },
+      prefix,
+      manifest,
+    );
+    if (plan.due && plan.nextStartMs !== undefined)
+      await this.addJob({ v: 1, collection: c.name, prefix, startMs: plan.nextStartMs, kind: 'roll' });
     return plan.lagSeconds;
   }
 
@@ -113,7 +123,8 @@ export class RollupPlanner {
         }
       }
     }
-    for (const shardLedger of deps.ledgers) for (const p of await shardLedger.prefixes()) if (this.collectionOf(p)) this.known.set(p, now);
+    for (const shardLedger of deps.ledgers)
+      for (const p of await shardLedger.prefixes()) if (this.collectionOf(p)) this.known.set(p, now);
   }
 
   /** Plans and retains one prefix; a failure of either is counted and logged, and the pass goes on. Returns the lag (0 on failure). */
@@ -138,7 +149,8 @@ export class RollupPlanner {
   /** Replay notes are written beside the replayed batch's shard (see noteReplayedBatch): one set per shard. */
   private async handleReplays(): Promise<void> {
     for (const shardLedger of this.deps.ledgers) {
-      for (const note of await replayedBatches(this.deps.cmd, shardLedger.namespace, REPLAY_NOTES_PER_PASS)) await this.handleReplay(shardLedger.namespace, note);
+      for (const note of await replayedBatches(this.deps.cmd, shardLedger.namespace, REPLAY_NOTES_PER_PASS))
+        await this.handleReplay(shardLedger.namespace, note);
     }
   }
 

@@ -64,14 +64,20 @@ export async function retainPrefix(deps: RollupDeps, prefix: string, nowMs: numb
       const dropped = await dropOldPeriods(ctx, prefix, cutoffs.periods);
       if (dropped > 0) logger.info({ prefix, periods: dropped }, 'retention: old periods deleted');
     }
-    if (cutoffs.raw !== undefined) await pruneRaw(deps, ctx, prefix, { cutoffMs: cutoffs.raw, graceMs: cutoffs.graceMs });
+    if (cutoffs.raw !== undefined)
+      await pruneRaw(deps, ctx, prefix, { cutoffMs: cutoffs.raw, graceMs: cutoffs.graceMs });
   } finally {
     await lock.release();
   }
 }
 
 /** Raw retention of one prefix; the caller holds the prefix lock. */
-async function pruneRaw(deps: RollupDeps, ctx: RollContext, prefix: string, cut: { cutoffMs: number; graceMs: number }): Promise<void> {
+async function pruneRaw(
+  deps: RollupDeps,
+  ctx: RollContext,
+  prefix: string,
+  cut: { cutoffMs: number; graceMs: number },
+): Promise<void> {
   const r = await pruneRawBatches(ctx, prefix, {
     ...cut,
     maxPeriods: RAW_PERIODS_PER_PASS,
@@ -82,5 +88,9 @@ async function pruneRaw(deps: RollupDeps, ctx: RollContext, prefix: string, cut:
     },
   });
   deps.metrics.rawDeleted.inc(r.deleted);
-  if (r.deleted > 0) deps.logger.info({ prefix, files: r.deleted, periods: r.periods, waiting: r.waiting }, 'raw retention: batch files deleted');
+  if (r.deleted > 0)
+    deps.logger.info(
+      { prefix, files: r.deleted, periods: r.periods, waiting: r.waiting },
+      'raw retention: batch files deleted',
+    );
 }

@@ -41,7 +41,8 @@ export async function rollJob(deps: RollupDeps, job: Job): Promise<RollJobResult
   try {
     await assertLayout(deps);
     const { horizonMs } = await finalHorizon(ledgerOf(deps, data.prefix), data.prefix);
-    if (!periodFinal(horizonMs, data.startMs, deps.env.ROLLUP_PERIOD_SECONDS * 1000)) throw new RollupNotReadyError(`period ${data.startMs} of ${data.prefix} still has batches in flight`);
+    if (!periodFinal(horizonMs, data.startMs, deps.env.ROLLUP_PERIOD_SECONDS * 1000))
+      throw new RollupNotReadyError(`period ${data.startMs} of ${data.prefix} still has batches in flight`);
     const r = await rollPeriod(lockedRollContext(deps, data.prefix, lock), data.prefix, data.startMs, data.kind);
     recordRoll(deps, data, r, t0);
     return { outcome: r.outcome, rows: r.rows, watermarkMs: r.watermarkMs };
@@ -60,7 +61,21 @@ function recordRoll(deps: RollupDeps, data: RollupJob, r: RollOutcome, t0: numbe
     metrics.bytes.inc(r.bytes);
     metrics.duration.observe((performance.now() - t0) / 1000);
   }
-  deps.logger.info({ prefix: data.prefix, startMs: data.startMs, kind: data.kind, outcome: r.outcome, files: r.files.length, rows: r.rows, bytes: r.bytes, deleted: r.deleted, watermarkMs: r.watermarkMs, ms: Math.round(performance.now() - t0) }, 'rollup job done');
+  deps.logger.info(
+    {
+      prefix: data.prefix,
+      startMs: data.startMs,
+      kind: data.kind,
+      outcome: r.outcome,
+      files: r.files.length,
+      rows: r.rows,
+      bytes: r.bytes,
+      deleted: r.deleted,
+      watermarkMs: r.watermarkMs,
+      ms: Math.round(performance.now() - t0),
+    },
+    'rollup job done',
+  );
 }
 
 /** The worker's processor. Not ready (batches in flight, another job on the prefix): wait and retry without using up an attempt. */

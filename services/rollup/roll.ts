@@ -20,8 +20,24 @@ import { FIELD_IDS } from '../../shared/iceberg/schema.js';
 import { PARQUET_MIME_TYPE } from '../../shared/parquet/encode.js';
 import { EVENT_COLUMNS } from '../../shared/parquet/index.js';
 import type { ObjectStore } from '../../shared/store/types.js';
-import { batchIdOfKey, idInRange, msKey, partitionPrefix, periodStart, rollupFileFirstId, rollupFileKey } from '../../shared/rollup/layout.js';
-import { type Manifest, type RollupFile, type RollupPeriod, emptyManifest, manifestFiles, readManifest, writeManifest } from '../../shared/rollup/manifest.js';
+import {
+  batchIdOfKey,
+  idInRange,
+  msKey,
+  partitionPrefix,
+  periodStart,
+  rollupFileFirstId,
+  rollupFileKey,
+} from '../../shared/rollup/layout.js';
+import {
+  type Manifest,
+  type RollupFile,
+  type RollupPeriod,
+  emptyManifest,
+  manifestFiles,
+  readManifest,
+  writeManifest,
+} from '../../shared/rollup/manifest.js';
 import { raiseRetentionMark } from '../../shared/rollup/retention.js';
 
 /** Batch files per rollup file at most; a period with more is split into several files. */
@@ -78,9 +94,13 @@ export interface RollOutcome {
   watermarkMs: number;
 }
 
-
 /** Batch keys of `prefix` with ids in `[startMs, endMs)`, ascending. */
-export async function batchKeysInPeriod(store: ObjectStore, prefix: string, startMs: number, endMs: number): Promise<string[]> {
+export async function batchKeysInPeriod(
+  store: ObjectStore,
+  prefix: string,
+  startMs: number,
+  endMs: number,
+): Promise<string[]> {
   const out: string[] = [];
   const stop = `${prefix}${msKey(endMs)}`;
   let startAfter = startMs > 0 ? `${prefix}${msKey(startMs)}` : undefined;
@@ -96,7 +116,11 @@ export async function batchKeysInPeriod(store: ObjectStore, prefix: string, star
 }
 
 /** The first batch key at or after the manifest's watermark, or undefined. */
-export async function firstUnrolledKey(store: ObjectStore, prefix: string, watermarkMs: number): Promise<string | undefined> {
+export async function firstUnrolledKey(
+  store: ObjectStore,
+  prefix: string,
+  watermarkMs: number,
+): Promise<string | undefined> {
   let startAfter = watermarkMs > 0 ? `${prefix}${msKey(watermarkMs)}` : undefined;
   // Bounded: stray non-batch keys are skipped a page at a time, at most 10 pages.
   for (let i = 0; i < 10; i++) {
@@ -172,8 +196,14 @@ export async function removeStaleTempFiles(dir = tmpdir()): Promise<number> {
 }
 
 /** Writes `select` sorted into a local Parquet file and returns its facts (no rows → null). */
-async function copyToFile(ctx: RollContext, select: string): Promise<{ file: string; rows: number; batches: number; firstId: string; lastId: string } | null> {
-  const file = path.join(ctx.tmpDir ?? tmpdir(), `${TMP_PREFIX}${process.pid}-${randomBytes(6).toString('hex')}.parquet`);
+async function copyToFile(
+  ctx: RollContext,
+  select: string,
+): Promise<{ file: string; rows: number; batches: number; firstId: string; lastId: string } | null> {
+  const file = path.join(
+    ctx.tmpDir ?? tmpdir(),
+    `${TMP_PREFIX}${process.pid}-${randomBytes(6).toString('hex')}.parquet`,
+  );
   const order = ROLLUP_SORT.map((c) => `"${c}"`).join(', ');
   try {
     await ctx.duck.run(
@@ -200,18 +230,32 @@ async function copyToFile(ctx: RollContext, select: string): Promise<{ file: str
  * watermark, and moves the watermark to its end. `kind: 'reroll'` rewrites an already rolled
  * period with the batch files no rollup file covers yet (replayed batches); the watermark stays.
  */
-export async function rollPeriod(ctx: RollContext, prefix: string, startMs: number, kind: 'roll' | 'reroll'): Promise<RollOutcome> {
+export async function rollPeriod(
+  ctx: RollContext,
+  prefix: string,
+  startMs: number,
+  kind: 'roll' | 'reroll',
+): Promise<RollOutcome> {
   const periodMs = ctx.periodSeconds * 1000;
   if (startMs % periodMs !== 0) throw new Error(`period start ${startMs} is not a multiple of ${ctx.periodSeconds} s`);
   const endMs = startMs + periodMs;
   const now = ctx.now ?? Date.now;
   const manifest: Manifest = (await readManifest(ctx.store, prefix)) ?? emptyManifest(prefix, ctx.periodSeconds);
   if (manifest.periodSeconds !== ctx.periodSeconds) {
-    throw new Error(`manifest of ${prefix} was written with ROLLUP_PERIOD_SECONDS=${manifest.periodSeconds}, not ${ctx.periodSeconds}; keep the period or move rollups/ aside`);
+    throw new Error(
+      `manifest of ${prefix} was written with ROLLUP_PERIOD_SECONDS=${manifest.periodSeconds}, not ${ctx.periodSeconds}; keep the period or move rollups/ aside`,
+    );
   }
   const existing = manifest.periods.find((p) => p.startMs === startMs);
   const forward = startMs >= manifest.watermarkMs;
-  const done = (deleted = 0): RollOutcome => ({ outcome: 'noop', files: [], rows: 0, bytes: 0, deleted, watermarkMs: manifest.watermarkMs });
+  const done = (deleted = 0): RollOutcome => ({
+    outcome: 'noop',
+    files: [],
+    rows: 0,
+    bytes: 0,
+    deleted,
+    watermarkMs: manifest.watermarkMs,
+  });
 
   if (kind === 'roll' && !forward) return done();
   if (kind === 'reroll' && forward) return done(); // not rolled yet: the forward roll will take the batch
@@ -234,8 +278,18 @@ export async function rollPeriod(ctx: RollContext, prefix: string, startMs: numb
       // Re-roll: the period's current rows plus rows of batch files no rollup file covers yet.
       const old = urlList(await stage.paths(existing.files.map((f) => f.key)));
       const parts = [`SELECT ${SELECT_COLUMNS}, "batch_id" FROM read_parquet(${old})`];
-      if (keys.length > 0) parts.push(`SELECT * FROM (${await batchSelect(keys)}) WHERE "batch_id" NOT IN (SELECT DISTINCT "batch_id" FROM read_parquet(${old}))`);
-      const added = keys.length === 0 ? 0 : Number(((await ctx.duck.runAndReadAll(`SELECT count(*)::BIGINT FROM (${parts[1]})`)).getRows()[0] as [bigint])[0]);
+      if (keys.length > 0)
+        parts.push(
+          `SELECT * FROM (${await batchSelect(keys)}) WHERE "batch_id" NOT IN (SELECT DISTINCT "batch_id" FROM read_parquet(${old}))`,
+        );
+      const added =
+        keys.length === 0
+          ? 0
+          : Number(
+              (
+                (await ctx.duck.runAndReadAll(`SELECT count(*)::BIGINT FROM (${parts[1]})`)).getRows()[0] as [bigint]
+              )[0],
+            );
       if (added === 0) return done();
       const out = await copyToFile(ctx, parts.map((p) => `(${p})`).join(' UNION ALL '));
       if (out) outputs.push(out);
@@ -251,14 +305,26 @@ export async function rollPeriod(ctx: RollContext, prefix: string, startMs: numb
       const key = rollupFileKey(prefix, startMs, o.firstId, o.lastId);
       const bytes = await readFile(o.file);
       await ctx.store.putBytes(key, bytes, { contentType: PARQUET_MIME_TYPE });
-      files.push({ key, rows: o.rows, bytes: bytes.byteLength, batches: o.batches, firstId: o.firstId, lastId: o.lastId });
+      files.push({
+        key,
+        rows: o.rows,
+        bytes: bytes.byteLength,
+        batches: o.batches,
+        firstId: o.firstId,
+        lastId: o.lastId,
+      });
     }
 
-    const period: RollupPeriod | null = files.length === 0 ? null : { startMs, endMs, files, rolledAt: now(), rawDeletedThrough: existing?.rawDeletedThrough ?? '' };
+    const period: RollupPeriod | null =
+      files.length === 0
+        ? null
+        : { startMs, endMs, files, rolledAt: now(), rawDeletedThrough: existing?.rawDeletedThrough ?? '' };
     const next: Manifest = {
       ...manifest,
       watermarkMs: forward ? endMs : manifest.watermarkMs,
-      periods: [...manifest.periods.filter((p) => p.startMs !== startMs), ...(period ? [period] : [])].sort((a, b) => a.startMs - b.startMs),
+      periods: [...manifest.periods.filter((p) => p.startMs !== startMs), ...(period ? [period] : [])].sort(
+        (a, b) => a.startMs - b.startMs,
+      ),
       updatedAt: now(),
     };
     await ctx.assertLocked();
@@ -266,7 +332,14 @@ export async function rollPeriod(ctx: RollContext, prefix: string, startMs: numb
 
     const deleted = await deleteUnlisted(ctx, next, prefix, startMs, endMs);
     const rows = files.reduce((n, f) => n + f.rows, 0);
-    return { outcome: files.length ? 'rolled' : 'empty', files, rows, bytes: files.reduce((n, f) => n + f.bytes, 0), deleted, watermarkMs: next.watermarkMs };
+    return {
+      outcome: files.length ? 'rolled' : 'empty',
+      files,
+      rows,
+      bytes: files.reduce((n, f) => n + f.bytes, 0),
+      deleted,
+      watermarkMs: next.watermarkMs,
+    };
   } finally {
     for (const o of outputs) await rm(o.file, { force: true });
     await stage.close();
@@ -277,7 +350,13 @@ export async function rollPeriod(ctx: RollContext, prefix: string, startMs: numb
  * Deletes rollup files of the period that the (durable) manifest does not list: the ones a
  * re-roll replaced, and any a crashed job put before its manifest write.
  */
-async function deleteUnlisted(ctx: RollContext, manifest: Manifest, prefix: string, startMs: number, endMs: number): Promise<number> {
+async function deleteUnlisted(
+  ctx: RollContext,
+  manifest: Manifest,
+  prefix: string,
+  startMs: number,
+  endMs: number,
+): Promise<number> {
   const { store } = ctx;
   if (!store.deleteKeys) return 0;
   const listed = new Set(manifestFiles(manifest));
@@ -302,7 +381,12 @@ export interface PruneOutcome {
 
 /** Rolled periods whose batch files raw retention may delete now (see pruneRawBatches). */
 export function rawPeriodsDue(manifest: Manifest, cutoffMs: number, graceMs: number, nowMs: number): RollupPeriod[] {
-  return manifest.periods.filter((p) => p.rawDeletedThrough === '' && p.endMs <= Math.min(cutoffMs, manifest.watermarkMs) && p.rolledAt <= nowMs - graceMs);
+  return manifest.periods.filter(
+    (p) =>
+      p.rawDeletedThrough === '' &&
+      p.endMs <= Math.min(cutoffMs, manifest.watermarkMs) &&
+      p.rolledAt <= nowMs - graceMs,
+  );
 }
 
 /** Rolled periods that whole-period retention drops (see dropOldPeriods). */
@@ -322,7 +406,12 @@ export function periodsPastRetention(manifest: Manifest, cutoffMs: number): Roll
 export async function pruneRawBatches(
   ctx: RollContext,
   prefix: string,
-  o: { cutoffMs: number; graceMs: number; maxPeriods: number; stillIndexed: (startMs: number, endMs: number) => Promise<boolean> },
+  o: {
+    cutoffMs: number;
+    graceMs: number;
+    maxPeriods: number;
+    stillIndexed: (startMs: number, endMs: number) => Promise<boolean>;
+  },
 ): Promise<PruneOutcome> {
   const out: PruneOutcome = { deleted: 0, periods: 0, waiting: 0 };
   if (!ctx.store.deleteKeys) return out;
@@ -339,12 +428,16 @@ export async function pruneRawBatches(
     const stage = new Stage(ctx);
     let reader;
     try {
-      reader = await ctx.duck.runAndReadAll(`SELECT DISTINCT "batch_id" FROM read_parquet(${urlList(await stage.paths(p.files.map((f) => f.key)))})`);
+      reader = await ctx.duck.runAndReadAll(
+        `SELECT DISTINCT "batch_id" FROM read_parquet(${urlList(await stage.paths(p.files.map((f) => f.key)))})`,
+      );
     } finally {
       await stage.close();
     }
     const covered = new Set(reader.getRows().map((r) => String(r[0])));
-    const keys = (await batchKeysInPeriod(ctx.store, prefix, p.startMs, p.endMs)).filter((k) => covered.has(batchIdOfKey(prefix, k) ?? ''));
+    const keys = (await batchKeysInPeriod(ctx.store, prefix, p.startMs, p.endMs)).filter((k) =>
+      covered.has(batchIdOfKey(prefix, k) ?? ''),
+    );
     let gone: readonly string[] = [];
     if (keys.length > 0) {
       // The mark first: a list call that misses one of these files then answers 410 to a cursor below it.
@@ -356,7 +449,10 @@ export async function pruneRawBatches(
     }
     out.deleted += gone.length;
     out.periods++;
-    done.set(p.startMs, p.files.reduce((m, f) => (f.lastId > m ? f.lastId : m), ''));
+    done.set(
+      p.startMs,
+      p.files.reduce((m, f) => (f.lastId > m ? f.lastId : m), ''),
+    );
   }
   if (done.size > 0) {
     // Re-read under the lock: only this job writes, but keep every other field as it is now.
@@ -364,7 +460,9 @@ export async function pruneRawBatches(
     await ctx.assertLocked();
     await writeManifest(ctx.store, {
       ...latest,
-      periods: latest.periods.map((p) => (done.has(p.startMs) ? { ...p, rawDeletedThrough: done.get(p.startMs) ?? '' } : p)),
+      periods: latest.periods.map((p) =>
+        done.has(p.startMs) ? { ...p, rawDeletedThrough: done.get(p.startMs) ?? '' } : p,
+      ),
       updatedAt: now,
     });
   }
@@ -388,7 +486,11 @@ export async function dropOldPeriods(ctx: RollContext, prefix: string, cutoffMs:
   await ctx.assertLocked();
   // The mark before any batch file goes (see ./retention.ts); the manifest before any rollup file goes (the view reads what it lists).
   if (last !== '') await raiseRetentionMark(ctx.store, prefix, batchIdOfKey(prefix, last) as string, now);
-  await writeManifest(ctx.store, { ...manifest, periods: manifest.periods.filter((p) => !old.includes(p)), updatedAt: now });
+  await writeManifest(ctx.store, {
+    ...manifest,
+    periods: manifest.periods.filter((p) => !old.includes(p)),
+    updatedAt: now,
+  });
   for (const p of old) {
     const go = await deletable(ctx, [...p.files.map((f) => f.key), ...(batchKeys.get(p.startMs) ?? [])]);
     if (go.length > 0) await ctx.store.deleteKeys(go);

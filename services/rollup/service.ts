@@ -67,13 +67,19 @@ export async function startRollupService(o: RollupServiceOptions): Promise<Rollu
   if (env.ROLLUP === 'off') return null;
   const location = store.location?.();
   if (location?.kind === 'memory') {
-    logger.warn({ store: store.describe() }, 'rollups need a filesystem or S3 store (DuckDB cannot read a memory store); rollups are off');
+    logger.warn(
+      { store: store.describe() },
+      'rollups need a filesystem or S3 store (DuckDB cannot read a memory store); rollups are off',
+    );
     return null;
   }
   // DuckDB opens filesystem keys in place; any other store's objects are copied to a local stage first.
   const rootUrl = location?.kind === 'file' ? storeRootUrl(store).rootUrl : null;
   const metrics = createRollupMetrics(o.registry);
-  const templates: CollectionTemplate[] = o.config.collections.map((c) => ({ name: c.name, template: parseStoragePath(c.storagePath) }));
+  const templates: CollectionTemplate[] = o.config.collections.map((c) => ({
+    name: c.name,
+    template: parseStoragePath(c.storagePath),
+  }));
   const db = await openDuckDb(o);
   if (!db) return null;
 
@@ -81,16 +87,30 @@ export async function startRollupService(o: RollupServiceOptions): Promise<Rollu
   const cluster = o.redis.kind === 'cluster';
   // With the logger: connection errors are logged, throttled per Redis (shared/redis/connection.ts), so the
   // queue's re-emitted 'error' below needs no log of its own.
-  const conns = { queue: createRedisClient(o.redis, 'worker', logger), worker: createRedisClient(o.redis, 'worker', logger), cmd: createRedisClient(o.redis, 'worker', logger), erase: createRedisClient(o.redis, 'worker', logger) };
-  const ledgers = shardLayouts(ns, env.QUEUE_SHARDS, cluster).map((l) => new BatchLedger(conns.cmd, l.namespace, { shard: { index: l.index, count: l.count } }));
+  const conns = {
+    queue: createRedisClient(o.redis, 'worker', logger),
+    worker: createRedisClient(o.redis, 'worker', logger),
+    cmd: createRedisClient(o.redis, 'worker', logger),
+    erase: createRedisClient(o.redis, 'worker', logger),
+  };
+  const ledgers = shardLayouts(ns, env.QUEUE_SHARDS, cluster).map(
+    (l) => new BatchLedger(conns.cmd, l.namespace, { shard: { index: l.index, count: l.count } }),
+  );
   const deps: RollupDeps = { env, store, duck: db.duck, rootUrl, cmd: conns.cmd, ledgers, metrics, logger };
   const queuePrefix = rollupQueuePrefix(ns, cluster);
   const queue = openQueue({ name: rollupQueueName(ns), prefix: queuePrefix }, conns.queue);
   queue.on('error', () => undefined);
 
-  const planner = new RollupPlanner(deps, { templates, queue, retain: (prefix, nowMs) => retainPrefix(deps, prefix, nowMs) });
+  const planner = new RollupPlanner(deps, {
+    templates,
+    queue,
+    retain: (prefix, nowMs) => retainPrefix(deps, prefix, nowMs),
+  });
   // Before the worker and the plan loop start: from now on every deletion asks the committer (RollupDeps.mayDelete).
-  const iceberg = env.ICEBERG === 'on' ? new IcebergCommitter(deps, { templates, prefixes: () => planner.knownPrefixes(), registry: o.registry }) : null;
+  const iceberg =
+    env.ICEBERG === 'on'
+      ? new IcebergCommitter(deps, { templates, prefixes: () => planner.knownPrefixes(), registry: o.registry })
+      : null;
   if (iceberg) deps.mayDelete = iceberg.mayDelete;
   const worker = startRollWorker(deps, {
     queueName: rollupQueueName(ns),
@@ -98,17 +118,35 @@ export async function startRollupService(o: RollupServiceOptions): Promise<Rollu
     connection: conns.worker,
     // After a period is rolled, the prefix's next one may be due already (catching up a backlog);
     // failing that, the planner's next pass plans it.
-    onRolled: (prefix) => void bestEffort('plan_after_roll', planner.planOne(prefix), { logger, counter: metrics.bestEffortFailures }),
+    onRolled: (prefix) =>
+      void bestEffort('plan_after_roll', planner.planOne(prefix), { logger, counter: metrics.bestEffortFailures }),
   });
   // Its own DuckDB connection: an erasure runs beside roll jobs of other prefixes.
   const eraseDuck = await db.instance.connect();
   const eraseWorker = startEraseWorker(
-    { ...deps, duck: eraseDuck, eraseMetrics: createEraseMetrics(o.registry), tableOf: (prefix) => iceberg?.tableOf(prefix) ?? null, hashKey: env.ERASURE_HASH_KEY },
+    {
+      ...deps,
+      duck: eraseDuck,
+      eraseMetrics: createEraseMetrics(o.registry),
+      tableOf: (prefix) => iceberg?.tableOf(prefix) ?? null,
+      hashKey: env.ERASURE_HASH_KEY,
+    },
     { queueName: eraseQueueName(ns), prefix: queuePrefix, connection: conns.erase },
   );
   const loop = startPlanLoop(planner, logger, planIntervalMs(env.ROLLUP_PERIOD_SECONDS));
   iceberg?.start();
-  logger.info({ queue: rollupQueueName(ns), queuePrefix, shards: ledgers.length, periodSeconds: env.ROLLUP_PERIOD_SECONDS, delaySeconds: env.ROLLUP_DELAY_SECONDS, store: store.describe(), iceberg: env.ICEBERG === 'on' ? `every ${env.ICEBERG_COMMIT_SECONDS} s` : 'off' }, 'rollup service started');
+  logger.info(
+    {
+      queue: rollupQueueName(ns),
+      queuePrefix,
+      shards: ledgers.length,
+      periodSeconds: env.ROLLUP_PERIOD_SECONDS,
+      delaySeconds: env.ROLLUP_DELAY_SECONDS,
+      store: store.describe(),
+      iceberg: env.ICEBERG === 'on' ? `every ${env.ICEBERG_COMMIT_SECONDS} s` : 'off',
+    },
+    'rollup service started',
+  );
 
   let closing: Promise<void> | undefined;
   return {
@@ -119,7 +157,19 @@ export async function startRollupService(o: RollupServiceOptions): Promise<Rollu
     iceberg,
     planOnce: loop.planOnce,
     close(graceMs = 15_000) {
-      closing ??= closeRollup({ loop, iceberg, worker, eraseWorker, queue, conns: [conns.queue, conns.worker, conns.erase, conns.cmd], db, eraseDuck }, graceMs);
+      closing ??= closeRollup(
+        {
+          loop,
+          iceberg,
+          worker,
+          eraseWorker,
+          queue,
+          conns: [conns.queue, conns.worker, conns.erase, conns.cmd],
+          db,
+          eraseDuck,
+        },
+        graceMs,
+      );
       return closing;
     },
   };
@@ -145,7 +195,11 @@ async function openDuckDb(o: Pick<RollupServiceOptions, 'logger' | 'required'>):
   }
   const stale = await removeStaleTempFiles();
   if (stale > 0) o.logger.info({ files: stale }, 'removed temporary rollup files of stopped processes');
-  const instance = await duckdb.DuckDBInstance.create(':memory:', { threads: '1', memory_limit: '1GB', preserve_insertion_order: 'false' });
+  const instance = await duckdb.DuckDBInstance.create(':memory:', {
+    threads: '1',
+    memory_limit: '1GB',
+    preserve_insertion_order: 'false',
+  });
   return { instance, duck: await instance.connect() };
 }
 
@@ -181,12 +235,25 @@ function startPlanLoop(planner: RollupPlanner, logger: Logger, intervalMs: numbe
 }
 
 /** Stops the loop, lets the running job finish (forced after `graceMs`), then closes the queue, Redis and DuckDB. */
-async function closeRollup(p: { loop: PlanLoop; iceberg: IcebergCommitter | null; worker: Worker; eraseWorker: Worker; queue: Queue; conns: RedisClient[]; db: DuckDb; eraseDuck: DuckDBConnection }, graceMs: number): Promise<void> {
+async function closeRollup(
+  p: {
+    loop: PlanLoop;
+    iceberg: IcebergCommitter | null;
+    worker: Worker;
+    eraseWorker: Worker;
+    queue: Queue;
+    conns: RedisClient[];
+    db: DuckDb;
+    eraseDuck: DuckDBConnection;
+  },
+  graceMs: number,
+): Promise<void> {
   const planning = p.loop.stop();
   // Every wait is bounded: with Redis unreachable a pass, a QUIT or a close never finishes
   // (the connections queue commands while offline), and shutdown must not wait on them, nor
   // on a close that fails: the process is going away.
-  const bounded = (w: Promise<unknown> | undefined, ms: number, what: string): Promise<unknown> => withTimeout(w ?? Promise.resolve(), ms, what).catch(() => undefined);
+  const bounded = (w: Promise<unknown> | undefined, ms: number, what: string): Promise<unknown> =>
+    withTimeout(w ?? Promise.resolve(), ms, what).catch(() => undefined);
   await bounded(planning, graceMs, 'rollup planning');
   await bounded(p.iceberg?.stop(), graceMs, 'iceberg commit pass');
   const closed = await withTimeout(p.worker.close(), graceMs, 'rollup worker close').then(

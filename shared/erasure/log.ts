@@ -30,7 +30,8 @@ export function hashId(key: Uint8Array, id: string): string {
 /** The hash key (see the module comment): ERASURE_HASH_KEY's bytes, else the stored key, created if absent. */
 export async function erasureHashKey(store: ObjectStore, fromEnv: string | undefined): Promise<Uint8Array> {
   if (fromEnv !== undefined && fromEnv !== '') {
-    if (fromEnv.length < MIN_HASH_KEY_CHARS) throw new Error(`ERASURE_HASH_KEY must be at least ${MIN_HASH_KEY_CHARS} characters`);
+    if (fromEnv.length < MIN_HASH_KEY_CHARS)
+      throw new Error(`ERASURE_HASH_KEY must be at least ${MIN_HASH_KEY_CHARS} characters`);
     return Buffer.from(fromEnv, 'utf8');
   }
   const got = await store.getBytes(STORED_KEY);
@@ -39,7 +40,12 @@ export async function erasureHashKey(store: ObjectStore, fromEnv: string | undef
   // Two first erasures at once may both write; the second read settles on what is stored.
   await store.putBytes(STORED_KEY, Buffer.from(`${fresh}\n`), { contentType: 'text/plain' });
   const again = await store.getBytes(STORED_KEY);
-  return Buffer.from(Buffer.from(again?.body ?? Buffer.from(fresh)).toString('utf8').trim(), 'hex');
+  return Buffer.from(
+    Buffer.from(again?.body ?? Buffer.from(fresh))
+      .toString('utf8')
+      .trim(),
+    'hex',
+  );
 }
 
 export interface ErasureRecord {

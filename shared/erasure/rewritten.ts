@@ -103,7 +103,13 @@ export interface RecordOptions {
  * is durable and was written within the write budget; throws a retriable StoreError if the
  * store stays too slow, and then the caller records again (a duplicate is harmless).
  */
-export async function recordRewritten(store: ObjectStore, collection: string, app: string, batchIds: string[], opts: RecordOptions = {}): Promise<void> {
+export async function recordRewritten(
+  store: ObjectStore,
+  collection: string,
+  app: string,
+  batchIds: string[],
+  opts: RecordOptions = {},
+): Promise<void> {
   const bad = batchIds.find((id) => !isBatchId(id));
   if (bad !== undefined) throw new RangeError(`recordRewritten: ${JSON.stringify(bad)} is not a batch id`);
   const now = opts.now ?? Date.now;
@@ -115,7 +121,14 @@ export async function recordRewritten(store: ObjectStore, collection: string, ap
   }
 }
 
-async function putWithinBudget(store: ObjectStore, collection: string, app: string, bytes: Uint8Array, now: () => number, budget: number): Promise<void> {
+async function putWithinBudget(
+  store: ObjectStore,
+  collection: string,
+  app: string,
+  bytes: Uint8Array,
+  now: () => number,
+  budget: number,
+): Promise<void> {
   for (let attempt = 1; attempt <= MAX_RECORD_ATTEMPTS; attempt++) {
     const started = performance.now();
     const cursor = mintRewrittenCursor(now());
@@ -123,7 +136,10 @@ async function putWithinBudget(store: ObjectStore, collection: string, app: stri
     // Measured from the mint: a put slower than the budget may land after a reader moved past its cursor.
     if (performance.now() - started <= budget) return;
   }
-  throw new StoreError(`rewritten log of ${collection}/${app}: ${MAX_RECORD_ATTEMPTS} puts each took longer than ${budget} ms`, { retriable: true });
+  throw new StoreError(
+    `rewritten log of ${collection}/${app}: ${MAX_RECORD_ATTEMPTS} puts each took longer than ${budget} ms`,
+    { retriable: true },
+  );
 }
 
 export interface RewrittenItem {
@@ -152,13 +168,25 @@ export interface ListRewrittenOptions {
  * record that is not JSON of batch ids is a non-retriable StoreError naming its key: the log
  * is the product's own, and silently skipping a record would leave erased rows in a folder.
  */
-export async function listRewritten(store: ObjectStore, collection: string, app: string, after: string | undefined, limit: number, opts: ListRewrittenOptions = {}): Promise<RewrittenPage> {
-  if (after !== undefined && !isRewrittenCursor(after)) throw new RangeError(`listRewritten: ${JSON.stringify(after)} is not a cursor`);
-  if (!Number.isInteger(limit) || limit < 1 || limit > MAX_REWRITTEN_LIMIT) throw new RangeError(`listRewritten: limit must be an integer from 1 to ${MAX_REWRITTEN_LIMIT}`);
+export async function listRewritten(
+  store: ObjectStore,
+  collection: string,
+  app: string,
+  after: string | undefined,
+  limit: number,
+  opts: ListRewrittenOptions = {},
+): Promise<RewrittenPage> {
+  if (after !== undefined && !isRewrittenCursor(after))
+    throw new RangeError(`listRewritten: ${JSON.stringify(after)} is not a cursor`);
+  if (!Number.isInteger(limit) || limit < 1 || limit > MAX_REWRITTEN_LIMIT)
+    throw new RangeError(`listRewritten: limit must be an integer from 1 to ${MAX_REWRITTEN_LIMIT}`);
   const settledThrough = (opts.now ?? Date.now)() - (opts.settleMs ?? REWRITTEN_SETTLE_MS);
   const prefix = rewrittenPrefix(collection, app);
   // One more than asked: tells whether another page follows.
-  const keys = await store.listKeys(prefix, { startAfter: after === undefined ? undefined : `${prefix}${after}${RECORD_SUFFIX}`, limit: limit + 1 });
+  const keys = await store.listKeys(prefix, {
+    startAfter: after === undefined ? undefined : `${prefix}${after}${RECORD_SUFFIX}`,
+    limit: limit + 1,
+  });
   const cursors: string[] = [];
   let cut = false;
   for (const key of keys) {
@@ -174,10 +202,19 @@ export async function listRewritten(store: ObjectStore, collection: string, app:
   }
   const page = cursors.slice(0, limit);
   const items = await readRecords(store, collection, app, page);
-  return { items, next: page.length > 0 ? (page[page.length - 1] as string) : (after ?? null), hasMore: !cut && keys.length > limit };
+  return {
+    items,
+    next: page.length > 0 ? (page[page.length - 1] as string) : (after ?? null),
+    hasMore: !cut && keys.length > limit,
+  };
 }
 
-async function readRecords(store: ObjectStore, collection: string, app: string, cursors: string[]): Promise<RewrittenItem[]> {
+async function readRecords(
+  store: ObjectStore,
+  collection: string,
+  app: string,
+  cursors: string[],
+): Promise<RewrittenItem[]> {
   const out: RewrittenItem[] = new Array<RewrittenItem>(cursors.length);
   let next = 0;
   const worker = async (): Promise<void> => {
@@ -201,7 +238,11 @@ async function readRecord(store: ObjectStore, key: string): Promise<string[]> {
   } catch {
     throw new StoreError(`rewritten record ${key} is not JSON`, { retriable: false });
   }
-  if (body.version !== 1 || !Array.isArray(body.batchIds) || !body.batchIds.every((id) => typeof id === 'string' && isBatchId(id))) {
+  if (
+    body.version !== 1 ||
+    !Array.isArray(body.batchIds) ||
+    !body.batchIds.every((id) => typeof id === 'string' && isBatchId(id))
+  ) {
     throw new StoreError(`rewritten record ${key} is not {"version":1,"batchIds":[<batch id>…]}`, { retriable: false });
   }
   return body.batchIds;

@@ -16,8 +16,15 @@ export interface ErasureIds {
 }
 
 /** True when a row with these two values belongs to the person. */
-export function rowMatches(ids: { distinct: ReadonlySet<string>; anonymous: ReadonlySet<string> }, distinctId: unknown, anonymousId: unknown): boolean {
-  return (typeof distinctId === 'string' && ids.distinct.has(distinctId)) || (typeof anonymousId === 'string' && ids.anonymous.has(anonymousId));
+export function rowMatches(
+  ids: { distinct: ReadonlySet<string>; anonymous: ReadonlySet<string> },
+  distinctId: unknown,
+  anonymousId: unknown,
+): boolean {
+  return (
+    (typeof distinctId === 'string' && ids.distinct.has(distinctId)) ||
+    (typeof anonymousId === 'string' && ids.anonymous.has(anonymousId))
+  );
 }
 
 export interface FilteredFile {

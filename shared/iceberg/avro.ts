@@ -12,7 +12,13 @@
  * rather than losing precision.
  */
 import avsc from 'avsc';
-import { type IcebergSchema, type PartitionSpec, HOUR_PARTITION_FIELD_ID, HOUR_PARTITION_NAME, RECEIVED_AT_ID } from './schema.js';
+import {
+  type IcebergSchema,
+  type PartitionSpec,
+  HOUR_PARTITION_FIELD_ID,
+  HOUR_PARTITION_NAME,
+  RECEIVED_AT_ID,
+} from './schema.js';
 
 /** Manifest entry status (spec "Manifest Entry Fields"). */
 export const STATUS_EXISTING = 0;
@@ -108,13 +114,29 @@ export const MANIFEST_ENTRY_SCHEMA: Record<string, unknown> = {
         type: 'record',
         name: 'r2',
         fields: [
-          { name: 'content', type: 'int', 'field-id': 134, doc: 'Contents of the file: 0=data, 1=position deletes, 2=equality deletes' },
+          {
+            name: 'content',
+            type: 'int',
+            'field-id': 134,
+            doc: 'Contents of the file: 0=data, 1=position deletes, 2=equality deletes',
+          },
           { name: 'file_path', type: 'string', 'field-id': 100, doc: 'Location URI with FS scheme' },
           { name: 'file_format', type: 'string', 'field-id': 101, doc: 'File format name: avro, orc, or parquet' },
           {
             name: 'partition',
             'field-id': 102,
-            type: { type: 'record', name: 'r102', fields: [{ name: HOUR_PARTITION_NAME, type: optional('int'), default: null, 'field-id': HOUR_PARTITION_FIELD_ID }] },
+            type: {
+              type: 'record',
+              name: 'r102',
+              fields: [
+                {
+                  name: HOUR_PARTITION_NAME,
+                  type: optional('int'),
+                  default: null,
+                  'field-id': HOUR_PARTITION_FIELD_ID,
+                },
+              ],
+            },
           },
           { name: 'record_count', type: 'long', 'field-id': 103, doc: 'Number of records in the file' },
           { name: 'file_size_in_bytes', type: 'long', 'field-id': 104, doc: 'Total file size in bytes' },
@@ -213,11 +235,17 @@ export function manifestMetadata(schema: IcebergSchema, spec: PartitionSpec): Me
 }
 
 /** Encodes records into one Avro object container file (deflate, header always written). */
-async function writeContainer(schema: Record<string, unknown>, records: readonly Record<string, unknown>[], meta: Meta): Promise<Uint8Array> {
+async function writeContainer(
+  schema: Record<string, unknown>,
+  records: readonly Record<string, unknown>[],
+  meta: Meta,
+): Promise<Uint8Array> {
   const metadata: Record<string, Buffer> = {};
   for (const [k, v] of Object.entries(meta)) metadata[k] = Buffer.from(v, 'utf8');
   // avsc's typings omit the `metadata` option; it is documented and in its code (containers.js).
-  const opts = { codec: 'deflate', writeHeader: 'always', metadata } as unknown as ConstructorParameters<typeof avsc.streams.BlockEncoder>[1];
+  const opts = { codec: 'deflate', writeHeader: 'always', metadata } as unknown as ConstructorParameters<
+    typeof avsc.streams.BlockEncoder
+  >[1];
   const encoder = new avsc.streams.BlockEncoder(schema as unknown as avsc.Schema, opts);
   const chunks: Buffer[] = [];
   const done = new Promise<void>((resolve, reject) => {
@@ -282,7 +310,8 @@ function entryOf(r: Record<string, unknown>): ManifestEntry {
   const d = r.data_file as Record<string, unknown>;
   const filePath = d.file_path as string;
   const hour = (d.partition as Record<string, unknown>)[HOUR_PARTITION_NAME];
-  if (typeof hour !== 'number') throw new Error(`manifest entry of ${filePath} has no ${HOUR_PARTITION_NAME} partition value`);
+  if (typeof hour !== 'number')
+    throw new Error(`manifest entry of ${filePath} has no ${HOUR_PARTITION_NAME} partition value`);
   return {
     status: r.status as EntryStatus,
     snapshotId: (r.snapshot_id as number | null) ?? null,
@@ -301,7 +330,11 @@ function entryOf(r: Record<string, unknown>): ManifestEntry {
 }
 
 /** A manifest file's bytes. Entries must all use the partition spec given (ours has one). */
-export function writeManifest(entries: readonly ManifestEntry[], schema: IcebergSchema, spec: PartitionSpec): Promise<Uint8Array> {
+export function writeManifest(
+  entries: readonly ManifestEntry[],
+  schema: IcebergSchema,
+  spec: PartitionSpec,
+): Promise<Uint8Array> {
   return writeContainer(MANIFEST_ENTRY_SCHEMA, entries.map(entryRecord), manifestMetadata(schema, spec));
 }
 

@@ -29,7 +29,8 @@ export function footerRowCount(footer: Uint8Array): number {
     const t = h & 0x0f;
     if (id === 3 && t === T_I64) {
       const rows = r.zigzagBig();
-      if (rows < 0n || rows > BigInt(Number.MAX_SAFE_INTEGER)) throw new ParquetFooterError(`num_rows out of range: ${rows}`);
+      if (rows < 0n || rows > BigInt(Number.MAX_SAFE_INTEGER))
+        throw new ParquetFooterError(`num_rows out of range: ${rows}`);
       return Number(rows);
     }
     r.skipValue(t, 0);
@@ -41,7 +42,8 @@ export function footerRowCount(footer: Uint8Array): number {
 export function rowCountFromTail(tail: Uint8Array): number | null {
   if (tail.byteLength < 12) throw new ParquetFooterError('not a Parquet file: too short');
   const v = new DataView(tail.buffer, tail.byteOffset, tail.byteLength);
-  if (v.getUint32(tail.byteLength - 4, true) !== MAGIC) throw new ParquetFooterError('not a Parquet file: no PAR1 at the end');
+  if (v.getUint32(tail.byteLength - 4, true) !== MAGIC)
+    throw new ParquetFooterError('not a Parquet file: no PAR1 at the end');
   const len = v.getUint32(tail.byteLength - 8, true);
   if (len + 8 > tail.byteLength) return null;
   return footerRowCount(tail.subarray(tail.byteLength - 8 - len, tail.byteLength - 8));
@@ -59,7 +61,10 @@ async function readAll(stream: AsyncIterable<Uint8Array | Buffer>): Promise<Uint
  * and ranged reads (one HEAD and one GET of at most 64 KiB for our files), else the whole object.
  * Null when there is no such object.
  */
-export async function parquetFacts(store: ObjectStore, key: string): Promise<{ recordCount: number; fileSizeInBytes: number } | null> {
+export async function parquetFacts(
+  store: ObjectStore,
+  key: string,
+): Promise<{ recordCount: number; fileSizeInBytes: number } | null> {
   if (store.head && store.getStream) {
     const meta = await store.head(key);
     if (!meta) return null;

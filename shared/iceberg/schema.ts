@@ -122,13 +122,28 @@ export const EVENTS_SCHEMA: IcebergSchema = {
   'schema-id': SCHEMA_ID,
   fields: [
     ...EVENT_COLUMNS.map((name): IcebergField => ({ id: fieldId(name), name, required: false, type: 'string' })),
-    { id: RECEIVED_AT_ID, name: 'received_at', required: false, type: 'timestamptz', doc: 'the batch id instant the server stamped on every row of the batch' },
-    { id: LAST_COLUMN_ID, name: 'extra', required: false, type: 'string', doc: 'JSON object of the fields an event carried beyond the fixed columns, or null' },
+    {
+      id: RECEIVED_AT_ID,
+      name: 'received_at',
+      required: false,
+      type: 'timestamptz',
+      doc: 'the batch id instant the server stamped on every row of the batch',
+    },
+    {
+      id: LAST_COLUMN_ID,
+      name: 'extra',
+      required: false,
+      type: 'string',
+      doc: 'JSON object of the fields an event carried beyond the fixed columns, or null',
+    },
   ],
 };
 
 /** `schema.name-mapping.default`: files written before field ids were stamped carry none, so readers map their columns by name. */
-export const NAME_MAPPING: readonly NameMappingEntry[] = EVENTS_SCHEMA.fields.map((f) => ({ 'field-id': f.id, names: [f.name] }));
+export const NAME_MAPPING: readonly NameMappingEntry[] = EVENTS_SCHEMA.fields.map((f) => ({
+  'field-id': f.id,
+  names: [f.name],
+}));
 
 /** The partition field id of `hour(received_at)` (v2 partition field ids start at 1000). */
 export const HOUR_PARTITION_FIELD_ID = 1000;
@@ -138,7 +153,9 @@ export const PARTITION_SPEC_ID = 0;
 /** Partition spec 0: `hour(received_at)`. */
 export const PARTITION_SPEC: PartitionSpec = {
   'spec-id': PARTITION_SPEC_ID,
-  fields: [{ 'source-id': RECEIVED_AT_ID, 'field-id': HOUR_PARTITION_FIELD_ID, name: HOUR_PARTITION_NAME, transform: 'hour' }],
+  fields: [
+    { 'source-id': RECEIVED_AT_ID, 'field-id': HOUR_PARTITION_FIELD_ID, name: HOUR_PARTITION_NAME, transform: 'hour' },
+  ],
 };
 
 /** Order 0 is reserved for "unsorted" (batch files keep the order events were sent in). */
@@ -154,7 +171,12 @@ export const SORT_ORDERS: readonly SortOrder[] = [
   { 'order-id': UNSORTED_ORDER_ID, fields: [] },
   {
     'order-id': ROLLUP_ORDER_ID,
-    fields: ['event', 'received_at'].map((name): SortField => ({ transform: 'identity', 'source-id': fieldId(name), direction: 'asc', 'null-order': 'nulls-last' })),
+    fields: ['event', 'received_at'].map((name): SortField => ({
+      transform: 'identity',
+      'source-id': fieldId(name),
+      direction: 'asc',
+      'null-order': 'nulls-last',
+    })),
   },
 ];
 
@@ -183,7 +205,9 @@ export function hourPartition(minMs: number, maxMs: number): number {
   const first = hourTransform(minMs);
   const last = hourTransform(maxMs);
   if (first !== last) {
-    throw new PartitionSpanError(`received_at spans hours ${first}..${last} (${new Date(minMs).toISOString()} .. ${new Date(maxMs).toISOString()}); a data file must lie in one hour (ROLLUP_PERIOD_SECONDS must divide 3600)`);
+    throw new PartitionSpanError(
+      `received_at spans hours ${first}..${last} (${new Date(minMs).toISOString()} .. ${new Date(maxMs).toISOString()}); a data file must lie in one hour (ROLLUP_PERIOD_SECONDS must divide 3600)`,
+    );
   }
   return first;
 }

@@ -76,7 +76,14 @@ export function batchTableFile(key: string, batchId: string, recordCount: number
 
 /** A rollup file: rows of batch ids `firstId..lastId`, sorted in the rollup order. */
 export function rollupTableFile(f: RollupFile): TableFile {
-  return { key: f.key, recordCount: f.rows, fileSizeInBytes: f.bytes, minReceivedAtMs: batchIdMs(f.firstId), maxReceivedAtMs: batchIdMs(f.lastId), sorted: true };
+  return {
+    key: f.key,
+    recordCount: f.rows,
+    fileSizeInBytes: f.bytes,
+    minReceivedAtMs: batchIdMs(f.firstId),
+    maxReceivedAtMs: batchIdMs(f.lastId),
+    sorted: true,
+  };
 }
 
 export interface Snapshot {
@@ -169,7 +176,10 @@ export interface IcebergTableOptions {
 /** The URI of a store's root (ending with `/`) as data file paths in manifests use it (ObjectStore.location). */
 export function storeRootUri(store: ObjectStore): string {
   const location = store.location?.();
-  if (!location) throw new Error(`${store.describe()}: no absolute URI for its files (Iceberg needs a store with a location: the filesystem, S3 or memory store)`);
+  if (!location)
+    throw new Error(
+      `${store.describe()}: no absolute URI for its files (Iceberg needs a store with a location: the filesystem, S3 or memory store)`,
+    );
   return location.rootUri;
 }
 
@@ -231,7 +241,8 @@ export class IcebergTable {
     this.rootUri = o.rootUri;
     this.location = o.rootUri + this.prefix.slice(0, -1);
     // Resolved at the commit: a table only read needs no conditional create.
-    this.createIfAbsent = o.createIfAbsent ?? (async (key, body, opts) => requireCreateIfAbsent(o.store)(key, body, opts));
+    this.createIfAbsent =
+      o.createIfAbsent ?? (async (key, body, opts) => requireCreateIfAbsent(o.store)(key, body, opts));
     this.now = o.now ?? Date.now;
     this.maxAttempts = o.maxAttempts ?? 5;
     this.mergeAbove = o.mergeManifestsAbove ?? 100;
@@ -354,7 +365,8 @@ export class IcebergTable {
 
   /** A `replace` snapshot (rollup: same rows, other files): removes `removedKeys`, adds `added`, in one commit. */
   replace(removedKeys: readonly string[], added: readonly TableFile[]): Promise<CommitResult> {
-    if (removedKeys.length === 0 || added.length === 0) throw new Error('replace needs files to remove and files to add');
+    if (removedKeys.length === 0 || added.length === 0)
+      throw new Error('replace needs files to remove and files to add');
     return this.commit('replace', added, removedKeys, undefined);
   }
 
@@ -411,13 +423,19 @@ export class IcebergTable {
   }
 
   /** Writes a new manifest for `entries` (added by `snapshotId` at `seq`) and returns its list record. */
-  private async putManifest(entries: readonly ManifestEntry[], snapshotId: number, seq: number, written: string[]): Promise<ManifestFile> {
+  private async putManifest(
+    entries: readonly ManifestEntry[],
+    snapshotId: number,
+    seq: number,
+    written: string[],
+  ): Promise<ManifestFile> {
     const key = this.metadataKey(`m-${this.stamp()}.avro`);
     const bytes = await writeManifest(entries, EVENTS_SCHEMA, PARTITION_SPEC);
     written.push(key);
     await this.store.putBytes(key, bytes, { contentType: AVRO_TYPE });
     const count = (s: number): number => entries.filter((e) => e.status === s).length;
-    const rows = (s: number): number => entries.filter((e) => e.status === s).reduce((n, e) => n + e.dataFile.recordCount, 0);
+    const rows = (s: number): number =>
+      entries.filter((e) => e.status === s).reduce((n, e) => n + e.dataFile.recordCount, 0);
     const liveSeqs = entries.filter((e) => e.status !== STATUS_DELETED).map((e) => e.sequenceNumber ?? seq);
     return {
       manifestPath: this.uriOf(key),
@@ -442,10 +460,16 @@ export class IcebergTable {
     return `${String(this.now()).padStart(13, '0')}-${randomHex(8)}`;
   }
 
-  private async commit(operation: 'append' | 'replace' | 'delete' | 'overwrite', added: readonly TableFile[], removedKeys: readonly string[], throughBatchId: string | undefined): Promise<CommitResult> {
+  private async commit(
+    operation: 'append' | 'replace' | 'delete' | 'overwrite',
+    added: readonly TableFile[],
+    removedKeys: readonly string[],
+    throughBatchId: string | undefined,
+  ): Promise<CommitResult> {
     const addedFiles = added.map((f) => this.dataFileOf(f));
     const addedUris = new Set(addedFiles.map((f) => f.filePath));
-    if (addedUris.size !== addedFiles.length) throw new IcebergConflictError('the same file is added twice in one commit');
+    if (addedUris.size !== addedFiles.length)
+      throw new IcebergConflictError('the same file is added twice in one commit');
     const removedUris = new Set(removedKeys.map((k) => this.uriOf(k)));
 
     for (let attempt = 1; attempt <= this.maxAttempts; attempt++) {
@@ -457,8 +481,11 @@ export class IcebergTable {
 
       // Validate against the version this attempt builds on (spec "Commit Conflict Resolution and Retry").
       const live = await this.liveFiles(parent);
-      for (const uri of removedUris) if (!live.has(uri)) throw new IcebergConflictError(`${this.keyOf(uri)} is not in the table's current snapshot`);
-      for (const uri of addedUris) if (live.has(uri) && !(operation === 'overwrite' && removedUris.has(uri))) throw new IcebergConflictError(`${this.keyOf(uri)} is already in the table`);
+      for (const uri of removedUris)
+        if (!live.has(uri)) throw new IcebergConflictError(`${this.keyOf(uri)} is not in the table's current snapshot`);
+      for (const uri of addedUris)
+        if (live.has(uri) && !(operation === 'overwrite' && removedUris.has(uri)))
+          throw new IcebergConflictError(`${this.keyOf(uri)} is already in the table`);
 
       const snapshotId = newSnapshotId(new Set(meta.snapshots.map((s) => s['snapshot-id'])));
       const seq = meta['last-sequence-number'] + 1;
@@ -469,7 +496,20 @@ export class IcebergTable {
         const list: ManifestFile[] = [];
         if (addedFiles.length > 0) {
           // New entries carry the snapshot id; sequence numbers are inherited from the list record.
-          list.push(await this.putManifest(addedFiles.map((dataFile) => ({ status: STATUS_ADDED, snapshotId, sequenceNumber: null, fileSequenceNumber: null, dataFile })), snapshotId, seq, written));
+          list.push(
+            await this.putManifest(
+              addedFiles.map((dataFile) => ({
+                status: STATUS_ADDED,
+                snapshotId,
+                sequenceNumber: null,
+                fileSequenceNumber: null,
+                dataFile,
+              })),
+              snapshotId,
+              seq,
+              written,
+            ),
+          );
         }
         const carried: ManifestFile[] = [];
         const carriedEntries: ManifestEntry[] = [];
@@ -483,30 +523,52 @@ export class IcebergTable {
           }
           // Rewrite: removed files become DELETED by this snapshot, the rest EXISTING; both keep their sequence numbers.
           const rewritten = entries.map((e): ManifestEntry =>
-            removedUris.has(e.dataFile.filePath) ? { ...e, status: STATUS_DELETED, snapshotId } : { ...e, status: STATUS_EXISTING },
+            removedUris.has(e.dataFile.filePath)
+              ? { ...e, status: STATUS_DELETED, snapshotId }
+              : { ...e, status: STATUS_EXISTING },
           );
           list.push(await this.putManifest(rewritten, snapshotId, seq, written));
         }
         if (list.length + carried.length > this.mergeAbove && carried.length > 1) {
-          list.push(await this.putManifest(carriedEntries.map((e) => ({ ...e, status: STATUS_EXISTING })), snapshotId, seq, written));
+          list.push(
+            await this.putManifest(
+              carriedEntries.map((e) => ({ ...e, status: STATUS_EXISTING })),
+              snapshotId,
+              seq,
+              written,
+            ),
+          );
         } else {
           list.push(...carried);
         }
 
         const listKey = this.metadataKey(`snap-${snapshotId}-${this.stamp()}.avro`);
-        const listBytes = await writeManifestList(list, { snapshotId, parentSnapshotId: parent?.['snapshot-id'] ?? null, sequenceNumber: seq });
+        const listBytes = await writeManifestList(list, {
+          snapshotId,
+          parentSnapshotId: parent?.['snapshot-id'] ?? null,
+          sequenceNumber: seq,
+        });
         written.push(listKey);
         await this.store.putBytes(listKey, listBytes, { contentType: AVRO_TYPE });
 
         const removedFiles = [...removedUris].map((u) => (live.get(u) as LiveFile).entry.dataFile);
-        const after = [...live.values()].map((l) => l.entry.dataFile).filter((f) => !removedUris.has(f.filePath)).concat(addedFiles);
+        const after = [...live.values()]
+          .map((l) => l.entry.dataFile)
+          .filter((f) => !removedUris.has(f.filePath))
+          .concat(addedFiles);
         const snapshot: Snapshot = {
           'snapshot-id': snapshotId,
           ...(parent ? { 'parent-snapshot-id': parent['snapshot-id'] } : {}),
           'sequence-number': seq,
           'timestamp-ms': now,
           'manifest-list': this.uriOf(listKey),
-          summary: summaryOf(operation, addedFiles, removedFiles, after, throughBatchId ?? parent?.summary[THROUGH_BATCH_ID]),
+          summary: summaryOf(
+            operation,
+            addedFiles,
+            removedFiles,
+            after,
+            throughBatchId ?? parent?.summary[THROUGH_BATCH_ID],
+          ),
           'schema-id': EVENTS_SCHEMA['schema-id'],
         };
         const next: TableMetadata = {
@@ -516,13 +578,31 @@ export class IcebergTable {
           'current-snapshot-id': snapshotId,
           snapshots: [...meta.snapshots, snapshot],
           'snapshot-log': [...meta['snapshot-log'], { 'timestamp-ms': now, 'snapshot-id': snapshotId }],
-          'metadata-log': base ? [...meta['metadata-log'], { 'timestamp-ms': meta['last-updated-ms'], 'metadata-file': this.uriOf(this.metadataKey(`v${base.version}.metadata.json`)) }].slice(-this.metadataLogMax) : [],
+          'metadata-log': base
+            ? [
+                ...meta['metadata-log'],
+                {
+                  'timestamp-ms': meta['last-updated-ms'],
+                  'metadata-file': this.uriOf(this.metadataKey(`v${base.version}.metadata.json`)),
+                },
+              ].slice(-this.metadataLogMax)
+            : [],
           refs: { ...meta.refs, main: { 'snapshot-id': snapshotId, type: 'branch' } },
         };
         if (this.beforeMetadataCreate) await this.beforeMetadataCreate(version);
         metadataCreateStarted = true;
-        if (await this.createIfAbsent(this.metadataKey(`v${version}.metadata.json`), encodeJson(next), { contentType: JSON_TYPE })) {
-          return { version, snapshotId, sequenceNumber: seq, attempts: attempt, hintWritten: await this.writeHint(version) };
+        if (
+          await this.createIfAbsent(this.metadataKey(`v${version}.metadata.json`), encodeJson(next), {
+            contentType: JSON_TYPE,
+          })
+        ) {
+          return {
+            version,
+            snapshotId,
+            sequenceNumber: seq,
+            attempts: attempt,
+            hintWritten: await this.writeHint(version),
+          };
         }
       } catch (err) {
         // Before the create started nothing references these files: remove them. Once it started, the
@@ -533,12 +613,16 @@ export class IcebergTable {
       // Lost the race: v<version> is someone else's. Nothing references what this attempt wrote.
       await this.deleteQuietly(written);
     }
-    throw new IcebergCommitRaceError(`${this.prefix}: lost the race for the next metadata version ${this.maxAttempts} times`);
+    throw new IcebergCommitRaceError(
+      `${this.prefix}: lost the race for the next metadata version ${this.maxAttempts} times`,
+    );
   }
 
   private async writeHint(version: number): Promise<boolean> {
     try {
-      await this.store.putBytes(this.metadataKey('version-hint.text'), new TextEncoder().encode(String(version)), { contentType: 'text/plain' });
+      await this.store.putBytes(this.metadataKey('version-hint.text'), new TextEncoder().encode(String(version)), {
+        contentType: 'text/plain',
+      });
       return true;
     } catch (err) {
       // Committed all the same: loaders probe past a stale hint, and the next commit rewrites it.
@@ -582,7 +666,8 @@ export class IcebergTable {
         if (replacedAt === undefined || replacedAt > olderThanMs) keep.add(s['snapshot-id']);
       });
       const expired = bySeq.filter((s) => !keep.has(s['snapshot-id']));
-      if (expired.length === 0) return { expiredSnapshotIds: [], unreferencedDataKeys: [], deletedMetadataFiles: 0, version: base.version };
+      if (expired.length === 0)
+        return { expiredSnapshotIds: [], unreferencedDataKeys: [], deletedMetadataFiles: 0, version: base.version };
       const retained = bySeq.filter((s) => keep.has(s['snapshot-id']));
 
       const retainedData = new Set<string>();
@@ -612,10 +697,20 @@ export class IcebergTable {
         'last-updated-ms': now,
         snapshots: meta.snapshots.filter((s) => keep.has(s['snapshot-id'])),
         'snapshot-log': log.slice(lastExpired + 1),
-        'metadata-log': [...meta['metadata-log'], { 'timestamp-ms': meta['last-updated-ms'], 'metadata-file': this.uriOf(this.metadataKey(`v${base.version}.metadata.json`)) }].slice(-this.metadataLogMax),
+        'metadata-log': [
+          ...meta['metadata-log'],
+          {
+            'timestamp-ms': meta['last-updated-ms'],
+            'metadata-file': this.uriOf(this.metadataKey(`v${base.version}.metadata.json`)),
+          },
+        ].slice(-this.metadataLogMax),
       };
       const version = base.version + 1;
-      if (await this.createIfAbsent(this.metadataKey(`v${version}.metadata.json`), encodeJson(next), { contentType: JSON_TYPE })) {
+      if (
+        await this.createIfAbsent(this.metadataKey(`v${version}.metadata.json`), encodeJson(next), {
+          contentType: JSON_TYPE,
+        })
+      ) {
         await this.writeHint(version);
         const metaKeys = [...freedMeta].map((u) => this.keyOf(u));
         if (metaKeys.length > 0 && this.store.deleteKeys) await this.store.deleteKeys(metaKeys);
@@ -623,10 +718,17 @@ export class IcebergTable {
           this.manifestCache.delete(u);
           this.listCache.delete(u);
         }
-        return { expiredSnapshotIds: expired.map((s) => s['snapshot-id']), unreferencedDataKeys: [...freedData].map((u) => this.keyOf(u)), deletedMetadataFiles: metaKeys.length, version };
+        return {
+          expiredSnapshotIds: expired.map((s) => s['snapshot-id']),
+          unreferencedDataKeys: [...freedData].map((u) => this.keyOf(u)),
+          deletedMetadataFiles: metaKeys.length,
+          version,
+        };
       }
     }
-    throw new IcebergCommitRaceError(`${this.prefix}: lost the race for the next metadata version ${this.maxAttempts} times`);
+    throw new IcebergCommitRaceError(
+      `${this.prefix}: lost the race for the next metadata version ${this.maxAttempts} times`,
+    );
   }
 
   /**
@@ -677,7 +779,13 @@ function encodeJson(v: unknown): Uint8Array {
 }
 
 /** Snapshot summary: the operation, the spec's optional metrics (Appendix F) and our through-batch-id. */
-function summaryOf(operation: string, added: readonly DataFile[], removed: readonly DataFile[], after: readonly DataFile[], throughBatchId: string | undefined): Snapshot['summary'] {
+function summaryOf(
+  operation: string,
+  added: readonly DataFile[],
+  removed: readonly DataFile[],
+  after: readonly DataFile[],
+  throughBatchId: string | undefined,
+): Snapshot['summary'] {
   const sum = (fs: readonly DataFile[], f: (d: DataFile) => number): string => String(fs.reduce((n, d) => n + f(d), 0));
   const rows = (d: DataFile): number => d.recordCount;
   const bytes = (d: DataFile): number => d.fileSizeInBytes;

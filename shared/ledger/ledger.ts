@@ -7,7 +7,6 @@ import { type ScriptedRedis, withScripts } from '../redis/scripts.js';
 
 export type { JobKeys };
 
-
 /** Outcome of minting: a new id, or the id an earlier push with the same idempotency claim got. */
 export interface MintResult {
   batchId: string;
@@ -196,19 +195,21 @@ export class BatchLedger {
     const claim = opts.idempotency && opts.idempotency.windowSeconds > 0 ? opts.idempotency : undefined;
     const slot = claim ? this.slot(claim) : undefined;
     const bodyDigest = claim ? digestOfBody(claim) : '';
-    const [batchId, status] = await redisCall(this.redis.ingestMint(
-      this.clockKey(),
-      this.pendingKey(prefix),
-      slot ? slot.keyPrefix : ledgerKeys.idemUnused(this.namespace),
-      this.prefixesKey(),
-      shardSuffix(this.shard.index, this.shard.count),
-      String(slot?.windowSeconds ?? 0),
-      slot ? '1' : '0',
-      opts.clockMs === undefined ? '' : String(opts.clockMs),
-      prefix,
-      slot ? slot.field : '',
-      bodyDigest,
-    ));
+    const [batchId, status] = await redisCall(
+      this.redis.ingestMint(
+        this.clockKey(),
+        this.pendingKey(prefix),
+        slot ? slot.keyPrefix : ledgerKeys.idemUnused(this.namespace),
+        this.prefixesKey(),
+        shardSuffix(this.shard.index, this.shard.count),
+        String(slot?.windowSeconds ?? 0),
+        slot ? '1' : '0',
+        opts.clockMs === undefined ? '' : String(opts.clockMs),
+        prefix,
+        slot ? slot.field : '',
+        bodyDigest,
+      ),
+    );
     return { batchId, deduplicated: status === 1, conflict: status === 2 };
   }
 
@@ -220,7 +221,15 @@ export class BatchLedger {
   async lookup(claim: IdempotencyClaim, opts: { clockMs?: number } = {}): Promise<MintResult | null> {
     if (claim.windowSeconds <= 0) return null;
     const slot = this.slot(claim);
-    const [batchId, status] = await redisCall(this.redis.ingestIdemLookup(slot.keyPrefix, String(slot.windowSeconds), opts.clockMs === undefined ? '' : String(opts.clockMs), slot.field, digestOfBody(claim)));
+    const [batchId, status] = await redisCall(
+      this.redis.ingestIdemLookup(
+        slot.keyPrefix,
+        String(slot.windowSeconds),
+        opts.clockMs === undefined ? '' : String(opts.clockMs),
+        slot.field,
+        digestOfBody(claim),
+      ),
+    );
     return status === 0 ? null : { batchId, deduplicated: status === 1, conflict: status === 2 };
   }
 
@@ -234,7 +243,17 @@ export class BatchLedger {
    * flight (see release_unless_replaying-3.lua).
    */
   async reap(prefix: string, batchId: string): Promise<boolean> {
-    return (await redisCall(this.redis.ingestReap(this.pendingKey(prefix), this.prefixesKey(), this.replayMarkKey(batchId), batchId, prefix))) === 1;
+    return (
+      (await redisCall(
+        this.redis.ingestReap(
+          this.pendingKey(prefix),
+          this.prefixesKey(),
+          this.replayMarkKey(batchId),
+          batchId,
+          prefix,
+        ),
+      )) === 1
+    );
   }
 
   /**
@@ -243,7 +262,14 @@ export class BatchLedger {
    * stale reading of its job's state. The marker expires after REPLAY_MARK_SECONDS.
    */
   async markReplaying(prefix: string, batchId: string): Promise<void> {
-    await redisCall(this.redis.multi().set(this.replayMarkKey(batchId), '1', 'EX', REPLAY_MARK_SECONDS).zadd(this.pendingKey(prefix), 0, batchId).sadd(this.prefixesKey(), prefix).exec());
+    await redisCall(
+      this.redis
+        .multi()
+        .set(this.replayMarkKey(batchId), '1', 'EX', REPLAY_MARK_SECONDS)
+        .zadd(this.pendingKey(prefix), 0, batchId)
+        .sadd(this.prefixesKey(), prefix)
+        .exec(),
+    );
   }
 
   /**
@@ -257,41 +283,49 @@ export class BatchLedger {
     return this.releaseWith(prefix, batchId, { written: true, cutoff, ttl: indexSeconds });
   }
 
-  private async releaseWith(prefix: string, batchId: string, o: { forget?: IdempotencyClaim; written?: boolean; cutoff?: string; ttl?: number }): Promise<boolean> {
+  private async releaseWith(
+    prefix: string,
+    batchId: string,
+    o: { forget?: IdempotencyClaim; written?: boolean; cutoff?: string; ttl?: number },
+  ): Promise<boolean> {
     const slot = o.forget ? this.slot(o.forget) : undefined;
-    const n = await redisCall(this.redis.ingestRelease(
-      this.pendingKey(prefix),
-      this.prefixesKey(),
-      slot ? slot.keyPrefix : ledgerKeys.idemUnused(this.namespace),
-      this.writtenKey(prefix),
-      this.floorKey(prefix),
-      this.clockKey(),
-      this.groupsKey(),
-      batchId,
-      prefix,
-      slot ? '1' : '0',
-      o.written ? '1' : '0',
-      o.cutoff ?? '',
-      String(o.ttl ?? 0),
-      String(slot?.windowSeconds ?? 0),
-      slot ? slot.field : '',
-    ));
+    const n = await redisCall(
+      this.redis.ingestRelease(
+        this.pendingKey(prefix),
+        this.prefixesKey(),
+        slot ? slot.keyPrefix : ledgerKeys.idemUnused(this.namespace),
+        this.writtenKey(prefix),
+        this.floorKey(prefix),
+        this.clockKey(),
+        this.groupsKey(),
+        batchId,
+        prefix,
+        slot ? '1' : '0',
+        o.written ? '1' : '0',
+        o.cutoff ?? '',
+        String(o.ttl ?? 0),
+        String(slot?.windowSeconds ?? 0),
+        slot ? slot.field : '',
+      ),
+    );
     return n === 1;
   }
 
-/**
+  /**
    * The list bound and, when the index of written ids covers `after`, the next `count` written
    * ids after it (unfiltered by the bound). `ids` is null when the store must be listed instead.
    */
   async listWritten(prefix: string, after: string, count: number): Promise<{ bound: ListBound; ids: string[] | null }> {
-    const [kind, id, covered, ...ids] = await redisCall(this.redis.ingestListWritten(
-      this.clockKey(),
-      this.pendingKey(prefix),
-      this.writtenKey(prefix),
-      this.floorKey(prefix),
-      after,
-      String(count),
-    ));
+    const [kind, id, covered, ...ids] = await redisCall(
+      this.redis.ingestListWritten(
+        this.clockKey(),
+        this.pendingKey(prefix),
+        this.writtenKey(prefix),
+        this.floorKey(prefix),
+        after,
+        String(count),
+      ),
+    );
     const bound: ListBound = kind === 'upTo' ? { kind: 'upTo', id: id as string } : { kind: 'below', id: id as string };
     return { bound, ids: covered === '1' ? ids : null };
   }
@@ -307,7 +341,11 @@ export class BatchLedger {
    */
   async listBoundAt(prefix: string): Promise<{ bound: ListBound; nowMs: number }> {
     const [oldest, last, nowMs] = await redisCall(this.redis.ingestListBound(this.clockKey(), this.pendingKey(prefix)));
-    const bound: ListBound = oldest ? { kind: 'below', id: oldest } : last ? { kind: 'upTo', id: last } : { kind: 'below', id: nowMs };
+    const bound: ListBound = oldest
+      ? { kind: 'below', id: oldest }
+      : last
+        ? { kind: 'upTo', id: last }
+        : { kind: 'below', id: nowMs };
     return { bound, nowMs: Number(nowMs) };
   }
 
@@ -351,20 +389,27 @@ export class BatchLedger {
    * or failed for good (dead), unless a replay marked them. `perPrefix` bounds the ids released
    * per prefix per pass.
    */
-  async scanPending(reap?: { jobs: JobKeys; graceMs: number; nowMs?: number; perPrefix?: number }): Promise<PendingScan> {
+  async scanPending(reap?: {
+    jobs: JobKeys;
+    graceMs: number;
+    nowMs?: number;
+    perPrefix?: number;
+  }): Promise<PendingScan> {
     const cutoff = reap ? String(Math.max(0, (reap.nowMs ?? Date.now()) - reap.graceMs)).padStart(13, '0') : '';
-    const [orphans, dead, oldest, prefixes] = await redisCall(this.redis.ingestScanPending(
-      this.prefixesKey(),
-      reap ? reap.jobs.failed : this.prefixesKey(),
-      ledgerKeys.pendingPrefix(this.namespace),
-      ledgerKeys.replayingPrefix(this.namespace),
-      reap ? reap.jobs.jobKeyPrefix : '',
-      reap ? '1' : '0',
-      cutoff,
-      String(MAX_SCAN_PREFIXES),
-      String(reap?.perPrefix ?? 50),
-      this.groupsKey(),
-    ));
+    const [orphans, dead, oldest, prefixes] = await redisCall(
+      this.redis.ingestScanPending(
+        this.prefixesKey(),
+        reap ? reap.jobs.failed : this.prefixesKey(),
+        ledgerKeys.pendingPrefix(this.namespace),
+        ledgerKeys.replayingPrefix(this.namespace),
+        reap ? reap.jobs.jobKeyPrefix : '',
+        reap ? '1' : '0',
+        cutoff,
+        String(MAX_SCAN_PREFIXES),
+        String(reap?.perPrefix ?? 50),
+        this.groupsKey(),
+      ),
+    );
     return { orphans, dead, oldest, prefixes };
   }
 }

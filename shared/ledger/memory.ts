@@ -45,6 +45,8 @@ export class MemoryLedger {
       for (const id of set) if (!oldest || id < oldest) oldest = id;
       return { kind: 'below', id: oldest };
     }
-    return this.lastId ? { kind: 'upTo', id: this.lastId } : { kind: 'below', id: String(Date.now()).padStart(13, '0') };
+    return this.lastId
+      ? { kind: 'upTo', id: this.lastId }
+      : { kind: 'below', id: String(Date.now()).padStart(13, '0') };
   }
 }

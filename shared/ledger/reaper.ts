@@ -18,7 +18,13 @@ export interface ReapResult {
  * of at most MAX_SCAN_PREFIXES prefixes. An id a replay just put back in flight is left alone
  * (its replay marker; see BatchLedger.markReplaying). Why a reaper: docs/decisions/0002-list-watermark-and-reaper.md.
  */
-export async function reapOnce(ledger: BatchLedger, queue: Queue, graceMs: number, nowMs = Date.now(), perPrefix = 50): Promise<ReapResult> {
+export async function reapOnce(
+  ledger: BatchLedger,
+  queue: Queue,
+  graceMs: number,
+  nowMs = Date.now(),
+  perPrefix = 50,
+): Promise<ReapResult> {
   const scan = await ledger.scanPending({ jobs: jobKeysOf(queue), graceMs, nowMs, perPrefix });
   return { orphans: scan.orphans, dead: scan.dead };
 }

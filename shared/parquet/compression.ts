@@ -54,7 +54,8 @@ function seekField(r: CompactReader, want: number, type: number): boolean {
  */
 export function parquetFileCompression(file: Uint8Array): ParquetCompression | undefined {
   const view = new DataView(file.buffer, file.byteOffset, file.byteLength);
-  if (file.byteLength < 12 || view.getUint32(0, true) !== MAGIC || view.getUint32(file.byteLength - 4, true) !== MAGIC) throw new FooterError('not a Parquet file');
+  if (file.byteLength < 12 || view.getUint32(0, true) !== MAGIC || view.getUint32(file.byteLength - 4, true) !== MAGIC)
+    throw new FooterError('not a Parquet file');
   const footerLength = view.getUint32(file.byteLength - 8, true);
   const start = file.byteLength - 8 - footerLength;
   if (start < 4) throw new FooterError('Parquet footer length is out of range');

@@ -55,7 +55,9 @@ export class ParquetEncodeThread {
     this.ready = new Promise((resolve, reject) => {
       this.worker.once('message', () => resolve());
       this.worker.once('error', reject);
-      this.worker.once('exit', (code) => reject(new Error(`the Parquet encode thread exited (${code}) before it was ready`)));
+      this.worker.once('exit', (code) =>
+        reject(new Error(`the Parquet encode thread exited (${code}) before it was ready`)),
+      );
     });
     // A start that fails is reported by encode(); nothing else waits for `ready`.
     this.ready.catch(() => undefined);
@@ -98,16 +100,30 @@ export class ParquetEncodeThread {
    * keeps its own; with `transfer` (a stream that fills its whole ArrayBuffer) they move without a
    * copy, and `ipc` is left empty. `compression`: the collection's codec (default: the writer's default).
    */
-  async encode(ipc: Uint8Array, opts: { transfer?: boolean; compression?: ParquetCompression } = {}): Promise<Uint8Array> {
+  async encode(
+    ipc: Uint8Array,
+    opts: { transfer?: boolean; compression?: ParquetCompression } = {},
+  ): Promise<Uint8Array> {
     if (this.failure) throw this.failure;
     await this.ready;
     if (this.failure) throw this.failure;
     clearTimeout(this.retireTimer);
     const id = ++this.seq;
-    const movable = opts.transfer === true && ipc.byteOffset === 0 && ipc.byteLength === ipc.buffer.byteLength && ipc.buffer instanceof ArrayBuffer;
+    const movable =
+      opts.transfer === true &&
+      ipc.byteOffset === 0 &&
+      ipc.byteLength === ipc.buffer.byteLength &&
+      ipc.buffer instanceof ArrayBuffer;
     return new Promise<Uint8Array>((resolve, reject) => {
       this.pending.set(id, { resolve, reject });
-      this.worker.postMessage({ id, ipc, ...(opts.compression === undefined ? {} : { compression: opts.compression }) } satisfies EncodeRequest, movable ? [ipc.buffer as ArrayBuffer] : []);
+      this.worker.postMessage(
+        {
+          id,
+          ipc,
+          ...(opts.compression === undefined ? {} : { compression: opts.compression }),
+        } satisfies EncodeRequest,
+        movable ? [ipc.buffer as ArrayBuffer] : [],
+      );
     });
   }
 

@@ -14,16 +14,28 @@ export interface EncodeRequest {
   compression?: ParquetCompression;
 }
 /** `wasmBytes`: parquet-wasm's memory after the encode (it grows to the largest batch and never shrinks). */
-export type EncodeReply = { id: number; ok: true; file: Uint8Array; wasmBytes: number } | { id: number; ok: false; error: string; wasmBytes: number };
+export type EncodeReply =
+  | { id: number; ok: true; file: Uint8Array; wasmBytes: number }
+  | { id: number; ok: false; error: string; wasmBytes: number };
 
 const port = parentPort;
 if (!port) throw new Error('encode-thread.ts runs as a worker thread only');
 port.on('message', (m: EncodeRequest) => {
   let reply: EncodeReply;
   try {
-    reply = { id: m.id, ok: true, file: ipcToParquet(m.ipc, m.compression === undefined ? {} : { compression: m.compression }), wasmBytes: wasmBytes() };
+    reply = {
+      id: m.id,
+      ok: true,
+      file: ipcToParquet(m.ipc, m.compression === undefined ? {} : { compression: m.compression }),
+      wasmBytes: wasmBytes(),
+    };
   } catch (err) {
-    port.postMessage({ id: m.id, ok: false, error: (err as Error).message, wasmBytes: wasmBytes() } satisfies EncodeReply);
+    port.postMessage({
+      id: m.id,
+      ok: false,
+      error: (err as Error).message,
+      wasmBytes: wasmBytes(),
+    } satisfies EncodeReply);
     return;
   }
   // The file's buffer moves to the API's thread without a copy.

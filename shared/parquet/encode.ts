@@ -285,7 +285,16 @@ class ColumnSink implements EventSink {
     this.extraOpen = false;
   }
 
-  member(keyStart: number, keyEnd: number, keyEscaped: boolean, valueStart: number, valueEnd: number, kind: ValueKind, escaped: boolean, spaced: boolean): void {
+  member(
+    keyStart: number,
+    keyEnd: number,
+    keyEscaped: boolean,
+    valueStart: number,
+    valueEnd: number,
+    kind: ValueKind,
+    escaped: boolean,
+    spaced: boolean,
+  ): void {
     const body = this.body;
     const col = columnOfKey(body, keyStart, keyEnd, keyEscaped);
     if (col !== undefined) {
@@ -310,7 +319,7 @@ class ColumnSink implements EventSink {
 
   endEvent(): void {
     const row = this.row;
-    if ((row >> 3) >= this.validity.length) {
+    if (row >> 3 >= this.validity.length) {
       const next = new Uint8Array(this.validity.length * 2);
       next.set(this.validity);
       this.validity = next;
@@ -411,7 +420,9 @@ export function eventsToArrow(columns: EventColumns, receivedAtMs: number): arro
     if (col.offsets.length !== rows + 1) {
       throw new RangeError(`column ${name} has ${col.offsets.length - 1} rows, the batch has ${rows}`);
     }
-    children.push(arrow.makeData({ type: UTF8, length: rows, nullCount: 0, valueOffsets: col.offsets, data: col.data }));
+    children.push(
+      arrow.makeData({ type: UTF8, length: rows, nullCount: 0, valueOffsets: col.offsets, data: col.data }),
+    );
   }
   children.push(
     arrow.makeData({
@@ -422,7 +433,8 @@ export function eventsToArrow(columns: EventColumns, receivedAtMs: number): arro
     }),
   );
   const extra = columns.extra;
-  if (extra.offsets.length !== rows + 1) throw new RangeError(`column extra has ${extra.offsets.length - 1} rows, the batch has ${rows}`);
+  if (extra.offsets.length !== rows + 1)
+    throw new RangeError(`column extra has ${extra.offsets.length - 1} rows, the batch has ${rows}`);
   children.push(
     arrow.makeData({
       type: UTF8,
@@ -474,7 +486,8 @@ function buildWriterProperties(opts: ParquetWriteOptions): WriterProperties {
     // add a column/offset index to every small file for no reader we have (and wrote slower).
     .setStatisticsEnabled(EnabledStatistics.None);
   for (const column of DICTIONARY_COLUMNS) builder = builder.setColumnDictionaryEnabled(column, true);
-  for (const column of STATISTICS_COLUMNS) builder = builder.setColumnStatisticsEnabled(column, EnabledStatistics.Chunk);
+  for (const column of STATISTICS_COLUMNS)
+    builder = builder.setColumnStatisticsEnabled(column, EnabledStatistics.Chunk);
   if (opts.maxRowGroupSize !== undefined) builder = builder.setMaxRowGroupSize(opts.maxRowGroupSize);
   return builder.build();
 }
@@ -517,7 +530,11 @@ export function ipcToParquet(ipc: Uint8Array, opts: ParquetWriteOptions = {}): U
  * @returns Parquet bytes and row count, or the reason the data is unusable. An empty `events`
  *   array yields a valid zero-row file.
  */
-export function encodeBatch(body: string | Uint8Array, receivedAtMs: number, opts: ParquetWriteOptions = {}): EncodeResult {
+export function encodeBatch(
+  body: string | Uint8Array,
+  receivedAtMs: number,
+  opts: ParquetWriteOptions = {},
+): EncodeResult {
   const ipc = encodeBatchToIpc(body, receivedAtMs);
   if (!ipc.ok) return ipc;
   return { ok: true, bytes: ipcToParquet(ipc.ipc, opts), rows: ipc.rows };
@@ -528,7 +545,10 @@ export function encodeBatch(body: string | Uint8Array, receivedAtMs: number, opt
  * for a caller that turns it into Parquet elsewhere (an encoder's large batches go to a worker
  * thread: services/encoder/pipeline.ts). The stream owns its whole ArrayBuffer (transferable).
  */
-export function encodeBatchToIpc(body: string | Uint8Array, receivedAtMs: number): { ok: true; ipc: Uint8Array; rows: number } | { ok: false; reason: string } {
+export function encodeBatchToIpc(
+  body: string | Uint8Array,
+  receivedAtMs: number,
+): { ok: true; ipc: Uint8Array; rows: number } | { ok: false; reason: string } {
   // Borrowed columns: they are copied into the IPC stream before anything else can scan into
   // the builders.
   const parsed = scanColumns(body, true);
@@ -558,7 +578,9 @@ export interface PreparedBatch {
 }
 
 /** Outcome of {@link prepareBatch}; `everyEventHasMessageId` and `code` as in {@link scanEnvelope}'s result. */
-export type PrepareResult = { ok: true; batch: PreparedBatch; everyEventHasMessageId: boolean } | { ok: false; reason: string; code: EnvelopeErrorCode };
+export type PrepareResult =
+  | { ok: true; batch: PreparedBatch; everyEventHasMessageId: boolean }
+  | { ok: false; reason: string; code: EnvelopeErrorCode };
 
 /**
  * Validates a push body ({@link scanEnvelope}, the API's own check) and copies its columns into an
@@ -582,7 +604,8 @@ export function prepareBatch(body: Uint8Array): PrepareResult {
       rows,
       ipcBytes: bytes.byteLength,
       stamp(receivedAtMs) {
-        if (!Number.isSafeInteger(receivedAtMs)) throw new RangeError(`receivedAtMs must be an integer epoch-ms, got ${receivedAtMs}`);
+        if (!Number.isSafeInteger(receivedAtMs))
+          throw new RangeError(`receivedAtMs must be an integer epoch-ms, got ${receivedAtMs}`);
         stampRows(new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength), stampAt, rows, receivedAtMs);
         return bytes;
       },
@@ -601,9 +624,17 @@ export function prepareBatch(body: Uint8Array): PrepareResult {
  * with the same writer settings and the codec it was written with ({@link sameCompression}).
  */
 export function restampParquet(file: Uint8Array, receivedAtMs: number): Uint8Array {
-  if (!Number.isSafeInteger(receivedAtMs)) throw new RangeError(`receivedAtMs must be an integer epoch-ms, got ${receivedAtMs}`);
+  if (!Number.isSafeInteger(receivedAtMs))
+    throw new RangeError(`receivedAtMs must be an integer epoch-ms, got ${receivedAtMs}`);
   const table = arrow.tableFromIPC(readParquet(file).intoIPCStream());
-  const stamps = arrow.makeVector(arrow.makeData({ type: RECEIVED_AT_TYPE, length: table.numRows, nullCount: 0, data: new BigInt64Array(table.numRows).fill(BigInt(receivedAtMs)) }));
+  const stamps = arrow.makeVector(
+    arrow.makeData({
+      type: RECEIVED_AT_TYPE,
+      length: table.numRows,
+      nullCount: 0,
+      data: new BigInt64Array(table.numRows).fill(BigInt(receivedAtMs)),
+    }),
+  );
   return arrowToParquet(table.setChild('received_at', stamps), sameCompression(file));
 }
 
@@ -687,7 +718,8 @@ const META_TEMPLATE = (() => {
 const SCHEMA_MESSAGE = (() => {
   const empty = arrow.tableToIPC(new arrow.Table(EVENTS_ARROW_SCHEMA), 'stream');
   const tail = new DataView(empty.buffer, empty.byteOffset + empty.byteLength - 8, 8);
-  if (tail.getUint32(0, true) !== CONTINUATION || tail.getUint32(4, true) !== 0) throw new Error('apache-arrow stream does not end with the end-of-stream marker');
+  if (tail.getUint32(0, true) !== CONTINUATION || tail.getUint32(4, true) !== 0)
+    throw new Error('apache-arrow stream does not end with the end-of-stream marker');
   return empty.slice(0, empty.byteLength - 8);
 })();
 
@@ -706,12 +738,16 @@ export function columnsToIpcStream(columns: EventColumns, receivedAtMs: number):
 
 /** {@link columnsToIpcStream}, plus where the `received_at` values start (8 bytes per row). */
 function writeIpcStream(columns: EventColumns, receivedAtMs: number): { bytes: Uint8Array; stampAt: number } {
-  if (!Number.isSafeInteger(receivedAtMs)) throw new RangeError(`receivedAtMs must be an integer epoch-ms, got ${receivedAtMs}`);
+  if (!Number.isSafeInteger(receivedAtMs))
+    throw new RangeError(`receivedAtMs must be an integer epoch-ms, got ${receivedAtMs}`);
   const rows = columns.rows;
   const utf8: Utf8Column[] = EVENT_COLUMNS.map((name) => columns[name]);
   utf8.push(columns.extra);
   for (const [i, col] of utf8.entries()) {
-    if (col.offsets.length !== rows + 1) throw new RangeError(`column ${i < EVENT_COLUMNS.length ? EVENT_COLUMNS[i] : 'extra'} has ${col.offsets.length - 1} rows, the batch has ${rows}`);
+    if (col.offsets.length !== rows + 1)
+      throw new RangeError(
+        `column ${i < EVENT_COLUMNS.length ? EVENT_COLUMNS[i] : 'extra'} has ${col.offsets.length - 1} rows, the batch has ${rows}`,
+      );
   }
   const extra = columns.extra;
   const extraValidity = extra.nullCount > 0 && extra.validity ? extra.validity.subarray(0, (rows + 7) >> 3) : undefined;
@@ -754,7 +790,8 @@ function writeIpcStream(columns: EventColumns, receivedAtMs: number): { bytes: U
     out.set(bytes, at);
     at += pad8(bytes.byteLength);
   };
-  const putOffsets = (offsets: Int32Array): void => putBytes(new Uint8Array(offsets.buffer, offsets.byteOffset, (rows + 1) * 4));
+  const putOffsets = (offsets: Int32Array): void =>
+    putBytes(new Uint8Array(offsets.buffer, offsets.byteOffset, (rows + 1) * 4));
   for (const col of utf8.slice(0, EVENT_COLUMNS.length)) {
     putOffsets(col.offsets);
     putBytes(col.data.subarray(0, col.offsets[rows]));
@@ -775,4 +812,3 @@ function stampRows(view: DataView, at: number, rows: number, receivedAtMs: numbe
   const stamp = BigInt(receivedAtMs);
   for (let r = 0; r < rows; r++) view.setBigInt64(at + r * 8, stamp, true);
 }
-

@@ -70,7 +70,11 @@ interface Edit {
 }
 
 /** One SchemaElement read from `r` (positioned at its first field header), and the edit that gives it `id(name)`. */
-function schemaElement(r: CompactReader, idOf: (name: string) => number | undefined, topLevel: boolean): { numChildren: number; edit: Edit | undefined } {
+function schemaElement(
+  r: CompactReader,
+  idOf: (name: string) => number | undefined,
+  topLevel: boolean,
+): { numChildren: number; edit: Edit | undefined } {
   let lastId = 0;
   let name: string | undefined;
   let numChildren = 0;
@@ -138,13 +142,25 @@ interface SchemaPatch {
 let lastPatch: SchemaPatch | undefined;
 
 /** The patch for the footer `file[footerStart, footerEnd)` (`ids` is compared by identity: pass an unchanging object). */
-function schemaPatch(file: Uint8Array, footerStart: number, footerEnd: number, ids: Readonly<Record<string, number>>): SchemaPatch {
+function schemaPatch(
+  file: Uint8Array,
+  footerStart: number,
+  footerEnd: number,
+  ids: Readonly<Record<string, number>>,
+): SchemaPatch {
   const last = lastPatch;
-  if (last && last.ids === ids && footerEnd - footerStart >= last.written.byteLength && sameBytes(file, footerStart, last.written)) return last;
+  if (
+    last &&
+    last.ids === ids &&
+    footerEnd - footerStart >= last.written.byteLength &&
+    sameBytes(file, footerStart, last.written)
+  )
+    return last;
   const idOf = (name: string): number | undefined => {
     if (!Object.hasOwn(ids, name)) return undefined;
     const id = ids[name];
-    if (!Number.isSafeInteger(id) || id < 0 || id > 0x7fffffff) throw new RangeError(`field id of ${JSON.stringify(name)} is not an int32 >= 0: ${id}`);
+    if (!Number.isSafeInteger(id) || id < 0 || id > 0x7fffffff)
+      throw new RangeError(`field id of ${JSON.stringify(name)} is not an int32 >= 0: ${id}`);
     return id;
   };
   const r = footerReader(file, footerStart, footerEnd);
@@ -209,7 +225,8 @@ function sameBytes(file: Uint8Array, at: number, bytes: Buffer): boolean {
 export function withFieldIds(file: Uint8Array, ids: Readonly<Record<string, number>>): Uint8Array {
   if (file.byteLength < 12) throw new ParquetSchemaEditError('not a Parquet file: too short');
   const view = new DataView(file.buffer, file.byteOffset, file.byteLength);
-  if (view.getUint32(file.byteLength - 4, true) !== MAGIC) throw new ParquetSchemaEditError('not a Parquet file: no PAR1 at the end');
+  if (view.getUint32(file.byteLength - 4, true) !== MAGIC)
+    throw new ParquetSchemaEditError('not a Parquet file: no PAR1 at the end');
   const footerLength = view.getUint32(file.byteLength - 8, true);
   const footerEnd = file.byteLength - 8;
   const footerStart = footerEnd - footerLength;

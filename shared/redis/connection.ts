@@ -14,7 +14,12 @@ export const DEFAULT_REDIS_URL = 'redis://127.0.0.1:6379';
  * logged (`redis connection error`, host:port, error code, `count`) at most every
  * CONNECTION_ERROR_LOG_MS per Redis, and `redis reachable again` when it is back.
  */
-export function createRedis(url: string, role: 'producer' | 'worker', extra: RedisOptions = {}, logger?: Logger): Redis {
+export function createRedis(
+  url: string,
+  role: 'producer' | 'worker',
+  extra: RedisOptions = {},
+  logger?: Logger,
+): Redis {
   const client = new Redis(ioredisAddress(url), { ...baseOptions, ...roleOptions(role), ...extra });
   // Without a listener ioredis would print each retry to stderr. With a logger, connection
   // errors are logged at most every few seconds per Redis (all connections to it together).
@@ -45,11 +50,16 @@ function roleOptions(role: 'producer' | 'worker'): RedisOptions {
 export type RedisClient = Redis | Cluster;
 
 /** Where Redis is: one server (`url`) or a Redis Cluster reached through seed nodes. */
-export type RedisTarget = { kind: 'single'; url: string } | { kind: 'cluster'; nodes: { host: string; port: number }[] };
+export type RedisTarget =
+  { kind: 'single'; url: string } | { kind: 'cluster'; nodes: { host: string; port: number }[] };
 
 /** The target an environment names: REDIS_CLUSTER_NODES wins over REDIS_URL (config validation forbids both). */
-export function redisTarget(env: { REDIS_URL?: string; REDIS_CLUSTER_NODES?: { host: string; port: number }[] }): RedisTarget {
-  if (env.REDIS_CLUSTER_NODES && env.REDIS_CLUSTER_NODES.length > 0) return { kind: 'cluster', nodes: env.REDIS_CLUSTER_NODES };
+export function redisTarget(env: {
+  REDIS_URL?: string;
+  REDIS_CLUSTER_NODES?: { host: string; port: number }[];
+}): RedisTarget {
+  if (env.REDIS_CLUSTER_NODES && env.REDIS_CLUSTER_NODES.length > 0)
+    return { kind: 'cluster', nodes: env.REDIS_CLUSTER_NODES };
   return { kind: 'single', url: env.REDIS_URL ?? DEFAULT_REDIS_URL };
 }
 
@@ -140,7 +150,9 @@ function classify(err: unknown): { unavailable: boolean; neverRan: boolean } {
   // A Redis refusal names its reason first; the same words elsewhere in a message prove nothing.
   const refused = err.name === 'ReplyError' && REFUSED_REPLY.test(err.message);
   const unavailable =
-    err.name === 'MaxRetriesPerRequestError' || (typeof code === 'string' && UNREACHABLE_CODES.has(code)) || UNAVAILABLE_TEXT.test(err.message);
+    err.name === 'MaxRetriesPerRequestError' ||
+    (typeof code === 'string' && UNREACHABLE_CODES.has(code)) ||
+    UNAVAILABLE_TEXT.test(err.message);
   return { unavailable, neverRan: refused || NOT_SENT_TEXT.test(err.message) };
 }
 
@@ -155,9 +167,11 @@ const UNREACHABLE_CODES = new Set(['ECONNRESET', 'ETIMEDOUT', 'EPIPE']);
 const UNAVAILABLE_TEXT =
   /Stream isn't writeable|Connection is closed|Command aborted due to connection close|Command timed out|connect ETIMEDOUT|Reached the max retries|CLUSTERDOWN|TRYAGAIN|Cluster isn't ready|Failed to refresh slots cache|None of startup nodes is available/i;
 /** ioredis refusing to send: offline queue off and no connection, or no cluster slot map. */
-const NOT_SENT_TEXT = /^(Stream isn't writeable|Cluster isn't ready|None of startup nodes is available|Failed to refresh slots cache)/;
+const NOT_SENT_TEXT =
+  /^(Stream isn't writeable|Cluster isn't ready|None of startup nodes is available|Failed to refresh slots cache)/;
 /** Replies with which Redis refuses a command before running it. */
-const REFUSED_REPLY = /^(OOM|READONLY|BUSY|LOADING|CLUSTERDOWN|TRYAGAIN|MASTERDOWN|NOREPLICAS|MISCONF|NOPERM|NOAUTH|WRONGPASS)\b/;
+const REFUSED_REPLY =
+  /^(OOM|READONLY|BUSY|LOADING|CLUSTERDOWN|TRYAGAIN|MASTERDOWN|NOREPLICAS|MISCONF|NOPERM|NOAUTH|WRONGPASS)\b/;
 
 /**
  * `err` as a `RedisUnavailable` (the driver's error as `cause`, its message kept) when it says
@@ -233,7 +247,10 @@ export async function closeRedis(client: RedisClient, ms: number): Promise<void>
     () => true,
     () => false,
   );
-  const answered = await Promise.race([quit, new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), ms)))]);
+  const answered = await Promise.race([
+    quit,
+    new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), ms))),
+  ]);
   clearTimeout(timer);
   if (!answered) client.disconnect();
 }

@@ -64,36 +64,108 @@ const ROLLUP_KEYS = 'docs/reliability.md, "Redis keys of the rollup service"';
 /** Every key family the product writes. */
 export const KEY_FAMILIES: Readonly<Record<KeyFamilyName, KeyFamily>> = {
   /** A shard's id clock (fields ms, n, last): one per namespace, kept forever (one key). */
-  clock: { pattern: '{<ns>}:clock', type: 'hash', tag: '{<ns>}', bound: 'constant: one per namespace', sizedIn: `${SIZING}, \`{ns}:clock\`` },
+  clock: {
+    pattern: '{<ns>}:clock',
+    type: 'hash',
+    tag: '{<ns>}',
+    bound: 'constant: one per namespace',
+    sizedIn: `${SIZING}, \`{ns}:clock\``,
+  },
   /** The list prefixes with ids in flight; a prefix leaves with its last id. */
-  prefixes: { pattern: '{<ns>}:prefixes', type: 'set', tag: '{<ns>}', bound: 'the backlog', sizedIn: `${SIZING}, \`{ns}:prefixes\`` },
+  prefixes: {
+    pattern: '{<ns>}:prefixes',
+    type: 'set',
+    tag: '{<ns>}',
+    bound: 'the backlog',
+    sizedIn: `${SIZING}, \`{ns}:prefixes\``,
+  },
   /**
    * A prefix's in-flight ids (the `?after=` watermark); every id leaves when written,
    * dead-lettered or reaped (ORPHAN_GRACE_SECONDS), and the key goes with its last id.
    */
-  pending: { pattern: '{<ns>}:pending:<prefix>', type: 'zset', tag: '{<ns>}', bound: 'the backlog', sizedIn: `${SIZING}, \`{ns}:pending:<prefix>\`` },
+  pending: {
+    pattern: '{<ns>}:pending:<prefix>',
+    type: 'zset',
+    tag: '{<ns>}',
+    bound: 'the backlog',
+    sizedIn: `${SIZING}, \`{ns}:pending:<prefix>\``,
+  },
   /** A prefix's index of written ids: trimmed to LIST_INDEX_SECONDS, expiring that long after the prefix's last write. */
-  written: { pattern: '{<ns>}:written:<prefix>', type: 'zset', tag: '{<ns>}', bound: 'LIST_INDEX_SECONDS (TTL + trim)', sizedIn: `${SIZING}, \`{ns}:written:<prefix>\`` },
+  written: {
+    pattern: '{<ns>}:written:<prefix>',
+    type: 'zset',
+    tag: '{<ns>}',
+    bound: 'LIST_INDEX_SECONDS (TTL + trim)',
+    sizedIn: `${SIZING}, \`{ns}:written:<prefix>\``,
+  },
   /** The lowest id a prefix's written index still covers; expires with `written:<prefix>`. */
-  floor: { pattern: '{<ns>}:floor:<prefix>', type: 'string', tag: '{<ns>}', bound: 'LIST_INDEX_SECONDS (TTL)', sizedIn: `${SIZING}, \`{ns}:floor:<prefix>\`` },
+  floor: {
+    pattern: '{<ns>}:floor:<prefix>',
+    type: 'string',
+    tag: '{<ns>}',
+    bound: 'LIST_INDEX_SECONDS (TTL)',
+    sizedIn: `${SIZING}, \`{ns}:floor:<prefix>\``,
+  },
   /**
    * Idempotency-Key entries: hashes of 16-byte claim digest → batch id + body digest, sharded
    * (`<shard>`) and bucketed (`<bucket>` = window / 4); each hash expires a window plus a bucket
    * after it starts (IDEMPOTENCY_WINDOW_SECONDS).
    */
-  'idem:k': { pattern: '{<ns>}:idem:k:<shard>:<bucket>', type: 'hash', tag: '{<ns>}', bound: '1.25 × IDEMPOTENCY_WINDOW_SECONDS (TTL)', sizedIn: `${SIZING}, \`{ns}:idem:k:<shard>:<bucket>\`` },
+  'idem:k': {
+    pattern: '{<ns>}:idem:k:<shard>:<bucket>',
+    type: 'hash',
+    tag: '{<ns>}',
+    bound: '1.25 × IDEMPOTENCY_WINDOW_SECONDS (TTL)',
+    sizedIn: `${SIZING}, \`{ns}:idem:k:<shard>:<bucket>\``,
+  },
   /** Body-dedup entries (no key, every event with a message_id): as `idem:k`, within BODY_DEDUP_WINDOW_SECONDS. */
-  'idem:b': { pattern: '{<ns>}:idem:b:<shard>:<bucket>', type: 'hash', tag: '{<ns>}', bound: '1.25 × BODY_DEDUP_WINDOW_SECONDS (TTL)', sizedIn: `${SIZING}, \`{ns}:idem:b:<shard>:<bucket>\`` },
+  'idem:b': {
+    pattern: '{<ns>}:idem:b:<shard>:<bucket>',
+    type: 'hash',
+    tag: '{<ns>}',
+    bound: '1.25 × BODY_DEDUP_WINDOW_SECONDS (TTL)',
+    sizedIn: `${SIZING}, \`{ns}:idem:b:<shard>:<bucket>\``,
+  },
   /** A replayed dead letter's marker, keeping the reaper off the id it put back in flight: REPLAY_MARK_SECONDS (60 s). */
-  replaying: { pattern: '{<ns>}:replaying:<batch id>', type: 'string', tag: '{<ns>}', bound: '60 s (TTL)', sizedIn: `${SIZING}, \`{ns}:replaying:<id>\`` },
+  replaying: {
+    pattern: '{<ns>}:replaying:<batch id>',
+    type: 'string',
+    tag: '{<ns>}',
+    bound: '60 s (TTL)',
+    sizedIn: `${SIZING}, \`{ns}:replaying:<id>\``,
+  },
   /** Member batch id → the group job it rides in (QUEUE_GROUP_MAX); an entry leaves with its id from flight. */
-  groups: { pattern: '{<ns>}:groups', type: 'hash', tag: '{<ns>}', bound: 'the backlog', sizedIn: `${SIZING}, \`{ns}:groups\`` },
+  groups: {
+    pattern: '{<ns>}:groups',
+    type: 'hash',
+    tag: '{<ns>}',
+    bound: 'the backlog',
+    sizedIn: `${SIZING}, \`{ns}:groups\``,
+  },
   /** The QUEUE_SHARDS the keys are laid out for (shared/redis/shards.ts, ensureShardLayout): one small string per deployment, no TTL. */
-  shards: { pattern: '{<QUEUE_NAME>}:shards', type: 'string', tag: '{<QUEUE_NAME>}', bound: 'constant: one per deployment', sizedIn: `${SIZING}, \`{<QUEUE_NAME>}:shards\`` },
+  shards: {
+    pattern: '{<QUEUE_NAME>}:shards',
+    type: 'string',
+    tag: '{<QUEUE_NAME>}',
+    bound: 'constant: one per deployment',
+    sizedIn: `${SIZING}, \`{<QUEUE_NAME>}:shards\``,
+  },
   /** The rollup job, retention pass or Iceberg commit pass (services/rollup/iceberg-committer.ts) working on a prefix: 10 s TTL, renewed by the live holder. */
-  'rollup:lock': { pattern: '{<QUEUE_NAME>}:rollup:lock:<prefix>', type: 'string', tag: '{<QUEUE_NAME>}', bound: '10 s (TTL); one per prefix being rolled now', sizedIn: `${ROLLUP_KEYS}, \`{<QUEUE_NAME>}:rollup:lock:<prefix>\`` },
+  'rollup:lock': {
+    pattern: '{<QUEUE_NAME>}:rollup:lock:<prefix>',
+    type: 'string',
+    tag: '{<QUEUE_NAME>}',
+    bound: '10 s (TTL); one per prefix being rolled now',
+    sizedIn: `${ROLLUP_KEYS}, \`{<QUEUE_NAME>}:rollup:lock:<prefix>\``,
+  },
   /** Batches replayed into a rolled period, waiting for their re-roll: one per shard, capped at 10,000 members. */
-  'rollup:dirty': { pattern: '{<ns>}:rollup:dirty', type: 'zset', tag: '{<ns>}', bound: 'cap: 10,000 members per shard', sizedIn: `${ROLLUP_KEYS}, \`{<ns>}:rollup:dirty\`` },
+  'rollup:dirty': {
+    pattern: '{<ns>}:rollup:dirty',
+    type: 'zset',
+    tag: '{<ns>}',
+    bound: 'cap: 10,000 members per shard',
+    sizedIn: `${ROLLUP_KEYS}, \`{<ns>}:rollup:dirty\``,
+  },
   /**
    * BullMQ's keys of a shard's batch queue (jobs, their locks, wait/active/failed sets, the
    * events stream, meta, …), named by BullMQ (shared/redis/bullmq-keys.ts). Prefix `bull` with one
@@ -139,7 +211,13 @@ export const KEY_FAMILIES: Readonly<Record<KeyFamilyName, KeyFamily>> = {
     sizedIn: `${SIZING}, \`ingest-rl:<QUEUE_NAME>:<collection>:…\` and "Rate-limit counters"`,
   },
   /** A cap-signed request's nonce (CAP_AUTH=on), `SET NX PX` for twice the skew window (10 min). */
-  'cap-nonce': { pattern: 'ingest-cap:<QUEUE_NAME>:n:<digest>', type: 'string', tag: '', bound: '10 min (TTL)', sizedIn: `${SIZING}, \`ingest-cap:<QUEUE_NAME>:n:<22-char digest>\`` },
+  'cap-nonce': {
+    pattern: 'ingest-cap:<QUEUE_NAME>:n:<digest>',
+    type: 'string',
+    tag: '',
+    bound: '10 min (TTL)',
+    sizedIn: `${SIZING}, \`ingest-cap:<QUEUE_NAME>:n:<22-char digest>\``,
+  },
 };
 
 /** The hash tag `{<tag>}`: every key that starts with it lives in the tag's Cluster slot. */
@@ -186,7 +264,8 @@ export const ledgerKeys = {
   /** `{<ns>}:idem:<k|b>:`: every bucket hash of one idempotency family (for SCAN MATCH). */
   idemFamilyPrefix: (ns: string, family: IdemFamily): string => `${hashTag(ns)}:idem:${family === 'key' ? 'k' : 'b'}:`,
   /** `{<ns>}:idem:<k|b>:<shard>:`: the scripts append the bucket number (mint_batch-4.lua). */
-  idemBucketPrefix: (ns: string, family: IdemFamily, shard: number): string => `${ledgerKeys.idemFamilyPrefix(ns, family)}${shard}:`,
+  idemBucketPrefix: (ns: string, family: IdemFamily, shard: number): string =>
+    `${ledgerKeys.idemFamilyPrefix(ns, family)}${shard}:`,
   /**
    * `{<ns>}:idem:-`: passed in the idempotency slot of a script call without a claim, so the call
    * names a key of the shard's slot; never written.
@@ -228,7 +307,13 @@ export function rateLimitKeyPrefix(queueName?: string): string {
 }
 
 /** A request bucket: `<keyPrefix>:<collection>:<action>:<kind>:<digest of the bucket>` (kind `s`, `i` or `p`). */
-export function rateLimitKey(keyPrefix: string, collection: string, action: string, kind: string, digest: string): string {
+export function rateLimitKey(
+  keyPrefix: string,
+  collection: string,
+  action: string,
+  kind: string,
+  digest: string,
+): string {
   return `${keyPrefix}:${collection}:${action}:${kind}:${digest}`;
 }
 
@@ -315,6 +400,13 @@ export function keyFamily(key: string, opts: { queueName?: string } = {}): KeyFa
   }
   const bull = parseQueueKey(key, LEGACY_QUEUE_PREFIX);
   if (!bull || bull.rest === '') return undefined;
-  if (opts.queueName !== undefined) return bull.queue === opts.queueName ? 'queue' : bull.queue === rollupQueueName(opts.queueName) ? 'rollup-queue' : bull.queue === eraseQueueName(opts.queueName) ? 'erase-queue' : undefined;
+  if (opts.queueName !== undefined)
+    return bull.queue === opts.queueName
+      ? 'queue'
+      : bull.queue === rollupQueueName(opts.queueName)
+        ? 'rollup-queue'
+        : bull.queue === eraseQueueName(opts.queueName)
+          ? 'erase-queue'
+          : undefined;
   return bull.queue.endsWith('-rollup') ? 'rollup-queue' : bull.queue.endsWith('-erase') ? 'erase-queue' : 'queue';
 }

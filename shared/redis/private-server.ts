@@ -22,11 +22,28 @@ export interface RedisHandle {
  * backlog's size in CPU on the same cores; at 256 MB that came to about one a minute
  * (docs/decisions/0018-private-redis-settings.md), for up to 256 MB more AOF on disk.
  */
-export const PRIVATE_REDIS_ARGS: readonly string[] = ['--appendonly', 'yes', '--appendfsync', 'everysec', '--auto-aof-rewrite-min-size', '256mb', '--save', '', '--maxmemory-policy', 'noeviction'];
+export const PRIVATE_REDIS_ARGS: readonly string[] = [
+  '--appendonly',
+  'yes',
+  '--appendfsync',
+  'everysec',
+  '--auto-aof-rewrite-min-size',
+  '256mb',
+  '--save',
+  '',
+  '--maxmemory-policy',
+  'noeviction',
+];
 
 /** Resolves when a Redis answers PING at `url` within `ms`. */
 export async function redisAnswers(url: string, ms: number): Promise<boolean> {
-  const probe = new Redis(ioredisAddress(url), { lazyConnect: true, connectTimeout: ms, maxRetriesPerRequest: 0, retryStrategy: () => null, enableOfflineQueue: false });
+  const probe = new Redis(ioredisAddress(url), {
+    lazyConnect: true,
+    connectTimeout: ms,
+    maxRetriesPerRequest: 0,
+    retryStrategy: () => null,
+    enableOfflineQueue: false,
+  });
   probe.on('error', () => undefined);
   try {
     await probe.connect();
@@ -52,7 +69,12 @@ const MAX_SOCKET_PATH = 100;
  * (docs/decisions/0018-private-redis-settings.md). The TCP port stays open for redis-cli and for
  * a second process on the same default.
  */
-export async function ensureRedis(opts: { redisUrl?: string; dataDir: string; logger: Logger; port?: number }): Promise<RedisHandle> {
+export async function ensureRedis(opts: {
+  redisUrl?: string;
+  dataDir: string;
+  logger: Logger;
+  port?: number;
+}): Promise<RedisHandle> {
   if (opts.redisUrl) return { url: opts.redisUrl, owned: false, stop: async () => undefined };
   const port = opts.port ?? 6379;
   const url = `redis://127.0.0.1:${port}`;
@@ -70,7 +92,8 @@ export async function ensureRedis(opts: { redisUrl?: string; dataDir: string; lo
   const dir = resolve(opts.dataDir, 'redis');
   mkdirSync(dir, { recursive: true });
   const socket = resolve(dir, 'redis.sock');
-  const socketArgs = Buffer.byteLength(socket) <= MAX_SOCKET_PATH ? ['--unixsocket', socket, '--unixsocketperm', '700'] : [];
+  const socketArgs =
+    Buffer.byteLength(socket) <= MAX_SOCKET_PATH ? ['--unixsocket', socket, '--unixsocketperm', '700'] : [];
   let server: RedisServerProcess;
   try {
     server = await spawnRedisServer({
@@ -83,7 +106,10 @@ export async function ensureRedis(opts: { redisUrl?: string; dataDir: string; lo
   }
   const socketUrl = unixSocketUrl(socket);
   const via = socketArgs.length > 0 && (await redisAnswers(socketUrl, 1000)) ? socketUrl : url;
-  opts.logger.info({ redis: via === url ? url : `unix:${socket}`, port, dir, pid: server.child.pid }, 'started a private redis-server (AOF on)');
+  opts.logger.info(
+    { redis: via === url ? url : `unix:${socket}`, port, dir, pid: server.child.pid },
+    'started a private redis-server (AOF on)',
+  );
   return { url: via, owned: true, stop: () => server.stop() };
 }
 
@@ -101,14 +127,28 @@ export interface RedisServerProcess {
  * bench and the chaos run): on 127.0.0.1:`port` with its files in `dir` plus `args`, resolving
  * once it answers PING (at most `ms`); throws (after killing it) when it exits or stays silent.
  */
-export async function spawnRedisServer(opts: { port: number; dir: string; args?: readonly string[]; ms?: number }): Promise<RedisServerProcess> {
+export async function spawnRedisServer(opts: {
+  port: number;
+  dir: string;
+  args?: readonly string[];
+  ms?: number;
+}): Promise<RedisServerProcess> {
   const url = `redis://127.0.0.1:${opts.port}`;
-  const child: ChildProcess = spawn('redis-server', ['--port', String(opts.port), '--bind', '127.0.0.1', '--dir', opts.dir, '--daemonize', 'no', ...(opts.args ?? [])], { stdio: 'ignore' });
+  const child: ChildProcess = spawn(
+    'redis-server',
+    ['--port', String(opts.port), '--bind', '127.0.0.1', '--dir', opts.dir, '--daemonize', 'no', ...(opts.args ?? [])],
+    { stdio: 'ignore' },
+  );
   let exited = false;
   child.once('exit', () => (exited = true));
   child.once('error', () => (exited = true));
   try {
-    await pollUntil(() => redisAnswers(url, 500), { ms: opts.ms ?? 10_000, intervalMs: 50, what: `redis-server on ${url}`, giveUp: () => (exited ? 'it exited at start (is it installed? apt-get install redis-server)' : undefined) });
+    await pollUntil(() => redisAnswers(url, 500), {
+      ms: opts.ms ?? 10_000,
+      intervalMs: 50,
+      what: `redis-server on ${url}`,
+      giveUp: () => (exited ? 'it exited at start (is it installed? apt-get install redis-server)' : undefined),
+    });
   } catch (err) {
     child.kill('SIGKILL');
     throw err;

@@ -4,7 +4,16 @@
  * prefix. The addresses of the three job families come from {@link queueAddress}, which reads the
  * keyspace (./keyspace.ts), so no caller spells a queue name, a prefix or BullMQ's options.
  */
-import { type ConnectionOptions, type Processor, Queue, QueueEvents, type QueueEventsOptions, type QueueOptions, Worker, type WorkerOptions } from 'bullmq';
+import {
+  type ConnectionOptions,
+  type Processor,
+  Queue,
+  QueueEvents,
+  type QueueEventsOptions,
+  type QueueOptions,
+  Worker,
+  type WorkerOptions,
+} from 'bullmq';
 import { LEGACY_QUEUE_PREFIX } from './bullmq-keys.js';
 import type { RedisClient } from './connection.js';
 import { eraseQueueName, rollupQueueName, rollupQueuePrefix } from './keyspace.js';
@@ -44,17 +53,35 @@ const asConnection = (c: QueueConnection): ConnectionOptions => c as ConnectionO
  * process restarts: every push would answer 503. A producer uses no version-dependent command;
  * workers still make the check on their own connection.
  */
-export function openQueue(at: QueueAddress, connection: QueueConnection, o: { producer?: boolean } & Omit<QueueOptions, 'connection' | 'prefix'> = {}): Queue {
+export function openQueue(
+  at: QueueAddress,
+  connection: QueueConnection,
+  o: { producer?: boolean } & Omit<QueueOptions, 'connection' | 'prefix'> = {},
+): Queue {
   const { producer, ...rest } = o;
-  return new Queue(at.name, { ...rest, connection: asConnection(connection), prefix: at.prefix, ...(producer ? { skipVersionCheck: true } : {}) });
+  return new Queue(at.name, {
+    ...rest,
+    connection: asConnection(connection),
+    prefix: at.prefix,
+    ...(producer ? { skipVersionCheck: true } : {}),
+  });
 }
 
 /** A worker taking the jobs of the queue at `at` with `processor`. */
-export function openWorker<D = unknown, R = unknown>(at: QueueAddress, processor: Processor<D, R>, connection: QueueConnection, o: Omit<WorkerOptions, 'connection' | 'prefix'> = {}): Worker<D, R> {
+export function openWorker<D = unknown, R = unknown>(
+  at: QueueAddress,
+  processor: Processor<D, R>,
+  connection: QueueConnection,
+  o: Omit<WorkerOptions, 'connection' | 'prefix'> = {},
+): Worker<D, R> {
   return new Worker<D, R>(at.name, processor, { ...o, connection: asConnection(connection), prefix: at.prefix });
 }
 
 /** The event stream of the queue at `at` (completed, failed, …). */
-export function openQueueEvents(at: QueueAddress, connection: QueueConnection, o: Omit<QueueEventsOptions, 'connection' | 'prefix'> = {}): QueueEvents {
+export function openQueueEvents(
+  at: QueueAddress,
+  connection: QueueConnection,
+  o: Omit<QueueEventsOptions, 'connection' | 'prefix'> = {},
+): QueueEvents {
   return new QueueEvents(at.name, { ...o, connection: asConnection(connection), prefix: at.prefix });
 }

@@ -34,20 +34,31 @@ export interface PrefixLock {
  * `rollup_lock_release`): a missed renewal shows in `held()` once the key expires, a failed
  * release leaves the lock to expire (LOCK_TTL_MS), so the next job of the prefix waits that long at most.
  */
-export async function acquirePrefixLock(redis: RedisClient, ns: string, prefix: string, token: string, sink: BestEffortSink): Promise<PrefixLock | null> {
+export async function acquirePrefixLock(
+  redis: RedisClient,
+  ns: string,
+  prefix: string,
+  token: string,
+  sink: BestEffortSink,
+): Promise<PrefixLock | null> {
   const key = lockKey(ns, prefix);
   const ok = await redis.set(key, token, 'PX', LOCK_TTL_MS, 'NX');
   if (ok !== 'OK') return null;
   let lost = false;
-  const timer = setInterval(() => {
-    void bestEffort(
-      'rollup_lock_renew',
-      withScripts(redis).ingestLockRenew(key, token, String(LOCK_TTL_MS)).then((r) => {
-        if (r !== 1) lost = true;
-      }),
-      sink,
-    );
-  }, Math.floor(LOCK_TTL_MS / 3));
+  const timer = setInterval(
+    () => {
+      void bestEffort(
+        'rollup_lock_renew',
+        withScripts(redis)
+          .ingestLockRenew(key, token, String(LOCK_TTL_MS))
+          .then((r) => {
+            if (r !== 1) lost = true;
+          }),
+        sink,
+      );
+    },
+    Math.floor(LOCK_TTL_MS / 3),
+  );
   timer.unref();
   return {
     async held() {
@@ -65,7 +76,12 @@ export async function acquirePrefixLock(redis: RedisClient, ns: string, prefix: 
  * Records that `batchId` of `prefix` was put back in the queue (a dead-letter replay), so the
  * rollup planner re-rolls its period once the batch is written, if that period is already rolled.
  */
-export async function noteReplayedBatch(redis: RedisClient, ns: string, prefix: string, batchId: string): Promise<void> {
+export async function noteReplayedBatch(
+  redis: RedisClient,
+  ns: string,
+  prefix: string,
+  batchId: string,
+): Promise<void> {
   await redis
     .multi()
     .zadd(dirtyKey(ns), 'NX', String(Date.now()), `${prefix}\n${batchId}`)
@@ -74,7 +90,11 @@ export async function noteReplayedBatch(redis: RedisClient, ns: string, prefix: 
 }
 
 /** The oldest replay notes, at most `count`. */
-export async function replayedBatches(redis: RedisClient, ns: string, count: number): Promise<{ member: string; prefix: string; batchId: string }[]> {
+export async function replayedBatches(
+  redis: RedisClient,
+  ns: string,
+  count: number,
+): Promise<{ member: string; prefix: string; batchId: string }[]> {
   const members = await redis.zrange(dirtyKey(ns), '0', String(count - 1));
   return members.flatMap((member) => {
     const cut = member.lastIndexOf('\n');

@@ -37,12 +37,34 @@ type Arg = string | Buffer;
 
 /** The scripts as commands: KEYS first, then ARGV, as each file's header lists them. */
 export interface ScriptCommands {
-  ingestMint(clock: string, pending: string, idemPrefix: string, prefixes: string, ...argv: Arg[]): Promise<[string, number]>;
+  ingestMint(
+    clock: string,
+    pending: string,
+    idemPrefix: string,
+    prefixes: string,
+    ...argv: Arg[]
+  ): Promise<[string, number]>;
   ingestIdemLookup(idemPrefix: string, ...argv: Arg[]): Promise<[string, number]>;
-  ingestRelease(k1: string, k2: string, k3: string, k4: string, k5: string, k6: string, k7: string, ...argv: Arg[]): Promise<number>;
+  ingestRelease(
+    k1: string,
+    k2: string,
+    k3: string,
+    k4: string,
+    k5: string,
+    k6: string,
+    k7: string,
+    ...argv: Arg[]
+  ): Promise<number>;
   ingestReap(pending: string, prefixes: string, replayMark: string, batchId: string, prefix: string): Promise<number>;
   ingestListBound(clock: string, pending: string): Promise<[string, string, string]>;
-  ingestListWritten(clock: string, pending: string, written: string, floor: string, a1: string, a2: string): Promise<string[]>;
+  ingestListWritten(
+    clock: string,
+    pending: string,
+    written: string,
+    floor: string,
+    a1: string,
+    a2: string,
+  ): Promise<string[]>;
   ingestScanPending(prefixes: string, failed: string, ...argv: string[]): Promise<[number, number, string, number]>;
   ingestSeedClock(clock: string, ms: string): Promise<number>;
   ingestRateCheck(counter: string, windowMs: string): Promise<[number, number]>;
@@ -66,7 +88,12 @@ let sources: Map<ScriptName, string> | undefined;
 
 /** The Lua text of script `name`. */
 export function scriptSource(name: ScriptName): string {
-  sources ??= new Map(Object.entries(SCRIPT_FILES).map(([n, file]) => [n as ScriptName, readFileSync(new URL(`./scripts/${file}`, import.meta.url), 'utf8')]));
+  sources ??= new Map(
+    Object.entries(SCRIPT_FILES).map(([n, file]) => [
+      n as ScriptName,
+      readFileSync(new URL(`./scripts/${file}`, import.meta.url), 'utf8'),
+    ]),
+  );
   return sources.get(name) as string;
 }
 

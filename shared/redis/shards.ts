@@ -56,7 +56,8 @@ export function shardTag(queueName: string, index: number, count: number): strin
 
 /** The layout of `count` shards of queue `queueName`; tagged on a Cluster or with more than one shard. */
 export function shardLayouts(queueName: string, count: number, cluster: boolean): ShardLayout[] {
-  if (count === 1 && !cluster) return [{ index: 0, count: 1, queueName, queuePrefix: LEGACY_QUEUE_PREFIX, namespace: queueName, tag: queueName }];
+  if (count === 1 && !cluster)
+    return [{ index: 0, count: 1, queueName, queuePrefix: LEGACY_QUEUE_PREFIX, namespace: queueName, tag: queueName }];
   return Array.from({ length: count }, (_, index) => {
     const tag = shardTag(queueName, index, count);
     return { index, count, queueName, queuePrefix: taggedQueuePrefix(tag), namespace: tag, tag };
@@ -99,7 +100,11 @@ export class ShardSet {
   }
 
   /** Producer side: one BullMQ queue and ledger per shard of `layouts`, all on `client`. */
-  static open(client: RedisClient, layouts: readonly ShardLayout[], wait?: { replicas: number; timeoutMs: number }): ShardSet {
+  static open(
+    client: RedisClient,
+    layouts: readonly ShardLayout[],
+    wait?: { replicas: number; timeoutMs: number },
+  ): ShardSet {
     const shards = layouts.map((layout) => ({
       layout,
       // A producer skips BullMQ's version check (see openQueue).
@@ -113,7 +118,14 @@ export class ShardSet {
 
   /** One shard made of an existing queue and ledger (the single-Redis default; tests and the library). */
   static single(queue: Queue, ledger: BatchLedger, client: RedisClient): ShardSet {
-    const layout: ShardLayout = { index: 0, count: 1, queueName: queue.name, queuePrefix: queue.opts.prefix ?? LEGACY_QUEUE_PREFIX, namespace: ledger.namespace, tag: ledger.namespace };
+    const layout: ShardLayout = {
+      index: 0,
+      count: 1,
+      queueName: queue.name,
+      queuePrefix: queue.opts.prefix ?? LEGACY_QUEUE_PREFIX,
+      namespace: ledger.namespace,
+      tag: ledger.namespace,
+    };
     return new ShardSet([{ layout, queue, ledger }], client);
   }
 
@@ -145,11 +157,21 @@ export class ShardSet {
    */
   async replicate(shard: Shard): Promise<void> {
     if (this.wait.replicas <= 0) return;
-    const res = await this.client.pipeline().exists(shard.ledger.prefixesKey()).call('WAIT', String(this.wait.replicas), String(this.wait.timeoutMs)).exec();
+    const res = await this.client
+      .pipeline()
+      .exists(shard.ledger.prefixesKey())
+      .call('WAIT', String(this.wait.replicas), String(this.wait.timeoutMs))
+      .exec();
     const [, waited] = res ?? [];
-    if (!waited || waited[0]) throw new ReplicationTimeout(`WAIT failed on shard ${shard.layout.index}: ${waited?.[0] instanceof Error ? waited[0].message : 'no reply'}`);
+    if (!waited || waited[0])
+      throw new ReplicationTimeout(
+        `WAIT failed on shard ${shard.layout.index}: ${waited?.[0] instanceof Error ? waited[0].message : 'no reply'}`,
+      );
     const acked = Number(waited[1]);
-    if (acked < this.wait.replicas) throw new ReplicationTimeout(`shard ${shard.layout.index}: ${acked} of ${this.wait.replicas} replicas acknowledged within ${this.wait.timeoutMs} ms`);
+    if (acked < this.wait.replicas)
+      throw new ReplicationTimeout(
+        `shard ${shard.layout.index}: ${acked} of ${this.wait.replicas} replicas acknowledged within ${this.wait.timeoutMs} ms`,
+      );
   }
 
   /** Closes every shard's queue (not the connection). Idempotent per queue. */
@@ -176,7 +198,11 @@ const UNFINISHED_STATES = ['waiting', 'active', 'delayed', 'prioritized', 'waiti
  * last one) and records the new count. Marker: `{QUEUE_NAME}:shards` (no TTL: one small string
  * per deployment). An unreachable Redis fails it with a `RedisUnavailable`.
  */
-export async function ensureShardLayout(client: RedisClient, queueName: string, layouts: readonly ShardLayout[]): Promise<{ changedFrom?: number }> {
+export async function ensureShardLayout(
+  client: RedisClient,
+  queueName: string,
+  layouts: readonly ShardLayout[],
+): Promise<{ changedFrom?: number }> {
   const cluster = client instanceof Cluster;
   const want = layouts.length;
   const markerKey = shardMarkerKey(queueName);
@@ -194,7 +220,11 @@ export async function ensureShardLayout(client: RedisClient, queueName: string, 
     let busy = 0;
     let lastMs = 0;
     for (const s of oldSet.shards) {
-      const [counts, scan, clockMs] = await Promise.all([redisCall(s.queue.getJobCounts(...UNFINISHED_STATES)), s.ledger.scanPending(), s.ledger.lastMintedMs()]);
+      const [counts, scan, clockMs] = await Promise.all([
+        redisCall(s.queue.getJobCounts(...UNFINISHED_STATES)),
+        s.ledger.scanPending(),
+        s.ledger.lastMintedMs(),
+      ]);
       busy += Object.values(counts).reduce((a, b) => a + b, 0) + (scan.oldest ? 1 : 0);
       lastMs = Math.max(lastMs, clockMs);
     }

@@ -21,7 +21,8 @@ const RETENTION_NAME = '_retention.json';
 
 /** A batch id's instant as the 13-digit string ids start with: `id >= msKey(t)` ⇔ `batchIdMs(id) >= t`. */
 export function msKey(ms: number): string {
-  if (!Number.isSafeInteger(ms) || ms < 0 || ms > 9_999_999_999_999) throw new RangeError(`not an epoch-ms in id range: ${ms}`);
+  if (!Number.isSafeInteger(ms) || ms < 0 || ms > 9_999_999_999_999)
+    throw new RangeError(`not an epoch-ms in id range: ${ms}`);
   return String(ms).padStart(13, '0');
 }
 

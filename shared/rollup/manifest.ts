@@ -92,7 +92,9 @@ function parseManifest(key: string, body: Uint8Array): Manifest {
 /** Writes a prefix's manifest in one atomic put. */
 export async function writeManifest(store: ObjectStore, manifest: Manifest): Promise<void> {
   const sorted = { ...manifest, periods: [...manifest.periods].sort((a, b) => a.startMs - b.startMs) };
-  await store.putBytes(manifestKey(manifest.prefix), Buffer.from(`${JSON.stringify(sorted)}\n`), { contentType: 'application/json' });
+  await store.putBytes(manifestKey(manifest.prefix), Buffer.from(`${JSON.stringify(sorted)}\n`), {
+    contentType: 'application/json',
+  });
 }
 
 /** Every rollup file key the manifest lists. */

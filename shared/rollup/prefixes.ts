@@ -24,7 +24,10 @@ export function literalHead(t: StoragePathTemplate): string {
 }
 
 /** The list prefix a key of `t` lives under, with its params; null when the key does not fit the template. */
-export function prefixOfKey(t: StoragePathTemplate, key: string): { prefix: string; params: Record<string, string> } | null {
+export function prefixOfKey(
+  t: StoragePathTemplate,
+  key: string,
+): { prefix: string; params: Record<string, string> } | null {
   const parts = key.split('/');
   const n = t.segments.length - 1;
   if (parts.length <= n) return null;

@@ -55,11 +55,18 @@ export async function readRetentionMark(store: ObjectStore, prefix: string): Pro
  * Raises the prefix's mark to `id` (no-op when it is already at or above it). Call it, under the
  * prefix lock, before deleting batch files with ids up to `id`.
  */
-export async function raiseRetentionMark(store: ObjectStore, prefix: string, id: string, now: number = Date.now()): Promise<void> {
+export async function raiseRetentionMark(
+  store: ObjectStore,
+  prefix: string,
+  id: string,
+  now: number = Date.now(),
+): Promise<void> {
   const current = await readRetentionMark(store, prefix);
   if (current && current.deletedThrough >= id) return;
   const mark: RetentionMark = { v: 1, prefix, deletedThrough: id, updatedAt: now };
-  await store.putBytes(retentionKey(prefix), Buffer.from(`${JSON.stringify(mark)}\n`), { contentType: 'application/json' });
+  await store.putBytes(retentionKey(prefix), Buffer.from(`${JSON.stringify(mark)}\n`), {
+    contentType: 'application/json',
+  });
 }
 
 /**
@@ -85,7 +92,11 @@ export class CursorExpired extends Error {
  * {@link CursorExpired} (its next batches were deleted); otherwise returns the mark (for the
  * response header) or null.
  */
-export async function checkListCursor(store: ObjectStore, prefix: string, after: string | undefined): Promise<string | null> {
+export async function checkListCursor(
+  store: ObjectStore,
+  prefix: string,
+  after: string | undefined,
+): Promise<string | null> {
   const mark = await readRetentionMark(store, prefix);
   if (!mark) return null;
   if (after !== undefined && after < mark.deletedThrough) {

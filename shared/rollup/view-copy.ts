@@ -95,7 +95,12 @@ export async function refreshViewCopy(opts: ViewCopyOptions): Promise<ViewCopyRe
   const wildcard = template.prefixParams.some((p) => params[p] === '*');
   const pattern = listPrefix(template, params);
   const prefixes = wildcard
-    ? [...new Set([...(await discoverPrefixes(store, template, { match: params })), ...(await discoverPrefixes(store, template, { root: 'rollups', match: params }))])].sort()
+    ? [
+        ...new Set([
+          ...(await discoverPrefixes(store, template, { match: params })),
+          ...(await discoverPrefixes(store, template, { root: 'rollups', match: params })),
+        ]),
+      ].sort()
     : [pattern];
 
   const fileOf = (key: string): string => path.join(root, ...key.split('/'));
@@ -141,7 +146,10 @@ export async function refreshViewCopy(opts: ViewCopyOptions): Promise<ViewCopyRe
   }
 
   // Prefixes the copy holds but the store no longer has (only those the params select): the view over the copy must not read them.
-  const local = new Set([...(await discoverLocal(root, template, params, 'batches')), ...(await discoverLocal(root, template, params, 'rollups'))]);
+  const local = new Set([
+    ...(await discoverLocal(root, template, params, 'batches')),
+    ...(await discoverLocal(root, template, params, 'rollups')),
+  ]);
   for (const prefix of local) {
     if (prefixes.includes(prefix)) continue;
     await fs.rm(fileOf(manifestKey(prefix)), { force: true });
@@ -152,9 +160,18 @@ export async function refreshViewCopy(opts: ViewCopyOptions): Promise<ViewCopyRe
 }
 
 /** The default copy folder for a store: `<cache home>/events-ingest/view-copy/<hash of the store>`. */
-export function defaultViewCopyDir(store: ObjectStore, env: Readonly<Record<string, string | undefined>>, home: string): string {
+export function defaultViewCopyDir(
+  store: ObjectStore,
+  env: Readonly<Record<string, string | undefined>>,
+  home: string,
+): string {
   const base = env.XDG_CACHE_HOME || path.join(home, '.cache');
-  return path.join(base, 'events-ingest', 'view-copy', createHash('sha256').update(store.describe()).digest('hex').slice(0, 16));
+  return path.join(
+    base,
+    'events-ingest',
+    'view-copy',
+    createHash('sha256').update(store.describe()).digest('hex').slice(0, 16),
+  );
 }
 
 /** Rollup files the manifest lists, tagged with what identifies their content (size, and when the period was rolled). */
@@ -172,7 +189,13 @@ function isViewFile(prefix: string, key: string): boolean {
  * Removes local batch files of `prefix` not in `batches` and local rollup files not in `rollups`
  * (with their index entries); returns how many files went.
  */
-async function prune(root: string, prefix: string, batches: ReadonlySet<string>, rollups: ReadonlySet<string>, index: CopyIndex): Promise<number> {
+async function prune(
+  root: string,
+  prefix: string,
+  batches: ReadonlySet<string>,
+  rollups: ReadonlySet<string>,
+  index: CopyIndex,
+): Promise<number> {
   let n = 0;
   for (const name of await readdirOrEmpty(path.join(root, ...prefix.split('/')))) {
     const key = `${prefix}${name}`;
@@ -194,14 +217,26 @@ async function prune(root: string, prefix: string, batches: ReadonlySet<string>,
 }
 
 /** List prefixes present in the local copy that match `params`. */
-async function discoverLocal(root: string, template: ReturnType<typeof parseStoragePath>, params: Readonly<Record<string, string>>, which: 'batches' | 'rollups'): Promise<string[]> {
+async function discoverLocal(
+  root: string,
+  template: ReturnType<typeof parseStoragePath>,
+  params: Readonly<Record<string, string>>,
+  which: 'batches' | 'rollups',
+): Promise<string[]> {
   return discoverPrefixes(createStore({ kind: 'filesystem', root }), template, { root: which, match: params });
 }
 
 /** Reads of one object the copy makes before it gives up on a connection that keeps dropping. */
 export const FETCH_ATTEMPTS = 3;
 /** Errors of a connection, not of the local disk: the object is read again from the start. */
-const NETWORK_CODES = new Set(['ECONNRESET', 'ECONNREFUSED', 'EPIPE', 'ETIMEDOUT', 'ECONNABORTED', 'ERR_STREAM_PREMATURE_CLOSE']);
+const NETWORK_CODES = new Set([
+  'ECONNRESET',
+  'ECONNREFUSED',
+  'EPIPE',
+  'ETIMEDOUT',
+  'ECONNABORTED',
+  'ERR_STREAM_PREMATURE_CLOSE',
+]);
 
 function isDroppedConnection(err: unknown): boolean {
   if (err instanceof StoreError) return err.retriable;
@@ -320,7 +355,9 @@ async function readIndex(file: string, source: string): Promise<CopyIndex> {
     return { v: 1, source, objects: {} };
   }
   if (parsed.source !== source) {
-    throw new Error(`${path.dirname(file)} holds a copy of ${parsed.source}, not of ${source}; use another folder or delete it`);
+    throw new Error(
+      `${path.dirname(file)} holds a copy of ${parsed.source}, not of ${source}; use another folder or delete it`,
+    );
   }
   return parsed;
 }

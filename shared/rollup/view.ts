@@ -58,7 +58,12 @@ export async function rollupViewSql(opts: DuckdbReadParquetOptions): Promise<Rol
 
   const wildcard = template.prefixParams.some((p) => params[p] === '*');
   const prefixes = wildcard
-    ? [...new Set([...(await discoverPrefixes(store, template, { match: params })), ...(await discoverPrefixes(store, template, { root: 'rollups', match: params }))])].sort()
+    ? [
+        ...new Set([
+          ...(await discoverPrefixes(store, template, { match: params })),
+          ...(await discoverPrefixes(store, template, { root: 'rollups', match: params })),
+        ]),
+      ].sort()
     : [pattern];
 
   const manifests: Manifest[] = [];
@@ -73,10 +78,16 @@ export async function rollupViewSql(opts: DuckdbReadParquetOptions): Promise<Rol
   // One VARCHAR column per list-prefix param (`app`), as the batch-file view has: from the
   // manifest's prefix for rollup files, from the file name for batch files.
   const prefixSegments = template.segments.slice(0, -1);
-  const paramNames = prefixSegments.flatMap((seg) => (seg.kind === 'param' && !(VIEW_COLUMNS as readonly string[]).includes(seg.name) ? [seg.name] : []));
+  const paramNames = prefixSegments.flatMap((seg) =>
+    seg.kind === 'param' && !(VIEW_COLUMNS as readonly string[]).includes(seg.name) ? [seg.name] : [],
+  );
   const pathPattern = `/${prefixSegments.map((seg) => (seg.kind === 'literal' ? seg.value.replaceAll('.', '\\.') : '([^/]+)')).join('/')}/[^/]+\\.parquet$`;
-  const groupOf = (name: string): number => prefixSegments.filter((seg) => seg.kind === 'param').findIndex((seg) => seg.kind === 'param' && seg.name === name) + 1;
-  const pathColumns = paramNames.map((n) => `regexp_extract(filename, ${sqlStringLiteral(pathPattern)}, ${groupOf(n)}) AS "${n}"`);
+  const groupOf = (name: string): number =>
+    prefixSegments.filter((seg) => seg.kind === 'param').findIndex((seg) => seg.kind === 'param' && seg.name === name) +
+    1;
+  const pathColumns = paramNames.map(
+    (n) => `regexp_extract(filename, ${sqlStringLiteral(pathPattern)}, ${groupOf(n)}) AS "${n}"`,
+  );
   const extra = (list: string[]): string => (list.length ? `, ${list.join(', ')}` : '');
 
   const parts: string[] = [];
@@ -84,18 +95,28 @@ export async function rollupViewSql(opts: DuckdbReadParquetOptions): Promise<Rol
     const urls = m.periods.flatMap((p) => p.files.map((f) => rootUrl + f.key));
     if (urls.length === 0) continue;
     const values = prefixOfKey(template, `${m.prefix}x`)?.params ?? {};
-    parts.push(`SELECT ${COLUMN_LIST}${extra(paramNames.map((n) => `${sqlStringLiteral(values[n] ?? '')} AS "${n}"`))} FROM read_parquet([${urls.map(sqlStringLiteral).join(', ')}])`);
+    parts.push(
+      `SELECT ${COLUMN_LIST}${extra(paramNames.map((n) => `${sqlStringLiteral(values[n] ?? '')} AS "${n}"`))} FROM read_parquet([${urls.map(sqlStringLiteral).join(', ')}])`,
+    );
   }
   if (anyBatch) {
     const excluded = manifests
       .filter((m) => m.watermarkMs > 0)
-      .map((m) => `NOT (filename >= ${sqlStringLiteral(rootUrl + m.prefix)} AND filename < ${sqlStringLiteral(rootUrl + m.prefix + msKey(m.watermarkMs))})`);
+      .map(
+        (m) =>
+          `NOT (filename >= ${sqlStringLiteral(rootUrl + m.prefix)} AND filename < ${sqlStringLiteral(rootUrl + m.prefix + msKey(m.watermarkMs))})`,
+      );
     const where = excluded.length > 0 ? ` WHERE ${excluded.join(' AND ')}` : '';
     parts.push(
       `SELECT ${BATCH_COLUMNS}, regexp_extract(filename, '([^/]+)\\.parquet$', 1) AS "batch_id"${extra(pathColumns)} FROM read_parquet(${sqlStringLiteral(base.glob)}, filename = true)${where}`,
     );
   }
   const empty = `SELECT *${extra(paramNames.map((n) => `''::VARCHAR AS "${n}"`))} FROM (${EMPTY_SELECT})`;
-  const select = parts.length === 0 ? empty : parts.length === 1 ? (parts[0] as string) : parts.map((p) => `(${p})`).join(' UNION ALL ');
+  const select =
+    parts.length === 0
+      ? empty
+      : parts.length === 1
+        ? (parts[0] as string)
+        : parts.map((p) => `(${p})`).join(' UNION ALL ');
   return { setup: base.setup, select, manifests };
 }

@@ -4,7 +4,8 @@ import { S3ObjectStore, type S3ObjectStoreOptions } from './s3/index.js';
 import type { ObjectStore } from './types.js';
 
 /** Which backend to build, with its options (the constructors' own). */
-export type StoreSpec = { kind: 'filesystem'; root: string } | ({ kind: 's3' } & S3ObjectStoreOptions) | { kind: 'memory' };
+export type StoreSpec =
+  { kind: 'filesystem'; root: string } | ({ kind: 's3' } & S3ObjectStoreOptions) | { kind: 'memory' };
 
 /**
  * A store of the kind `spec` names. Code outside shared/store/ builds stores here (or through

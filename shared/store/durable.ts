@@ -20,7 +20,11 @@ export interface FileVersion {
  * inode and mtime (one more `fstat`, a thread-pool round trip the caller pays only when it
  * records them); otherwise undefined.
  */
-export async function writeFileDurably(file: string, body: Uint8Array | string, opts: { exclusive?: boolean; version?: boolean } = {}): Promise<FileVersion | undefined> {
+export async function writeFileDurably(
+  file: string,
+  body: Uint8Array | string,
+  opts: { exclusive?: boolean; version?: boolean } = {},
+): Promise<FileVersion | undefined> {
   const handle = await fs.open(file, opts.exclusive === false ? 'w' : 'wx');
   let version: FileVersion | undefined;
   try {

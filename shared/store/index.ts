@@ -1,4 +1,14 @@
-export type { ByteRange, CreateIfAbsent, ListOptions, ObjectMeta, ObjectStore, PutOptions, StoreCredentials, StoreLocation, StoredObject } from './types.js';
+export type {
+  ByteRange,
+  CreateIfAbsent,
+  ListOptions,
+  ObjectMeta,
+  ObjectStore,
+  PutOptions,
+  StoreCredentials,
+  StoreLocation,
+  StoredObject,
+} from './types.js';
 export { MemoryObjectStore } from './memory/index.js';
 export { FilesystemObjectStore } from './filesystem/index.js';
 export type { FilesystemObjectStoreOptions } from './filesystem/index.js';

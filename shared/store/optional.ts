@@ -12,7 +12,10 @@ import type { CreateIfAbsent, ObjectStore } from './types.js';
  */
 export function requireCreateIfAbsent(store: ObjectStore, feature = 'an Iceberg commit'): CreateIfAbsent {
   if (typeof store.createIfAbsent !== 'function') {
-    throw new StoreError(`${store.describe()} has no createIfAbsent (create a key only if absent): ${feature} needs one`, { retriable: false });
+    throw new StoreError(
+      `${store.describe()} has no createIfAbsent (create a key only if absent): ${feature} needs one`,
+      { retriable: false },
+    );
   }
   return store.createIfAbsent.bind(store);
 }

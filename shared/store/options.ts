@@ -13,6 +13,9 @@ export function checkOptionNames(store: string, opts: object, known: readonly st
   const unknown = Object.keys(opts).filter((k) => !known.includes(k));
   if (unknown.length > 0) {
     const names = unknown.map((k) => JSON.stringify(k)).join(', ');
-    throw new StoreError(`${store}: unknown option${unknown.length > 1 ? 's' : ''} ${names}; known options are ${known.join(', ')}`, { retriable: false });
+    throw new StoreError(
+      `${store}: unknown option${unknown.length > 1 ? 's' : ''} ${names}; known options are ${known.join(', ')}`,
+      { retriable: false },
+    );
   }
 }

@@ -28,7 +28,8 @@ function fill(bytes: number, event: (i: number) => string): string {
 }
 
 const hex = (n: number, width: number): string => (n >>> 0).toString(16).padStart(width, '0').slice(-width);
-const uuid = (i: number): string => `${hex(i * 2654435761, 8)}-${hex(i, 4)}-4${hex(i >> 4, 3)}-a${hex(i * 7, 3)}-${hex(i * 40503, 12)}`;
+const uuid = (i: number): string =>
+  `${hex(i * 2654435761, 8)}-${hex(i, 4)}-4${hex(i >> 4, 3)}-a${hex(i * 7, 3)}-${hex(i * 40503, 12)}`;
 
 /** A typical ~300-byte event with the nine known columns. */
 export function plainEvent(i: number): string {

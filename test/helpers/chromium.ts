@@ -16,7 +16,10 @@ export interface RunningChromium {
  * the network on its own (no component updates, sync, QUIC or first-run pages).
  */
 export async function launchChromium(): Promise<RunningChromium> {
-  if (!existsSync(CHROMIUM_PATH)) throw new Error(`${CHROMIUM_PATH} not found: install Debian's chromium (apt-get install -y chromium) or set CHROMIUM_PATH`);
+  if (!existsSync(CHROMIUM_PATH))
+    throw new Error(
+      `${CHROMIUM_PATH} not found: install Debian's chromium (apt-get install -y chromium) or set CHROMIUM_PATH`,
+    );
   const profile = mkdtempSync(join(tmpdir(), 'ingest-chromium-'));
   const browser = await puppeteer.launch({
     executablePath: CHROMIUM_PATH,

@@ -23,7 +23,8 @@ function sourcesDigest(): string {
     }
   };
   for (const d of ['shared', 'services', 'cli']) walk(join(ROOT, d));
-  for (const f of ['index.ts', 'tsconfig.json', 'tsconfig.build.json', 'scripts/build.mjs', 'package-lock.json']) h.update(f).update(readFileSync(join(ROOT, f)));
+  for (const f of ['index.ts', 'tsconfig.json', 'tsconfig.build.json', 'scripts/build.mjs', 'package-lock.json'])
+    h.update(f).update(readFileSync(join(ROOT, f)));
   return h.digest('hex');
 }
 
@@ -49,7 +50,11 @@ export async function distEntry(entry: `${string}.js`): Promise<`${string}.js`> 
   }
   try {
     if (!existsSync(STAMP) || readFileSync(STAMP, 'utf8') !== digest) {
-      const r = spawnSync(process.execPath, [join(ROOT, 'scripts/build.mjs'), '--out', OUT], { cwd: ROOT, encoding: 'utf8', timeout: LOCK_STALE_MS });
+      const r = spawnSync(process.execPath, [join(ROOT, 'scripts/build.mjs'), '--out', OUT], {
+        cwd: ROOT,
+        encoding: 'utf8',
+        timeout: LOCK_STALE_MS,
+      });
       if (r.status !== 0) throw new Error(`build failed (${String(r.status)}):\n${r.stdout}\n${r.stderr}`);
       writeFileSync(STAMP, digest);
     }
@@ -67,17 +72,22 @@ export async function distEntry(entry: `${string}.js`): Promise<`${string}.js`> 
  * no script runs.
  */
 export function startFlags(compiledEntry: string): string[] {
-  const { scripts } = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> };
+  const { scripts } = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as {
+    scripts: Record<string, string>;
+  };
   for (const command of Object.values(scripts)) {
     const m = /^node((?: --[\w-]+(?:=\S+)?)*) dist\/(\S+\.js)$/.exec(command);
-    if (m && compiledEntry.endsWith(`/${m[2] as string}`)) return (m[1] as string).split(' ').filter((a) => a.length > 0);
+    if (m && compiledEntry.endsWith(`/${m[2] as string}`))
+      return (m[1] as string).split(' ').filter((a) => a.length > 0);
   }
   return [];
 }
 
 /** The command line of a running process, as the kernel has it (`/proc/<pid>/cmdline`). */
 export function commandLine(pid: number): string[] {
-  return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter((s) => s.length > 0);
+  return readFileSync(`/proc/${pid}/cmdline`, 'utf8')
+    .split('\0')
+    .filter((s) => s.length > 0);
 }
 
 /**

@@ -27,10 +27,11 @@ export function event(b: number, i: number): Record<string, unknown> {
 export function body(b: number, n: number, make: (b: number, i: number) => Record<string, unknown> = event): string {
   const events = Array.from({ length: n }, (_, i) => {
     const e = make(b, i);
-    return JSON.stringify(e).replace('"properties":{', '"properties": {"sp" :  true, ').replace('"custom_field":{', '"custom_field":{"big": 12345678901234567890, ');
+    return JSON.stringify(e)
+      .replace('"properties":{', '"properties": {"sp" :  true, ')
+      .replace('"custom_field":{', '"custom_field":{"big": 12345678901234567890, ');
   });
   return `{"data":{"events":[${events.join(',')}]},"baseHash":null}`;
 }
 
 export const ROW = `event_type, event, distinct_id, anonymous_id, ts, message_id, properties, context, dt, epoch_ms(received_at)::BIGINT AS rat, extra`;
-

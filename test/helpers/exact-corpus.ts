@@ -100,5 +100,8 @@ export function envelopeOf(rawEvents: readonly string[]): string {
 
 /** What a UTF-8 string column holds for a JSON string: decoded, a lone surrogate as U+FFFD. */
 export function decodedString(raw: string): string {
-  return (JSON.parse(raw) as string).replace(/[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g, '\ufffd');
+  return (JSON.parse(raw) as string).replace(
+    /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g,
+    '\ufffd',
+  );
 }

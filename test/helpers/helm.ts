@@ -32,7 +32,8 @@ function layerPackage(): { zip: string; version: string } {
  * half-written binary.
  */
 export function helmBinary(): string {
-  if (process.platform !== 'linux' || process.arch !== 'x64') throw new Error(`${PACKAGE} ships linux x86_64 binaries; this is ${process.platform}/${process.arch}`);
+  if (process.platform !== 'linux' || process.arch !== 'x64')
+    throw new Error(`${PACKAGE} ships linux x86_64 binaries; this is ${process.platform}/${process.arch}`);
   const { zip, version } = layerPackage();
   const dir = join(ROOT, 'node_modules/.cache/events-ingest-helm', version);
   const bin = join(dir, 'helm');
@@ -102,7 +103,8 @@ export async function render(valuesFile: string | undefined, sets: readonly stri
   if (valuesFile) args.push('-f', join(CHART_DIR, 'ci', valuesFile));
   for (const s of sets) args.push('--set', s);
   const r = await helm(args);
-  if (r.code !== 0) throw new Error(`helm template ${valuesFile ?? '(defaults)'} ${sets.join(' ')} failed:\n${r.stderr}`);
+  if (r.code !== 0)
+    throw new Error(`helm template ${valuesFile ?? '(defaults)'} ${sets.join(' ')} failed:\n${r.stderr}`);
   return parseAllDocuments(r.stdout)
     .map((d) => d.toJS() as K8sObject | null)
     .filter((o): o is K8sObject => o !== null);

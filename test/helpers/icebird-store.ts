@@ -30,6 +30,14 @@ export function serveStoreToIcebird(): { route: (prefix: string, store: ObjectSt
 export function canonical(v: unknown): string {
   const parsed = typeof v === 'string' && /^[[{]/.test(v) ? (JSON.parse(v) as unknown) : v;
   const sort = (x: unknown): unknown =>
-    Array.isArray(x) ? x.map(sort) : x !== null && typeof x === 'object' ? Object.fromEntries(Object.keys(x).sort().map((k) => [k, sort((x as Record<string, unknown>)[k])])) : x;
+    Array.isArray(x)
+      ? x.map(sort)
+      : x !== null && typeof x === 'object'
+        ? Object.fromEntries(
+            Object.keys(x)
+              .sort()
+              .map((k) => [k, sort((x as Record<string, unknown>)[k])]),
+          )
+        : x;
   return JSON.stringify(sort(parsed));
 }

@@ -35,7 +35,11 @@ export function answerChecker(doc: OpenApiDocument): { check(a: SeenAnswer): str
     if (!v) compiled.set(key, (v = ajv.compile(schema)));
     return v;
   };
-  const templates = Object.keys(doc.paths).map((p) => ({ p, re: new RegExp(`^${p.replace(/[.]/g, '\\.').replace(/\{[^}]+\}/g, '[^/]+')}$`), literal: p.replace(/\{[^}]+\}/g, '').length }));
+  const templates = Object.keys(doc.paths).map((p) => ({
+    p,
+    re: new RegExp(`^${p.replace(/[.]/g, '\\.').replace(/\{[^}]+\}/g, '[^/]+')}$`),
+    literal: p.replace(/\{[^}]+\}/g, '').length,
+  }));
   /** Which (path, method, status) the checks saw, for coverage. */
   const seen = new Set<string>();
 
@@ -51,7 +55,8 @@ export function answerChecker(doc: OpenApiDocument): { check(a: SeenAnswer): str
       const value = headerOf(a.headers, name);
       if (value === undefined) {
         if (h.required) problems.push(`${where}: header ${name} missing`);
-      } else if (!validator(h.schema)(value)) problems.push(`${where}: header ${name}=${value} does not fit its schema`);
+      } else if (!validator(h.schema)(value))
+        problems.push(`${where}: header ${name}=${value} does not fit its schema`);
     }
     const head = a.method.toUpperCase() === 'HEAD';
     if (head || a.status === 304) return problems;
@@ -61,7 +66,11 @@ export function answerChecker(doc: OpenApiDocument): { check(a: SeenAnswer): str
     }
     const type = (headerOf(a.headers, 'content-type') ?? '').split(';')[0]?.trim() ?? '';
     const media = r.content[type];
-    if (!media) return [...problems, `${where}: content type ${type || '(none)'} not listed (${Object.keys(r.content).join(', ')})`];
+    if (!media)
+      return [
+        ...problems,
+        `${where}: content type ${type || '(none)'} not listed (${Object.keys(r.content).join(', ')})`,
+      ];
     if (!type.endsWith('json')) return problems;
     let value: unknown;
     try {

@@ -4,2652 +4,2673 @@
  */
 
 export interface paths {
-    "/healthz": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        /** Liveness */
-        get: operations["healthz"];
-        put?: never;
-        post?: never;
-        delete?: never;
-        options?: never;
-        /** Liveness */
-        head: operations["healthz_head"];
-        patch?: never;
-        trace?: never;
+  '/healthz': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
     };
-    "/health": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        /** Liveness */
-        get: operations["health"];
-        put?: never;
-        post?: never;
-        delete?: never;
-        options?: never;
-        /** Liveness */
-        head: operations["health_head"];
-        patch?: never;
-        trace?: never;
+    /** Liveness */
+    get: operations['healthz'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    /** Liveness */
+    head: operations['healthz_head'];
+    patch?: never;
+    trace?: never;
+  };
+  '/health': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
     };
-    "/readyz": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        /** Readiness: Redis and the store reachable */
-        get: operations["readyz"];
-        put?: never;
-        post?: never;
-        delete?: never;
-        options?: never;
-        /** Readiness: Redis and the store reachable */
-        head: operations["readyz_head"];
-        patch?: never;
-        trace?: never;
+    /** Liveness */
+    get: operations['health'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    /** Liveness */
+    head: operations['health_head'];
+    patch?: never;
+    trace?: never;
+  };
+  '/readyz': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
     };
-    "/metrics": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        /** Prometheus metrics */
-        get: operations["metrics"];
-        put?: never;
-        post?: never;
-        delete?: never;
-        options?: never;
-        /** Prometheus metrics */
-        head: operations["metrics_head"];
-        patch?: never;
-        trace?: never;
+    /** Readiness: Redis and the store reachable */
+    get: operations['readyz'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    /** Readiness: Redis and the store reachable */
+    head: operations['readyz_head'];
+    patch?: never;
+    trace?: never;
+  };
+  '/metrics': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
     };
-    "/config": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        /** The collection manifest (Starfish fetchServerConfig) */
-        get: operations["config"];
-        put?: never;
-        post?: never;
-        delete?: never;
-        options?: never;
-        /** The collection manifest (Starfish fetchServerConfig) */
-        head: operations["config_head"];
-        patch?: never;
-        trace?: never;
+    /** Prometheus metrics */
+    get: operations['metrics'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    /** Prometheus metrics */
+    head: operations['metrics_head'];
+    patch?: never;
+    trace?: never;
+  };
+  '/config': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
     };
-    "/openapi.json": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        /** This document */
-        get: operations["openapi"];
-        put?: never;
-        post?: never;
-        delete?: never;
-        options?: never;
-        /** This document */
-        head: operations["openapi_head"];
-        patch?: never;
-        trace?: never;
+    /** The collection manifest (Starfish fetchServerConfig) */
+    get: operations['config'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    /** The collection manifest (Starfish fetchServerConfig) */
+    head: operations['config_head'];
+    patch?: never;
+    trace?: never;
+  };
+  '/openapi.json': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
     };
-    "/push/events/{app}/{batchId}": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get?: never;
-        put?: never;
-        /** Push a batch of events to events */
-        post: operations["push_events"];
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
+    /** This document */
+    get: operations['openapi'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    /** This document */
+    head: operations['openapi_head'];
+    patch?: never;
+    trace?: never;
+  };
+  '/push/events/{app}/{batchId}': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
     };
-    "/pull/events/{app}/{batchId}": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        /** Read one batch file of events (ETag, 304, ranges) */
-        get: operations["pull_events"];
-        put?: never;
-        post?: never;
-        delete?: never;
-        options?: never;
-        /** Read one batch file of events (ETag, 304, ranges) */
-        head: operations["pull_events_head"];
-        patch?: never;
-        trace?: never;
+    get?: never;
+    put?: never;
+    /** Push a batch of events to events */
+    post: operations['push_events'];
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/pull/events/{app}/{batchId}': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
     };
-    "/list/events/{app}": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        /** List batch ids of events after a cursor */
-        get: operations["list_events"];
-        put?: never;
-        post?: never;
-        delete?: never;
-        options?: never;
-        /** List batch ids of events after a cursor */
-        head: operations["list_events_head"];
-        patch?: never;
-        trace?: never;
+    /** Read one batch file of events (ETag, 304, ranges) */
+    get: operations['pull_events'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    /** Read one batch file of events (ETag, 304, ranges) */
+    head: operations['pull_events_head'];
+    patch?: never;
+    trace?: never;
+  };
+  '/list/events/{app}': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
     };
-    "/list/events/{app}/rewritten": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        /** Batch ids of events an erasure rewrote, after a cursor */
-        get: operations["rewritten_events"];
-        put?: never;
-        post?: never;
-        delete?: never;
-        options?: never;
-        /** Batch ids of events an erasure rewrote, after a cursor */
-        head: operations["rewritten_events_head"];
-        patch?: never;
-        trace?: never;
+    /** List batch ids of events after a cursor */
+    get: operations['list_events'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    /** List batch ids of events after a cursor */
+    head: operations['list_events_head'];
+    patch?: never;
+    trace?: never;
+  };
+  '/list/events/{app}/rewritten': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
     };
-    "/admin/failed": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        /** Dead-lettered batches, oldest first */
-        get: operations["adminFailed"];
-        put?: never;
-        post?: never;
-        delete?: never;
-        options?: never;
-        /** Dead-lettered batches, oldest first */
-        head: operations["adminFailed_head"];
-        patch?: never;
-        trace?: never;
+    /** Batch ids of events an erasure rewrote, after a cursor */
+    get: operations['rewritten_events'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    /** Batch ids of events an erasure rewrote, after a cursor */
+    head: operations['rewritten_events_head'];
+    patch?: never;
+    trace?: never;
+  };
+  '/admin/failed': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
     };
-    "/admin/replay": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get?: never;
-        put?: never;
-        /** Replay every dead letter (up to 1000) */
-        post: operations["adminReplayAll"];
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
+    /** Dead-lettered batches, oldest first */
+    get: operations['adminFailed'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    /** Dead-lettered batches, oldest first */
+    head: operations['adminFailed_head'];
+    patch?: never;
+    trace?: never;
+  };
+  '/admin/replay': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
     };
-    "/admin/replay/{batchId}": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get?: never;
-        put?: never;
-        /** Replay one dead letter */
-        post: operations["adminReplay"];
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
+    get?: never;
+    put?: never;
+    /** Replay every dead letter (up to 1000) */
+    post: operations['adminReplayAll'];
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/admin/replay/{batchId}': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
     };
-    "/admin/erase/{collection}/{app}": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get?: never;
-        put?: never;
-        /** Erase a person's events from an app */
-        post: operations["erase"];
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
+    get?: never;
+    put?: never;
+    /** Replay one dead letter */
+    post: operations['adminReplay'];
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/admin/erase/{collection}/{app}': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
     };
-    "/admin/erase/{id}": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        /** The state of an erasure */
-        get: operations["eraseStatus"];
-        put?: never;
-        post?: never;
-        delete?: never;
-        options?: never;
-        /** The state of an erasure */
-        head: operations["eraseStatus_head"];
-        patch?: never;
-        trace?: never;
+    get?: never;
+    put?: never;
+    /** Erase a person's events from an app */
+    post: operations['erase'];
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/admin/erase/{id}': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
     };
+    /** The state of an erasure */
+    get: operations['eraseStatus'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    /** The state of an erasure */
+    head: operations['eraseStatus_head'];
+    patch?: never;
+    trace?: never;
+  };
 }
 export type webhooks = Record<string, never>;
 export interface components {
-    schemas: {
-        /** @enum {string} */
-        ErrorCode: "bad_json" | "bad_envelope" | "bad_encoding" | "bad_param" | "bad_header" | "bad_request" | "unauthorized" | "forbidden" | "not_found" | "method_not_allowed" | "request_timeout" | "cursor_expired" | "too_large" | "content_type" | "content_encoding" | "range_not_satisfiable" | "idempotency_conflict" | "rate_limited" | "internal" | "overloaded" | "unavailable";
-        Error: {
-            error: string;
-            code: components["schemas"]["ErrorCode"];
-        };
+  schemas: {
+    /** @enum {string} */
+    ErrorCode:
+      | 'bad_json'
+      | 'bad_envelope'
+      | 'bad_encoding'
+      | 'bad_param'
+      | 'bad_header'
+      | 'bad_request'
+      | 'unauthorized'
+      | 'forbidden'
+      | 'not_found'
+      | 'method_not_allowed'
+      | 'request_timeout'
+      | 'cursor_expired'
+      | 'too_large'
+      | 'content_type'
+      | 'content_encoding'
+      | 'range_not_satisfiable'
+      | 'idempotency_conflict'
+      | 'rate_limited'
+      | 'internal'
+      | 'overloaded'
+      | 'unavailable';
+    Error: {
+      error: string;
+      code: components['schemas']['ErrorCode'];
     };
-    responses: never;
-    parameters: never;
-    requestBodies: never;
-    headers: never;
-    pathItems: never;
+  };
+  responses: never;
+  parameters: never;
+  requestBodies: never;
+  headers: never;
+  pathItems: never;
 }
 export type $defs = Record<string, never>;
 export interface operations {
-    healthz: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description The process is up */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        /** @constant */
-                        ok: true;
-                    };
-                };
-            };
-            /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
-            405: {
-                headers: {
-                    /** @description The methods the path serves */
-                    Allow: string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "method_not_allowed";
-                    };
-                };
-            };
-            /** @description `internal`: An unexpected error; nothing about it is told. */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "internal";
-                    };
-                };
-            };
-        };
+  healthz: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
     };
-    healthz_head: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
+    requestBody?: never;
+    responses: {
+      /** @description The process is up */
+      200: {
+        headers: {
+          [name: string]: unknown;
         };
-        requestBody?: never;
-        responses: {
-            /** @description The process is up */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
-            405: {
-                headers: {
-                    /** @description The methods the path serves */
-                    Allow: string;
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `internal`: An unexpected error; nothing about it is told. */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
+        content: {
+          'application/json': {
+            /** @constant */
+            ok: true;
+          };
         };
+      };
+      /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
+      405: {
+        headers: {
+          /** @description The methods the path serves */
+          Allow: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'method_not_allowed';
+          };
+        };
+      };
+      /** @description `internal`: An unexpected error; nothing about it is told. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'internal';
+          };
+        };
+      };
     };
-    health: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description The process is up */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        /** @constant */
-                        ok: true;
-                    };
-                };
-            };
-            /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
-            405: {
-                headers: {
-                    /** @description The methods the path serves */
-                    Allow: string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "method_not_allowed";
-                    };
-                };
-            };
-            /** @description `internal`: An unexpected error; nothing about it is told. */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "internal";
-                    };
-                };
-            };
-        };
+  };
+  healthz_head: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
     };
-    health_head: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
+    requestBody?: never;
+    responses: {
+      /** @description The process is up */
+      200: {
+        headers: {
+          [name: string]: unknown;
         };
-        requestBody?: never;
-        responses: {
-            /** @description The process is up */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
-            405: {
-                headers: {
-                    /** @description The methods the path serves */
-                    Allow: string;
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `internal`: An unexpected error; nothing about it is told. */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
+        content?: never;
+      };
+      /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
+      405: {
+        headers: {
+          /** @description The methods the path serves */
+          Allow: string;
+          [name: string]: unknown;
         };
+        content?: never;
+      };
+      /** @description `internal`: An unexpected error; nothing about it is told. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
     };
-    readyz: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description Ready */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        ok: boolean;
-                        checks: {
-                            [key: string]: string;
-                        };
-                        watermarkLagSeconds: number | null;
-                        shedding: string | null;
-                    };
-                };
-            };
-            /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
-            405: {
-                headers: {
-                    /** @description The methods the path serves */
-                    Allow: string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "method_not_allowed";
-                    };
-                };
-            };
-            /** @description `internal`: An unexpected error; nothing about it is told. */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "internal";
-                    };
-                };
-            };
-            /** @description Not ready: what is down */
-            503: {
-                headers: {
-                    /** @description Seconds to wait before retrying */
-                    "Retry-After": string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        ok: boolean;
-                        checks: {
-                            [key: string]: string;
-                        };
-                        watermarkLagSeconds: number | null;
-                        shedding: string | null;
-                    };
-                };
-            };
-        };
+  };
+  health: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
     };
-    readyz_head: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
+    requestBody?: never;
+    responses: {
+      /** @description The process is up */
+      200: {
+        headers: {
+          [name: string]: unknown;
         };
-        requestBody?: never;
-        responses: {
-            /** @description Ready */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
-            405: {
-                headers: {
-                    /** @description The methods the path serves */
-                    Allow: string;
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `internal`: An unexpected error; nothing about it is told. */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description Not ready: what is down */
-            503: {
-                headers: {
-                    /** @description Seconds to wait before retrying */
-                    "Retry-After": string;
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
+        content: {
+          'application/json': {
+            /** @constant */
+            ok: true;
+          };
         };
+      };
+      /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
+      405: {
+        headers: {
+          /** @description The methods the path serves */
+          Allow: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'method_not_allowed';
+          };
+        };
+      };
+      /** @description `internal`: An unexpected error; nothing about it is told. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'internal';
+          };
+        };
+      };
     };
-    metrics: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description Prometheus text format */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "text/plain": string;
-                };
-            };
-            /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
-            405: {
-                headers: {
-                    /** @description The methods the path serves */
-                    Allow: string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "method_not_allowed";
-                    };
-                };
-            };
-            /** @description `internal`: An unexpected error; nothing about it is told. */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "internal";
-                    };
-                };
-            };
-        };
+  };
+  health_head: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
     };
-    metrics_head: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
+    requestBody?: never;
+    responses: {
+      /** @description The process is up */
+      200: {
+        headers: {
+          [name: string]: unknown;
         };
-        requestBody?: never;
-        responses: {
-            /** @description Prometheus text format */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
-            405: {
-                headers: {
-                    /** @description The methods the path serves */
-                    Allow: string;
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `internal`: An unexpected error; nothing about it is told. */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
+        content?: never;
+      };
+      /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
+      405: {
+        headers: {
+          /** @description The methods the path serves */
+          Allow: string;
+          [name: string]: unknown;
         };
+        content?: never;
+      };
+      /** @description `internal`: An unexpected error; nothing about it is told. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
     };
-    config: {
-        parameters: {
-            query?: never;
-            header?: {
-                "If-None-Match"?: string;
-            };
-            path?: never;
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description The collections */
-            200: {
-                headers: {
-                    /** @description Strong entity tag of the representation */
-                    ETag: string;
-                    /** @description Caching of the answer */
-                    "Cache-Control"?: string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        collections: {
-                            name: string;
-                            maxBodyBytes: number;
-                            encryption: string;
-                            allowedMimeTypes: string[];
-                            maxEventsPerBatch: number;
-                        }[];
-                    };
-                };
-            };
-            /** @description Not modified */
-            304: {
-                headers: {
-                    /** @description Strong entity tag of the representation */
-                    ETag: string;
-                    /** @description Caching of the answer */
-                    "Cache-Control"?: string;
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
-            405: {
-                headers: {
-                    /** @description The methods the path serves */
-                    Allow: string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "method_not_allowed";
-                    };
-                };
-            };
-            /** @description `internal`: An unexpected error; nothing about it is told. */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "internal";
-                    };
-                };
-            };
-        };
+  };
+  readyz: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
     };
-    config_head: {
-        parameters: {
-            query?: never;
-            header?: {
-                "If-None-Match"?: string;
-            };
-            path?: never;
-            cookie?: never;
+    requestBody?: never;
+    responses: {
+      /** @description Ready */
+      200: {
+        headers: {
+          [name: string]: unknown;
         };
-        requestBody?: never;
-        responses: {
-            /** @description The collections */
-            200: {
-                headers: {
-                    /** @description Strong entity tag of the representation */
-                    ETag: string;
-                    /** @description Caching of the answer */
-                    "Cache-Control"?: string;
-                    [name: string]: unknown;
-                };
-                content?: never;
+        content: {
+          'application/json': {
+            ok: boolean;
+            checks: {
+              [key: string]: string;
             };
-            /** @description Not modified */
-            304: {
-                headers: {
-                    /** @description Strong entity tag of the representation */
-                    ETag: string;
-                    /** @description Caching of the answer */
-                    "Cache-Control"?: string;
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
-            405: {
-                headers: {
-                    /** @description The methods the path serves */
-                    Allow: string;
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `internal`: An unexpected error; nothing about it is told. */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
+            watermarkLagSeconds: number | null;
+            shedding: string | null;
+          };
         };
+      };
+      /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
+      405: {
+        headers: {
+          /** @description The methods the path serves */
+          Allow: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'method_not_allowed';
+          };
+        };
+      };
+      /** @description `internal`: An unexpected error; nothing about it is told. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'internal';
+          };
+        };
+      };
+      /** @description Not ready: what is down */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying */
+          'Retry-After': string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            ok: boolean;
+            checks: {
+              [key: string]: string;
+            };
+            watermarkLagSeconds: number | null;
+            shedding: string | null;
+          };
+        };
+      };
     };
-    openapi: {
-        parameters: {
-            query?: never;
-            header?: {
-                "If-None-Match"?: string;
-            };
-            path?: never;
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description The OpenAPI 3.1 document */
-            200: {
-                headers: {
-                    /** @description Strong entity tag of the representation */
-                    ETag: string;
-                    /** @description Caching of the answer */
-                    "Cache-Control"?: string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": Record<string, never>;
-                };
-            };
-            /** @description Not modified */
-            304: {
-                headers: {
-                    /** @description Strong entity tag of the representation */
-                    ETag: string;
-                    /** @description Caching of the answer */
-                    "Cache-Control"?: string;
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
-            405: {
-                headers: {
-                    /** @description The methods the path serves */
-                    Allow: string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "method_not_allowed";
-                    };
-                };
-            };
-            /** @description `internal`: An unexpected error; nothing about it is told. */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "internal";
-                    };
-                };
-            };
-        };
+  };
+  readyz_head: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
     };
-    openapi_head: {
-        parameters: {
-            query?: never;
-            header?: {
-                "If-None-Match"?: string;
-            };
-            path?: never;
-            cookie?: never;
+    requestBody?: never;
+    responses: {
+      /** @description Ready */
+      200: {
+        headers: {
+          [name: string]: unknown;
         };
-        requestBody?: never;
-        responses: {
-            /** @description The OpenAPI 3.1 document */
-            200: {
-                headers: {
-                    /** @description Strong entity tag of the representation */
-                    ETag: string;
-                    /** @description Caching of the answer */
-                    "Cache-Control"?: string;
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description Not modified */
-            304: {
-                headers: {
-                    /** @description Strong entity tag of the representation */
-                    ETag: string;
-                    /** @description Caching of the answer */
-                    "Cache-Control"?: string;
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
-            405: {
-                headers: {
-                    /** @description The methods the path serves */
-                    Allow: string;
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `internal`: An unexpected error; nothing about it is told. */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
+        content?: never;
+      };
+      /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
+      405: {
+        headers: {
+          /** @description The methods the path serves */
+          Allow: string;
+          [name: string]: unknown;
         };
+        content?: never;
+      };
+      /** @description `internal`: An unexpected error; nothing about it is told. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description Not ready: what is down */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying */
+          'Retry-After': string;
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
     };
-    push_events: {
-        parameters: {
-            query?: never;
-            header?: {
-                "Idempotency-Key"?: string;
-                "Content-Encoding"?: string;
-            };
-            path: {
-                app: string;
-                batchId: string;
-            };
-            cookie?: never;
-        };
-        requestBody: {
-            content: {
-                "application/json": {
-                    data: {
-                        events: {
-                            [key: string]: unknown;
-                        }[];
-                    };
-                    /** @description Ignored (the Starfish envelope has it) */
-                    baseHash?: unknown;
-                };
-            };
-        };
-        responses: {
-            /** @description Accepted (or a duplicate of an accepted batch) */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        hash: string;
-                        batchId: string | null;
-                    };
-                };
-            };
-            /** @description `bad_json`: The body is not JSON (or not UTF-8). `bad_envelope`: The body is JSON but not a push envelope: data.events missing, not an array, or an event that is not an object. `bad_encoding`: The body does not decode with its Content-Encoding (corrupt, or bytes after the stream). `bad_param`: A path or query parameter is invalid (characters, length, APP_PATTERN, limit, after). `bad_header`: A request header is invalid (Idempotency-Key). `bad_request`: The request is malformed in another way (an admin body, an unreadable body). */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "bad_json" | "bad_envelope" | "bad_encoding" | "bad_param" | "bad_header" | "bad_request";
-                    };
-                };
-            };
-            /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
-            405: {
-                headers: {
-                    /** @description The methods the path serves */
-                    Allow: string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "method_not_allowed";
-                    };
-                };
-            };
-            /** @description `request_timeout`: The request was not completed within REQUEST_TIMEOUT_MS. */
-            408: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "request_timeout";
-                    };
-                };
-            };
-            /** @description `too_large`: The body (bytes, decoded bytes or events) is over the collection's limit. */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "too_large";
-                    };
-                };
-            };
-            /** @description `content_type`: The Content-Type is not one of the collection's allowedMimeTypes. `content_encoding`: The Content-Encoding is not gzip, deflate, br or identity (or stacks several). */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "content_type" | "content_encoding";
-                    };
-                };
-            };
-            /** @description `idempotency_conflict`: The Idempotency-Key was used within its window for another body. */
-            422: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "idempotency_conflict";
-                    };
-                };
-            };
-            /** @description `rate_limited`: A rate limit or the per-app events budget is spent; see Retry-After. */
-            429: {
-                headers: {
-                    /** @description Seconds to wait before retrying */
-                    "Retry-After": string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "rate_limited";
-                    };
-                };
-            };
-            /** @description `internal`: An unexpected error; nothing about it is told. */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "internal";
-                    };
-                };
-            };
-            /** @description `overloaded`: Shed: the queue or Redis memory is past its high-water mark, or the memory budget for pushes is spent; see Retry-After. `unavailable`: Redis, the store, the rate limiter or the JWKS cannot be reached right now; see Retry-After. */
-            503: {
-                headers: {
-                    /** @description Seconds to wait before retrying */
-                    "Retry-After": string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "overloaded" | "unavailable";
-                    };
-                };
-            };
-        };
+  };
+  metrics: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
     };
-    pull_events: {
-        parameters: {
-            query?: never;
-            header?: {
-                "If-None-Match"?: string;
-                Range?: string;
-                "If-Range"?: string;
-            };
-            path: {
-                app: string;
-                batchId: string;
-            };
-            cookie?: never;
+    requestBody?: never;
+    responses: {
+      /** @description Prometheus text format */
+      200: {
+        headers: {
+          [name: string]: unknown;
         };
-        requestBody?: never;
-        responses: {
-            /** @description The batch file; for a batch that does not exist, the empty Starfish document (JSON) */
-            200: {
-                headers: {
-                    /** @description Strong entity tag of the representation */
-                    ETag?: string;
-                    /** @description Caching of the answer */
-                    "Cache-Control"?: string;
-                    /** @description bytes */
-                    "Accept-Ranges"?: string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/vnd.apache.parquet": string;
-                    "application/json": {
-                        data: Record<string, never>;
-                        /** @constant */
-                        hash: "";
-                        timestamp: number;
-                    };
-                };
-            };
-            /** @description A byte range of the batch file */
-            206: {
-                headers: {
-                    /** @description bytes start-end/size, or bytes *\/size on 416 */
-                    "Content-Range": string;
-                    /** @description Strong entity tag of the representation */
-                    ETag: string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/vnd.apache.parquet": string;
-                };
-            };
-            /** @description Not modified (If-None-Match) */
-            304: {
-                headers: {
-                    /** @description Strong entity tag of the representation */
-                    ETag: string;
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `bad_param`: A path or query parameter is invalid (characters, length, APP_PATTERN, limit, after). */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "bad_param";
-                    };
-                };
-            };
-            /** @description `unauthorized`: Credentials are missing or invalid. */
-            401: {
-                headers: {
-                    /** @description The scheme to authenticate with */
-                    "WWW-Authenticate"?: string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "unauthorized";
-                    };
-                };
-            };
-            /** @description `forbidden`: Valid credentials without a role the route needs. */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "forbidden";
-                    };
-                };
-            };
-            /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
-            405: {
-                headers: {
-                    /** @description The methods the path serves */
-                    Allow: string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "method_not_allowed";
-                    };
-                };
-            };
-            /** @description `request_timeout`: The request was not completed within REQUEST_TIMEOUT_MS. */
-            408: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "request_timeout";
-                    };
-                };
-            };
-            /** @description `range_not_satisfiable`: The Range is outside the batch file; see Content-Range. */
-            416: {
-                headers: {
-                    /** @description bytes start-end/size, or bytes *\/size on 416 */
-                    "Content-Range": string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "range_not_satisfiable";
-                    };
-                };
-            };
-            /** @description `rate_limited`: A rate limit or the per-app events budget is spent; see Retry-After. */
-            429: {
-                headers: {
-                    /** @description Seconds to wait before retrying */
-                    "Retry-After": string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "rate_limited";
-                    };
-                };
-            };
-            /** @description `internal`: An unexpected error; nothing about it is told. */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "internal";
-                    };
-                };
-            };
-            /** @description `unavailable`: Redis, the store, the rate limiter or the JWKS cannot be reached right now; see Retry-After. */
-            503: {
-                headers: {
-                    /** @description Seconds to wait before retrying */
-                    "Retry-After": string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "unavailable";
-                    };
-                };
-            };
+        content: {
+          'text/plain': string;
         };
+      };
+      /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
+      405: {
+        headers: {
+          /** @description The methods the path serves */
+          Allow: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'method_not_allowed';
+          };
+        };
+      };
+      /** @description `internal`: An unexpected error; nothing about it is told. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'internal';
+          };
+        };
+      };
     };
-    pull_events_head: {
-        parameters: {
-            query?: never;
-            header?: {
-                "If-None-Match"?: string;
-                Range?: string;
-                "If-Range"?: string;
-            };
-            path: {
-                app: string;
-                batchId: string;
-            };
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description The batch file; for a batch that does not exist, the empty Starfish document (JSON) */
-            200: {
-                headers: {
-                    /** @description Strong entity tag of the representation */
-                    ETag?: string;
-                    /** @description Caching of the answer */
-                    "Cache-Control"?: string;
-                    /** @description bytes */
-                    "Accept-Ranges"?: string;
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description A byte range of the batch file */
-            206: {
-                headers: {
-                    /** @description bytes start-end/size, or bytes *\/size on 416 */
-                    "Content-Range": string;
-                    /** @description Strong entity tag of the representation */
-                    ETag: string;
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description Not modified (If-None-Match) */
-            304: {
-                headers: {
-                    /** @description Strong entity tag of the representation */
-                    ETag: string;
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `bad_param`: A path or query parameter is invalid (characters, length, APP_PATTERN, limit, after). */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `unauthorized`: Credentials are missing or invalid. */
-            401: {
-                headers: {
-                    /** @description The scheme to authenticate with */
-                    "WWW-Authenticate"?: string;
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `forbidden`: Valid credentials without a role the route needs. */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
-            405: {
-                headers: {
-                    /** @description The methods the path serves */
-                    Allow: string;
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `request_timeout`: The request was not completed within REQUEST_TIMEOUT_MS. */
-            408: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `range_not_satisfiable`: The Range is outside the batch file; see Content-Range. */
-            416: {
-                headers: {
-                    /** @description bytes start-end/size, or bytes *\/size on 416 */
-                    "Content-Range": string;
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `rate_limited`: A rate limit or the per-app events budget is spent; see Retry-After. */
-            429: {
-                headers: {
-                    /** @description Seconds to wait before retrying */
-                    "Retry-After": string;
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `internal`: An unexpected error; nothing about it is told. */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `unavailable`: Redis, the store, the rate limiter or the JWKS cannot be reached right now; see Retry-After. */
-            503: {
-                headers: {
-                    /** @description Seconds to wait before retrying */
-                    "Retry-After": string;
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-        };
+  };
+  metrics_head: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
     };
-    list_events: {
-        parameters: {
-            query?: {
-                limit?: number;
-                after?: string;
-            };
-            header?: never;
-            path: {
-                app: string;
-            };
-            cookie?: never;
+    requestBody?: never;
+    responses: {
+      /** @description Prometheus text format */
+      200: {
+        headers: {
+          [name: string]: unknown;
         };
-        requestBody?: never;
-        responses: {
-            /** @description A page of batch ids, oldest first */
-            200: {
-                headers: {
-                    /** @description The newest batch id raw retention deleted for this prefix */
-                    "Raw-Deleted-Through"?: string;
-                    /** @description Caching of the answer */
-                    "Cache-Control"?: string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        items: string[];
-                        hasMore: boolean;
-                    };
-                };
-            };
-            /** @description `bad_param`: A path or query parameter is invalid (characters, length, APP_PATTERN, limit, after). */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "bad_param";
-                    };
-                };
-            };
-            /** @description `unauthorized`: Credentials are missing or invalid. */
-            401: {
-                headers: {
-                    /** @description The scheme to authenticate with */
-                    "WWW-Authenticate"?: string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "unauthorized";
-                    };
-                };
-            };
-            /** @description `forbidden`: Valid credentials without a role the route needs. */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "forbidden";
-                    };
-                };
-            };
-            /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
-            405: {
-                headers: {
-                    /** @description The methods the path serves */
-                    Allow: string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "method_not_allowed";
-                    };
-                };
-            };
-            /** @description `request_timeout`: The request was not completed within REQUEST_TIMEOUT_MS. */
-            408: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "request_timeout";
-                    };
-                };
-            };
-            /** @description `cursor_expired`: The list cursor is older than the raw retention; see Raw-Deleted-Through. */
-            410: {
-                headers: {
-                    /** @description The newest batch id raw retention deleted for this prefix */
-                    "Raw-Deleted-Through": string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "cursor_expired";
-                    };
-                };
-            };
-            /** @description `rate_limited`: A rate limit or the per-app events budget is spent; see Retry-After. */
-            429: {
-                headers: {
-                    /** @description Seconds to wait before retrying */
-                    "Retry-After": string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "rate_limited";
-                    };
-                };
-            };
-            /** @description `internal`: An unexpected error; nothing about it is told. */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "internal";
-                    };
-                };
-            };
-            /** @description `unavailable`: Redis, the store, the rate limiter or the JWKS cannot be reached right now; see Retry-After. */
-            503: {
-                headers: {
-                    /** @description Seconds to wait before retrying */
-                    "Retry-After": string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "unavailable";
-                    };
-                };
-            };
+        content?: never;
+      };
+      /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
+      405: {
+        headers: {
+          /** @description The methods the path serves */
+          Allow: string;
+          [name: string]: unknown;
         };
+        content?: never;
+      };
+      /** @description `internal`: An unexpected error; nothing about it is told. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
     };
-    list_events_head: {
-        parameters: {
-            query?: {
-                limit?: number;
-                after?: string;
-            };
-            header?: never;
-            path: {
-                app: string;
-            };
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description A page of batch ids, oldest first */
-            200: {
-                headers: {
-                    /** @description The newest batch id raw retention deleted for this prefix */
-                    "Raw-Deleted-Through"?: string;
-                    /** @description Caching of the answer */
-                    "Cache-Control"?: string;
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `bad_param`: A path or query parameter is invalid (characters, length, APP_PATTERN, limit, after). */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `unauthorized`: Credentials are missing or invalid. */
-            401: {
-                headers: {
-                    /** @description The scheme to authenticate with */
-                    "WWW-Authenticate"?: string;
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `forbidden`: Valid credentials without a role the route needs. */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
-            405: {
-                headers: {
-                    /** @description The methods the path serves */
-                    Allow: string;
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `request_timeout`: The request was not completed within REQUEST_TIMEOUT_MS. */
-            408: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `cursor_expired`: The list cursor is older than the raw retention; see Raw-Deleted-Through. */
-            410: {
-                headers: {
-                    /** @description The newest batch id raw retention deleted for this prefix */
-                    "Raw-Deleted-Through": string;
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `rate_limited`: A rate limit or the per-app events budget is spent; see Retry-After. */
-            429: {
-                headers: {
-                    /** @description Seconds to wait before retrying */
-                    "Retry-After": string;
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `internal`: An unexpected error; nothing about it is told. */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `unavailable`: Redis, the store, the rate limiter or the JWKS cannot be reached right now; see Retry-After. */
-            503: {
-                headers: {
-                    /** @description Seconds to wait before retrying */
-                    "Retry-After": string;
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-        };
+  };
+  config: {
+    parameters: {
+      query?: never;
+      header?: {
+        'If-None-Match'?: string;
+      };
+      path?: never;
+      cookie?: never;
     };
-    rewritten_events: {
-        parameters: {
-            query?: {
-                limit?: number;
-                after?: string;
-            };
-            header?: never;
-            path: {
-                app: string;
-            };
-            cookie?: never;
+    requestBody?: never;
+    responses: {
+      /** @description The collections */
+      200: {
+        headers: {
+          /** @description Strong entity tag of the representation */
+          ETag: string;
+          /** @description Caching of the answer */
+          'Cache-Control'?: string;
+          [name: string]: unknown;
         };
-        requestBody?: never;
-        responses: {
-            /** @description A page of the rewritten log */
-            200: {
-                headers: {
-                    /** @description Caching of the answer */
-                    "Cache-Control"?: string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        items: {
-                            cursor: string;
-                            batchIds: string[];
-                        }[];
-                        next: string | null;
-                        hasMore: boolean;
-                    };
-                };
-            };
-            /** @description `bad_param`: A path or query parameter is invalid (characters, length, APP_PATTERN, limit, after). */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "bad_param";
-                    };
-                };
-            };
-            /** @description `unauthorized`: Credentials are missing or invalid. */
-            401: {
-                headers: {
-                    /** @description The scheme to authenticate with */
-                    "WWW-Authenticate"?: string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "unauthorized";
-                    };
-                };
-            };
-            /** @description `forbidden`: Valid credentials without a role the route needs. */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "forbidden";
-                    };
-                };
-            };
-            /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
-            405: {
-                headers: {
-                    /** @description The methods the path serves */
-                    Allow: string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "method_not_allowed";
-                    };
-                };
-            };
-            /** @description `request_timeout`: The request was not completed within REQUEST_TIMEOUT_MS. */
-            408: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "request_timeout";
-                    };
-                };
-            };
-            /** @description `rate_limited`: A rate limit or the per-app events budget is spent; see Retry-After. */
-            429: {
-                headers: {
-                    /** @description Seconds to wait before retrying */
-                    "Retry-After": string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "rate_limited";
-                    };
-                };
-            };
-            /** @description `internal`: An unexpected error; nothing about it is told. */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "internal";
-                    };
-                };
-            };
-            /** @description `unavailable`: Redis, the store, the rate limiter or the JWKS cannot be reached right now; see Retry-After. */
-            503: {
-                headers: {
-                    /** @description Seconds to wait before retrying */
-                    "Retry-After": string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "unavailable";
-                    };
-                };
-            };
+        content: {
+          'application/json': {
+            collections: {
+              name: string;
+              maxBodyBytes: number;
+              encryption: string;
+              allowedMimeTypes: string[];
+              maxEventsPerBatch: number;
+            }[];
+          };
         };
+      };
+      /** @description Not modified */
+      304: {
+        headers: {
+          /** @description Strong entity tag of the representation */
+          ETag: string;
+          /** @description Caching of the answer */
+          'Cache-Control'?: string;
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
+      405: {
+        headers: {
+          /** @description The methods the path serves */
+          Allow: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'method_not_allowed';
+          };
+        };
+      };
+      /** @description `internal`: An unexpected error; nothing about it is told. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'internal';
+          };
+        };
+      };
     };
-    rewritten_events_head: {
-        parameters: {
-            query?: {
-                limit?: number;
-                after?: string;
-            };
-            header?: never;
-            path: {
-                app: string;
-            };
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description A page of the rewritten log */
-            200: {
-                headers: {
-                    /** @description Caching of the answer */
-                    "Cache-Control"?: string;
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `bad_param`: A path or query parameter is invalid (characters, length, APP_PATTERN, limit, after). */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `unauthorized`: Credentials are missing or invalid. */
-            401: {
-                headers: {
-                    /** @description The scheme to authenticate with */
-                    "WWW-Authenticate"?: string;
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `forbidden`: Valid credentials without a role the route needs. */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
-            405: {
-                headers: {
-                    /** @description The methods the path serves */
-                    Allow: string;
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `request_timeout`: The request was not completed within REQUEST_TIMEOUT_MS. */
-            408: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `rate_limited`: A rate limit or the per-app events budget is spent; see Retry-After. */
-            429: {
-                headers: {
-                    /** @description Seconds to wait before retrying */
-                    "Retry-After": string;
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `internal`: An unexpected error; nothing about it is told. */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `unavailable`: Redis, the store, the rate limiter or the JWKS cannot be reached right now; see Retry-After. */
-            503: {
-                headers: {
-                    /** @description Seconds to wait before retrying */
-                    "Retry-After": string;
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-        };
+  };
+  config_head: {
+    parameters: {
+      query?: never;
+      header?: {
+        'If-None-Match'?: string;
+      };
+      path?: never;
+      cookie?: never;
     };
-    adminFailed: {
-        parameters: {
-            query?: {
-                limit?: number;
-            };
-            header?: never;
-            path?: never;
-            cookie?: never;
+    requestBody?: never;
+    responses: {
+      /** @description The collections */
+      200: {
+        headers: {
+          /** @description Strong entity tag of the representation */
+          ETag: string;
+          /** @description Caching of the answer */
+          'Cache-Control'?: string;
+          [name: string]: unknown;
         };
-        requestBody?: never;
-        responses: {
-            /** @description Dead letters */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        total: number;
-                        items: {
-                            batchId: string;
-                            key: string | null;
-                            events: number | null;
-                            attemptsMade: number;
-                            failedReason: string;
-                            failedAt: number | null;
-                            members?: string[];
-                        }[];
-                    };
-                };
-            };
-            /** @description `bad_param`: A path or query parameter is invalid (characters, length, APP_PATTERN, limit, after). */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "bad_param";
-                    };
-                };
-            };
-            /** @description `unauthorized`: Credentials are missing or invalid. */
-            401: {
-                headers: {
-                    /** @description The scheme to authenticate with */
-                    "WWW-Authenticate"?: string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "unauthorized";
-                    };
-                };
-            };
-            /** @description `forbidden`: Valid credentials without a role the route needs. */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "forbidden";
-                    };
-                };
-            };
-            /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
-            405: {
-                headers: {
-                    /** @description The methods the path serves */
-                    Allow: string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "method_not_allowed";
-                    };
-                };
-            };
-            /** @description `internal`: An unexpected error; nothing about it is told. */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "internal";
-                    };
-                };
-            };
-            /** @description `unavailable`: Redis, the store, the rate limiter or the JWKS cannot be reached right now; see Retry-After. */
-            503: {
-                headers: {
-                    /** @description Seconds to wait before retrying */
-                    "Retry-After": string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "unavailable";
-                    };
-                };
-            };
+        content?: never;
+      };
+      /** @description Not modified */
+      304: {
+        headers: {
+          /** @description Strong entity tag of the representation */
+          ETag: string;
+          /** @description Caching of the answer */
+          'Cache-Control'?: string;
+          [name: string]: unknown;
         };
+        content?: never;
+      };
+      /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
+      405: {
+        headers: {
+          /** @description The methods the path serves */
+          Allow: string;
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `internal`: An unexpected error; nothing about it is told. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
     };
-    adminFailed_head: {
-        parameters: {
-            query?: {
-                limit?: number;
-            };
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description Dead letters */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `bad_param`: A path or query parameter is invalid (characters, length, APP_PATTERN, limit, after). */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `unauthorized`: Credentials are missing or invalid. */
-            401: {
-                headers: {
-                    /** @description The scheme to authenticate with */
-                    "WWW-Authenticate"?: string;
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `forbidden`: Valid credentials without a role the route needs. */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
-            405: {
-                headers: {
-                    /** @description The methods the path serves */
-                    Allow: string;
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `internal`: An unexpected error; nothing about it is told. */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `unavailable`: Redis, the store, the rate limiter or the JWKS cannot be reached right now; see Retry-After. */
-            503: {
-                headers: {
-                    /** @description Seconds to wait before retrying */
-                    "Retry-After": string;
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-        };
+  };
+  openapi: {
+    parameters: {
+      query?: never;
+      header?: {
+        'If-None-Match'?: string;
+      };
+      path?: never;
+      cookie?: never;
     };
-    adminReplayAll: {
-        parameters: {
-            query?: {
-                reissue?: string;
-            };
-            header?: never;
-            path?: never;
-            cookie?: never;
+    requestBody?: never;
+    responses: {
+      /** @description The OpenAPI 3.1 document */
+      200: {
+        headers: {
+          /** @description Strong entity tag of the representation */
+          ETag: string;
+          /** @description Caching of the answer */
+          'Cache-Control'?: string;
+          [name: string]: unknown;
         };
-        requestBody?: never;
-        responses: {
-            /** @description What was replayed */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        replayed: number;
-                        results: {
-                            batchId: string;
-                            /** @enum {string} */
-                            outcome: "replayed" | "reissued" | "not-failed" | "bad-job";
-                            newBatchId?: string;
-                            detail?: string;
-                        }[];
-                    };
-                };
-            };
-            /** @description `unauthorized`: Credentials are missing or invalid. */
-            401: {
-                headers: {
-                    /** @description The scheme to authenticate with */
-                    "WWW-Authenticate"?: string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "unauthorized";
-                    };
-                };
-            };
-            /** @description `forbidden`: Valid credentials without a role the route needs. */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "forbidden";
-                    };
-                };
-            };
-            /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
-            405: {
-                headers: {
-                    /** @description The methods the path serves */
-                    Allow: string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "method_not_allowed";
-                    };
-                };
-            };
-            /** @description `internal`: An unexpected error; nothing about it is told. */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "internal";
-                    };
-                };
-            };
-            /** @description `unavailable`: Redis, the store, the rate limiter or the JWKS cannot be reached right now; see Retry-After. */
-            503: {
-                headers: {
-                    /** @description Seconds to wait before retrying */
-                    "Retry-After": string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "unavailable";
-                    };
-                };
-            };
+        content: {
+          'application/json': Record<string, never>;
         };
+      };
+      /** @description Not modified */
+      304: {
+        headers: {
+          /** @description Strong entity tag of the representation */
+          ETag: string;
+          /** @description Caching of the answer */
+          'Cache-Control'?: string;
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
+      405: {
+        headers: {
+          /** @description The methods the path serves */
+          Allow: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'method_not_allowed';
+          };
+        };
+      };
+      /** @description `internal`: An unexpected error; nothing about it is told. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'internal';
+          };
+        };
+      };
     };
-    adminReplay: {
-        parameters: {
-            query?: {
-                reissue?: string;
-            };
-            header?: never;
-            path: {
-                batchId: string;
-            };
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description What happened to it */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        batchId: string;
-                        /** @enum {string} */
-                        outcome: "replayed" | "reissued" | "not-failed" | "bad-job";
-                        newBatchId?: string;
-                        detail?: string;
-                    };
-                };
-            };
-            /** @description `bad_param`: A path or query parameter is invalid (characters, length, APP_PATTERN, limit, after). */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "bad_param";
-                    };
-                };
-            };
-            /** @description `unauthorized`: Credentials are missing or invalid. */
-            401: {
-                headers: {
-                    /** @description The scheme to authenticate with */
-                    "WWW-Authenticate"?: string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "unauthorized";
-                    };
-                };
-            };
-            /** @description `forbidden`: Valid credentials without a role the route needs. */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "forbidden";
-                    };
-                };
-            };
-            /** @description `not_found`: No such route, collection, dead letter or erasure. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "not_found";
-                    };
-                };
-            };
-            /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
-            405: {
-                headers: {
-                    /** @description The methods the path serves */
-                    Allow: string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "method_not_allowed";
-                    };
-                };
-            };
-            /** @description `internal`: An unexpected error; nothing about it is told. */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "internal";
-                    };
-                };
-            };
-            /** @description `unavailable`: Redis, the store, the rate limiter or the JWKS cannot be reached right now; see Retry-After. */
-            503: {
-                headers: {
-                    /** @description Seconds to wait before retrying */
-                    "Retry-After": string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "unavailable";
-                    };
-                };
-            };
-        };
+  };
+  openapi_head: {
+    parameters: {
+      query?: never;
+      header?: {
+        'If-None-Match'?: string;
+      };
+      path?: never;
+      cookie?: never;
     };
-    erase: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path: {
-                collection: string;
-                app: string;
-            };
-            cookie?: never;
+    requestBody?: never;
+    responses: {
+      /** @description The OpenAPI 3.1 document */
+      200: {
+        headers: {
+          /** @description Strong entity tag of the representation */
+          ETag: string;
+          /** @description Caching of the answer */
+          'Cache-Control'?: string;
+          [name: string]: unknown;
         };
-        requestBody: {
-            content: {
-                "application/json": {
-                    /** @default [] */
-                    distinct_ids?: string[];
-                    /** @default [] */
-                    anonymous_ids?: string[];
-                    /** @default false */
-                    dry_run?: boolean;
-                };
-            };
+        content?: never;
+      };
+      /** @description Not modified */
+      304: {
+        headers: {
+          /** @description Strong entity tag of the representation */
+          ETag: string;
+          /** @description Caching of the answer */
+          'Cache-Control'?: string;
+          [name: string]: unknown;
         };
-        responses: {
-            /** @description Queued */
-            202: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        id: string;
-                        /** @constant */
-                        state: "queued";
-                    };
-                };
-            };
-            /** @description `bad_json`: The body is not JSON (or not UTF-8). `bad_param`: A path or query parameter is invalid (characters, length, APP_PATTERN, limit, after). `bad_request`: The request is malformed in another way (an admin body, an unreadable body). */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "bad_json" | "bad_param" | "bad_request";
-                    };
-                };
-            };
-            /** @description `unauthorized`: Credentials are missing or invalid. */
-            401: {
-                headers: {
-                    /** @description The scheme to authenticate with */
-                    "WWW-Authenticate"?: string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "unauthorized";
-                    };
-                };
-            };
-            /** @description `forbidden`: Valid credentials without a role the route needs. */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "forbidden";
-                    };
-                };
-            };
-            /** @description `not_found`: No such route, collection, dead letter or erasure. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "not_found";
-                    };
-                };
-            };
-            /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
-            405: {
-                headers: {
-                    /** @description The methods the path serves */
-                    Allow: string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "method_not_allowed";
-                    };
-                };
-            };
-            /** @description `too_large`: The body (bytes, decoded bytes or events) is over the collection's limit. */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "too_large";
-                    };
-                };
-            };
-            /** @description `content_encoding`: The Content-Encoding is not gzip, deflate, br or identity (or stacks several). */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "content_encoding";
-                    };
-                };
-            };
-            /** @description `internal`: An unexpected error; nothing about it is told. */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "internal";
-                    };
-                };
-            };
-            /** @description `unavailable`: Redis, the store, the rate limiter or the JWKS cannot be reached right now; see Retry-After. */
-            503: {
-                headers: {
-                    /** @description Seconds to wait before retrying */
-                    "Retry-After": string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "unavailable";
-                    };
-                };
-            };
+        content?: never;
+      };
+      /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
+      405: {
+        headers: {
+          /** @description The methods the path serves */
+          Allow: string;
+          [name: string]: unknown;
         };
+        content?: never;
+      };
+      /** @description `internal`: An unexpected error; nothing about it is told. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
     };
-    eraseStatus: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path: {
-                id: string;
-            };
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description Its state and counts */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        id: string;
-                        collection: string;
-                        app: string;
-                        dry_run: boolean;
-                        /** @enum {string} */
-                        state: "queued" | "running" | "waiting" | "completed" | "failed";
-                        files_scanned: number;
-                        files_rewritten: number;
-                        rows_erased: number;
-                        step?: string;
-                        requested_at?: string;
-                        attempts: number;
-                        error?: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
-                };
-            };
-            /** @description `bad_param`: A path or query parameter is invalid (characters, length, APP_PATTERN, limit, after). */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "bad_param";
-                    };
-                };
-            };
-            /** @description `unauthorized`: Credentials are missing or invalid. */
-            401: {
-                headers: {
-                    /** @description The scheme to authenticate with */
-                    "WWW-Authenticate"?: string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "unauthorized";
-                    };
-                };
-            };
-            /** @description `forbidden`: Valid credentials without a role the route needs. */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "forbidden";
-                    };
-                };
-            };
-            /** @description `not_found`: No such route, collection, dead letter or erasure. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "not_found";
-                    };
-                };
-            };
-            /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
-            405: {
-                headers: {
-                    /** @description The methods the path serves */
-                    Allow: string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "method_not_allowed";
-                    };
-                };
-            };
-            /** @description `internal`: An unexpected error; nothing about it is told. */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "internal";
-                    };
-                };
-            };
-            /** @description `unavailable`: Redis, the store, the rate limiter or the JWKS cannot be reached right now; see Retry-After. */
-            503: {
-                headers: {
-                    /** @description Seconds to wait before retrying */
-                    "Retry-After": string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        error: string;
-                        /** @enum {string} */
-                        code: "unavailable";
-                    };
-                };
-            };
-        };
+  };
+  push_events: {
+    parameters: {
+      query?: never;
+      header?: {
+        'Idempotency-Key'?: string;
+        'Content-Encoding'?: string;
+      };
+      path: {
+        app: string;
+        batchId: string;
+      };
+      cookie?: never;
     };
-    eraseStatus_head: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path: {
-                id: string;
-            };
-            cookie?: never;
+    requestBody: {
+      content: {
+        'application/json': {
+          data: {
+            events: {
+              [key: string]: unknown;
+            }[];
+          };
+          /** @description Ignored (the Starfish envelope has it) */
+          baseHash?: unknown;
         };
-        requestBody?: never;
-        responses: {
-            /** @description Its state and counts */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `bad_param`: A path or query parameter is invalid (characters, length, APP_PATTERN, limit, after). */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `unauthorized`: Credentials are missing or invalid. */
-            401: {
-                headers: {
-                    /** @description The scheme to authenticate with */
-                    "WWW-Authenticate"?: string;
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `forbidden`: Valid credentials without a role the route needs. */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `not_found`: No such route, collection, dead letter or erasure. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
-            405: {
-                headers: {
-                    /** @description The methods the path serves */
-                    Allow: string;
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `internal`: An unexpected error; nothing about it is told. */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description `unavailable`: Redis, the store, the rate limiter or the JWKS cannot be reached right now; see Retry-After. */
-            503: {
-                headers: {
-                    /** @description Seconds to wait before retrying */
-                    "Retry-After": string;
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-        };
+      };
     };
+    responses: {
+      /** @description Accepted (or a duplicate of an accepted batch) */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            hash: string;
+            batchId: string | null;
+          };
+        };
+      };
+      /** @description `bad_json`: The body is not JSON (or not UTF-8). `bad_envelope`: The body is JSON but not a push envelope: data.events missing, not an array, or an event that is not an object. `bad_encoding`: The body does not decode with its Content-Encoding (corrupt, or bytes after the stream). `bad_param`: A path or query parameter is invalid (characters, length, APP_PATTERN, limit, after). `bad_header`: A request header is invalid (Idempotency-Key). `bad_request`: The request is malformed in another way (an admin body, an unreadable body). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'bad_json' | 'bad_envelope' | 'bad_encoding' | 'bad_param' | 'bad_header' | 'bad_request';
+          };
+        };
+      };
+      /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
+      405: {
+        headers: {
+          /** @description The methods the path serves */
+          Allow: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'method_not_allowed';
+          };
+        };
+      };
+      /** @description `request_timeout`: The request was not completed within REQUEST_TIMEOUT_MS. */
+      408: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'request_timeout';
+          };
+        };
+      };
+      /** @description `too_large`: The body (bytes, decoded bytes or events) is over the collection's limit. */
+      413: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'too_large';
+          };
+        };
+      };
+      /** @description `content_type`: The Content-Type is not one of the collection's allowedMimeTypes. `content_encoding`: The Content-Encoding is not gzip, deflate, br or identity (or stacks several). */
+      415: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'content_type' | 'content_encoding';
+          };
+        };
+      };
+      /** @description `idempotency_conflict`: The Idempotency-Key was used within its window for another body. */
+      422: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'idempotency_conflict';
+          };
+        };
+      };
+      /** @description `rate_limited`: A rate limit or the per-app events budget is spent; see Retry-After. */
+      429: {
+        headers: {
+          /** @description Seconds to wait before retrying */
+          'Retry-After': string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'rate_limited';
+          };
+        };
+      };
+      /** @description `internal`: An unexpected error; nothing about it is told. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'internal';
+          };
+        };
+      };
+      /** @description `overloaded`: Shed: the queue or Redis memory is past its high-water mark, or the memory budget for pushes is spent; see Retry-After. `unavailable`: Redis, the store, the rate limiter or the JWKS cannot be reached right now; see Retry-After. */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying */
+          'Retry-After': string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'overloaded' | 'unavailable';
+          };
+        };
+      };
+    };
+  };
+  pull_events: {
+    parameters: {
+      query?: never;
+      header?: {
+        'If-None-Match'?: string;
+        Range?: string;
+        'If-Range'?: string;
+      };
+      path: {
+        app: string;
+        batchId: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description The batch file; for a batch that does not exist, the empty Starfish document (JSON) */
+      200: {
+        headers: {
+          /** @description Strong entity tag of the representation */
+          ETag?: string;
+          /** @description Caching of the answer */
+          'Cache-Control'?: string;
+          /** @description bytes */
+          'Accept-Ranges'?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/vnd.apache.parquet': string;
+          'application/json': {
+            data: Record<string, never>;
+            /** @constant */
+            hash: '';
+            timestamp: number;
+          };
+        };
+      };
+      /** @description A byte range of the batch file */
+      206: {
+        headers: {
+          /** @description bytes start-end/size, or bytes *\/size on 416 */
+          'Content-Range': string;
+          /** @description Strong entity tag of the representation */
+          ETag: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/vnd.apache.parquet': string;
+        };
+      };
+      /** @description Not modified (If-None-Match) */
+      304: {
+        headers: {
+          /** @description Strong entity tag of the representation */
+          ETag: string;
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `bad_param`: A path or query parameter is invalid (characters, length, APP_PATTERN, limit, after). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'bad_param';
+          };
+        };
+      };
+      /** @description `unauthorized`: Credentials are missing or invalid. */
+      401: {
+        headers: {
+          /** @description The scheme to authenticate with */
+          'WWW-Authenticate'?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'unauthorized';
+          };
+        };
+      };
+      /** @description `forbidden`: Valid credentials without a role the route needs. */
+      403: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'forbidden';
+          };
+        };
+      };
+      /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
+      405: {
+        headers: {
+          /** @description The methods the path serves */
+          Allow: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'method_not_allowed';
+          };
+        };
+      };
+      /** @description `request_timeout`: The request was not completed within REQUEST_TIMEOUT_MS. */
+      408: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'request_timeout';
+          };
+        };
+      };
+      /** @description `range_not_satisfiable`: The Range is outside the batch file; see Content-Range. */
+      416: {
+        headers: {
+          /** @description bytes start-end/size, or bytes *\/size on 416 */
+          'Content-Range': string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'range_not_satisfiable';
+          };
+        };
+      };
+      /** @description `rate_limited`: A rate limit or the per-app events budget is spent; see Retry-After. */
+      429: {
+        headers: {
+          /** @description Seconds to wait before retrying */
+          'Retry-After': string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'rate_limited';
+          };
+        };
+      };
+      /** @description `internal`: An unexpected error; nothing about it is told. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'internal';
+          };
+        };
+      };
+      /** @description `unavailable`: Redis, the store, the rate limiter or the JWKS cannot be reached right now; see Retry-After. */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying */
+          'Retry-After': string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'unavailable';
+          };
+        };
+      };
+    };
+  };
+  pull_events_head: {
+    parameters: {
+      query?: never;
+      header?: {
+        'If-None-Match'?: string;
+        Range?: string;
+        'If-Range'?: string;
+      };
+      path: {
+        app: string;
+        batchId: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description The batch file; for a batch that does not exist, the empty Starfish document (JSON) */
+      200: {
+        headers: {
+          /** @description Strong entity tag of the representation */
+          ETag?: string;
+          /** @description Caching of the answer */
+          'Cache-Control'?: string;
+          /** @description bytes */
+          'Accept-Ranges'?: string;
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description A byte range of the batch file */
+      206: {
+        headers: {
+          /** @description bytes start-end/size, or bytes *\/size on 416 */
+          'Content-Range': string;
+          /** @description Strong entity tag of the representation */
+          ETag: string;
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description Not modified (If-None-Match) */
+      304: {
+        headers: {
+          /** @description Strong entity tag of the representation */
+          ETag: string;
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `bad_param`: A path or query parameter is invalid (characters, length, APP_PATTERN, limit, after). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `unauthorized`: Credentials are missing or invalid. */
+      401: {
+        headers: {
+          /** @description The scheme to authenticate with */
+          'WWW-Authenticate'?: string;
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `forbidden`: Valid credentials without a role the route needs. */
+      403: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
+      405: {
+        headers: {
+          /** @description The methods the path serves */
+          Allow: string;
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `request_timeout`: The request was not completed within REQUEST_TIMEOUT_MS. */
+      408: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `range_not_satisfiable`: The Range is outside the batch file; see Content-Range. */
+      416: {
+        headers: {
+          /** @description bytes start-end/size, or bytes *\/size on 416 */
+          'Content-Range': string;
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `rate_limited`: A rate limit or the per-app events budget is spent; see Retry-After. */
+      429: {
+        headers: {
+          /** @description Seconds to wait before retrying */
+          'Retry-After': string;
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `internal`: An unexpected error; nothing about it is told. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `unavailable`: Redis, the store, the rate limiter or the JWKS cannot be reached right now; see Retry-After. */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying */
+          'Retry-After': string;
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+    };
+  };
+  list_events: {
+    parameters: {
+      query?: {
+        limit?: number;
+        after?: string;
+      };
+      header?: never;
+      path: {
+        app: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description A page of batch ids, oldest first */
+      200: {
+        headers: {
+          /** @description The newest batch id raw retention deleted for this prefix */
+          'Raw-Deleted-Through'?: string;
+          /** @description Caching of the answer */
+          'Cache-Control'?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            items: string[];
+            hasMore: boolean;
+          };
+        };
+      };
+      /** @description `bad_param`: A path or query parameter is invalid (characters, length, APP_PATTERN, limit, after). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'bad_param';
+          };
+        };
+      };
+      /** @description `unauthorized`: Credentials are missing or invalid. */
+      401: {
+        headers: {
+          /** @description The scheme to authenticate with */
+          'WWW-Authenticate'?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'unauthorized';
+          };
+        };
+      };
+      /** @description `forbidden`: Valid credentials without a role the route needs. */
+      403: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'forbidden';
+          };
+        };
+      };
+      /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
+      405: {
+        headers: {
+          /** @description The methods the path serves */
+          Allow: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'method_not_allowed';
+          };
+        };
+      };
+      /** @description `request_timeout`: The request was not completed within REQUEST_TIMEOUT_MS. */
+      408: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'request_timeout';
+          };
+        };
+      };
+      /** @description `cursor_expired`: The list cursor is older than the raw retention; see Raw-Deleted-Through. */
+      410: {
+        headers: {
+          /** @description The newest batch id raw retention deleted for this prefix */
+          'Raw-Deleted-Through': string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'cursor_expired';
+          };
+        };
+      };
+      /** @description `rate_limited`: A rate limit or the per-app events budget is spent; see Retry-After. */
+      429: {
+        headers: {
+          /** @description Seconds to wait before retrying */
+          'Retry-After': string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'rate_limited';
+          };
+        };
+      };
+      /** @description `internal`: An unexpected error; nothing about it is told. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'internal';
+          };
+        };
+      };
+      /** @description `unavailable`: Redis, the store, the rate limiter or the JWKS cannot be reached right now; see Retry-After. */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying */
+          'Retry-After': string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'unavailable';
+          };
+        };
+      };
+    };
+  };
+  list_events_head: {
+    parameters: {
+      query?: {
+        limit?: number;
+        after?: string;
+      };
+      header?: never;
+      path: {
+        app: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description A page of batch ids, oldest first */
+      200: {
+        headers: {
+          /** @description The newest batch id raw retention deleted for this prefix */
+          'Raw-Deleted-Through'?: string;
+          /** @description Caching of the answer */
+          'Cache-Control'?: string;
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `bad_param`: A path or query parameter is invalid (characters, length, APP_PATTERN, limit, after). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `unauthorized`: Credentials are missing or invalid. */
+      401: {
+        headers: {
+          /** @description The scheme to authenticate with */
+          'WWW-Authenticate'?: string;
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `forbidden`: Valid credentials without a role the route needs. */
+      403: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
+      405: {
+        headers: {
+          /** @description The methods the path serves */
+          Allow: string;
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `request_timeout`: The request was not completed within REQUEST_TIMEOUT_MS. */
+      408: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `cursor_expired`: The list cursor is older than the raw retention; see Raw-Deleted-Through. */
+      410: {
+        headers: {
+          /** @description The newest batch id raw retention deleted for this prefix */
+          'Raw-Deleted-Through': string;
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `rate_limited`: A rate limit or the per-app events budget is spent; see Retry-After. */
+      429: {
+        headers: {
+          /** @description Seconds to wait before retrying */
+          'Retry-After': string;
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `internal`: An unexpected error; nothing about it is told. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `unavailable`: Redis, the store, the rate limiter or the JWKS cannot be reached right now; see Retry-After. */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying */
+          'Retry-After': string;
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+    };
+  };
+  rewritten_events: {
+    parameters: {
+      query?: {
+        limit?: number;
+        after?: string;
+      };
+      header?: never;
+      path: {
+        app: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description A page of the rewritten log */
+      200: {
+        headers: {
+          /** @description Caching of the answer */
+          'Cache-Control'?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            items: {
+              cursor: string;
+              batchIds: string[];
+            }[];
+            next: string | null;
+            hasMore: boolean;
+          };
+        };
+      };
+      /** @description `bad_param`: A path or query parameter is invalid (characters, length, APP_PATTERN, limit, after). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'bad_param';
+          };
+        };
+      };
+      /** @description `unauthorized`: Credentials are missing or invalid. */
+      401: {
+        headers: {
+          /** @description The scheme to authenticate with */
+          'WWW-Authenticate'?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'unauthorized';
+          };
+        };
+      };
+      /** @description `forbidden`: Valid credentials without a role the route needs. */
+      403: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'forbidden';
+          };
+        };
+      };
+      /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
+      405: {
+        headers: {
+          /** @description The methods the path serves */
+          Allow: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'method_not_allowed';
+          };
+        };
+      };
+      /** @description `request_timeout`: The request was not completed within REQUEST_TIMEOUT_MS. */
+      408: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'request_timeout';
+          };
+        };
+      };
+      /** @description `rate_limited`: A rate limit or the per-app events budget is spent; see Retry-After. */
+      429: {
+        headers: {
+          /** @description Seconds to wait before retrying */
+          'Retry-After': string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'rate_limited';
+          };
+        };
+      };
+      /** @description `internal`: An unexpected error; nothing about it is told. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'internal';
+          };
+        };
+      };
+      /** @description `unavailable`: Redis, the store, the rate limiter or the JWKS cannot be reached right now; see Retry-After. */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying */
+          'Retry-After': string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'unavailable';
+          };
+        };
+      };
+    };
+  };
+  rewritten_events_head: {
+    parameters: {
+      query?: {
+        limit?: number;
+        after?: string;
+      };
+      header?: never;
+      path: {
+        app: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description A page of the rewritten log */
+      200: {
+        headers: {
+          /** @description Caching of the answer */
+          'Cache-Control'?: string;
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `bad_param`: A path or query parameter is invalid (characters, length, APP_PATTERN, limit, after). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `unauthorized`: Credentials are missing or invalid. */
+      401: {
+        headers: {
+          /** @description The scheme to authenticate with */
+          'WWW-Authenticate'?: string;
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `forbidden`: Valid credentials without a role the route needs. */
+      403: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
+      405: {
+        headers: {
+          /** @description The methods the path serves */
+          Allow: string;
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `request_timeout`: The request was not completed within REQUEST_TIMEOUT_MS. */
+      408: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `rate_limited`: A rate limit or the per-app events budget is spent; see Retry-After. */
+      429: {
+        headers: {
+          /** @description Seconds to wait before retrying */
+          'Retry-After': string;
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `internal`: An unexpected error; nothing about it is told. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `unavailable`: Redis, the store, the rate limiter or the JWKS cannot be reached right now; see Retry-After. */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying */
+          'Retry-After': string;
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+    };
+  };
+  adminFailed: {
+    parameters: {
+      query?: {
+        limit?: number;
+      };
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description Dead letters */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            total: number;
+            items: {
+              batchId: string;
+              key: string | null;
+              events: number | null;
+              attemptsMade: number;
+              failedReason: string;
+              failedAt: number | null;
+              members?: string[];
+            }[];
+          };
+        };
+      };
+      /** @description `bad_param`: A path or query parameter is invalid (characters, length, APP_PATTERN, limit, after). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'bad_param';
+          };
+        };
+      };
+      /** @description `unauthorized`: Credentials are missing or invalid. */
+      401: {
+        headers: {
+          /** @description The scheme to authenticate with */
+          'WWW-Authenticate'?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'unauthorized';
+          };
+        };
+      };
+      /** @description `forbidden`: Valid credentials without a role the route needs. */
+      403: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'forbidden';
+          };
+        };
+      };
+      /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
+      405: {
+        headers: {
+          /** @description The methods the path serves */
+          Allow: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'method_not_allowed';
+          };
+        };
+      };
+      /** @description `internal`: An unexpected error; nothing about it is told. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'internal';
+          };
+        };
+      };
+      /** @description `unavailable`: Redis, the store, the rate limiter or the JWKS cannot be reached right now; see Retry-After. */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying */
+          'Retry-After': string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'unavailable';
+          };
+        };
+      };
+    };
+  };
+  adminFailed_head: {
+    parameters: {
+      query?: {
+        limit?: number;
+      };
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description Dead letters */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `bad_param`: A path or query parameter is invalid (characters, length, APP_PATTERN, limit, after). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `unauthorized`: Credentials are missing or invalid. */
+      401: {
+        headers: {
+          /** @description The scheme to authenticate with */
+          'WWW-Authenticate'?: string;
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `forbidden`: Valid credentials without a role the route needs. */
+      403: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
+      405: {
+        headers: {
+          /** @description The methods the path serves */
+          Allow: string;
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `internal`: An unexpected error; nothing about it is told. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `unavailable`: Redis, the store, the rate limiter or the JWKS cannot be reached right now; see Retry-After. */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying */
+          'Retry-After': string;
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+    };
+  };
+  adminReplayAll: {
+    parameters: {
+      query?: {
+        reissue?: string;
+      };
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description What was replayed */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            replayed: number;
+            results: {
+              batchId: string;
+              /** @enum {string} */
+              outcome: 'replayed' | 'reissued' | 'not-failed' | 'bad-job';
+              newBatchId?: string;
+              detail?: string;
+            }[];
+          };
+        };
+      };
+      /** @description `unauthorized`: Credentials are missing or invalid. */
+      401: {
+        headers: {
+          /** @description The scheme to authenticate with */
+          'WWW-Authenticate'?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'unauthorized';
+          };
+        };
+      };
+      /** @description `forbidden`: Valid credentials without a role the route needs. */
+      403: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'forbidden';
+          };
+        };
+      };
+      /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
+      405: {
+        headers: {
+          /** @description The methods the path serves */
+          Allow: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'method_not_allowed';
+          };
+        };
+      };
+      /** @description `internal`: An unexpected error; nothing about it is told. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'internal';
+          };
+        };
+      };
+      /** @description `unavailable`: Redis, the store, the rate limiter or the JWKS cannot be reached right now; see Retry-After. */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying */
+          'Retry-After': string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'unavailable';
+          };
+        };
+      };
+    };
+  };
+  adminReplay: {
+    parameters: {
+      query?: {
+        reissue?: string;
+      };
+      header?: never;
+      path: {
+        batchId: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description What happened to it */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            batchId: string;
+            /** @enum {string} */
+            outcome: 'replayed' | 'reissued' | 'not-failed' | 'bad-job';
+            newBatchId?: string;
+            detail?: string;
+          };
+        };
+      };
+      /** @description `bad_param`: A path or query parameter is invalid (characters, length, APP_PATTERN, limit, after). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'bad_param';
+          };
+        };
+      };
+      /** @description `unauthorized`: Credentials are missing or invalid. */
+      401: {
+        headers: {
+          /** @description The scheme to authenticate with */
+          'WWW-Authenticate'?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'unauthorized';
+          };
+        };
+      };
+      /** @description `forbidden`: Valid credentials without a role the route needs. */
+      403: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'forbidden';
+          };
+        };
+      };
+      /** @description `not_found`: No such route, collection, dead letter or erasure. */
+      404: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'not_found';
+          };
+        };
+      };
+      /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
+      405: {
+        headers: {
+          /** @description The methods the path serves */
+          Allow: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'method_not_allowed';
+          };
+        };
+      };
+      /** @description `internal`: An unexpected error; nothing about it is told. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'internal';
+          };
+        };
+      };
+      /** @description `unavailable`: Redis, the store, the rate limiter or the JWKS cannot be reached right now; see Retry-After. */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying */
+          'Retry-After': string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'unavailable';
+          };
+        };
+      };
+    };
+  };
+  erase: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        collection: string;
+        app: string;
+      };
+      cookie?: never;
+    };
+    requestBody: {
+      content: {
+        'application/json': {
+          /** @default [] */
+          distinct_ids?: string[];
+          /** @default [] */
+          anonymous_ids?: string[];
+          /** @default false */
+          dry_run?: boolean;
+        };
+      };
+    };
+    responses: {
+      /** @description Queued */
+      202: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            id: string;
+            /** @constant */
+            state: 'queued';
+          };
+        };
+      };
+      /** @description `bad_json`: The body is not JSON (or not UTF-8). `bad_param`: A path or query parameter is invalid (characters, length, APP_PATTERN, limit, after). `bad_request`: The request is malformed in another way (an admin body, an unreadable body). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'bad_json' | 'bad_param' | 'bad_request';
+          };
+        };
+      };
+      /** @description `unauthorized`: Credentials are missing or invalid. */
+      401: {
+        headers: {
+          /** @description The scheme to authenticate with */
+          'WWW-Authenticate'?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'unauthorized';
+          };
+        };
+      };
+      /** @description `forbidden`: Valid credentials without a role the route needs. */
+      403: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'forbidden';
+          };
+        };
+      };
+      /** @description `not_found`: No such route, collection, dead letter or erasure. */
+      404: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'not_found';
+          };
+        };
+      };
+      /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
+      405: {
+        headers: {
+          /** @description The methods the path serves */
+          Allow: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'method_not_allowed';
+          };
+        };
+      };
+      /** @description `too_large`: The body (bytes, decoded bytes or events) is over the collection's limit. */
+      413: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'too_large';
+          };
+        };
+      };
+      /** @description `content_encoding`: The Content-Encoding is not gzip, deflate, br or identity (or stacks several). */
+      415: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'content_encoding';
+          };
+        };
+      };
+      /** @description `internal`: An unexpected error; nothing about it is told. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'internal';
+          };
+        };
+      };
+      /** @description `unavailable`: Redis, the store, the rate limiter or the JWKS cannot be reached right now; see Retry-After. */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying */
+          'Retry-After': string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'unavailable';
+          };
+        };
+      };
+    };
+  };
+  eraseStatus: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description Its state and counts */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            id: string;
+            collection: string;
+            app: string;
+            dry_run: boolean;
+            /** @enum {string} */
+            state: 'queued' | 'running' | 'waiting' | 'completed' | 'failed';
+            files_scanned: number;
+            files_rewritten: number;
+            rows_erased: number;
+            step?: string;
+            requested_at?: string;
+            attempts: number;
+            error?: string;
+          } & {
+            [key: string]: unknown;
+          };
+        };
+      };
+      /** @description `bad_param`: A path or query parameter is invalid (characters, length, APP_PATTERN, limit, after). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'bad_param';
+          };
+        };
+      };
+      /** @description `unauthorized`: Credentials are missing or invalid. */
+      401: {
+        headers: {
+          /** @description The scheme to authenticate with */
+          'WWW-Authenticate'?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'unauthorized';
+          };
+        };
+      };
+      /** @description `forbidden`: Valid credentials without a role the route needs. */
+      403: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'forbidden';
+          };
+        };
+      };
+      /** @description `not_found`: No such route, collection, dead letter or erasure. */
+      404: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'not_found';
+          };
+        };
+      };
+      /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
+      405: {
+        headers: {
+          /** @description The methods the path serves */
+          Allow: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'method_not_allowed';
+          };
+        };
+      };
+      /** @description `internal`: An unexpected error; nothing about it is told. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'internal';
+          };
+        };
+      };
+      /** @description `unavailable`: Redis, the store, the rate limiter or the JWKS cannot be reached right now; see Retry-After. */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying */
+          'Retry-After': string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            error: string;
+            /** @enum {string} */
+            code: 'unavailable';
+          };
+        };
+      };
+    };
+  };
+  eraseStatus_head: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description Its state and counts */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `bad_param`: A path or query parameter is invalid (characters, length, APP_PATTERN, limit, after). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `unauthorized`: Credentials are missing or invalid. */
+      401: {
+        headers: {
+          /** @description The scheme to authenticate with */
+          'WWW-Authenticate'?: string;
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `forbidden`: Valid credentials without a role the route needs. */
+      403: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `not_found`: No such route, collection, dead letter or erasure. */
+      404: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `method_not_allowed`: The path exists but not with this method; see Allow. */
+      405: {
+        headers: {
+          /** @description The methods the path serves */
+          Allow: string;
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `internal`: An unexpected error; nothing about it is told. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `unavailable`: Redis, the store, the rate limiter or the JWKS cannot be reached right now; see Retry-After. */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying */
+          'Retry-After': string;
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+    };
+  };
 }

@@ -10,9 +10,16 @@ export type DistEntry = `${string}.js`;
  * Runs one of the product's entry points (sources through tsx, or a compiled `.js` with plain node), with `env` added, keeping all of
  * its output (tests scan the logs).
  */
-export function startService(entry: 'services/main.ts' | 'services/api/main.ts' | 'services/encoder/main.ts' | DistEntry, env: Record<string, string>): ServiceProcess {
+export function startService(
+  entry: 'services/main.ts' | 'services/api/main.ts' | 'services/encoder/main.ts' | DistEntry,
+  env: Record<string, string>,
+): ServiceProcess {
   // A compiled entry runs with the node flags its package.json script gives it (npm start's).
-  return spawnService(entry, { LOG_LEVEL: 'info', ...env }, { keepChars: Number.POSITIVE_INFINITY, nodeFlags: entry.endsWith('.js') ? startFlags(entry) : [] });
+  return spawnService(
+    entry,
+    { LOG_LEVEL: 'info', ...env },
+    { keepChars: Number.POSITIVE_INFINITY, nodeFlags: entry.endsWith('.js') ? startFlags(entry) : [] },
+  );
 }
 
 /** Polls `url` until it answers 200 (bounded by `ms`), failing at once if `proc` exits. */

@@ -28,8 +28,15 @@ export interface RedisCluster {
 }
 
 /** `CLUSTER NODES` of one node, parsed into its view of masters: port → slot ranges and flags. */
-export async function clusterView(port: number): Promise<{ port: number; id: string; master: boolean; failed: boolean; slots: string[] }[]> {
-  const c = new Redis(port, '127.0.0.1', { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: 1000 });
+export async function clusterView(
+  port: number,
+): Promise<{ port: number; id: string; master: boolean; failed: boolean; slots: string[] }[]> {
+  const c = new Redis(port, '127.0.0.1', {
+    lazyConnect: true,
+    maxRetriesPerRequest: 0,
+    retryStrategy: () => null,
+    connectTimeout: 1000,
+  });
   c.on('error', () => undefined);
   try {
     await c.connect();
@@ -40,7 +47,13 @@ export async function clusterView(port: number): Promise<{ port: number; id: str
       .map((line) => {
         const f = line.split(' ');
         const addr = f[1] ?? '';
-        return { id: f[0] ?? '', port: Number(addr.split('@')[0]?.split(':')[1]), master: (f[2] ?? '').includes('master'), failed: /fail/.test(f[2] ?? ''), slots: f.slice(8) };
+        return {
+          id: f[0] ?? '',
+          port: Number(addr.split('@')[0]?.split(':')[1]),
+          master: (f[2] ?? '').includes('master'),
+          failed: /fail/.test(f[2] ?? ''),
+          slots: f.slice(8),
+        };
       });
   } finally {
     c.disconnect();
@@ -53,12 +66,26 @@ export async function clusterView(port: number): Promise<{ port: number; id: str
  * create`), and waits until every slot is served. A short `cluster-node-timeout` keeps failover
  * tests short. Throws (after stopping what it started) when the cluster does not form.
  */
-export async function startRedisCluster(opts: { masters?: number; replicas?: number; nodeTimeoutMs?: number; args?: readonly string[] } = {}): Promise<RedisCluster> {
+export async function startRedisCluster(
+  opts: { masters?: number; replicas?: number; nodeTimeoutMs?: number; args?: readonly string[] } = {},
+): Promise<RedisCluster> {
   const masters = opts.masters ?? 3;
   const replicas = opts.replicas ?? 1;
   const root = mkdtempSync(join(tmpdir(), 'ingest-cluster-'));
   const all: ClusterNode[] = [];
-  const nodeArgs = ['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', String(opts.nodeTimeoutMs ?? 2000), '--appendonly', 'no', '--save', '', ...(opts.args ?? [])];
+  const nodeArgs = [
+    '--cluster-enabled',
+    'yes',
+    '--cluster-config-file',
+    'nodes.conf',
+    '--cluster-node-timeout',
+    String(opts.nodeTimeoutMs ?? 2000),
+    '--appendonly',
+    'no',
+    '--save',
+    '',
+    ...(opts.args ?? []),
+  ];
   const stop = async (): Promise<void> => {
     await Promise.all(all.map((n) => n.server.stop('SIGKILL').catch(() => undefined)));
     rmSync(root, { recursive: true, force: true });
@@ -67,15 +94,27 @@ export async function startRedisCluster(opts: { masters?: number; replicas?: num
     for (let i = 0; i < masters * (1 + replicas); i++) all.push(await startNode(root, nodeArgs));
     const created = spawnSync(
       'redis-cli',
-      ['--cluster', 'create', ...all.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', String(replicas), '--cluster-yes'],
+      [
+        '--cluster',
+        'create',
+        ...all.map((n) => `127.0.0.1:${n.port}`),
+        '--cluster-replicas',
+        String(replicas),
+        '--cluster-yes',
+      ],
       { encoding: 'utf8', timeout: 30_000 },
     );
-    if (created.status !== 0) throw new Error(`redis-cli --cluster create failed: ${created.stdout.slice(-500)} ${created.stderr.slice(-500)}`);
+    if (created.status !== 0)
+      throw new Error(`redis-cli --cluster create failed: ${created.stdout.slice(-500)} ${created.stderr.slice(-500)}`);
     // Every node agrees that all 16384 slots are served and every replica is attached.
     await pollUntil(
       async () => {
         for (const n of all) {
-          const c = new Redis(n.port, '127.0.0.1', { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+          const c = new Redis(n.port, '127.0.0.1', {
+            lazyConnect: true,
+            maxRetriesPerRequest: 0,
+            retryStrategy: () => null,
+          });
           c.on('error', () => undefined);
           try {
             await c.connect();
@@ -89,7 +128,11 @@ export async function startRedisCluster(opts: { masters?: number; replicas?: num
         if (view.filter((v) => !v.master).length !== masters * replicas) return false;
         // Replicas have finished their first sync (else WAIT would count 0 of them).
         for (const m of view.filter((v) => v.master)) {
-          const c = new Redis(m.port, '127.0.0.1', { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+          const c = new Redis(m.port, '127.0.0.1', {
+            lazyConnect: true,
+            maxRetriesPerRequest: 0,
+            retryStrategy: () => null,
+          });
           c.on('error', () => undefined);
           try {
             await c.connect();

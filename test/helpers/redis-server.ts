@@ -57,10 +57,16 @@ export interface RedisServer {
  * Starts a private `redis-server` on a free loopback port, so tests never depend on (or
  * disturb) a Redis that happens to run on this machine.
  */
-export async function startRedisServer(opts: { port?: number; dir?: string; args?: readonly string[] } = {}): Promise<RedisServer> {
+export async function startRedisServer(
+  opts: { port?: number; dir?: string; args?: readonly string[] } = {},
+): Promise<RedisServer> {
   const port = opts.port ?? (await freePort());
   const dir = opts.dir ?? mkdtempSync(join(tmpdir(), 'ingest-redis-'));
-  const server = await spawnRedisServer({ port, dir, args: ['--save', '', '--appendonly', 'no', ...(opts.args ?? [])] });
+  const server = await spawnRedisServer({
+    port,
+    dir,
+    args: ['--save', '', '--appendonly', 'no', ...(opts.args ?? [])],
+  });
   let stopping: Promise<void> | undefined;
   return {
     url: server.url,

@@ -20,7 +20,8 @@ import { freePort } from './redis-server.js';
 
 /** The three daemons, the admin tools (Debian: packages of the same names, plus ceph-common) and util-linux's setpriv. */
 const BINARIES = ['ceph-mon', 'ceph-osd', 'radosgw', 'monmaptool', 'ceph', 'radosgw-admin', 'setpriv'] as const;
-export const RGW_INSTALL_HINT = 'apt-get install -y --no-install-recommends radosgw ceph-mon ceph-osd (.ci/run does this)';
+export const RGW_INSTALL_HINT =
+  'apt-get install -y --no-install-recommends radosgw ceph-mon ceph-osd (.ci/run does this)';
 /** Bounds on a loaded 2-core machine; an idle one starts in about 2 s. */
 const START_TIMEOUT_MS = 90_000;
 const TOOL_TIMEOUT_MS = 30_000;
@@ -88,9 +89,15 @@ function keyring(): string {
     ['osd.0', { mon: 'allow profile osd', osd: 'allow *' }],
     ['client.rgw', { mon: 'allow rw', osd: 'allow rwx' }],
   ];
-  return entities
-    .map(([name, caps]) => [`[${name}]`, `\tkey = ${cephKey()}`, ...Object.entries(caps).map(([k, v]) => `\tcaps ${k} = "${v}"`)].join('\n'))
-    .join('\n') + '\n';
+  return (
+    entities
+      .map(([name, caps]) =>
+        [`[${name}]`, `\tkey = ${cephKey()}`, ...Object.entries(caps).map(([k, v]) => `\tcaps ${k} = "${v}"`)].join(
+          '\n',
+        ),
+      )
+      .join('\n') + '\n'
+  );
 }
 
 function cephConf(o: { dir: string; fsid: string; monPort: number; rgwPort: number }): string {
@@ -135,10 +142,18 @@ debug rgw = 0/5
 /** Runs an admin tool with a time bound; the error carries its stderr. */
 function tool(cmd: string, args: string[]): Promise<string> {
   return new Promise((resolve, reject) => {
-    execFile(cmd, args, { timeout: TOOL_TIMEOUT_MS, killSignal: 'SIGKILL', encoding: 'utf8' }, (err, stdout, stderr) => {
-      if (err) reject(new Error(`${cmd} ${args.slice(0, 3).join(' ')} failed: ${err.message}\n${stderr.slice(-LOG_TAIL_CHARS)}`));
-      else resolve(stdout);
-    });
+    execFile(
+      cmd,
+      args,
+      { timeout: TOOL_TIMEOUT_MS, killSignal: 'SIGKILL', encoding: 'utf8' },
+      (err, stdout, stderr) => {
+        if (err)
+          reject(
+            new Error(`${cmd} ${args.slice(0, 3).join(' ')} failed: ${err.message}\n${stderr.slice(-LOG_TAIL_CHARS)}`),
+          );
+        else resolve(stdout);
+      },
+    );
   });
 }
 
@@ -153,7 +168,8 @@ function daemon(cmd: string, args: string[]): ChildProcess {
   return child;
 }
 
-const alive = (c: ChildProcess | undefined): c is ChildProcess => c !== undefined && c.exitCode === null && c.signalCode === null;
+const alive = (c: ChildProcess | undefined): c is ChildProcess =>
+  c !== undefined && c.exitCode === null && c.signalCode === null;
 
 async function killByPid(c: ChildProcess | undefined): Promise<void> {
   if (!alive(c)) return;
@@ -212,7 +228,10 @@ export async function startRgw(): Promise<RgwServer> {
 
   const check = (name: 'mon' | 'osd' | 'rgw', logName: string): void => {
     const c = procs[name];
-    if (c !== undefined && (c.exitCode !== null || c.signalCode !== null)) throw new Error(`${name} exited (code ${String(c.exitCode)}, signal ${String(c.signalCode)}) during start:\n${logTail(dir, logName)}`);
+    if (c !== undefined && (c.exitCode !== null || c.signalCode !== null))
+      throw new Error(
+        `${name} exited (code ${String(c.exitCode)}, signal ${String(c.signalCode)}) during start:\n${logTail(dir, logName)}`,
+      );
   };
   const untilAnswers = async (what: string, logName: string, until: number): Promise<void> => {
     for (;;) {
@@ -227,7 +246,10 @@ export async function startRgw(): Promise<RgwServer> {
       } catch {
         /* not listening yet */
       }
-      if (Date.now() > until) throw new Error(`${what} did not answer on ${endpoint} within ${START_TIMEOUT_MS} ms:\n${logTail(dir, logName)}`);
+      if (Date.now() > until)
+        throw new Error(
+          `${what} did not answer on ${endpoint} within ${START_TIMEOUT_MS} ms:\n${logTail(dir, logName)}`,
+        );
       await new Promise((r) => setTimeout(r, POLL_MS));
     }
   };
@@ -241,19 +263,49 @@ export async function startRgw(): Promise<RgwServer> {
     await Promise.all(['run', 'log', 'crash', 'mon', 'osd'].map((d) => mkdir(join(dir, d))));
     await writeFile(conf, cephConf({ dir, fsid, monPort, rgwPort }));
     await writeFile(join(dir, 'keyring'), keyring(), { mode: 0o600 });
-    await tool('monmaptool', ['--create', '--addv', 'a', `[v2:127.0.0.1:${monPort}]`, '--fsid', fsid, join(dir, 'monmap')]);
+    await tool('monmaptool', [
+      '--create',
+      '--addv',
+      'a',
+      `[v2:127.0.0.1:${monPort}]`,
+      '--fsid',
+      fsid,
+      join(dir, 'monmap'),
+    ]);
     await tool('ceph-mon', ['-c', conf, '--mkfs', '-i', 'a', '--monmap', join(dir, 'monmap')]);
     procs.mon = daemon('ceph-mon', ['-c', conf, '-i', 'a']);
     // Registers OSD 0 in the cluster map (waits for the monitor to form its quorum of one).
     const osdUuid = randomUUID();
-    const id = (await tool('ceph', ['-c', conf, '--connect-timeout', String(TOOL_TIMEOUT_MS / 1000), 'osd', 'new', osdUuid])).trim();
+    const id = (
+      await tool('ceph', ['-c', conf, '--connect-timeout', String(TOOL_TIMEOUT_MS / 1000), 'osd', 'new', osdUuid])
+    ).trim();
     if (id !== '0') throw new Error(`ceph osd new returned ${JSON.stringify(id)}, expected 0`);
     // --no-mon-config: mkfs must not wait for configuration from the monitor.
     await tool('ceph-osd', ['-c', conf, '--mkfs', '-i', '0', '--osd-uuid', osdUuid, '--no-mon-config']);
     procs.osd = daemon('ceph-osd', ['-c', conf, '-i', '0']);
     await startGateway(deadline);
-    await tool('radosgw-admin', ['-c', conf, 'user', 'create', '--uid', 'ingest-tests', '--display-name', 'events-ingest tests', '--access-key', accessKeyId, '--secret-key', secretAccessKey]);
-    const client = new S3Client({ region: REGION, endpoint, forcePathStyle: true, credentials: { accessKeyId, secretAccessKey }, maxAttempts: 5, ...S3_COMPATIBLE_CLIENT_SETTINGS });
+    await tool('radosgw-admin', [
+      '-c',
+      conf,
+      'user',
+      'create',
+      '--uid',
+      'ingest-tests',
+      '--display-name',
+      'events-ingest tests',
+      '--access-key',
+      accessKeyId,
+      '--secret-key',
+      secretAccessKey,
+    ]);
+    const client = new S3Client({
+      region: REGION,
+      endpoint,
+      forcePathStyle: true,
+      credentials: { accessKeyId, secretAccessKey },
+      maxAttempts: 5,
+      ...S3_COMPATIBLE_CLIENT_SETTINGS,
+    });
     try {
       await client.send(new CreateBucketCommand({ Bucket: BUCKET }));
     } finally {
@@ -264,7 +316,12 @@ export async function startRgw(): Promise<RgwServer> {
     // tool's timeout better than the tool does.
     let cause = err as Error;
     try {
-      for (const [name, logName] of [['mon', 'mon.a'], ['osd', 'osd.0'], ['rgw', 'client.rgw']] as const) check(name, logName);
+      for (const [name, logName] of [
+        ['mon', 'mon.a'],
+        ['osd', 'osd.0'],
+        ['rgw', 'client.rgw'],
+      ] as const)
+        check(name, logName);
     } catch (died) {
       cause = new Error(`${cause.message}\n${(died as Error).message}`, { cause: err });
     }
@@ -308,7 +365,10 @@ export async function startRgw(): Promise<RgwServer> {
 }
 
 /** An `S3ObjectStore` on the gateway's bucket, optionally under a key prefix. */
-export function rgwStoreFor(server: Pick<RgwServer, 'endpoint' | 'bucket' | 'region' | 'accessKeyId' | 'secretAccessKey'>, prefix?: string): S3ObjectStore {
+export function rgwStoreFor(
+  server: Pick<RgwServer, 'endpoint' | 'bucket' | 'region' | 'accessKeyId' | 'secretAccessKey'>,
+  prefix?: string,
+): S3ObjectStore {
   return new S3ObjectStore({
     bucket: server.bucket,
     prefix,
@@ -320,7 +380,10 @@ export function rgwStoreFor(server: Pick<RgwServer, 'endpoint' | 'bucket' | 'reg
 }
 
 /** The environment that points the product's services (`STORE=s3`) at the gateway. */
-export function rgwEnv(server: Pick<RgwServer, 'endpoint' | 'bucket' | 'region' | 'accessKeyId' | 'secretAccessKey'>, endpoint = server.endpoint): Record<string, string> {
+export function rgwEnv(
+  server: Pick<RgwServer, 'endpoint' | 'bucket' | 'region' | 'accessKeyId' | 'secretAccessKey'>,
+  endpoint = server.endpoint,
+): Record<string, string> {
   return {
     STORE: 's3',
     S3_BUCKET: server.bucket,

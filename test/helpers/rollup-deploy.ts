@@ -58,7 +58,13 @@ async function onFreePort(start: (port: number) => Service, path: string): Promi
   }
 }
 
-export async function deploy(storeEnv: Record<string, string>, store: ObjectStore, periodSeconds: number, delaySeconds: number, extra: Record<string, string> = {}): Promise<Deployment> {
+export async function deploy(
+  storeEnv: Record<string, string>,
+  store: ObjectStore,
+  periodSeconds: number,
+  delaySeconds: number,
+  extra: Record<string, string> = {},
+): Promise<Deployment> {
   const common = {
     HOST: '127.0.0.1',
     REDIS_URL: inject('redisUrl'),
@@ -72,22 +78,38 @@ export async function deploy(storeEnv: Record<string, string>, store: ObjectStor
     ...storeEnv,
     ...extra,
   };
-  const { port: apiPort } = await onFreePort((port) => spawnService('services/api/main.ts', { ...common, PORT: String(port) }), '/readyz');
-  await onFreePort((port) => spawnService('services/encoder/main.ts', { ...common, METRICS_PORT: String(port) }), '/metrics');
+  const { port: apiPort } = await onFreePort(
+    (port) => spawnService('services/api/main.ts', { ...common, PORT: String(port) }),
+    '/readyz',
+  );
+  await onFreePort(
+    (port) => spawnService('services/encoder/main.ts', { ...common, METRICS_PORT: String(port) }),
+    '/metrics',
+  );
   const url = `http://127.0.0.1:${apiPort}`;
   return {
     common,
     store,
     url,
     async startRollup() {
-      return (await onFreePort((port) => spawnService('services/rollup/main.ts', { ...common, METRICS_PORT: String(port) }), '/metrics')).svc;
+      return (
+        await onFreePort(
+          (port) => spawnService('services/rollup/main.ts', { ...common, METRICS_PORT: String(port) }),
+          '/metrics',
+        )
+      ).svc;
     },
   };
 }
 
 export async function push(url: string, app: string, n: number): Promise<string | null> {
   try {
-    const r = await fetch(`${url}/push/events/${app}/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(n, (i) => sampleEvent(i)), signal: AbortSignal.timeout(10_000) });
+    const r = await fetch(`${url}/push/events/${app}/x`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: batchBody(n, (i) => sampleEvent(i)),
+      signal: AbortSignal.timeout(10_000),
+    });
     if (r.status !== 200) return null;
     return ((await r.json()) as { batchId: string }).batchId;
   } catch {
@@ -96,9 +118,16 @@ export async function push(url: string, app: string, n: number): Promise<string 
 }
 
 /** Runs the `events-ingest` CLI as a user would (one node process, the checkout's sources). */
-export function runCli(args: string[], env: Record<string, string>): Promise<{ code: number | null; stdout: string; stderr: string }> {
+export function runCli(
+  args: string[],
+  env: Record<string, string>,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((done) => {
-    const child = spawn(process.execPath, ['bin/events-ingest.mjs', ...args], { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, ['bin/events-ingest.mjs', ...args], {
+      cwd: ROOT,
+      env: { ...process.env, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let stdout = '';
     let stderr = '';
     // Decoded as a stream: a multi-byte character split across two chunks stays one character.
@@ -119,13 +148,21 @@ export function runCli(args: string[], env: Record<string, string>): Promise<{ c
  * `copy`, on S3, it reads through the CLI's local copy (`--copy --cache-dir <cacheDir>`).
  */
 export async function storeCount(env: Record<string, string>, copy?: { cacheDir: string }): Promise<number> {
-  const source = { kind: 'store', env: parseEnv(env), ...(copy ? { copy: true, cacheDir: copy.cacheDir } : {}) } as const;
+  const source = {
+    kind: 'store',
+    env: parseEnv(env),
+    ...(copy ? { copy: true, cacheDir: copy.cacheDir } : {}),
+  } as const;
   const result = await runQuery('SELECT count(*)::BIGINT AS n FROM events', source);
   return Number(result.rows[0]?.[0] ?? 0);
 }
 
 /** Watermark of every app has passed `endMs`. */
-export async function rolledThrough(store: ObjectStore, apps: readonly string[], endMs: (app: string) => number): Promise<boolean> {
+export async function rolledThrough(
+  store: ObjectStore,
+  apps: readonly string[],
+  endMs: (app: string) => number,
+): Promise<boolean> {
   for (const app of apps) {
     const m = await readManifest(store, `events/${app}/`);
     if (!m || m.watermarkMs < endMs(app)) return false;

@@ -29,25 +29,43 @@ export const STORAGE_PATH = 'events/{app}/{batchId}';
  * `id`. A cursor equal to the mark skips nothing and rightly gets 200; 410 needs one below it.
  */
 export async function waitForRetentionPast(store: ObjectStore, prefix: string, id: string): Promise<void> {
-  await waitFor(async () => ((await readRetentionMark(store, prefix))?.deletedThrough ?? '') > id, 30_000, `retention of ${prefix} past ${id}`);
+  await waitFor(
+    async () => ((await readRetentionMark(store, prefix))?.deletedThrough ?? '') > id,
+    30_000,
+    `retention of ${prefix} past ${id}`,
+  );
 }
 
 /** Runs `sql` over the exact view (`events`) of `app` ('*' = every app). */
-export async function viewQuery(store: ObjectStore, app: string, sql: (from: string) => string, env?: Record<string, string | undefined>): Promise<Record<string, unknown>[]> {
+export async function viewQuery(
+  store: ObjectStore,
+  app: string,
+  sql: (from: string) => string,
+  env?: Record<string, string | undefined>,
+): Promise<Record<string, unknown>[]> {
   const view = await rollupViewSql({ store, collection: STORAGE_PATH, params: { app }, env });
   for (const s of view.setup) await duckQuery(s);
   return duckQuery(sql(`(${view.select})`));
 }
 
 /** Runs `sql` over the batch files alone. */
-export async function batchQuery(store: ObjectStore, app: string, sql: (from: string) => string, env?: Record<string, string | undefined>): Promise<Record<string, unknown>[]> {
+export async function batchQuery(
+  store: ObjectStore,
+  app: string,
+  sql: (from: string) => string,
+  env?: Record<string, string | undefined>,
+): Promise<Record<string, unknown>[]> {
   const raw = duckdbReadParquetSql({ store, collection: STORAGE_PATH, params: { app }, env });
   for (const s of raw.setup) await duckQuery(s);
   return duckQuery(sql(raw.from));
 }
 
 /** Number of rows the view shows. */
-export async function viewCount(store: ObjectStore, app: string, env?: Record<string, string | undefined>): Promise<number> {
+export async function viewCount(
+  store: ObjectStore,
+  app: string,
+  env?: Record<string, string | undefined>,
+): Promise<number> {
   const [row] = await viewQuery(store, app, (from) => `SELECT count(*)::BIGINT AS n FROM ${from}`, env);
   return Number(row?.n ?? 0);
 }
@@ -59,7 +77,11 @@ const GROUP_BY = (from: string): string =>
  * The view equals the batch files: same GROUP BY, and the same multiset of full rows (every
  * column, compared as one hash per row so nothing can differ unseen).
  */
-export async function expectViewEqualsBatches(store: ObjectStore, app: string, env?: Record<string, string | undefined>): Promise<number> {
+export async function expectViewEqualsBatches(
+  store: ObjectStore,
+  app: string,
+  env?: Record<string, string | undefined>,
+): Promise<number> {
   expect(await viewQuery(store, app, GROUP_BY, env)).toEqual(await batchQuery(store, app, GROUP_BY, env));
   const rowHashes = (from: string): string =>
     `SELECT hash(event_type, event, distinct_id, anonymous_id, ts, message_id, properties, context, dt, epoch_ms(received_at), extra) AS h, count(*)::BIGINT AS n FROM ${from} GROUP BY 1 ORDER BY 1`;
@@ -86,12 +108,17 @@ export async function manifestsOf(store: ObjectStore, apps: readonly string[]): 
  * file's row count, batch count and first/last batch id are what the manifest says; every period
  * ends at or before the watermark and appears once.
  */
-export async function expectManifestMatchesStore(store: ObjectStore, manifest: Manifest, rootUrl: string): Promise<void> {
+export async function expectManifestMatchesStore(
+  store: ObjectStore,
+  manifest: Manifest,
+  rootUrl: string,
+): Promise<void> {
   // A roll writes the manifest first and deletes the rollup files no manifest lists any more
   // (the one a re-roll replaced, a killed job's leftovers) after: a test that waited for the
   // manifest (or the view built from it) can list the store a moment before that clean-up ends.
   const listed = manifestFiles(manifest).sort();
-  const rollupFiles = async (): Promise<string[]> => (await store.listKeys(`${ROLLUP_ROOT}${manifest.prefix}`)).filter((k) => k.endsWith('.parquet')).sort();
+  const rollupFiles = async (): Promise<string[]> =>
+    (await store.listKeys(`${ROLLUP_ROOT}${manifest.prefix}`)).filter((k) => k.endsWith('.parquet')).sort();
   await waitFor(
     async () => {
       const now = await rollupFiles();
@@ -109,7 +136,12 @@ export async function expectManifestMatchesStore(store: ObjectStore, manifest: M
       const [facts] = await duckQuery(
         `SELECT count(*)::BIGINT AS rows, count(DISTINCT batch_id)::BIGINT AS batches, min(batch_id) AS first, max(batch_id) AS last, min(epoch_ms(received_at))::BIGINT AS lo, max(epoch_ms(received_at))::BIGINT AS hi FROM read_parquet('${rootUrl}${f.key}')`,
       );
-      expect({ rows: Number(facts?.rows), batches: Number(facts?.batches), first: facts?.first, last: facts?.last }).toEqual({ rows: f.rows, batches: f.batches, first: f.firstId, last: f.lastId });
+      expect({
+        rows: Number(facts?.rows),
+        batches: Number(facts?.batches),
+        first: facts?.first,
+        last: facts?.last,
+      }).toEqual({ rows: f.rows, batches: f.batches, first: f.firstId, last: f.lastId });
       expect(Number(facts?.lo)).toBeGreaterThanOrEqual(p.startMs);
       expect(Number(facts?.hi)).toBeLessThan(p.endMs);
     }
@@ -144,22 +176,34 @@ export async function mirrorStore(store: ObjectStore, root: string): Promise<Fil
  * rollup queues' counts, and the rollup jobs not yet done with their attempts and last error.
  * Keys, ids and counts only.
  */
-export async function rollupStallReport(redis: Redis, queueName: string, store: ObjectStore, prefixes: readonly string[]): Promise<string> {
+export async function rollupStallReport(
+  redis: Redis,
+  queueName: string,
+  store: ObjectStore,
+  prefixes: readonly string[],
+): Promise<string> {
   const lines: string[] = [];
   const ledger = new BatchLedger(redis, queueName);
   for (const prefix of prefixes) {
     const m = await readManifest(store, prefix);
     const { bound, nowMs } = await ledger.listBoundAt(prefix);
-    lines.push(`${prefix}: watermark ${m?.watermarkMs ?? 'none'}, ledger bound ${bound.kind} ${bound.id} at Redis time ${nowMs}`);
+    lines.push(
+      `${prefix}: watermark ${m?.watermarkMs ?? 'none'}, ledger bound ${bound.kind} ${bound.id} at Redis time ${nowMs}`,
+    );
   }
   const encoder = new Queue(queueName, { connection: redis, prefix: LEGACY_QUEUE_PREFIX });
-  const rollup = new Queue(rollupQueueName(queueName), { connection: redis, prefix: rollupQueuePrefix(queueName, false) });
+  const rollup = new Queue(rollupQueueName(queueName), {
+    connection: redis,
+    prefix: rollupQueuePrefix(queueName, false),
+  });
   try {
     const kinds = ['waiting', 'active', 'delayed', 'failed', 'completed'] as const;
     lines.push(`encoder queue: ${JSON.stringify(await encoder.getJobCounts(...kinds))}`);
     lines.push(`rollup queue: ${JSON.stringify(await rollup.getJobCounts(...kinds))}`);
     for (const job of await rollup.getJobs(['waiting', 'active', 'delayed', 'failed'], 0, 19)) {
-      lines.push(`rollup job ${String(job.id)}: ${await job.getState()}, attempts ${job.attemptsMade}, delay ${job.delay}${job.failedReason ? `, last error ${job.failedReason.slice(0, 200)}` : ''}`);
+      lines.push(
+        `rollup job ${String(job.id)}: ${await job.getState()}, attempts ${job.attemptsMade}, delay ${job.delay}${job.failedReason ? `, last error ${job.failedReason.slice(0, 200)}` : ''}`,
+      );
     }
   } finally {
     await encoder.close();

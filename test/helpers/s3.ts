@@ -172,7 +172,13 @@ async function exitsWithin(exited: Promise<unknown>, ms: number): Promise<boolea
     timer = setTimeout(() => resolve(false), ms);
   });
   try {
-    return await Promise.race([exited.then(() => true, () => true), timedOut]);
+    return await Promise.race([
+      exited.then(
+        () => true,
+        () => true,
+      ),
+      timedOut,
+    ]);
   } finally {
     clearTimeout(timer);
   }

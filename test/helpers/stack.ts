@@ -22,7 +22,11 @@ export interface TestStack extends RunningStack {
 
 /** The product's own stack, in this process, on a free port, against the test Redis and a fresh data folder. */
 /** `logger`: the product's logger (default: a silent one), for a test that reads its log lines. */
-export async function startTestStack(env: Record<string, string> = {}, parts: StackParts = { api: true, encoder: true }, logger?: Logger): Promise<TestStack> {
+export async function startTestStack(
+  env: Record<string, string> = {},
+  parts: StackParts = { api: true, encoder: true },
+  logger?: Logger,
+): Promise<TestStack> {
   const dataDir = mkdtempSync(join(tmpdir(), 'ingest-data-'));
   const queueName = env.QUEUE_NAME ?? uniqueName('q');
   const parsed = parseEnv({

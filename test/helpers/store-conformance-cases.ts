@@ -82,7 +82,10 @@ const RACERS = 8;
  */
 export async function checkConditionalCreate(store: ObjectStore): Promise<void> {
   expect(typeof store.createIfAbsent, 'createIfAbsent is a function').toBe('function');
-  const create = (key: string, body: Uint8Array): Promise<boolean> => (store.createIfAbsent as NonNullable<ObjectStore['createIfAbsent']>).call(store, key, body, { contentType: 'application/json' });
+  const create = (key: string, body: Uint8Array): Promise<boolean> =>
+    (store.createIfAbsent as NonNullable<ObjectStore['createIfAbsent']>).call(store, key, body, {
+      contentType: 'application/json',
+    });
   expect(await create('cc/one.json', bytesOf(1))).toBe(true);
   expect(await create('cc/one.json', bytesOf(2)), 'a second create of a key that exists').toBe(false);
   expect(await bytesAt(store, 'cc/one.json')).toEqual([1]);
@@ -277,7 +280,13 @@ export function describeObjectStoreConformance(name: string, target: Conformance
         return new Uint8Array(Buffer.concat((await stream!.toArray()) as Buffer[]));
       };
       expect(sha256(await read())).toBe(sha256(body));
-      for (const [start, end] of [[0, 0], [0, 7], [299_992, 299_999], [100_000, 200_000], [5, 5]] as const) {
+      for (const [start, end] of [
+        [0, 0],
+        [0, 7],
+        [299_992, 299_999],
+        [100_000, 200_000],
+        [5, 5],
+      ] as const) {
         expect(Buffer.from(await read({ start, end })).equals(Buffer.from(body.subarray(start, end + 1)))).toBe(true);
       }
       expect(await store.getStream!('range/missing')).toBeNull();
@@ -330,15 +339,21 @@ export function describeObjectStoreConformance(name: string, target: Conformance
       }
     });
 
-    it.skipIf(!target.exclusiveCreate)('createIfAbsent: creates a missing key once; a second writer never wins, also when they race', async () => {
-      await checkConditionalCreate(store);
-      expect(await store.head!('cc/one.json')).toMatchObject({ size: 1, sha256: sha256(bytesOf(1)) });
-    });
+    it.skipIf(!target.exclusiveCreate)(
+      'createIfAbsent: creates a missing key once; a second writer never wins, also when they race',
+      async () => {
+        await checkConditionalCreate(store);
+        expect(await store.head!('cc/one.json')).toMatchObject({ size: 1, sha256: sha256(bytesOf(1)) });
+      },
+    );
 
-    it.skipIf(target.exclusiveCreate)('createIfAbsent creates a missing key (this server ignores If-None-Match: the exclusive part runs on RGW)', async () => {
-      expect(await store.createIfAbsent!('cc/one.json', bytesOf(1))).toBe(true);
-      expect(await bytesAt(store, 'cc/one.json')).toEqual([1]);
-    });
+    it.skipIf(target.exclusiveCreate)(
+      'createIfAbsent creates a missing key (this server ignores If-None-Match: the exclusive part runs on RGW)',
+      async () => {
+        expect(await store.createIfAbsent!('cc/one.json', bytesOf(1))).toBe(true);
+        expect(await bytesAt(store, 'cc/one.json')).toEqual([1]);
+      },
+    );
 
     it('createIfAbsent refuses invalid keys like every other call', async () => {
       for (const key of INVALID_KEYS) await expectStoreError(store.createIfAbsent!(key, bytesOf(1)), false);

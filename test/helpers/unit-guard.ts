@@ -7,7 +7,9 @@ import { syncBuiltinESMExports } from 'node:module';
 import net from 'node:net';
 
 const refuse = (what: string) => (): never => {
-  throw new Error(`the unit tier starts no process and opens no socket (${what}); list this test file in vitest.config.ts under another tier`);
+  throw new Error(
+    `the unit tier starts no process and opens no socket (${what}); list this test file in vitest.config.ts under another tier`,
+  );
 };
 
 for (const name of ['spawn', 'spawnSync', 'exec', 'execSync', 'execFile', 'execFileSync', 'fork'] as const) {

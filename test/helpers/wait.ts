@@ -7,7 +7,11 @@ import { pollUntil } from '../../shared/poll.js';
  */
 
 /** Polls `fn` until it returns a truthy value, which is returned (bounded by `ms`). */
-export function waitFor<T>(fn: () => Promise<T | undefined | null | false>, ms = 20_000, what = 'condition'): Promise<T> {
+export function waitFor<T>(
+  fn: () => Promise<T | undefined | null | false>,
+  ms = 20_000,
+  what = 'condition',
+): Promise<T> {
   return pollUntil(fn, { ms, what });
 }
 
@@ -16,7 +20,12 @@ export function waitFor<T>(fn: () => Promise<T | undefined | null | false>, ms =
  * fails at the first false, naming `what`. A slow machine can only make it check less often, never
  * fail a correct product; use it where a test must give the product time to misbehave.
  */
-export async function holdsFor(fn: () => Promise<boolean> | boolean, ms: number, what: string, intervalMs = 50): Promise<void> {
+export async function holdsFor(
+  fn: () => Promise<boolean> | boolean,
+  ms: number,
+  what: string,
+  intervalMs = 50,
+): Promise<void> {
   const started = Date.now();
   const maxChecks = Math.ceil(ms / intervalMs) + 1;
   for (let i = 0; i < maxChecks; i++) {

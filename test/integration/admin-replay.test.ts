@@ -22,7 +22,19 @@ import { startRedisServer } from '../helpers/redis-server.js';
 /** Dead-letters one batch job under `prefix` (a worker that fails it for good), its id released like the encoder does. */
 async function deadLetter(redis: Redis, queue: Queue, ledger: BatchLedger, prefix: string): Promise<string> {
   const { batchId } = await ledger.mint(prefix);
-  const job: BatchJob = { v: 1, collection: 'events', key: `${prefix}${batchId}.parquet`, prefix, params: {}, batchId, receivedAt: Date.now(), events: 1, encoding: 'identity', body: '{}', bodyBytes: 2 };
+  const job: BatchJob = {
+    v: 1,
+    collection: 'events',
+    key: `${prefix}${batchId}.parquet`,
+    prefix,
+    params: {},
+    batchId,
+    receivedAt: Date.now(),
+    events: 1,
+    encoding: 'identity',
+    body: '{}',
+    bodyBytes: 2,
+  };
   await queue.add(JOB_NAME, job, { ...BATCH_JOB_OPTIONS, jobId: batchId });
   const worker = new Worker(
     queue.name,
@@ -108,7 +120,14 @@ describe('admin routes while Redis is down', () => {
     const queue = new Queue(name, { connection: producer });
     queue.on('error', () => undefined);
     const app = express();
-    app.use(createAdminRouter({ queue, ledger: new BatchLedger(producer, name), redis: producer, tokens: new Map([[ADMIN_TOKEN, ['admin']]]) }));
+    app.use(
+      createAdminRouter({
+        queue,
+        ledger: new BatchLedger(producer, name),
+        redis: producer,
+        tokens: new Map([[ADMIN_TOKEN, ['admin']]]),
+      }),
+    );
     // The product's one error map (services/api/error-map.ts), as services/api/app.ts mounts it.
     app.use(jsonErrorHandler());
     const auth = { Authorization: `Bearer ${ADMIN_TOKEN}` };
@@ -117,7 +136,10 @@ describe('admin routes while Redis is down', () => {
       expect(up.status).toBe(200);
       expect(up.body).toEqual({ total: 0, items: [] });
       await server.stop();
-      for (const r of [await request(app).get('/admin/failed').set(auth), await request(app).post('/admin/replay').set(auth)]) {
+      for (const r of [
+        await request(app).get('/admin/failed').set(auth),
+        await request(app).post('/admin/replay').set(auth),
+      ]) {
         expect(r.status).toBe(503);
         expect(r.headers['retry-after']).toBe('1');
         expect(r.body).toEqual({ error: 'queue unavailable (Redis); retry later', code: 'unavailable' });

@@ -39,13 +39,22 @@ async function sample(s: TestStack, series: string): Promise<number | undefined>
 }
 
 /** A body of `n` events whose distinct_id names the batch; every fifth event has a field outside the schema (it goes to `extra`). */
-const bodyOf = (n: number, tag: string): string => batchBody(n, (i) => ({ ...sampleEvent(i), distinct_id: `${tag}-${i}`, ...(i % 5 === 0 ? { campaign: `c-${i}` } : {}) }));
+const bodyOf = (n: number, tag: string): string =>
+  batchBody(n, (i) => ({
+    ...sampleEvent(i),
+    distinct_id: `${tag}-${i}`,
+    ...(i % 5 === 0 ? { campaign: `c-${i}` } : {}),
+  }));
 
 describe('API_ENCODE_MAX_BYTES: the API queues a large body as its Parquet file', () => {
   const setup = useApiOnlyStack({ API_ENCODE_MAX_BYTES: String(MAX) });
 
   const push = async (body: string | Uint8Array, headers: Record<string, string> = {}): Promise<Response> =>
-    fetch(`${setup.stack().url}/push/events/apienc/x`, { method: 'POST', headers: { 'Content-Type': 'application/json', ...headers }, body: typeof body === 'string' ? body : new Uint8Array(body) });
+    fetch(`${setup.stack().url}/push/events/apienc/x`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json', ...headers },
+      body: typeof body === 'string' ? body : new Uint8Array(body),
+    });
 
   it('carries a body from 128 KiB up to the limit as its file, smaller and larger ones as JSON; the encoder writes each and DuckDB reads every row', async () => {
     const stack = setup.stack();
@@ -57,7 +66,12 @@ describe('API_ENCODE_MAX_BYTES: the API queues a large body as its Parquet file'
       { tag: 'over', json: bodyOf(800, 'over'), gzip: false, encoding: 'deflate-raw' },
     ];
     // The sizes the cases are about: under 128 KiB, between it and the limit (decoded, for gzip), over the limit.
-    expect(cases.map((c) => Buffer.byteLength(c.json) >= 128 * 1024 && Buffer.byteLength(c.json) <= MAX)).toEqual([false, true, true, false]);
+    expect(cases.map((c) => Buffer.byteLength(c.json) >= 128 * 1024 && Buffer.byteLength(c.json) <= MAX)).toEqual([
+      false,
+      true,
+      true,
+      false,
+    ]);
 
     const ids: string[] = [];
     for (const c of cases) {
@@ -90,16 +104,30 @@ describe('API_ENCODE_MAX_BYTES: the API queues a large body as its Parquet file'
 
     const store = new FilesystemObjectStore({ root: stack.dataDir });
     const registry = createRegistry('apienc', false);
-    const encoder = createEncoder({ queueName: stack.queueName, connection: conn, ledger: new BatchLedger(conn, stack.queueName), store, registry, logger: createLogger({ level: 'silent', name: 'apienc' }), concurrency: 4 });
+    const encoder = createEncoder({
+      queueName: stack.queueName,
+      connection: conn,
+      ledger: new BatchLedger(conn, stack.queueName),
+      store,
+      registry,
+      logger: createLogger({ level: 'silent', name: 'apienc' }),
+      concurrency: 4,
+    });
     try {
-      await waitFor(async () => (await store.listKeys('events/apienc/')).length === cases.length, 30_000, 'every batch written');
+      await waitFor(
+        async () => (await store.listKeys('events/apienc/')).length === cases.length,
+        30_000,
+        'every batch written',
+      );
     } finally {
       await encoder.close(5000);
     }
     const written = (await encoder.metrics.batches.get()).values.find((v) => v.labels.outcome === 'written')?.value;
     expect(written).toBe(cases.length);
     // Input bytes are the JSON bodies' bytes (decoded), whichever form the job carried.
-    expect((await encoder.metrics.inputBytes.get()).values[0]?.value).toBe(cases.reduce((n, c) => n + Buffer.byteLength(c.json), 0));
+    expect((await encoder.metrics.inputBytes.get()).values[0]?.value).toBe(
+      cases.reduce((n, c) => n + Buffer.byteLength(c.json), 0),
+    );
 
     const dir = join(stack.dataDir, 'events', 'apienc');
     const rows = await duckQuery(
@@ -128,14 +156,23 @@ describe('API_ENCODE_MAX_BYTES: the API queues a large body as its Parquet file'
         store: new FilesystemObjectStore({ root: stack.dataDir }),
         collection: 'events',
         storagePath: 'events/{app}/{batchId}',
-        queue: { queue, ledger: new BatchLedger(conn, stack.queueName), encodeMaxBytes: MAX, encodeThread: () => closed },
+        queue: {
+          queue,
+          ledger: new BatchLedger(conn, stack.queueName),
+          encodeMaxBytes: MAX,
+          encodeThread: () => closed,
+        },
         observe: { encodeFailed: (err) => failures.push(err.message) },
       });
       const body = Buffer.from(bodyOf(300, 'fallback'));
       expect(plugin.encodesBody(body.length)).toBe(true);
       const prepared = prepareBatch(body);
       if (!prepared.ok) throw new Error(prepared.reason);
-      const r = await plugin.push({ app: 'apienc-fallback' }, body, { text: '', events: 300, prepared: prepared.batch });
+      const r = await plugin.push({ app: 'apienc-fallback' }, body, {
+        text: '',
+        events: 300,
+        prepared: prepared.batch,
+      });
       const data = (await queue.getJob(r.batchId as string))?.data as BatchJob;
       expect(data.encoding).toBe('deflate-raw');
       expect((await unpackBody(data)).equals(body)).toBe(true);

@@ -54,10 +54,31 @@ describe('API + encoder in one process (real Redis, filesystem store)', () => {
   }
 
   it('push → list → pull: three batches become three Parquet files with the right rows', async () => {
-    const bodies = [batchBody(100), JSON.stringify({ data: { events: [{ event: 'odd', distinct_id: 42, properties: { nested: [1, { a: true }] }, context: null, surprise: { x: 1 }, flag: false }] }, baseHash: null }), batchBody(1000)];
+    const bodies = [
+      batchBody(100),
+      JSON.stringify({
+        data: {
+          events: [
+            {
+              event: 'odd',
+              distinct_id: 42,
+              properties: { nested: [1, { a: true }] },
+              context: null,
+              surprise: { x: 1 },
+              flag: false,
+            },
+          ],
+        },
+        baseHash: null,
+      }),
+      batchBody(1000),
+    ];
     const ids: string[] = [];
     for (const body of bodies) {
-      const r = await request(app()).post('/push/events/app1/client-id-ignored').set('Content-Type', 'application/json').send(body);
+      const r = await request(app())
+        .post('/push/events/app1/client-id-ignored')
+        .set('Content-Type', 'application/json')
+        .send(body);
       expect(r.status).toBe(200);
       expect(r.body.hash).toBe(sha256(body));
       expect(r.body.batchId).toMatch(BATCH_ID_RE);
@@ -66,10 +87,14 @@ describe('API + encoder in one process (real Redis, filesystem store)', () => {
     expect([...ids].sort()).toEqual(ids);
     expect(new Set(ids).size).toBe(3);
 
-    const items = await waitFor(async () => {
-      const l = await listAll('app1');
-      return l.length === 3 ? l : null;
-    }, 30_000, 'three listed batches');
+    const items = await waitFor(
+      async () => {
+        const l = await listAll('app1');
+        return l.length === 3 ? l : null;
+      },
+      30_000,
+      'three listed batches',
+    );
     expect(items).toEqual(ids.map((id) => `${id}.parquet`));
 
     // after= with and without .parquet, limit
@@ -84,17 +109,24 @@ describe('API + encoder in one process (real Redis, filesystem store)', () => {
     }
 
     // pull with ETag and 304
-    const p = await request(app()).get(`/pull/events/app1/${ids[1]}`).set(auth).buffer(true).parse((res, cb) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => cb(null, Buffer.concat(chunks)));
-    });
+    const p = await request(app())
+      .get(`/pull/events/app1/${ids[1]}`)
+      .set(auth)
+      .buffer(true)
+      .parse((res, cb) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => cb(null, Buffer.concat(chunks)));
+      });
     expect(p.status).toBe(200);
     expect(p.headers['content-type']).toBe('application/vnd.apache.parquet');
     const bytes = p.body as Buffer;
     expect(bytes.subarray(0, 4).toString()).toBe('PAR1');
     expect(p.headers.etag).toBe(`"${sha256(bytes)}"`);
-    const p304 = await request(app()).get(`/pull/events/app1/${ids[1]}.parquet`).set(auth).set('If-None-Match', p.headers.etag as string);
+    const p304 = await request(app())
+      .get(`/pull/events/app1/${ids[1]}.parquet`)
+      .set(auth)
+      .set('If-None-Match', p.headers.etag as string);
     expect(p304.status).toBe(304);
     const missing = await request(app()).get('/pull/events/app1/1700000000000-0000-abcdef').set(auth);
     expect(missing.status).toBe(200);
@@ -107,25 +139,94 @@ describe('API + encoder in one process (real Redis, filesystem store)', () => {
     expect(files.sort()).toEqual(ids.map((id) => `events/app1/${id}.parquet`));
     const [count] = await duckQuery(`SELECT count(*)::INTEGER AS n FROM read_parquet('${root}/*.parquet')`);
     expect(count?.n).toBe(1101);
-    const odd = await duckQuery(`SELECT event, distinct_id, properties, context, extra, epoch_ms(received_at)::BIGINT AS ms FROM read_parquet('${root}/${ids[1]}.parquet')`);
-    expect(odd).toEqual([{ event: 'odd', distinct_id: '42', properties: '{"nested":[1,{"a":true}]}', context: '', extra: '{"surprise":{"x":1},"flag":false}', ms: String(batchIdMs(ids[1] as string)) }]);
+    const odd = await duckQuery(
+      `SELECT event, distinct_id, properties, context, extra, epoch_ms(received_at)::BIGINT AS ms FROM read_parquet('${root}/${ids[1]}.parquet')`,
+    );
+    expect(odd).toEqual([
+      {
+        event: 'odd',
+        distinct_id: '42',
+        properties: '{"nested":[1,{"a":true}]}',
+        context: '',
+        extra: '{"surprise":{"x":1},"flag":false}',
+        ms: String(batchIdMs(ids[1] as string)),
+      },
+    ]);
   });
 
   it('refuses bad input with a JSON error naming the problem, and enqueues nothing', async () => {
     const before = await jobCount();
     const post = (path: string) => request(app()).post(path);
     const cases: [string, () => request.Test, number, RegExp][] = [
-      ['wrong content type', () => post('/push/events/app2/x').set('Content-Type', 'text/plain').send('{"data":{"events":[]}}'), 415, /Content-Type/],
-      ['malformed JSON', () => post('/push/events/app2/x').set('Content-Type', 'application/json').send('{"data":'), 400, /malformed JSON/],
-      ['events not an array', () => post('/push/events/app2/x').set('Content-Type', 'application/json').send('{"data":{"events":{}}}'), 400, /data\.events/],
-      ['event not an object', () => post('/push/events/app2/x').set('Content-Type', 'application/json').send('{"data":{"events":[{},{},3]}}'), 400, /data\.events\[2\]/],
-      ['too deep', () => post('/push/events/app2/x').set('Content-Type', 'application/json').send(`{"data":{"events":[{"a":${'['.repeat(5000)}${']'.repeat(5000)}}]}}`), 400, /nesting/],
-      ['bad app param', () => post('/push/events/bad%20app/x').set('Content-Type', 'application/json').send('{"data":{"events":[{}]}}'), 400, /app/],
-      ['dot-dot param', () => post('/push/events/../x').set('Content-Type', 'application/json').send('{"data":{"events":[{}]}}'), 400, /app/],
-      ['dotdot encoded', () => post('/push/events/%2E%2E/x').set('Content-Type', 'application/json').send('{"data":{"events":[{}]}}'), 400, /app/],
-      ['unknown collection', () => post('/push/nope/app2/x').set('Content-Type', 'application/json').send('{"data":{"events":[{}]}}'), 404, /no route/],
-      ['empty body', () => post('/push/events/app2/x').set('Content-Type', 'application/json').send(''), 400, /empty body/],
-      ['too large', () => post('/push/events/app2/x').set('Content-Type', 'application/json').send('x'.repeat(8_000_001)), 413, /limit/],
+      [
+        'wrong content type',
+        () => post('/push/events/app2/x').set('Content-Type', 'text/plain').send('{"data":{"events":[]}}'),
+        415,
+        /Content-Type/,
+      ],
+      [
+        'malformed JSON',
+        () => post('/push/events/app2/x').set('Content-Type', 'application/json').send('{"data":'),
+        400,
+        /malformed JSON/,
+      ],
+      [
+        'events not an array',
+        () => post('/push/events/app2/x').set('Content-Type', 'application/json').send('{"data":{"events":{}}}'),
+        400,
+        /data\.events/,
+      ],
+      [
+        'event not an object',
+        () => post('/push/events/app2/x').set('Content-Type', 'application/json').send('{"data":{"events":[{},{},3]}}'),
+        400,
+        /data\.events\[2\]/,
+      ],
+      [
+        'too deep',
+        () =>
+          post('/push/events/app2/x')
+            .set('Content-Type', 'application/json')
+            .send(`{"data":{"events":[{"a":${'['.repeat(5000)}${']'.repeat(5000)}}]}}`),
+        400,
+        /nesting/,
+      ],
+      [
+        'bad app param',
+        () => post('/push/events/bad%20app/x').set('Content-Type', 'application/json').send('{"data":{"events":[{}]}}'),
+        400,
+        /app/,
+      ],
+      [
+        'dot-dot param',
+        () => post('/push/events/../x').set('Content-Type', 'application/json').send('{"data":{"events":[{}]}}'),
+        400,
+        /app/,
+      ],
+      [
+        'dotdot encoded',
+        () => post('/push/events/%2E%2E/x').set('Content-Type', 'application/json').send('{"data":{"events":[{}]}}'),
+        400,
+        /app/,
+      ],
+      [
+        'unknown collection',
+        () => post('/push/nope/app2/x').set('Content-Type', 'application/json').send('{"data":{"events":[{}]}}'),
+        404,
+        /no route/,
+      ],
+      [
+        'empty body',
+        () => post('/push/events/app2/x').set('Content-Type', 'application/json').send(''),
+        400,
+        /empty body/,
+      ],
+      [
+        'too large',
+        () => post('/push/events/app2/x').set('Content-Type', 'application/json').send('x'.repeat(8_000_001)),
+        413,
+        /limit/,
+      ],
     ];
     for (const [name, send, status, msg] of cases) {
       const r = await send();
@@ -133,10 +234,18 @@ describe('API + encoder in one process (real Redis, filesystem store)', () => {
       expect(r.body.error, name).toMatch(msg);
     }
     // supertest would re-serialise a Buffer as JSON; send the raw bytes over the real port instead.
-    const badUtf8 = await fetch(`${s.url}/push/events/app2/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: Buffer.from('{"data":{"events":[{"event":"\xff"}]}}'.replace('\xff', '\u0000'), 'utf8').map((b) => (b === 0 ? 0xff : b)) });
+    const badUtf8 = await fetch(`${s.url}/push/events/app2/x`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: Buffer.from('{"data":{"events":[{"event":"\xff"}]}}'.replace('\xff', '\u0000'), 'utf8').map((b) =>
+        b === 0 ? 0xff : b,
+      ),
+    });
     expect(badUtf8.status).toBe(400);
     expect(((await badUtf8.json()) as { error: string }).error).toMatch(/UTF-8/);
-    const empty = await post('/push/events/app2/x').set('Content-Type', 'application/json').send('{"data":{"events":[]},"baseHash":null}');
+    const empty = await post('/push/events/app2/x')
+      .set('Content-Type', 'application/json')
+      .send('{"data":{"events":[]},"baseHash":null}');
     expect(empty.status).toBe(200);
     expect(empty.body.batchId).toBeNull();
     expect(await jobCount()).toBe(before);
@@ -145,7 +254,9 @@ describe('API + encoder in one process (real Redis, filesystem store)', () => {
 
   it('needs a token with the read role for list and pull', async () => {
     expect((await request(app()).get('/list/events/app1')).status).toBe(401);
-    expect((await request(app()).get('/list/events/app1').set('Authorization', 'Bearer wrong-token-000000000')).status).toBe(401);
+    expect(
+      (await request(app()).get('/list/events/app1').set('Authorization', 'Bearer wrong-token-000000000')).status,
+    ).toBe(401);
     expect((await request(app()).get('/pull/events/app1/1700000000000-0000-abcdef')).status).toBe(401);
   });
 
@@ -167,13 +278,27 @@ describe('API whose Redis is unreachable (nothing listens on its port)', () => {
   it('upkeep failures are counted every time and logged once per 30 s with a count; /readyz names the Redis and reports the lag as unknown', async () => {
     const port = await freePort();
     const lines: Record<string, unknown>[] = [];
-    const logger = createLogger({ level: 'info', name: 'test', destination: { write: (l: string) => void lines.push(JSON.parse(l) as Record<string, unknown>) } });
+    const logger = createLogger({
+      level: 'info',
+      name: 'test',
+      destination: { write: (l: string) => void lines.push(JSON.parse(l) as Record<string, unknown>) },
+    });
     const env = parseEnv({ ADMIN_TOKEN, DATA_DIR: dataDir, QUEUE_NAME: uniqueName('noredis') });
     const redis = createRedis(`redis://127.0.0.1:${port}`, 'producer', {}, logger);
     const queue = new Queue(env.QUEUE_NAME, { connection: redis });
     queue.on('error', () => undefined);
     const registry = createRegistry('api', false);
-    const api = createApiApp({ env, config: loadSyncConfig(env), store: new FilesystemObjectStore({ root: dataDir }), redis, queue, ledger: new BatchLedger(redis, env.QUEUE_NAME), tokens: loadTokens(env), registry, logger });
+    const api = createApiApp({
+      env,
+      config: loadSyncConfig(env),
+      store: new FilesystemObjectStore({ root: dataDir }),
+      redis,
+      queue,
+      ledger: new BatchLedger(redis, env.QUEUE_NAME),
+      tokens: loadTokens(env),
+      registry,
+      logger,
+    });
     try {
       for (let i = 0; i < 3; i++) await expect(api.upkeep()).rejects.toThrow();
       const counted = await registry.getSingleMetricAsString('ingest_upkeep_failures_total');
@@ -186,7 +311,11 @@ describe('API whose Redis is unreachable (nothing listens on its port)', () => {
       const ready = await request(api.app).get('/readyz');
       expect(ready.status).toBe(503);
       expect(ready.headers['retry-after']).toMatch(/^\d+$/);
-      expect(ready.body).toMatchObject({ ok: false, checks: { redis: `redis 127.0.0.1:${port} unreachable`, store: 'ok' }, watermarkLagSeconds: null });
+      expect(ready.body).toMatchObject({
+        ok: false,
+        checks: { redis: `redis 127.0.0.1:${port} unreachable`, store: 'ok' },
+        watermarkLagSeconds: null,
+      });
       const listed = await request(api.app).get('/list/events/app1').set(auth);
       expect(listed.status).toBe(503);
       expect(listed.headers['retry-after']).toMatch(/^\d+$/);

@@ -22,12 +22,17 @@ describe('APP_PATTERN', () => {
   });
 
   const push = async (app: string) => {
-    const r = await fetch(`${stack.url}/push/events/${app}/x`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: batchBody(2) });
+    const r = await fetch(`${stack.url}/push/events/${app}/x`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: batchBody(2),
+    });
     return { status: r.status, body: (await r.json()) as { batchId?: string; error?: string } };
   };
   // This stack's keys only (they all carry its queue name): other test files share the Redis server,
   // and a short name like `zq` can occur in their random names.
-  const keysNaming = async (app: string) => (await redis.keys(`*${stack.queueName}*`)).filter((k) => k.includes(app)).length;
+  const keysNaming = async (app: string) =>
+    (await redis.keys(`*${stack.queueName}*`)).filter((k) => k.includes(app)).length;
 
   it('refuses names outside the pattern with 400 naming the parameter, and leaves no key behind', async () => {
     for (const app of ['REFUSED-UPPER', 'zq', `x${'y'.repeat(40)}`, '9lives-refused']) {

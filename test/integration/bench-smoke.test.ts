@@ -20,7 +20,11 @@ interface ResultFile {
 function runSmoke(): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((done) => {
     // The e2e scenario's socket option (BENCH_REDIS_SOCKET=1) is the path smoke-tested; full runs use TCP.
-    const child = spawn(join(ROOT, 'node_modules/.bin/tsx'), ['bench/run.ts', '--smoke'], { cwd: ROOT, env: { ...process.env, BENCH_REDIS_SOCKET: '1' }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(join(ROOT, 'node_modules/.bin/tsx'), ['bench/run.ts', '--smoke'], {
+      cwd: ROOT,
+      env: { ...process.env, BENCH_REDIS_SOCKET: '1' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
@@ -53,7 +57,8 @@ describe('npm run bench -- --smoke', () => {
       for (const r of result.rows) {
         expect(typeof r.ours, `${r.scenario}: ${r.metric}`).toBe('number');
         expect(Number.isFinite(r.ours), `${r.scenario}: ${r.metric}`).toBe(true);
-        if (r.reference !== undefined) expect(Number.isFinite(r.reference), `${r.scenario}: ${r.metric} reference`).toBe(true);
+        if (r.reference !== undefined)
+          expect(Number.isFinite(r.reference), `${r.scenario}: ${r.metric} reference`).toBe(true);
       }
       // The table on stdout carries the same rows.
       expect(stdout).toContain('| scenario');

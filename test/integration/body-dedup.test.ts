@@ -31,16 +31,25 @@ describe('body dedup without an Idempotency-Key needs a message_id on every even
   });
 
   async function push(app: string, body: string): Promise<{ status: number; batchId?: string }> {
-    const r = await fetch(`${stack.url}/push/events/${app}/x`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+    const r = await fetch(`${stack.url}/push/events/${app}/x`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body,
+    });
     const json = (await r.json()) as { batchId?: string; error?: string };
     expect(r.status, json.error).toBe(200);
     return { status: r.status, batchId: json.batchId };
   }
   const files = (app: string): string[] => {
     const dir = join(stack.dataDir, 'events', app);
-    return existsSync(dir) ? readdirSync(dir).filter((f) => f.endsWith('.parquet')).sort() : [];
+    return existsSync(dir)
+      ? readdirSync(dir)
+          .filter((f) => f.endsWith('.parquet'))
+          .sort()
+      : [];
   };
-  const rows = (app: string, file: string): number => arrow.tableFromIPC(readParquet(readFileSync(join(stack.dataDir, 'events', app, file))).intoIPCStream()).numRows;
+  const rows = (app: string, file: string): number =>
+    arrow.tableFromIPC(readParquet(readFileSync(join(stack.dataDir, 'events', app, file))).intoIPCStream()).numRows;
 
   it('two identical pushes without message_id are two batches, and both files hold their rows', async () => {
     const body = batchBody(3, heartbeat);

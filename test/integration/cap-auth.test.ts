@@ -51,16 +51,35 @@ describe('RedisNonceStore', () => {
 
   it('a Redis that does not answer fails the signed request with 503 + Retry-After, never lets it through', async () => {
     const port = await freePort();
-    const down = new Redis(port, '127.0.0.1', { enableOfflineQueue: false, maxRetriesPerRequest: 0, lazyConnect: true, retryStrategy: () => null });
+    const down = new Redis(port, '127.0.0.1', {
+      enableOfflineQueue: false,
+      maxRetriesPerRequest: 0,
+      lazyConnect: true,
+      retryStrategy: () => null,
+    });
     down.on('error', () => undefined);
     const ed = ed25519Suite.generateSignerKeypair();
-    const cap = await mintDeviceCap(ed.privHex, ed.pubHex, { edPubHex: ed.pubHex, kemPubHex: ed25519Suite.generateKemKeypair().pubHex }, scopes.rootAll());
-    const { sig, ts, nonce } = await signRequest({ method: 'GET', pathAndQuery: '/list/events/a', host: 'h' }, ed.privHex);
+    const cap = await mintDeviceCap(
+      ed.privHex,
+      ed.pubHex,
+      { edPubHex: ed.pubHex, kemPubHex: ed25519Suite.generateKemKeypair().pubHex },
+      scopes.rootAll(),
+    );
+    const { sig, ts, nonce } = await signRequest(
+      { method: 'GET', pathAndQuery: '/list/events/a', host: 'h' },
+      ed.privHex,
+    );
     const req = {
       method: 'GET',
       url: '/list/events/a',
       path: '/list/events/a',
-      headers: { host: 'h', authorization: `Cap ${Buffer.from(JSON.stringify(cap)).toString('base64')}`, 'x-starfish-sig': sig, 'x-starfish-ts': String(ts), 'x-starfish-nonce': nonce },
+      headers: {
+        host: 'h',
+        authorization: `Cap ${Buffer.from(JSON.stringify(cap)).toString('base64')}`,
+        'x-starfish-sig': sig,
+        'x-starfish-ts': String(ts),
+        'x-starfish-nonce': nonce,
+      },
     } as unknown as Request;
     const resolver = createCapRoleResolver({ nonceStore: new RedisNonceStore(down, 'ingest-cap:x:n') });
     const err = await resolver(req).then(
@@ -90,9 +109,22 @@ describe('router option capAuth (library use), with the nonces in Redis', () => 
   it('a signed read resolves to cap:<userId> in the audit line; a signed push to a route that needs a role is 401; Bearer still works', async () => {
     const ed = ed25519Suite.generateSignerKeypair();
     const userId = (await import('@drakkar.software/starfish-protocol')).userIdFromPubHex(ed.pubHex);
-    const cap = await mintDeviceCap(ed.privHex, ed.pubHex, { edPubHex: ed.pubHex, kemPubHex: ed25519Suite.generateKemKeypair().pubHex }, scopes.rootAll());
+    const cap = await mintDeviceCap(
+      ed.privHex,
+      ed.pubHex,
+      { edPubHex: ed.pubHex, kemPubHex: ed25519Suite.generateKemKeypair().pubHex },
+      scopes.rootAll(),
+    );
     const store = new MemoryObjectStore();
-    const collections = [{ name: 'events', storagePath: 'events/{app}/{batchId}', readRoles: ['admin'], writeRoles: ['writer'], listable: true }];
+    const collections = [
+      {
+        name: 'events',
+        storagePath: 'events/{app}/{batchId}',
+        readRoles: ['admin'],
+        writeRoles: ['writer'],
+        listable: true,
+      },
+    ];
     const entries: AuditEntry[] = [];
     const app = express().use(
       createSyncRouter({
@@ -106,19 +138,36 @@ describe('router option capAuth (library use), with the nonces in Redis', () => 
     );
     const capHeader = `Cap ${Buffer.from(JSON.stringify(cap)).toString('base64')}`;
     const sign = async (method: 'GET' | 'POST', path: string, body?: string) => {
-      const { sig, ts, nonce } = await signRequest({ method, pathAndQuery: path, host: 'ingest.test', body }, ed.privHex);
-      return { Host: 'ingest.test', Authorization: capHeader, 'X-Starfish-Sig': sig, 'X-Starfish-Ts': String(ts), 'X-Starfish-Nonce': nonce };
+      const { sig, ts, nonce } = await signRequest(
+        { method, pathAndQuery: path, host: 'ingest.test', body },
+        ed.privHex,
+      );
+      return {
+        Host: 'ingest.test',
+        Authorization: capHeader,
+        'X-Starfish-Sig': sig,
+        'X-Starfish-Ts': String(ts),
+        'X-Starfish-Nonce': nonce,
+      };
     };
-    const listed = await request(app).get('/list/events/lib').set(await sign('GET', '/list/events/lib'));
+    const listed = await request(app)
+      .get('/list/events/lib')
+      .set(await sign('GET', '/list/events/lib'));
     expect(listed.status).toBe(200);
     expect(entries.at(-1)).toMatchObject({ action: 'list', identity: `cap:${userId}`, status: 200 });
     expect(JSON.stringify(entries)).not.toContain(cap.sig);
     expect((await redis.keys(`${prefix}:*`)).length).toBe(1);
 
     const body = JSON.stringify({ data: { events: [{ event: 'e' }] }, baseHash: null });
-    const pushed = await request(app).post('/push/events/lib/x').set(await sign('POST', '/push/events/lib/x', body)).set('Content-Type', 'application/json').send(body);
+    const pushed = await request(app)
+      .post('/push/events/lib/x')
+      .set(await sign('POST', '/push/events/lib/x', body))
+      .set('Content-Type', 'application/json')
+      .send(body);
     expect(pushed.status).toBe(401);
     expect(pushed.body.error).toMatch(/cap-signed POST requests are not supported/);
-    expect((await request(app).get('/list/events/lib').set('Authorization', 'Bearer a-bearer-token-0123456789')).status).toBe(200);
+    expect(
+      (await request(app).get('/list/events/lib').set('Authorization', 'Bearer a-bearer-token-0123456789')).status,
+    ).toBe(200);
   });
 });

@@ -22,7 +22,11 @@ interface ChaosResult {
 
 describe('chaos (short mode)', () => {
   it('loses nothing acknowledged and writes nothing twice', { timeout: 280_000 }, async () => {
-    const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/chaos.ts', '--short'], { cwd: join(import.meta.dirname, '../..'), env: { ...process.env, CHAOS_SHORT: '1' }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/chaos.ts', '--short'], {
+      cwd: join(import.meta.dirname, '../..'),
+      env: { ...process.env, CHAOS_SHORT: '1' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let out = '';
     child.stdout.on('data', (d: Buffer) => (out += d.toString()));
     child.stderr.on('data', (d: Buffer) => (out += d.toString()));
@@ -46,6 +50,13 @@ describe('chaos (short mode)', () => {
     expect(result.listed).toBe(result.files);
     expect(result.listInOrder).toBe(true);
     // Every fault was injected.
-    for (const step of ['kill -9 encoder 1', 'kill -9 both encoders while batch', 'kill -9 redis-server', 'kill -9 the API', 'store outage']) expect(out).toContain(step);
+    for (const step of [
+      'kill -9 encoder 1',
+      'kill -9 both encoders while batch',
+      'kill -9 redis-server',
+      'kill -9 the API',
+      'store outage',
+    ])
+      expect(out).toContain(step);
   });
 });

@@ -32,7 +32,9 @@ async function listAll(base: string, app: string): Promise<string[]> {
   for (let page = 0; page < 100; page++) {
     const q = new URLSearchParams({ limit: '1000' });
     if (after !== undefined) q.set('after', after);
-    const r = await fetch(`${base}/list/events/${app}?${q.toString()}`, { headers: { Authorization: `Bearer ${TOKEN}` } });
+    const r = await fetch(`${base}/list/events/${app}?${q.toString()}`, {
+      headers: { Authorization: `Bearer ${TOKEN}` },
+    });
     if (r.status !== 200) throw new Error(`list ${app}: ${r.status}`);
     const body = (await r.json()) as { items: string[]; hasMore: boolean };
     out.push(...body.items.map((n) => n.replace(/\.parquet$/, '')));
@@ -66,7 +68,14 @@ describe(`Redis Cluster failover under load (REDIS_WAIT_REPLICAS=${WAIT})`, () =
     const port = await freePort();
     procs.push(startService('services/api/main.ts', { ...common, PORT: String(port) }));
     api = `http://127.0.0.1:${port}`;
-    for (let i = 0; i < 2; i++) procs.push(startService('services/encoder/main.ts', { ...common, ENCODER_CONCURRENCY: '2', METRICS_PORT: String(await freePort()) }));
+    for (let i = 0; i < 2; i++)
+      procs.push(
+        startService('services/encoder/main.ts', {
+          ...common,
+          ENCODER_CONCURRENCY: '2',
+          METRICS_PORT: String(await freePort()),
+        }),
+      );
     await waitForHttp(`${api}/readyz`, 60_000, procs[0]);
   }, 120_000);
 
@@ -100,7 +109,12 @@ describe(`Redis Cluster failover under load (REDIS_WAIT_REPLICAS=${WAIT})`, () =
         // batch is not acknowledged, so nothing is asserted about it).
         const giveUp = Date.now() + 3000;
         for (let attempt = 0; attempt < 30 && Date.now() < giveUp; attempt++) {
-          const r = await fetch(`${api}/push/events/${app}/x`, { method: 'POST', headers: { 'Content-Type': 'application/json', 'Idempotency-Key': key }, body, signal: AbortSignal.timeout(10_000) }).catch(() => null);
+          const r = await fetch(`${api}/push/events/${app}/x`, {
+            method: 'POST',
+            headers: { 'Content-Type': 'application/json', 'Idempotency-Key': key },
+            body,
+            signal: AbortSignal.timeout(10_000),
+          }).catch(() => null);
           if (!r) {
             statuses.set(0, (statuses.get(0) ?? 0) + 1);
             await sleep(200);
@@ -126,16 +140,21 @@ describe(`Redis Cluster failover under load (REDIS_WAIT_REPLICAS=${WAIT})`, () =
     // The master serving shard 0 (its tag's slot).
     const slot = calculateSlot(shardLayouts(queueName, SHARDS, true)[0]?.tag ?? '');
     const view = await clusterView(c.all[0]?.port ?? 0);
-    const victim = view.find((v) => v.master && v.slots.some((r) => {
-      const [lo, hi] = r.split('-').map(Number);
-      return lo !== undefined && slot >= lo && slot <= (hi ?? lo);
-    }));
+    const victim = view.find(
+      (v) =>
+        v.master &&
+        v.slots.some((r) => {
+          const [lo, hi] = r.split('-').map(Number);
+          return lo !== undefined && slot >= lo && slot <= (hi ?? lo);
+        }),
+    );
     expect(victim).toBeDefined();
     await c.kill(victim?.port ?? 0);
     killedAt = Date.now();
     // The replica takes over: three masters serve all slots again.
     const deadline = Date.now() + 30_000;
-    while (Date.now() < deadline && (await c.masterPorts()).filter((p) => p !== victim?.port).length < 3) await sleep(200);
+    while (Date.now() < deadline && (await c.masterPorts()).filter((p) => p !== victim?.port).length < 3)
+      await sleep(200);
     const failoverMs = Date.now() - killedAt;
     expect((await c.masterPorts()).filter((p) => p !== victim?.port)).toHaveLength(3);
     // The other shards' pushes go on. The promoted replica has no replica of its own, so with

@@ -38,7 +38,9 @@ interface ListPage {
 async function listPage(base: string, app: string, after: string | undefined): Promise<ListPage> {
   const q = new URLSearchParams({ limit: '20' });
   if (after !== undefined) q.set('after', after);
-  const r = await fetch(`${base}/list/events/${app}?${q.toString()}`, { headers: { Authorization: `Bearer ${TOKEN}` } });
+  const r = await fetch(`${base}/list/events/${app}?${q.toString()}`, {
+    headers: { Authorization: `Bearer ${TOKEN}` },
+  });
   if (r.status !== 200) throw new Error(`list ${app} answered ${r.status}: ${await r.text()}`);
   return (await r.json()) as ListPage;
 }
@@ -80,7 +82,13 @@ describe('Redis Cluster: 3 masters + 3 replicas, QUEUE_SHARDS=6, 2 API and 2 enc
       procs.push(startService('services/api/main.ts', { ...common, PORT: String(port) }));
       apis.push(`http://127.0.0.1:${port}`);
     }
-    const encoders = [0, 1].map(async () => startService('services/encoder/main.ts', { ...common, ENCODER_CONCURRENCY: '2', METRICS_PORT: String(await freePort()) }));
+    const encoders = [0, 1].map(async () =>
+      startService('services/encoder/main.ts', {
+        ...common,
+        ENCODER_CONCURRENCY: '2',
+        METRICS_PORT: String(await freePort()),
+      }),
+    );
     procs.push(...(await Promise.all(encoders)));
     await Promise.all(apis.map((u, i) => waitForHttp(`${u}/readyz`, 60_000, procs[i])));
   }, 120_000);
@@ -101,7 +109,11 @@ describe('Redis Cluster: 3 masters + 3 replicas, QUEUE_SHARDS=6, 2 API and 2 enc
         const i = next++;
         const app = apps[i % APPS] as string;
         const n = 1 + (i % 7);
-        const r = await fetch(`${apis[(i + c) % apis.length]}/push/events/${app}/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(n, sampleEvent) });
+        const r = await fetch(`${apis[(i + c) % apis.length]}/push/events/${app}/x`, {
+          method: 'POST',
+          headers: { 'Content-Type': 'application/json' },
+          body: batchBody(n, sampleEvent),
+        });
         const json = (await r.json()) as { batchId?: string; error?: string };
         if (r.status !== 200) throw new Error(`push ${i} answered ${r.status}: ${json.error ?? ''}`);
         expect(json.batchId).toMatch(BATCH_ID_RE);
@@ -154,7 +166,9 @@ describe('Redis Cluster: 3 masters + 3 replicas, QUEUE_SHARDS=6, 2 API and 2 enc
 
     // The files: one per acknowledged batch, holding every event, as DuckDB reads them.
     const glob = sqlString(join(dataDir, 'events', '*', '*.parquet'));
-    const [row] = await duckQuery(`SELECT count(*)::INTEGER AS n, count(DISTINCT filename)::INTEGER AS files FROM read_parquet(${glob}, filename = true)`);
+    const [row] = await duckQuery(
+      `SELECT count(*)::INTEGER AS n, count(DISTINCT filename)::INTEGER AS files FROM read_parquet(${glob}, filename = true)`,
+    );
     expect(row).toEqual({ n: events, files: BATCHES });
 
     // The shards spread over the cluster: each master owns the slot of, and holds keys of, at least one shard.
@@ -165,7 +179,11 @@ describe('Redis Cluster: 3 masters + 3 replicas, QUEUE_SHARDS=6, 2 API and 2 enc
     for (const layout of shardLayouts(queueName, SHARDS, true)) {
       const slot = calculateSlot(layout.tag);
       const owner = await ownerOf(c, slot);
-      const node = new Redis(owner, '127.0.0.1', { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+      const node = new Redis(owner, '127.0.0.1', {
+        lazyConnect: true,
+        maxRetriesPerRequest: 0,
+        retryStrategy: () => null,
+      });
       node.on('error', () => undefined);
       try {
         await node.connect();
@@ -182,11 +200,25 @@ describe('Redis Cluster: 3 masters + 3 replicas, QUEUE_SHARDS=6, 2 API and 2 enc
     const c = cluster as RedisCluster;
     const dir = mkdtempSync(join(tmpdir(), 'ingest-cluster-start-'));
     const port = await freePort();
-    const proc = startService('services/main.ts', { HOST: '127.0.0.1', PORT: String(port), REDIS_CLUSTER_NODES: c.nodes, QUEUE_SHARDS: '3', QUEUE_NAME: uniqueName('clstart'), DATA_DIR: dir, ADMIN_TOKEN: TOKEN, ROLLUP: 'off', LOG_LEVEL: 'info' });
+    const proc = startService('services/main.ts', {
+      HOST: '127.0.0.1',
+      PORT: String(port),
+      REDIS_CLUSTER_NODES: c.nodes,
+      QUEUE_SHARDS: '3',
+      QUEUE_NAME: uniqueName('clstart'),
+      DATA_DIR: dir,
+      ADMIN_TOKEN: TOKEN,
+      ROLLUP: 'off',
+      LOG_LEVEL: 'info',
+    });
     try {
       const base = `http://127.0.0.1:${port}`;
       await waitForHttp(`${base}/readyz`, 60_000, proc);
-      const r = await fetch(`${base}/push/events/start-app/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(3, sampleEvent) });
+      const r = await fetch(`${base}/push/events/start-app/x`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json' },
+        body: batchBody(3, sampleEvent),
+      });
       expect(r.status).toBe(200);
       const { batchId } = (await r.json()) as { batchId: string };
       const deadline = Date.now() + 30_000;
@@ -221,7 +253,10 @@ describe('Redis Cluster: 3 masters + 3 replicas, QUEUE_SHARDS=6, 2 API and 2 enc
       ROLLUP_DELAY_SECONDS: '0',
       LOG_LEVEL: 'info',
     });
-    const client = new Cluster(c.nodes.split(',').map((hp) => ({ host: '127.0.0.1', port: Number(hp.split(':')[1]) })), { redisOptions: { maxRetriesPerRequest: 2 } });
+    const client = new Cluster(
+      c.nodes.split(',').map((hp) => ({ host: '127.0.0.1', port: Number(hp.split(':')[1]) })),
+      { redisOptions: { maxRetriesPerRequest: 2 } },
+    );
     client.on('error', () => undefined);
     try {
       const base = `http://127.0.0.1:${port}`;
@@ -234,7 +269,11 @@ describe('Redis Cluster: 3 masters + 3 replicas, QUEUE_SHARDS=6, 2 API and 2 enc
       for (let i = 0; Date.now() < until; i++) {
         const app = apps[i % apps.length] as string;
         const n = 3 + (i % 9);
-        const r = await fetch(`${base}/push/events/${app}/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(n, sampleEvent) });
+        const r = await fetch(`${base}/push/events/${app}/x`, {
+          method: 'POST',
+          headers: { 'Content-Type': 'application/json' },
+          body: batchBody(n, sampleEvent),
+        });
         expect(r.status).toBe(200);
         acked.set(app, (acked.get(app) ?? 0) + n);
         lastId.set(app, ((await r.json()) as { batchId: string }).batchId);
@@ -243,7 +282,11 @@ describe('Redis Cluster: 3 masters + 3 replicas, QUEUE_SHARDS=6, 2 API and 2 enc
       const store = new FilesystemObjectStore({ root: dir });
       for (const app of apps) {
         const endMs = periodStart(batchIdMs(lastId.get(app) as string), 2000) + 2000;
-        await waitFor(async () => ((await readManifest(store, `events/${app}/`))?.watermarkMs ?? 0) >= endMs, 30_000, `rollup of ${app} on the cluster`);
+        await waitFor(
+          async () => ((await readManifest(store, `events/${app}/`))?.watermarkMs ?? 0) >= endMs,
+          30_000,
+          `rollup of ${app} on the cluster`,
+        );
       }
       const { rootUrl } = storeRootUrl(store);
       let total = 0;
@@ -267,15 +310,34 @@ describe('Redis Cluster: 3 masters + 3 replicas, QUEUE_SHARDS=6, 2 API and 2 enc
       const auth = { Authorization: `Bearer ${TOKEN}` };
       rmSync(join(dir, 'events', app), { recursive: true, force: true });
       writeFileSync(join(dir, 'events', app), 'not a folder');
-      const dr = await fetch(`${base}/push/events/${app}/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(7, sampleEvent) });
+      const dr = await fetch(`${base}/push/events/${app}/x`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json' },
+        body: batchBody(7, sampleEvent),
+      });
       expect(dr.status).toBe(200);
       const { batchId: dead } = (await dr.json()) as { batchId: string };
-      await waitFor(async () => ((await (await fetch(`${base}/admin/failed`, { headers: auth })).json()) as { items: { batchId: string }[] }).items.some((i) => i.batchId === dead), 30_000, 'dead-lettered on the cluster');
+      await waitFor(
+        async () =>
+          (
+            (await (await fetch(`${base}/admin/failed`, { headers: auth })).json()) as { items: { batchId: string }[] }
+          ).items.some((i) => i.batchId === dead),
+        30_000,
+        'dead-lettered on the cluster',
+      );
       rmSync(join(dir, 'events', app));
       mkdirSync(join(dir, 'events', app));
-      const ar = await fetch(`${base}/push/events/${app}/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(5, sampleEvent) });
+      const ar = await fetch(`${base}/push/events/${app}/x`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json' },
+        body: batchBody(5, sampleEvent),
+      });
       const { batchId: after } = (await ar.json()) as { batchId: string };
-      await waitFor(async () => ((await readManifest(store, `events/${app}/`))?.watermarkMs ?? 0) > batchIdMs(after), 30_000, 'rolled past the dead letter');
+      await waitFor(
+        async () => ((await readManifest(store, `events/${app}/`))?.watermarkMs ?? 0) > batchIdMs(after),
+        30_000,
+        'rolled past the dead letter',
+      );
       expect((await readManifest(store, `events/${app}/`))!.watermarkMs).toBeGreaterThan(batchIdMs(dead));
       const before = acked.get(app) ?? 0;
       expect(await viewCount(store, app)).toBe(before + 5);
@@ -284,7 +346,9 @@ describe('Redis Cluster: 3 masters + 3 replicas, QUEUE_SHARDS=6, 2 API and 2 enc
       await waitFor(async () => (await viewCount(store, app)) === before + 12, 30_000, 're-rolled on the cluster');
       await expectManifestMatchesStore(store, (await readManifest(store, `events/${app}/`))!, rootUrl);
       expect(await viewCount(store, '*')).toBe(total + 12);
-      expect(proc.output()).not.toMatch(/rollup planning (pass )?failed|rollup job dead-lettered|rollup job will be retried/);
+      expect(proc.output()).not.toMatch(
+        /rollup planning (pass )?failed|rollup job dead-lettered|rollup job will be retried/,
+      );
     } finally {
       client.disconnect();
       await proc.stop('SIGTERM', 10_000);
@@ -296,8 +360,14 @@ describe('Redis Cluster: 3 masters + 3 replicas, QUEUE_SHARDS=6, 2 API and 2 enc
     const c = cluster as RedisCluster;
     const [port] = await c.masterPorts();
     const node = new Redis({ host: '127.0.0.1', port, maxRetriesPerRequest: 2 });
-    const push = async () => fetch(`${apis[0]}/push/events/shed-app/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(2, sampleEvent) });
-    const shedding = async () => ((await (await fetch(`${apis[0]}/readyz`)).json()) as { shedding: string | null }).shedding;
+    const push = async () =>
+      fetch(`${apis[0]}/push/events/shed-app/x`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json' },
+        body: batchBody(2, sampleEvent),
+      });
+    const shedding = async () =>
+      ((await (await fetch(`${apis[0]}/readyz`)).json()) as { shedding: string | null }).shedding;
     try {
       expect(await shedding()).toBeNull();
       // maxmemory just above what the node uses: 90% full, past the default 0.8 mark, room left for writes.

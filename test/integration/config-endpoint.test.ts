@@ -12,18 +12,41 @@ import type { SyncRouterOptions } from '../../services/api/router.js';
 import { ADMIN_TOKEN, type TestStack, startTestStack } from '../helpers/stack.js';
 
 const COLLECTIONS = [
-  { name: 'events', storagePath: 'events/{app}/{batchId}', readRoles: ['admin'], writeRoles: ['public'], listable: true },
-  { name: 'audit', storagePath: 'audit/{app}/{batchId}', readRoles: ['auditor'], writeRoles: ['writer'], maxBodyBytes: 1000, listable: true },
+  {
+    name: 'events',
+    storagePath: 'events/{app}/{batchId}',
+    readRoles: ['admin'],
+    writeRoles: ['public'],
+    listable: true,
+  },
+  {
+    name: 'audit',
+    storagePath: 'audit/{app}/{batchId}',
+    readRoles: ['auditor'],
+    writeRoles: ['writer'],
+    maxBodyBytes: 1000,
+    listable: true,
+  },
 ];
 
 function routerApp(extra: Partial<SyncRouterOptions>): express.Express {
   const store = new MemoryObjectStore();
-  const plugins = COLLECTIONS.map((c) => createEventsServerPlugin({ store, collection: c.name, storagePath: c.storagePath }));
+  const plugins = COLLECTIONS.map((c) =>
+    createEventsServerPlugin({ store, collection: c.name, storagePath: c.storagePath }),
+  );
   const auth = new Map([
     ['auditor-token-0123456789', ['auditor']],
     [ADMIN_TOKEN, ['admin']],
   ]);
-  return express().use(createSyncRouter({ store, config: { version: 1, collections: COLLECTIONS, rateLimit: { windowMs: 1000, maxRequests: 5 } }, plugins, auth, ...extra }));
+  return express().use(
+    createSyncRouter({
+      store,
+      config: { version: 1, collections: COLLECTIONS, rateLimit: { windowMs: 1000, maxRequests: 5 } },
+      plugins,
+      auth,
+      ...extra,
+    }),
+  );
 }
 
 describe('GET /config from the router', () => {
@@ -38,8 +61,20 @@ describe('GET /config from the router', () => {
     expect(r.headers['content-type']).toMatch(/^application\/json/);
     expect(r.body).toEqual({
       collections: [
-        { name: 'events', maxBodyBytes: 8_000_000, encryption: 'none', allowedMimeTypes: ['application/json'], maxEventsPerBatch: 100_000 },
-        { name: 'audit', maxBodyBytes: 1000, encryption: 'none', allowedMimeTypes: ['application/json'], maxEventsPerBatch: 100_000 },
+        {
+          name: 'events',
+          maxBodyBytes: 8_000_000,
+          encryption: 'none',
+          allowedMimeTypes: ['application/json'],
+          maxEventsPerBatch: 100_000,
+        },
+        {
+          name: 'audit',
+          maxBodyBytes: 1000,
+          encryption: 'none',
+          allowedMimeTypes: ['application/json'],
+          maxEventsPerBatch: 100_000,
+        },
       ],
     });
     // No secrets, no roles, no rate-limit internals, no storage layout.
@@ -66,7 +101,10 @@ describe('GET /config from the router', () => {
     expect(anonymous.headers['cache-control']).toBe('private, max-age=60');
     expect(anonymous.headers.vary).toBe('Authorization');
     const auditor = await request(app).get('/config').set('Authorization', 'Bearer auditor-token-0123456789');
-    expect((auditor.body as { collections: { name: string }[] }).collections.map((c) => c.name)).toEqual(['events', 'audit']);
+    expect((auditor.body as { collections: { name: string }[] }).collections.map((c) => c.name)).toEqual([
+      'events',
+      'audit',
+    ]);
     expect(auditor.headers.etag).not.toBe(anonymous.headers.etag);
     const bad = await request(app).get('/config').set('Authorization', 'Bearer not-a-known-token-at-all');
     expect(bad.status).toBe(401);
@@ -77,10 +115,15 @@ describe('GET /config from the router', () => {
     const app = routerApp({ configEndpoint: { auth: 'public' }, cors: true });
     const r = await request(app).get('/config').set('Origin', 'https://app.example.com');
     expect(r.headers['access-control-allow-origin']).toBe('*');
-    const pre = await request(app).options('/list/events/web').set('Origin', 'https://app.example.com').set('Access-Control-Request-Method', 'GET').set('Access-Control-Request-Headers', 'authorization,x-starfish-sig,x-starfish-ts,x-starfish-nonce');
+    const pre = await request(app)
+      .options('/list/events/web')
+      .set('Origin', 'https://app.example.com')
+      .set('Access-Control-Request-Method', 'GET')
+      .set('Access-Control-Request-Headers', 'authorization,x-starfish-sig,x-starfish-ts,x-starfish-nonce');
     expect(pre.status).toBe(204);
     const allowed = String(pre.headers['access-control-allow-headers']).toLowerCase();
-    for (const h of ['authorization', 'x-starfish-sig', 'x-starfish-ts', 'x-starfish-nonce']) expect(allowed).toContain(h);
+    for (const h of ['authorization', 'x-starfish-sig', 'x-starfish-ts', 'x-starfish-nonce'])
+      expect(allowed).toContain(h);
   });
 });
 
@@ -96,7 +139,11 @@ describe('GET /config and /health of the service under BASE_PATH', () => {
   it('fetchServerConfig reads the manifest at <baseUrl>/config; /health answers like /healthz', async () => {
     const config = await fetchServerConfig(`${stack.url}/ingest`);
     expect(config.collections.map((c) => c.name)).toEqual(['events']);
-    expect(config.collections[0]).toMatchObject({ maxBodyBytes: 8_000_000, encryption: 'none', allowedMimeTypes: ['application/json'] });
+    expect(config.collections[0]).toMatchObject({
+      maxBodyBytes: 8_000_000,
+      encryption: 'none',
+      allowedMimeTypes: ['application/json'],
+    });
     expect((await fetch(`${stack.url}/config`)).status).toBe(404);
     const first = await fetch(`${stack.url}/ingest/config`);
     const etag = first.headers.get('etag') ?? '';
@@ -107,6 +154,7 @@ describe('GET /config and /health of the service under BASE_PATH', () => {
       expect(r.status, path).toBe(200);
       expect(await r.json(), path).toEqual({ ok: true });
     }
-    for (const path of ['/health', '/ingest/health', '/ingest/config']) expect((await fetch(`${stack.url}${path}`, { method: 'POST' })).status, path).toBe(405);
+    for (const path of ['/health', '/ingest/health', '/ingest/config'])
+      expect((await fetch(`${stack.url}${path}`, { method: 'POST' })).status, path).toBe(405);
   });
 });

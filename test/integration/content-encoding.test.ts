@@ -20,14 +20,25 @@ import { type TestStack, startTestStack } from '../helpers/stack.js';
 const sha256 = (b: Buffer): string => createHash('sha256').update(b).digest('hex');
 
 /** Raw HTTP POST (no Content-Length when `chunked`), so the test controls every header and byte. */
-function post(url: string, body: Buffer, headers: Record<string, string>, chunked = false): Promise<{ status: number; body: string; headers: http.IncomingHttpHeaders }> {
+function post(
+  url: string,
+  body: Buffer,
+  headers: Record<string, string>,
+  chunked = false,
+): Promise<{ status: number; body: string; headers: http.IncomingHttpHeaders }> {
   return new Promise((resolve, reject) => {
-    const req = http.request(url, { method: 'POST', agent: false, headers: chunked ? headers : { ...headers, 'Content-Length': String(body.length) } });
+    const req = http.request(url, {
+      method: 'POST',
+      agent: false,
+      headers: chunked ? headers : { ...headers, 'Content-Length': String(body.length) },
+    });
     req.setTimeout(30_000, () => req.destroy(new Error('request timed out')));
     req.on('response', (res) => {
       const chunks: Buffer[] = [];
       res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString(), headers: res.headers }));
+      res.on('end', () =>
+        resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString(), headers: res.headers }),
+      );
       res.on('error', reject);
     });
     req.on('error', reject);
@@ -48,15 +59,26 @@ describe('Content-Encoding on push (in-process stack, real Redis, filesystem sto
     // Compressed before the stack starts: seconds of synchronous zlib on a loaded machine would
     // otherwise starve the in-process stack's Redis start-up commands of their timeouts.
     // Non-ASCII text, escapes and a multi-byte character split across output slices of the decoder.
-    plain = Buffer.from(batchBody(400, (i) => ({ ...sampleEvent(i), properties: { note: `café ☕ 𝄞 "q" \\ ${'é'.repeat(i % 50)}`, i } })));
+    plain = Buffer.from(
+      batchBody(400, (i) => ({ ...sampleEvent(i), properties: { note: `café ☕ 𝄞 "q" \\ ${'é'.repeat(i % 50)}`, i } })),
+    );
     variants = [
       { name: 'plain', headers: {}, bytes: plain },
       { name: 'gzip', headers: { 'Content-Encoding': 'gzip' }, bytes: gzipSync(plain) },
       { name: 'deflate', headers: { 'Content-Encoding': 'deflate' }, bytes: deflateSync(plain) },
       { name: 'br', headers: { 'Content-Encoding': 'br' }, bytes: brotliCompressSync(plain) },
       { name: 'x-gzip', headers: { 'Content-Encoding': 'X-GZIP' }, bytes: gzipSync(plain, { level: 1 }) },
-      { name: 'identity', headers: { 'Content-Encoding': 'identity' }, bytes: Buffer.concat([plain, Buffer.from(' ')]) },
-      { name: 'gzip chunked', headers: { 'Content-Encoding': 'gzip' }, bytes: gzipSync(plain, { level: 9 }), chunked: true },
+      {
+        name: 'identity',
+        headers: { 'Content-Encoding': 'identity' },
+        bytes: Buffer.concat([plain, Buffer.from(' ')]),
+      },
+      {
+        name: 'gzip chunked',
+        headers: { 'Content-Encoding': 'gzip' },
+        bytes: gzipSync(plain, { level: 9 }),
+        chunked: true,
+      },
       { name: 'plain chunked', headers: {}, bytes: Buffer.concat([plain, Buffer.from('\n')]), chunked: true },
     ];
     s = await startTestStack();
@@ -78,7 +100,11 @@ describe('Content-Encoding on push (in-process stack, real Redis, filesystem sto
     for (const v of variants) {
       // Most variants decode to the same body, which body dedup would take for a retry of the
       // first: a key of its own makes each its own batch.
-      const headers = { 'Content-Type': 'application/json', 'Idempotency-Key': `enc-${v.name.replace(/ /g, '-')}`, ...v.headers };
+      const headers = {
+        'Content-Type': 'application/json',
+        'Idempotency-Key': `enc-${v.name.replace(/ /g, '-')}`,
+        ...v.headers,
+      };
       // A 503 + Retry-After (Redis slow on a loaded machine) is retried as a client would; bounded.
       let r = await post(`${s.url}/push/events/${app}/x`, v.bytes, headers, v.chunked);
       for (let attempt = 0; attempt < 3 && r.status === 503 && r.headers['retry-after']; attempt++) {
@@ -131,10 +157,13 @@ describe('Content-Encoding on push (in-process stack, real Redis, filesystem sto
     expect(big.length).toBeLessThan(8_000_000);
     const tooBig = await push({ 'Content-Encoding': 'gzip' }, big);
     expect(tooBig.status, JSON.stringify(tooBig.body)).toBe(413);
-    expect(tooBig.body.error).toMatch(/decoded from Content-Encoding gzip is over this collection's limit of 8000000 bytes/);
+    expect(tooBig.body.error).toMatch(
+      /decoded from Content-Encoding gzip is over this collection's limit of 8000000 bytes/,
+    );
 
     const after = await s.registry.getSingleMetricAsString('ingest_push_rejections_total');
-    const count = (text: string, reason: string): number => Number(new RegExp(`reason="${reason}"[^}]*\\} (\\d+)`).exec(text)?.[1] ?? 0);
+    const count = (text: string, reason: string): number =>
+      Number(new RegExp(`reason="${reason}"[^}]*\\} (\\d+)`).exec(text)?.[1] ?? 0);
     expect(count(after, 'content_encoding') - count(before, 'content_encoding')).toBe(2);
     expect(count(after, 'bad_encoding') - count(before, 'bad_encoding')).toBe(4);
     expect(count(after, 'too_large') - count(before, 'too_large')).toBe(1);
@@ -161,16 +190,30 @@ describe('Content-Encoding on push (in-process stack, real Redis, filesystem sto
     }
     // Node's gunzip reads on into a second gzip member and skips zero padding: both are refused too.
     refusedCases.push(
-      ['gzip', 'a JSON split over two members', Buffer.concat([gzipSync(one.subarray(0, half)), gzipSync(one.subarray(half))])],
+      [
+        'gzip',
+        'a JSON split over two members',
+        Buffer.concat([gzipSync(one.subarray(0, half)), gzipSync(one.subarray(half))]),
+      ],
       ['gzip', 'stream + zero padding', Buffer.concat([gzipSync(one), Buffer.alloc(16)])],
       ['gzip', 'stream + zero, then garbage', Buffer.concat([gzipSync(one), Buffer.from([0]), garbage])],
     );
     const app = 'enc-trailing';
-    const badEncoding = async (): Promise<number> => Number(/reason="bad_encoding"[^}]*\} (\d+)/.exec(await s.registry.getSingleMetricAsString('ingest_push_rejections_total'))?.[1] ?? 0);
+    const badEncoding = async (): Promise<number> =>
+      Number(
+        /reason="bad_encoding"[^}]*\} (\d+)/.exec(
+          await s.registry.getSingleMetricAsString('ingest_push_rejections_total'),
+        )?.[1] ?? 0,
+      );
     const before = await badEncoding();
     for (const [coding, what, bytes] of refusedCases) {
       for (const chunked of [false, true]) {
-        const r = await post(`${s.url}/push/events/${app}/x`, bytes, { 'Content-Type': 'application/json', 'Content-Encoding': coding }, chunked);
+        const r = await post(
+          `${s.url}/push/events/${app}/x`,
+          bytes,
+          { 'Content-Type': 'application/json', 'Content-Encoding': coding },
+          chunked,
+        );
         expect(r.status, `${coding} ${what} (chunked ${chunked}): ${r.body}`).toBe(400);
         expect(JSON.parse(r.body).error).toMatch(new RegExp(`data after the end of its ${coding} stream`));
       }
@@ -178,7 +221,12 @@ describe('Content-Encoding on push (in-process stack, real Redis, filesystem sto
     // A truncated stream is still refused as invalid data.
     for (const coding of ['deflate', 'br'] as const) {
       const whole = compress[coding](one);
-      const r = await post(`${s.url}/push/events/${app}/x`, whole.subarray(0, whole.length - 8), { 'Content-Type': 'application/json', 'Content-Encoding': coding }, true);
+      const r = await post(
+        `${s.url}/push/events/${app}/x`,
+        whole.subarray(0, whole.length - 8),
+        { 'Content-Type': 'application/json', 'Content-Encoding': coding },
+        true,
+      );
       expect(r.status, `${coding} truncated: ${r.body}`).toBe(400);
       expect(JSON.parse(r.body).error).toContain(`not valid ${coding} data`);
     }
@@ -194,17 +242,31 @@ describe('Content-Encoding on push (in-process stack, real Redis, filesystem sto
         const batchId = await accepted(compress[coding](body), { 'Content-Encoding': coding }, chunked);
         const rows = await rowsOf(batchId, 'enc-one');
         expect(rows, `${coding} chunked ${chunked}`).toHaveLength(400);
-        expect(rows.map((r) => r.message_id)).toEqual((JSON.parse(body.toString()) as { data: { events: { message_id: string }[] } }).data.events.map((e) => e.message_id).sort());
+        expect(rows.map((r) => r.message_id)).toEqual(
+          (JSON.parse(body.toString()) as { data: { events: { message_id: string }[] } }).data.events
+            .map((e) => e.message_id)
+            .sort(),
+        );
       }
     }
   });
 
   /** Pushes to app enc-one (retrying a 503 + Retry-After, bounded); expects 200 with the hash of `bytes`; the batch id. */
   async function accepted(bytes: Buffer, headers: Record<string, string>, chunked: boolean): Promise<string> {
-    let r = await post(`${s.url}/push/events/enc-one/x`, bytes, { 'Content-Type': 'application/json', ...headers }, chunked);
+    let r = await post(
+      `${s.url}/push/events/enc-one/x`,
+      bytes,
+      { 'Content-Type': 'application/json', ...headers },
+      chunked,
+    );
     for (let attempt = 0; attempt < 3 && r.status === 503 && r.headers['retry-after']; attempt++) {
       await new Promise((resolve) => setTimeout(resolve, 1000));
-      r = await post(`${s.url}/push/events/enc-one/x`, bytes, { 'Content-Type': 'application/json', ...headers }, chunked);
+      r = await post(
+        `${s.url}/push/events/enc-one/x`,
+        bytes,
+        { 'Content-Type': 'application/json', ...headers },
+        chunked,
+      );
     }
     expect(r.status, r.body).toBe(200);
     const answer = JSON.parse(r.body) as { hash: string; batchId: string };
@@ -241,7 +303,14 @@ describe('decompression bomb against a spawned API process', () => {
     dataDir = mkdtempSync(join(tmpdir(), 'ingest-bomb-'));
     const port = await freePort();
     url = `http://127.0.0.1:${port}`;
-    proc = startService('services/api/main.ts', { PORT: String(port), HOST: '127.0.0.1', REDIS_URL: inject('redisUrl'), DATA_DIR: dataDir, QUEUE_NAME: uniqueName('bomb'), LOG_LEVEL: 'warn' });
+    proc = startService('services/api/main.ts', {
+      PORT: String(port),
+      HOST: '127.0.0.1',
+      REDIS_URL: inject('redisUrl'),
+      DATA_DIR: dataDir,
+      QUEUE_NAME: uniqueName('bomb'),
+      LOG_LEVEL: 'warn',
+    });
     [bomb] = await Promise.all([gzipBomb(), waitForHttp(`${url}/readyz`, 30_000, proc)]);
   });
   afterAll(async () => {
@@ -252,7 +321,10 @@ describe('decompression bomb against a spawned API process', () => {
   it('1 GiB of zeros gzip-ed answers 413 in under a second, the API growing by less than 50 MB', async () => {
     expect(bomb.length).toBeLessThan(2_000_000);
     // Warm the push path (JIT, zlib, Redis connection) so the growth measured is the bomb's.
-    const warm = await post(`${url}/push/events/bomb/x`, gzipSync(Buffer.from(batchBody(10))), { 'Content-Type': 'application/json', 'Content-Encoding': 'gzip' });
+    const warm = await post(`${url}/push/events/bomb/x`, gzipSync(Buffer.from(batchBody(10))), {
+      'Content-Type': 'application/json',
+      'Content-Encoding': 'gzip',
+    });
     expect(warm.status, warm.body).toBe(200);
     const before = rssOf(proc.pid);
     let peak = before;
@@ -260,13 +332,18 @@ describe('decompression bomb against a spawned API process', () => {
     const t0 = performance.now();
     let r: Awaited<ReturnType<typeof post>>;
     try {
-      r = await post(`${url}/push/events/bomb/x`, bomb, { 'Content-Type': 'application/json', 'Content-Encoding': 'gzip' });
+      r = await post(`${url}/push/events/bomb/x`, bomb, {
+        'Content-Type': 'application/json',
+        'Content-Encoding': 'gzip',
+      });
     } finally {
       clearInterval(sampler);
     }
     const ms = performance.now() - t0;
     peak = Math.max(peak, rssOf(proc.pid));
-    console.log(`bomb: ${bomb.length} bytes of gzip (1 GiB decoded) -> ${r.status} in ${ms.toFixed(0)} ms; API RSS ${(before / 2 ** 20).toFixed(1)} MiB -> peak ${(peak / 2 ** 20).toFixed(1)} MiB (+${((peak - before) / 2 ** 20).toFixed(1)} MiB)`);
+    console.log(
+      `bomb: ${bomb.length} bytes of gzip (1 GiB decoded) -> ${r.status} in ${ms.toFixed(0)} ms; API RSS ${(before / 2 ** 20).toFixed(1)} MiB -> peak ${(peak / 2 ** 20).toFixed(1)} MiB (+${((peak - before) / 2 ** 20).toFixed(1)} MiB)`,
+    );
     expect(r.status, r.body).toBe(413);
     expect(JSON.parse(r.body).error).toMatch(/Content-Encoding gzip is over this collection's limit/);
     expect(ms).toBeLessThan(1000);

@@ -43,9 +43,12 @@ const svc = (name: string): ComposeService => {
   if (!s) throw new Error(`docker-compose.yml has no service "${name}"`);
   return s;
 };
-const words = (c: string | string[] | undefined): string[] => (Array.isArray(c) ? c.map(String) : String(c ?? '').split(/\s+/));
+const words = (c: string | string[] | undefined): string[] =>
+  Array.isArray(c) ? c.map(String) : String(c ?? '').split(/\s+/);
 const env = (s: ComposeService): Record<string, string> =>
-  Array.isArray(s.environment) ? Object.fromEntries(s.environment.map((e) => [e.slice(0, e.indexOf('=')), e.slice(e.indexOf('=') + 1)])) : (s.environment ?? {});
+  Array.isArray(s.environment)
+    ? Object.fromEntries(s.environment.map((e) => [e.slice(0, e.indexOf('=')), e.slice(e.indexOf('=') + 1)]))
+    : (s.environment ?? {});
 const volumeTargets = (s: ComposeService): { source: string; target: string }[] =>
   (s.volumes ?? []).map((v) => {
     if (typeof v !== 'string') return { source: v.source ?? '', target: v.target ?? '' };
@@ -53,7 +56,9 @@ const volumeTargets = (s: ComposeService): { source: string; target: string }[] 
     return { source, target };
   });
 const dependsOn = (s: ComposeService): Record<string, string | undefined> =>
-  Array.isArray(s.depends_on) ? Object.fromEntries(s.depends_on.map((d) => [d, undefined])) : Object.fromEntries(Object.entries(s.depends_on ?? {}).map(([k, v]) => [k, v.condition]));
+  Array.isArray(s.depends_on)
+    ? Object.fromEntries(s.depends_on.map((d) => [d, undefined]))
+    : Object.fromEntries(Object.entries(s.depends_on ?? {}).map(([k, v]) => [k, v.condition]));
 
 /**
  * Images that would not start the same stack tomorrow: no tag, a moving tag (`latest`, a branch
@@ -81,14 +86,23 @@ function pinningProblems(c: Compose): string[] {
 
 describe('docker-compose.yml', () => {
   it('has the whole stack', () => {
-    for (const name of ['redis', 's3', 'api', 'encoder', 'prometheus', 'grafana']) expect(Object.keys(compose.services)).toContain(name);
+    for (const name of ['redis', 's3', 'api', 'encoder', 'prometheus', 'grafana'])
+      expect(Object.keys(compose.services)).toContain(name);
   });
 
   it('pins every image to a version (no `latest`, no bare name) and pulls nothing from minio/ (its images are gone)', () => {
     const problems = pinningProblems(compose);
     expect(problems).toEqual([]);
     // The check itself catches what it must.
-    const bad = { services: { a: { image: 'minio/minio:RELEASE.2025-01-01T00-00-00Z' }, b: { image: 'redis' }, c: { image: 'grafana/grafana:latest' }, d: { image: 'x/y:main' }, e: { build: '.' } } };
+    const bad = {
+      services: {
+        a: { image: 'minio/minio:RELEASE.2025-01-01T00-00-00Z' },
+        b: { image: 'redis' },
+        c: { image: 'grafana/grafana:latest' },
+        d: { image: 'x/y:main' },
+        e: { build: '.' },
+      },
+    };
     expect(pinningProblems(bad as Compose).map((p) => p.split(':')[0])).toEqual(['a', 'b', 'c', 'd', 'e']);
   });
 
@@ -112,7 +126,8 @@ describe('docker-compose.yml', () => {
     expect(words(s3.command)).toContain('-s3');
     expect(s3.healthcheck?.test).toBeTruthy();
     expect(volumeTargets(s3).some((v) => v.target === '/data')).toBe(true);
-    const [jobName, job] = Object.entries(compose.services).find(([, s]) => words(s.command).join(' ').includes('s3.bucket.create')) ?? [];
+    const [jobName, job] =
+      Object.entries(compose.services).find(([, s]) => words(s.command).join(' ').includes('s3.bucket.create')) ?? [];
     expect(jobName).toBeTruthy();
     // No second image: the job runs SeaweedFS' own shell.
     expect(job?.image).toBe(s3.image);
@@ -123,7 +138,8 @@ describe('docker-compose.yml', () => {
     // The key the job creates is the one the services sign with.
     expect(env(job as ComposeService).S3_ACCESS_KEY).toBe(env(svc('api')).AWS_ACCESS_KEY_ID);
     expect(env(job as ComposeService).S3_SECRET_KEY).toBe(env(svc('api')).AWS_SECRET_ACCESS_KEY);
-    for (const name of ['api', 'encoder']) expect(dependsOn(svc(name))[jobName as string]).toBe('service_completed_successfully');
+    for (const name of ['api', 'encoder'])
+      expect(dependsOn(svc(name))[jobName as string]).toBe('service_completed_successfully');
   });
 
   it('api and encoder are built from the repo Dockerfile and share Redis, queue and store settings', () => {
@@ -145,8 +161,16 @@ describe('docker-compose.yml', () => {
     // The same node flags as the package.json scripts that run these entries (npm run start:api, start:encoder).
     expect(startFlags('dist/services/api/main.js')).toEqual(['--min-semi-space-size=16']);
     expect(startFlags('dist/services/encoder/main.js')).toEqual(['--min-semi-space-size=16']);
-    expect(words(svc('api').command)).toEqual(['node', ...startFlags('dist/services/api/main.js'), 'dist/services/api/main.js']);
-    expect(words(svc('encoder').command)).toEqual(['node', ...startFlags('dist/services/encoder/main.js'), 'dist/services/encoder/main.js']);
+    expect(words(svc('api').command)).toEqual([
+      'node',
+      ...startFlags('dist/services/api/main.js'),
+      'dist/services/api/main.js',
+    ]);
+    expect(words(svc('encoder').command)).toEqual([
+      'node',
+      ...startFlags('dist/services/encoder/main.js'),
+      'dist/services/encoder/main.js',
+    ]);
     expect(words(svc('api').healthcheck?.test).join(' ')).toContain(':8787/readyz');
     expect(words(svc('encoder').healthcheck?.test).join(' ')).toContain(`:${env(svc('encoder')).METRICS_PORT}/healthz`);
   });
@@ -174,20 +198,28 @@ describe('docker-compose.yml', () => {
     expect(dashTarget).toBeTruthy();
     expect(dependsOn(grafana).prometheus).toBe('service_healthy');
     // The dashboards provider must point where the dashboards are mounted.
-    const providers = parse(read('grafana/provisioning/dashboards/dashboards.yml')) as { providers: { type: string; options: { path: string } }[] };
+    const providers = parse(read('grafana/provisioning/dashboards/dashboards.yml')) as {
+      providers: { type: string; options: { path: string } }[];
+    };
     expect(providers.providers.map((p) => p.options.path)).toContain(dashTarget);
-    const ds = parse(read('grafana/provisioning/datasources/prometheus.yml')) as { datasources: { type: string; url: string; uid: string }[] };
+    const ds = parse(read('grafana/provisioning/datasources/prometheus.yml')) as {
+      datasources: { type: string; url: string; uid: string }[];
+    };
     expect(ds.datasources[0]).toMatchObject({ type: 'prometheus', url: 'http://prometheus:9090' });
     // Every panel names the provisioned datasource, so a fresh Grafana shows data without a prompt.
     for (const file of readdirSync(join(ROOT, 'grafana/dashboards')).filter((f) => f.endsWith('.json'))) {
-      const dash = JSON.parse(read(`grafana/dashboards/${file}`)) as { panels: { type: string; datasource?: { uid?: string } }[] };
-      for (const p of dash.panels.filter((x) => x.type !== 'row')) expect(p.datasource?.uid).toBe(ds.datasources[0]?.uid);
+      const dash = JSON.parse(read(`grafana/dashboards/${file}`)) as {
+        panels: { type: string; datasource?: { uid?: string } }[];
+      };
+      for (const p of dash.panels.filter((x) => x.type !== 'row'))
+        expect(p.datasource?.uid).toBe(ds.datasources[0]?.uid);
     }
   });
 
   it('every local file the stack mounts exists', () => {
     for (const s of Object.values(compose.services)) {
-      for (const v of volumeTargets(s)) if (v.source.startsWith('./')) expect(existsSync(join(ROOT, v.source)), v.source).toBe(true);
+      for (const v of volumeTargets(s))
+        if (v.source.startsWith('./')) expect(existsSync(join(ROOT, v.source)), v.source).toBe(true);
     }
   });
 });
@@ -195,11 +227,19 @@ describe('docker-compose.yml', () => {
 describe('prometheus/prometheus.yml', () => {
   const cfg = parse(read('prometheus/prometheus.yml')) as {
     rule_files?: string[];
-    scrape_configs: { job_name: string; metrics_path?: string; static_configs?: { targets: string[] }[]; dns_sd_configs?: { names: string[]; type?: string; port?: number }[] }[];
+    scrape_configs: {
+      job_name: string;
+      metrics_path?: string;
+      static_configs?: { targets: string[] }[];
+      dns_sd_configs?: { names: string[]; type?: string; port?: number }[];
+    }[];
   };
   const targets = (job: string): string[] => {
     const j = cfg.scrape_configs.find((s) => s.job_name === job);
-    return [...(j?.static_configs ?? []).flatMap((s) => s.targets), ...(j?.dns_sd_configs ?? []).flatMap((d) => d.names.map((n) => `${n}:${d.port}`))];
+    return [
+      ...(j?.static_configs ?? []).flatMap((s) => s.targets),
+      ...(j?.dns_sd_configs ?? []).flatMap((d) => d.names.map((n) => `${n}:${d.port}`)),
+    ];
   };
 
   it('scrapes the api on 8787 and every encoder replica on 9464 (DNS A records of the compose service)', () => {
@@ -232,13 +272,22 @@ describe('Dockerfile and .dockerignore', () => {
     // The stage whose `npm ci` omits dev dependencies.
     const omitAt = lines.findIndex((l) => /^RUN\s.*npm ci\b.*--omit=dev/.test(l));
     expect(omitAt).toBeGreaterThan(0);
-    const depsFrom = lines.slice(0, omitAt).filter((l) => /^FROM\s/i.test(l)).pop() ?? '';
+    const depsFrom =
+      lines
+        .slice(0, omitAt)
+        .filter((l) => /^FROM\s/i.test(l))
+        .pop() ?? '';
     const depsStage = /\bAS\s+(\S+)/i.exec(depsFrom)?.[1];
     expect(depsStage).toBeTruthy();
     // Everything comes from the lockfile: the one `npm install` is the rollup image's DuckDB, at the
     // version package-lock.json records.
     const installs = lines.filter((l) => /^RUN\s.*npm (install|i)\b/.test(l));
-    expect(installs.every((l) => /npm install --no-save --omit=dev .*@duckdb\/node-api@\$\(node -p "require\('\.\/package-lock\.json'\)/.test(l)), installs.join('\n')).toBe(true);
+    expect(
+      installs.every((l) =>
+        /npm install --no-save --omit=dev .*@duckdb\/node-api@\$\(node -p "require\('\.\/package-lock\.json'\)/.test(l),
+      ),
+      installs.join('\n'),
+    ).toBe(true);
     const lastFrom = lines.lastIndexOf(froms[froms.length - 1] as string);
     const runtime = lines.slice(lastFrom);
     expect(runtime.some((l) => new RegExp(`^COPY\\s+--from=${depsStage}\\b.*node_modules`).test(l))).toBe(true);
@@ -251,18 +300,28 @@ describe('Dockerfile and .dockerignore', () => {
     expect(users.length).toBeGreaterThan(0);
     expect(users[users.length - 1]).not.toMatch(/^USER\s+(root|0)(:|$)/i);
     const cmd = lines.filter((l) => /^CMD\s/.test(l)).pop() ?? '';
-    expect(JSON.parse(cmd.replace(/^CMD\s+/, ''))).toEqual(['node', ...startFlags('dist/services/api/main.js'), 'dist/services/api/main.js']);
-    const buildStage = froms.map((f) => /\bAS\s+(\S+)/i.exec(f)?.[1]).find((name) => {
-      const at = lines.indexOf(froms.find((f) => f.endsWith(` ${name ?? ''}`)) as string);
-      const next = lines.findIndex((l, i) => i > at && /^FROM\s/i.test(l));
-      return lines.slice(at, next < 0 ? undefined : next).some((l) => /^RUN\s+npm run build\b/.test(l));
-    });
+    expect(JSON.parse(cmd.replace(/^CMD\s+/, ''))).toEqual([
+      'node',
+      ...startFlags('dist/services/api/main.js'),
+      'dist/services/api/main.js',
+    ]);
+    const buildStage = froms
+      .map((f) => /\bAS\s+(\S+)/i.exec(f)?.[1])
+      .find((name) => {
+        const at = lines.indexOf(froms.find((f) => f.endsWith(` ${name ?? ''}`)) as string);
+        const next = lines.findIndex((l, i) => i > at && /^FROM\s/i.test(l));
+        return lines.slice(at, next < 0 ? undefined : next).some((l) => /^RUN\s+npm run build\b/.test(l));
+      });
     expect(buildStage).toBeTruthy();
     const runtime = lines.slice(lines.lastIndexOf(froms[froms.length - 1] as string));
     expect(runtime.some((l) => new RegExp(`^COPY\\s+--from=${buildStage}\\b.*\\bdist\\b`).test(l))).toBe(true);
     // Only dist/, node_modules, package.json and the CLI launcher: no TypeScript sources in the image.
-    for (const l of runtime.filter((x) => /^COPY\s/.test(x) && !x.includes('--from='))) expect(l).toMatch(/\s(package\.json|bin)\s/);
-    const pkg = JSON.parse(read('package.json')) as { dependencies: Record<string, string>; devDependencies: Record<string, string> };
+    for (const l of runtime.filter((x) => /^COPY\s/.test(x) && !x.includes('--from=')))
+      expect(l).toMatch(/\s(package\.json|bin)\s/);
+    const pkg = JSON.parse(read('package.json')) as {
+      dependencies: Record<string, string>;
+      devDependencies: Record<string, string>;
+    };
     expect(Object.keys(pkg.dependencies)).not.toContain('tsx');
     expect(Object.keys(pkg.dependencies)).not.toContain('@duckdb/node-api');
     expect(Object.keys(pkg.devDependencies)).toContain('tsx');
@@ -278,7 +337,8 @@ describe('Dockerfile and .dockerignore', () => {
   });
   it('the optional `cluster` profile: six cluster-enabled Redis nodes with AOF, joined as 3 masters + 3 replicas, and an API, encoders and rollups on them', () => {
     const nodes = [1, 2, 3, 4, 5, 6].map((i) => `redis-c${i}`);
-    for (const name of [...nodes, 'redis-cluster-init', 'api-cluster', 'encoder-cluster', 'rollup-cluster']) expect(svc(name).profiles).toEqual(['cluster']);
+    for (const name of [...nodes, 'redis-cluster-init', 'api-cluster', 'encoder-cluster', 'rollup-cluster'])
+      expect(svc(name).profiles).toEqual(['cluster']);
     for (const name of nodes) {
       const cmd = words(svc(name).command).join(' ');
       expect(cmd).toMatch(/--cluster-enabled yes/);
@@ -295,7 +355,11 @@ describe('Dockerfile and .dockerignore', () => {
       const s = svc(name);
       expect(dependsOn(s)['redis-cluster-init']).toBe('service_completed_successfully');
       // The service's own validation accepts what the profile sets (compose's ${VAR:-default} as the default).
-      const parsed = parseEnv(Object.fromEntries(Object.entries(env(s)).map(([k, v]) => [k, String(v).replace(/\$\{[A-Z_]+:-([^}]*)\}/g, '$1')])));
+      const parsed = parseEnv(
+        Object.fromEntries(
+          Object.entries(env(s)).map(([k, v]) => [k, String(v).replace(/\$\{[A-Z_]+:-([^}]*)\}/g, '$1')]),
+        ),
+      );
       expect(parsed.REDIS_CLUSTER_NODES?.map((n) => n.host)).toEqual(nodes);
       expect(parsed.QUEUE_SHARDS).toBe(6);
       expect(parsed.REDIS_WAIT_REPLICAS).toBe(1);
@@ -324,11 +388,14 @@ describe('the runtime: Node 24 LTS in the image; 20 and 24 tested (package.json 
       .filter((l) => /^FROM\s+node:/.test(l));
     expect(froms.length).toBeGreaterThan(0);
     for (const f of froms) expect(f).toMatch(/^FROM node:\$\{NODE_VERSION\}-/);
-    for (const major of [20, 24]) expect(admits(pkg.engines.node, major), `engines ${pkg.engines.node} admits ${major}`).toBe(true);
+    for (const major of [20, 24])
+      expect(admits(pkg.engines.node, major), `engines ${pkg.engines.node} admits ${major}`).toBe(true);
     expect(admits(pkg.engines.node, 18)).toBe(false);
     expect(admits(pkg.engines.node, 22)).toBe(false);
     // The Node running these tests (the machine's, or .ci/run's Node 24) is one engines admits.
-    expect(admits(pkg.engines.node, Number(process.versions.node.split('.')[0])), `Node ${process.versions.node}`).toBe(true);
+    expect(admits(pkg.engines.node, Number(process.versions.node.split('.')[0])), `Node ${process.versions.node}`).toBe(
+      true,
+    );
   });
 
   it('.ci/run runs npm test (every tier), then the unit and integration tiers on Node 24 from the npm registry without touching the lockfile', () => {

@@ -22,8 +22,16 @@ const TOKEN = 'e2e-admin-token-0123456789';
 const SENTINEL = 'SENTINEL-c0ffee-never-log-me';
 const sha256 = (b: Uint8Array | string): string => createHash('sha256').update(b).digest('hex');
 
-async function push(url: string, app: string, body: string): Promise<{ status: number; json: { hash?: string; batchId?: string; error?: string } }> {
-  const r = await fetch(`${url}/push/events/${app}/whatever`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body });
+async function push(
+  url: string,
+  app: string,
+  body: string,
+): Promise<{ status: number; json: { hash?: string; batchId?: string; error?: string } }> {
+  const r = await fetch(`${url}/push/events/${app}/whatever`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body,
+  });
   return { status: r.status, json: (await r.json()) as { hash?: string; batchId?: string } };
 }
 
@@ -41,10 +49,14 @@ async function pushThreeAndList(url: string, app: string): Promise<string[]> {
     expect(r.status).toBe(200);
     ids.push(r.json.batchId as string);
   }
-  const listed = await waitFor(async () => {
-    const l = await list(url, app);
-    return l.items.length === 3 ? l.items : null;
-  }, 30_000, 'three batches listed');
+  const listed = await waitFor(
+    async () => {
+      const l = await list(url, app);
+      return l.items.length === 3 ? l.items : null;
+    },
+    30_000,
+    'three batches listed',
+  );
   expect(listed).toEqual(ids.map((id) => `${id}.parquet`));
   return ids;
 }
@@ -56,10 +68,14 @@ async function pushThreeAndList(url: string, app: string): Promise<string[]> {
  */
 async function encoderMetricsWhen(metricsPort: number, re: RegExp): Promise<string> {
   let text = '';
-  await waitFor(async () => {
-    text = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
-    return re.test(text);
-  }, 10_000, `encoder metrics matching ${re}`).catch(() => undefined);
+  await waitFor(
+    async () => {
+      text = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
+      return re.test(text);
+    },
+    10_000,
+    `encoder metrics matching ${re}`,
+  ).catch(() => undefined);
   return text;
 }
 
@@ -68,7 +84,17 @@ function listFiles(dir: string): string[] {
   return readdirSync(dir, { recursive: true, encoding: 'utf8' }).filter((f) => statSync(join(dir, f)).isFile());
 }
 
-const oddEvent = { event_type: 'track', event: 'odd', distinct_id: SENTINEL, properties: { note: SENTINEL, n: 3.5, list: [1, 'two'] }, context: { who: SENTINEL }, ts: 1782933157, dt: true, unknown_field: { deep: [SENTINEL] }, another: 7 };
+const oddEvent = {
+  event_type: 'track',
+  event: 'odd',
+  distinct_id: SENTINEL,
+  properties: { note: SENTINEL, n: 3.5, list: [1, 'two'] },
+  context: { who: SENTINEL },
+  ts: 1782933157,
+  dt: true,
+  unknown_field: { deep: [SENTINEL] },
+  another: 7,
+};
 
 describe('end to end over real ports, as a user runs it', () => {
   const procs: ServiceProcess[] = [];
@@ -77,7 +103,8 @@ describe('end to end over real ports, as a user runs it', () => {
   // The compiled build (shared with other test files, rebuilt only when a source changed) takes
   // tens of seconds on a loaded machine: outside the tests' own timeouts.
   beforeAll(async () => {
-    for (const e of ['services/main.js', 'services/api/main.js', 'services/encoder/main.js'] as const) entry[e] = await distEntry(e);
+    for (const e of ['services/main.js', 'services/api/main.js', 'services/encoder/main.js'] as const)
+      entry[e] = await distEntry(e);
   }, 300_000);
   afterAll(async () => {
     for (const p of procs) await p.stop('SIGKILL');
@@ -90,12 +117,23 @@ describe('end to end over real ports, as a user runs it', () => {
     dirs.push(dataDir);
     const port = await freePort();
     const url = `http://127.0.0.1:${port}`;
-    const proc = startService(entry['services/main.js']!, { PORT: String(port), HOST: '127.0.0.1', DATA_DIR: dataDir, REDIS_URL: inject('redisUrl'), QUEUE_NAME: uniqueName('e2e'), ADMIN_TOKEN: TOKEN });
+    const proc = startService(entry['services/main.js']!, {
+      PORT: String(port),
+      HOST: '127.0.0.1',
+      DATA_DIR: dataDir,
+      REDIS_URL: inject('redisUrl'),
+      QUEUE_NAME: uniqueName('e2e'),
+      ADMIN_TOKEN: TOKEN,
+    });
     procs.push(proc);
     await waitForHttp(`${url}/readyz`, 30_000, proc);
     expect(commandLine(proc.pid).join(' ')).not.toMatch(/tsx/);
 
-    const bodies = [batchBody(100, (i) => ({ ...sampleEvent(i), distinct_id: `${SENTINEL}-${i}` })), JSON.stringify({ data: { events: [oddEvent] }, baseHash: null }), batchBody(1000)];
+    const bodies = [
+      batchBody(100, (i) => ({ ...sampleEvent(i), distinct_id: `${SENTINEL}-${i}` })),
+      JSON.stringify({ data: { events: [oddEvent] }, baseHash: null }),
+      batchBody(1000),
+    ];
     const ids: string[] = [];
     for (const body of bodies) {
       const r = await push(url, 'shop', body);
@@ -105,14 +143,25 @@ describe('end to end over real ports, as a user runs it', () => {
       ids.push(r.json.batchId as string);
     }
     expect([...ids].sort()).toEqual(ids);
-    const listed = await waitFor(async () => {
-      const l = await list(url, 'shop');
-      return l.items.length === 3 ? l : null;
-    }, 30_000, 'three batches listed');
+    const listed = await waitFor(
+      async () => {
+        const l = await list(url, 'shop');
+        return l.items.length === 3 ? l : null;
+      },
+      30_000,
+      'three batches listed',
+    );
     expect(listed).toEqual({ items: ids.map((id) => `${id}.parquet`), hasMore: false });
     // The default slot count reaches the encoder process (ENCODER_CONCURRENCY_DEFAULT).
     // /metrics leaves the encoder's part out when it takes over 2 s to answer (a loaded machine).
-    const slots = await waitFor(async () => /^ingest_encoder_concurrency\{service="ingest"\} (\d+)$/m.exec(await (await fetch(`${url}/metrics`)).text())?.[1], 20_000, "the encoder process's metrics");
+    const slots = await waitFor(
+      async () =>
+        /^ingest_encoder_concurrency\{service="ingest"\} (\d+)$/m.exec(
+          await (await fetch(`${url}/metrics`)).text(),
+        )?.[1],
+      20_000,
+      "the encoder process's metrics",
+    );
     expect(slots).toBe('32');
     // The 1,000-event body (over 128 KiB) was encoded by the API on its encode thread, from the
     // compiled build (dist/shared/parquet/encode-thread.js), not sent as JSON after a failure.
@@ -128,19 +177,29 @@ describe('end to end over real ports, as a user runs it', () => {
       expect(r.headers.get('content-type')).toBe('application/vnd.apache.parquet');
       const bytes = new Uint8Array(await r.arrayBuffer());
       expect(r.headers.get('etag')).toBe(`"${sha256(bytes)}"`);
-      const again = await fetch(`${url}/pull/events/shop/${id}`, { headers: { Authorization: `Bearer ${TOKEN}`, 'If-None-Match': r.headers.get('etag') as string } });
+      const again = await fetch(`${url}/pull/events/shop/${id}`, {
+        headers: { Authorization: `Bearer ${TOKEN}`, 'If-None-Match': r.headers.get('etag') as string },
+      });
       expect(again.status).toBe(304);
     }
 
     // Exactly one .parquet per batch under the store root; beside them only the metadata sidecars
     // of files over 256 KiB (a small Parquet batch file has none: its head hashes it).
     const eventFiles = listFiles(join(dataDir, 'events'));
-    const large = ids.filter((id) => statSync(join(dataDir, 'events', 'shop', `${id}.parquet`)).size > SIDECAR_MIN_BYTES);
+    const large = ids.filter(
+      (id) => statSync(join(dataDir, 'events', 'shop', `${id}.parquet`)).size > SIDECAR_MIN_BYTES,
+    );
     expect(large.length).toBeLessThan(ids.length);
-    expect(eventFiles.filter((f) => !f.includes('/.meta-')).sort()).toEqual(ids.map((id) => join('shop', `${id}.parquet`)));
-    expect(eventFiles.filter((f) => f.includes('/.meta-')).sort()).toEqual(large.map((id) => join('shop', `.meta-${id}.parquet.json`)));
+    expect(eventFiles.filter((f) => !f.includes('/.meta-')).sort()).toEqual(
+      ids.map((id) => join('shop', `${id}.parquet`)),
+    );
+    expect(eventFiles.filter((f) => f.includes('/.meta-')).sort()).toEqual(
+      large.map((id) => join('shop', `.meta-${id}.parquet.json`)),
+    );
     const root = dataDir;
-    const q1 = await duckQuery(`SELECT event_type, COUNT(*) AS n FROM read_parquet('${root}/events/shop/**/*.parquet') GROUP BY event_type ORDER BY n DESC;`);
+    const q1 = await duckQuery(
+      `SELECT event_type, COUNT(*) AS n FROM read_parquet('${root}/events/shop/**/*.parquet') GROUP BY event_type ORDER BY n DESC;`,
+    );
     expect(q1.reduce((a, r) => a + Number(r.n), 0)).toBe(1101);
     const q2 = await duckQuery(`SELECT time_bucket(INTERVAL '1 hour', received_at::TIMESTAMPTZ) AS hour, COUNT(*) AS n
 FROM read_parquet('${root}/events/shop/**/*.parquet') WHERE received_at >= now() - INTERVAL '7 days' GROUP BY 1 ORDER BY 1;`);
@@ -148,18 +207,39 @@ FROM read_parquet('${root}/events/shop/**/*.parquet') WHERE received_at >= now()
 
     const schema = await duckQuery(`DESCRIBE SELECT * FROM read_parquet('${root}/events/shop/*.parquet')`);
     expect(schema.map((c) => [c.column_name, c.column_type])).toEqual([
-      ['event_type', 'VARCHAR'], ['event', 'VARCHAR'], ['distinct_id', 'VARCHAR'], ['anonymous_id', 'VARCHAR'], ['ts', 'VARCHAR'], ['message_id', 'VARCHAR'],
-      ['properties', 'VARCHAR'], ['context', 'VARCHAR'], ['dt', 'VARCHAR'], ['received_at', 'TIMESTAMP WITH TIME ZONE'], ['extra', 'VARCHAR'],
+      ['event_type', 'VARCHAR'],
+      ['event', 'VARCHAR'],
+      ['distinct_id', 'VARCHAR'],
+      ['anonymous_id', 'VARCHAR'],
+      ['ts', 'VARCHAR'],
+      ['message_id', 'VARCHAR'],
+      ['properties', 'VARCHAR'],
+      ['context', 'VARCHAR'],
+      ['dt', 'VARCHAR'],
+      ['received_at', 'TIMESTAMP WITH TIME ZONE'],
+      ['extra', 'VARCHAR'],
     ]);
-    const codecs = await duckQuery(`SELECT DISTINCT compression FROM parquet_metadata('${root}/events/shop/*.parquet')`);
+    const codecs = await duckQuery(
+      `SELECT DISTINCT compression FROM parquet_metadata('${root}/events/shop/*.parquet')`,
+    );
     expect(codecs.map((c) => c.compression)).toEqual(['SNAPPY']);
-    const perFile = await duckQuery(`SELECT filename, min(epoch_ms(received_at))::BIGINT AS lo, max(epoch_ms(received_at))::BIGINT AS hi FROM read_parquet('${root}/events/shop/*.parquet', filename = true) GROUP BY 1`);
+    const perFile = await duckQuery(
+      `SELECT filename, min(epoch_ms(received_at))::BIGINT AS lo, max(epoch_ms(received_at))::BIGINT AS hi FROM read_parquet('${root}/events/shop/*.parquet', filename = true) GROUP BY 1`,
+    );
     for (const f of perFile) {
       const id = String(f.filename).split('/').pop()!.replace('.parquet', '');
       expect([Number(f.lo), Number(f.hi)]).toEqual([batchIdMs(id), batchIdMs(id)]);
     }
-    const [odd] = await duckQuery(`SELECT ts, dt, properties, context, extra FROM read_parquet('${root}/events/shop/${ids[1]}.parquet')`);
-    expect(odd).toEqual({ ts: '1782933157', dt: 'true', properties: JSON.stringify(oddEvent.properties), context: JSON.stringify(oddEvent.context), extra: JSON.stringify({ unknown_field: oddEvent.unknown_field, another: 7 }) });
+    const [odd] = await duckQuery(
+      `SELECT ts, dt, properties, context, extra FROM read_parquet('${root}/events/shop/${ids[1]}.parquet')`,
+    );
+    expect(odd).toEqual({
+      ts: '1782933157',
+      dt: 'true',
+      properties: JSON.stringify(oddEvent.properties),
+      context: JSON.stringify(oddEvent.context),
+      extra: JSON.stringify({ unknown_field: oddEvent.unknown_field, another: 7 }),
+    });
 
     expect(await proc.stop('SIGTERM')).toBe(0);
     const logs = proc.output();
@@ -167,14 +247,25 @@ FROM read_parquet('${root}/events/shop/**/*.parquet') WHERE received_at >= now()
     expect(logs).not.toContain(SENTINEL);
   });
 
-  it('`npm start` runs its encoder (and its rollups) as a child process at ENCODER_NICE (every thread of it, none of the API\'s); its CPU is in /metrics; it stops with the API, even one killed with SIGKILL, and the API stops without it', async () => {
+  it("`npm start` runs its encoder (and its rollups) as a child process at ENCODER_NICE (every thread of it, none of the API's); its CPU is in /metrics; it stops with the API, even one killed with SIGKILL, and the API stops without it", async () => {
     const dataDir = mkdtempSync(join(tmpdir(), 'ingest-e2e-child-'));
     dirs.push(dataDir);
     const threadNices = (pid: number): number[] => [...threadCpuSeconds(pid).values()].map((t) => t.nice);
-    const gone = (pid: number): boolean => !existsSync(`/proc/${pid}`) || /^State:\s+Z/m.test(readFileSync(`/proc/${pid}/status`, 'utf8'));
-    const start = async (env: Record<string, string>): Promise<{ proc: ServiceProcess; url: string; encoder: number }> => {
+    const gone = (pid: number): boolean =>
+      !existsSync(`/proc/${pid}`) || /^State:\s+Z/m.test(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    const start = async (
+      env: Record<string, string>,
+    ): Promise<{ proc: ServiceProcess; url: string; encoder: number }> => {
       const port = await freePort();
-      const proc = startService(entry['services/main.js']!, { PORT: String(port), HOST: '127.0.0.1', DATA_DIR: dataDir, REDIS_URL: inject('redisUrl'), QUEUE_NAME: uniqueName('e2e-child'), ADMIN_TOKEN: TOKEN, ...env });
+      const proc = startService(entry['services/main.js']!, {
+        PORT: String(port),
+        HOST: '127.0.0.1',
+        DATA_DIR: dataDir,
+        REDIS_URL: inject('redisUrl'),
+        QUEUE_NAME: uniqueName('e2e-child'),
+        ADMIN_TOKEN: TOKEN,
+        ...env,
+      });
       procs.push(proc);
       const url = `http://127.0.0.1:${port}`;
       await waitForHttp(`${url}/readyz`, 30_000, proc);
@@ -198,14 +289,20 @@ FROM read_parquet('${root}/events/shop/**/*.parquet') WHERE received_at >= now()
     expect(new Set(threadNices(a.proc.pid))).toEqual(new Set([0]));
     // The rollup service (store listings, DuckDB) runs in the encoder process, not the API's.
     await waitFor(async () => a.proc.output().includes('rollup service started'), 20_000, 'the rollup service');
-    const rollupLine = a.proc.output().split('\n').find((l) => l.includes('"msg":"rollup service started"')) ?? '';
+    const rollupLine =
+      a.proc
+        .output()
+        .split('\n')
+        .find((l) => l.includes('"msg":"rollup service started"')) ?? '';
     expect((JSON.parse(rollupLine) as { pid: number }).pid).toBe(a.encoder);
     const r = await push(a.url, 'child', batchBody(50));
     expect(r.status).toBe(200);
     const file = join(dataDir, 'events', 'child', `${r.json.batchId as string}.parquet`);
     await waitFor(async () => existsSync(file), 20_000, 'the batch file');
     const metrics = await (await fetch(`${a.url}/metrics`)).text();
-    expect(Number(/^ingest_encoder_process_cpu_seconds_total\{service="ingest"\} ([\d.e+-]+)$/m.exec(metrics)?.[1])).toBeGreaterThan(0);
+    expect(
+      Number(/^ingest_encoder_process_cpu_seconds_total\{service="ingest"\} ([\d.e+-]+)$/m.exec(metrics)?.[1]),
+    ).toBeGreaterThan(0);
     expect(metrics).toMatch(/^process_cpu_seconds_total\{service="ingest"\} /m);
 
     // The API's process killed outright: the encoder sees its IPC channel close and stops too.
@@ -225,26 +322,54 @@ FROM read_parquet('${root}/events/shop/**/*.parquet') WHERE received_at >= now()
     dirs.push(dataDir);
     const port = await freePort();
     const url = `http://127.0.0.1:${port}`;
-    const proc = startService(entry['services/main.js']!, { PORT: String(port), HOST: '127.0.0.1', DATA_DIR: dataDir, REDIS_URL: inject('redisUrl'), QUEUE_NAME: uniqueName('e2e-early'), ADMIN_TOKEN: TOKEN });
+    const proc = startService(entry['services/main.js']!, {
+      PORT: String(port),
+      HOST: '127.0.0.1',
+      DATA_DIR: dataDir,
+      REDIS_URL: inject('redisUrl'),
+      QUEUE_NAME: uniqueName('e2e-early'),
+      ADMIN_TOKEN: TOKEN,
+    });
     procs.push(proc);
     await waitForHttp(`${url}/readyz`, 30_000, proc);
-    const [encoder] = await waitFor(async () => (childNodePids(proc.pid).length === 1 ? childNodePids(proc.pid) : null), 10_000, 'the encoder process forked');
+    const [encoder] = await waitFor(
+      async () => (childNodePids(proc.pid).length === 1 ? childNodePids(proc.pid) : null),
+      10_000,
+      'the encoder process forked',
+    );
     // The window this test is about: the API answers, its encoder is not ready yet (it starts
     // its stack and the rollup service first, about a second here).
     expect(proc.output()).not.toContain('encoder process started');
     expect(await proc.stop('SIGTERM')).toBe(0);
     expect(proc.output()).toContain('shut down cleanly');
     expect(proc.output()).not.toMatch(/encoder process 0 exited|did not start/);
-    await waitFor(async () => !existsSync(`/proc/${encoder as number}`) || /^State:\s+Z/m.test(readFileSync(`/proc/${encoder as number}/status`, 'utf8')), 20_000, 'the encoder process to end');
+    await waitFor(
+      async () =>
+        !existsSync(`/proc/${encoder as number}`) ||
+        /^State:\s+Z/m.test(readFileSync(`/proc/${encoder as number}/status`, 'utf8')),
+      20_000,
+      'the encoder process to end',
+    );
   });
 
   it('`npm start` whose encoder process dies before it is ready fails its start: exit 1 naming the encoder, not a clean stop', async () => {
     const dataDir = mkdtempSync(join(tmpdir(), 'ingest-e2e-nostart-'));
     dirs.push(dataDir);
     const port = await freePort();
-    const proc = startService(entry['services/main.js']!, { PORT: String(port), HOST: '127.0.0.1', DATA_DIR: dataDir, REDIS_URL: inject('redisUrl'), QUEUE_NAME: uniqueName('e2e-nostart'), ADMIN_TOKEN: TOKEN });
+    const proc = startService(entry['services/main.js']!, {
+      PORT: String(port),
+      HOST: '127.0.0.1',
+      DATA_DIR: dataDir,
+      REDIS_URL: inject('redisUrl'),
+      QUEUE_NAME: uniqueName('e2e-nostart'),
+      ADMIN_TOKEN: TOKEN,
+    });
     procs.push(proc);
-    const [encoder] = await waitFor(async () => (childNodePids(proc.pid).length === 1 ? childNodePids(proc.pid) : null), 30_000, 'the encoder process forked');
+    const [encoder] = await waitFor(
+      async () => (childNodePids(proc.pid).length === 1 ? childNodePids(proc.pid) : null),
+      30_000,
+      'the encoder process forked',
+    );
     expect(proc.output()).not.toContain('encoder process started');
     process.kill(encoder as number, 'SIGKILL');
     expect(await proc.exited()).toBe(1);
@@ -258,29 +383,67 @@ FROM read_parquet('${root}/events/shop/**/*.parquet') WHERE received_at >= now()
     const port = await freePort();
     const url = `http://127.0.0.1:${port}`;
     // Two slots per encoder, one batch per job: a burst of pushes leaves more than two jobs waiting.
-    const proc = startService(entry['services/main.js']!, { PORT: String(port), HOST: '127.0.0.1', DATA_DIR: dataDir, REDIS_URL: inject('redisUrl'), QUEUE_NAME: uniqueName('e2e-threads'), ADMIN_TOKEN: TOKEN, ENCODER_PROCESSES: '2', ENCODER_CONCURRENCY: '2', QUEUE_GROUP_MAX: '1' });
+    const proc = startService(entry['services/main.js']!, {
+      PORT: String(port),
+      HOST: '127.0.0.1',
+      DATA_DIR: dataDir,
+      REDIS_URL: inject('redisUrl'),
+      QUEUE_NAME: uniqueName('e2e-threads'),
+      ADMIN_TOKEN: TOKEN,
+      ENCODER_PROCESSES: '2',
+      ENCODER_CONCURRENCY: '2',
+      QUEUE_GROUP_MAX: '1',
+    });
     procs.push(proc);
     await waitForHttp(`${url}/readyz`, 30_000, proc);
     const gauge = async (name: string): Promise<number | undefined> => {
-      const m = new RegExp(`^${name}\\{service="ingest"\\} (\\d+)$`, 'm').exec(await (await fetch(`${url}/metrics`)).text());
+      const m = new RegExp(`^${name}\\{service="ingest"\\} (\\d+)$`, 'm').exec(
+        await (await fetch(`${url}/metrics`)).text(),
+      );
       return m ? Number(m[1]) : undefined;
     };
     // Both encoders answer: each holds half of ENCODER_MAX_INFLIGHT_BYTES, and the halves add up.
-    expect(await waitFor(async () => ((await gauge('ingest_encoder_inflight_bytes_limit')) === 32 * 1024 * 1024 ? true : undefined), 20_000, 'both encoders in /metrics')).toBe(true);
+    expect(
+      await waitFor(
+        async () => ((await gauge('ingest_encoder_inflight_bytes_limit')) === 32 * 1024 * 1024 ? true : undefined),
+        20_000,
+        'both encoders in /metrics',
+      ),
+    ).toBe(true);
     expect(childNodePids(proc.pid)).toHaveLength(2);
     expect(await gauge('ingest_encoder_workers')).toBe(1);
     expect(await gauge('ingest_encoder_concurrency')).toBe(2);
 
     const n = 120;
-    const answers = await Promise.all(Array.from({ length: n }, (_, i) => push(url, 'burst', batchBody(200, (j) => ({ ...sampleEvent(j), distinct_id: `t-${i}` })))));
+    const answers = await Promise.all(
+      Array.from({ length: n }, (_, i) =>
+        push(
+          url,
+          'burst',
+          batchBody(200, (j) => ({ ...sampleEvent(j), distinct_id: `t-${i}` })),
+        ),
+      ),
+    );
     expect(answers.map((a) => a.status)).toEqual(answers.map(() => 200));
     const ids = answers.map((a) => a.json.batchId as string).sort();
-    await waitFor(async () => ((await list(url, 'burst', '?limit=1000')).items.length === n ? true : undefined), 60_000, 'every batch listed');
+    await waitFor(
+      async () => ((await list(url, 'burst', '?limit=1000')).items.length === n ? true : undefined),
+      60_000,
+      'every batch listed',
+    );
     expect((await list(url, 'burst', '?limit=1000')).items).toEqual(ids.map((id) => `${id}.parquet`));
-    await waitFor(async () => ((await gauge('ingest_encoder_workers')) === 1 ? true : undefined), 20_000, 'the second encoder idle again');
-    const written = /^ingest_encoder_batches_total\{outcome="written",service="ingest"\} (\d+)$/m.exec(await (await fetch(`${url}/metrics`)).text());
+    await waitFor(
+      async () => ((await gauge('ingest_encoder_workers')) === 1 ? true : undefined),
+      20_000,
+      'the second encoder idle again',
+    );
+    const written = /^ingest_encoder_batches_total\{outcome="written",service="ingest"\} (\d+)$/m.exec(
+      await (await fetch(`${url}/metrics`)).text(),
+    );
     expect(Number(written?.[1])).toBe(n);
-    const rows = await duckQuery(`SELECT count(*)::INTEGER AS n, count(DISTINCT distinct_id)::INTEGER AS d FROM read_parquet('${dataDir}/events/burst/*.parquet')`);
+    const rows = await duckQuery(
+      `SELECT count(*)::INTEGER AS n, count(DISTINCT distinct_id)::INTEGER AS d FROM read_parquet('${dataDir}/events/burst/*.parquet')`,
+    );
     expect(rows).toEqual([{ n: n * 200, d: n }]);
 
     expect(await proc.stop('SIGTERM')).toBe(0);
@@ -294,7 +457,19 @@ FROM read_parquet('${root}/events/shop/**/*.parquet') WHERE received_at >= now()
     const s3 = await startS3Server();
     const [apiPort, metricsPort] = [await freePort(), await freePort()];
     const url = `http://127.0.0.1:${apiPort}`;
-    const common = { HOST: '127.0.0.1', STORE: 's3', S3_BUCKET: s3.bucket, S3_ENDPOINT: s3.endpoint, S3_FORCE_PATH_STYLE: 'true', S3_REGION: 'us-east-1', AWS_ACCESS_KEY_ID: 'S3RVER', AWS_SECRET_ACCESS_KEY: 'S3RVER', REDIS_URL: inject('redisUrl'), QUEUE_NAME: uniqueName('s3'), ADMIN_TOKEN: TOKEN };
+    const common = {
+      HOST: '127.0.0.1',
+      STORE: 's3',
+      S3_BUCKET: s3.bucket,
+      S3_ENDPOINT: s3.endpoint,
+      S3_FORCE_PATH_STYLE: 'true',
+      S3_REGION: 'us-east-1',
+      AWS_ACCESS_KEY_ID: 'S3RVER',
+      AWS_SECRET_ACCESS_KEY: 'S3RVER',
+      REDIS_URL: inject('redisUrl'),
+      QUEUE_NAME: uniqueName('s3'),
+      ADMIN_TOKEN: TOKEN,
+    };
     const api = startService(entry['services/api/main.js']!, { ...common, PORT: String(apiPort) });
     const encoder = startService(entry['services/encoder/main.js']!, { ...common, METRICS_PORT: String(metricsPort) });
     procs.push(api, encoder);
@@ -312,7 +487,10 @@ FROM read_parquet('${root}/events/shop/**/*.parquet') WHERE received_at >= now()
       }
       const [row] = await duckQuery(`SELECT count(*)::INTEGER AS n FROM read_parquet('${dir}/*.parquet')`);
       expect(row?.n).toBe(1101);
-      const metrics = await encoderMetricsWhen(metricsPort, /ingest_encoder_batches_total\{outcome="written",service="encoder"\} 3/);
+      const metrics = await encoderMetricsWhen(
+        metricsPort,
+        /ingest_encoder_batches_total\{outcome="written",service="encoder"\} 3/,
+      );
       expect(metrics).toMatch(/ingest_encoder_batches_total\{outcome="written",service="encoder"\} 3/);
       // The default slot count of an encoder process (ENCODER_CONCURRENCY_DEFAULT).
       expect(metrics).toMatch(/^ingest_encoder_concurrency\{service="encoder"\} 32$/m);
@@ -323,43 +501,61 @@ FROM read_parquet('${root}/events/shop/**/*.parquet') WHERE received_at >= now()
     }
   });
 
-  it('STORE=s3 on Ceph RGW (a real S3 implementation) with the API and the encoder as separate processes', { timeout: 180_000 }, async () => {
-    const rgw = await startRgw();
-    const [apiPort, metricsPort] = [await freePort(), await freePort()];
-    const url = `http://127.0.0.1:${apiPort}`;
-    const common = { HOST: '127.0.0.1', ...rgwEnv(rgw), REDIS_URL: inject('redisUrl'), QUEUE_NAME: uniqueName('rgw'), ADMIN_TOKEN: TOKEN };
-    const api = startService('services/api/main.ts', { ...common, PORT: String(apiPort) });
-    const encoder = startService('services/encoder/main.ts', { ...common, METRICS_PORT: String(metricsPort) });
-    procs.push(api, encoder);
-    const direct = rgwStoreFor(rgw);
-    try {
-      await waitForHttp(`${url}/readyz`, 60_000, api);
-      await waitForHttp(`http://127.0.0.1:${metricsPort}/metrics`, 60_000, encoder);
-      const ids = await pushThreeAndList(url, 'rgw');
-      expect(await list(url, 'rgw', `?after=${ids[0]}`)).toEqual({ items: ids.slice(1).map((id) => `${id}.parquet`), hasMore: false });
-      // Exactly one object per batch in the bucket, nothing else.
-      expect(await direct.listKeys('')).toEqual(ids.map((id) => `events/rgw/${id}.parquet`));
-      const dir = mkdtempSync(join(tmpdir(), 'ingest-pulled-'));
-      dirs.push(dir);
-      for (const id of ids) {
-        const r = await fetch(`${url}/pull/events/rgw/${id}`, { headers: { Authorization: `Bearer ${TOKEN}` } });
-        expect(r.status).toBe(200);
-        const bytes = new Uint8Array(await r.arrayBuffer());
-        expect(r.headers.get('etag')).toBe(`"${sha256(bytes)}"`);
-        expect(Buffer.from(bytes).equals(Buffer.from((await direct.getBytes(`events/rgw/${id}.parquet`))?.body ?? []))).toBe(true);
-        writeFileSync(join(dir, `${id}.parquet`), bytes);
+  it(
+    'STORE=s3 on Ceph RGW (a real S3 implementation) with the API and the encoder as separate processes',
+    { timeout: 180_000 },
+    async () => {
+      const rgw = await startRgw();
+      const [apiPort, metricsPort] = [await freePort(), await freePort()];
+      const url = `http://127.0.0.1:${apiPort}`;
+      const common = {
+        HOST: '127.0.0.1',
+        ...rgwEnv(rgw),
+        REDIS_URL: inject('redisUrl'),
+        QUEUE_NAME: uniqueName('rgw'),
+        ADMIN_TOKEN: TOKEN,
+      };
+      const api = startService('services/api/main.ts', { ...common, PORT: String(apiPort) });
+      const encoder = startService('services/encoder/main.ts', { ...common, METRICS_PORT: String(metricsPort) });
+      procs.push(api, encoder);
+      const direct = rgwStoreFor(rgw);
+      try {
+        await waitForHttp(`${url}/readyz`, 60_000, api);
+        await waitForHttp(`http://127.0.0.1:${metricsPort}/metrics`, 60_000, encoder);
+        const ids = await pushThreeAndList(url, 'rgw');
+        expect(await list(url, 'rgw', `?after=${ids[0]}`)).toEqual({
+          items: ids.slice(1).map((id) => `${id}.parquet`),
+          hasMore: false,
+        });
+        // Exactly one object per batch in the bucket, nothing else.
+        expect(await direct.listKeys('')).toEqual(ids.map((id) => `events/rgw/${id}.parquet`));
+        const dir = mkdtempSync(join(tmpdir(), 'ingest-pulled-'));
+        dirs.push(dir);
+        for (const id of ids) {
+          const r = await fetch(`${url}/pull/events/rgw/${id}`, { headers: { Authorization: `Bearer ${TOKEN}` } });
+          expect(r.status).toBe(200);
+          const bytes = new Uint8Array(await r.arrayBuffer());
+          expect(r.headers.get('etag')).toBe(`"${sha256(bytes)}"`);
+          expect(
+            Buffer.from(bytes).equals(Buffer.from((await direct.getBytes(`events/rgw/${id}.parquet`))?.body ?? [])),
+          ).toBe(true);
+          writeFileSync(join(dir, `${id}.parquet`), bytes);
+        }
+        const [row] = await duckQuery(`SELECT count(*)::INTEGER AS n FROM read_parquet('${dir}/*.parquet')`);
+        expect(row?.n).toBe(1101);
+        const metrics = await encoderMetricsWhen(
+          metricsPort,
+          /ingest_encoder_batches_total\{outcome="written",service="encoder"\} 3/,
+        );
+        expect(metrics).toMatch(/ingest_encoder_batches_total\{outcome="written",service="encoder"\} 3/);
+        expect(await api.stop('SIGTERM')).toBe(0);
+        expect(await encoder.stop('SIGTERM')).toBe(0);
+      } finally {
+        direct.destroy();
+        await rgw.close();
       }
-      const [row] = await duckQuery(`SELECT count(*)::INTEGER AS n FROM read_parquet('${dir}/*.parquet')`);
-      expect(row?.n).toBe(1101);
-      const metrics = await encoderMetricsWhen(metricsPort, /ingest_encoder_batches_total\{outcome="written",service="encoder"\} 3/);
-      expect(metrics).toMatch(/ingest_encoder_batches_total\{outcome="written",service="encoder"\} 3/);
-      expect(await api.stop('SIGTERM')).toBe(0);
-      expect(await encoder.stop('SIGTERM')).toBe(0);
-    } finally {
-      direct.destroy();
-      await rgw.close();
-    }
-  });
+    },
+  );
 
   it('the embedded default starts a private redis-server with AOF under DATA_DIR/redis when none answers; REDIS_URL=unix:///… with a password reaches it over its socket and logs neither', async () => {
     const dataDir = mkdtempSync(join(tmpdir(), 'ingest-embedded-'));
@@ -381,7 +577,10 @@ FROM read_parquet('${root}/events/shop/**/*.parquet') WHERE received_at >= now()
       clients.push(r, tcp);
       expect(await r.config('GET', 'appendonly')).toEqual(['appendonly', 'yes']);
       expect(await r.config('GET', 'maxmemory-policy')).toEqual(['maxmemory-policy', 'noeviction']);
-      expect(await r.config('GET', 'auto-aof-rewrite-min-size')).toEqual(['auto-aof-rewrite-min-size', String(256 * 1024 * 1024)]);
+      expect(await r.config('GET', 'auto-aof-rewrite-min-size')).toEqual([
+        'auto-aof-rewrite-min-size',
+        String(256 * 1024 * 1024),
+      ]);
       expect(await tcp.ping()).toBe('PONG');
 
       // The compiled `npm start` given that socket and a password takes a push to a file.
@@ -389,7 +588,14 @@ FROM read_parquet('${root}/events/shop/**/*.parquet') WHERE received_at >= now()
       await r.config('SET', 'requirepass', password);
       const port = await freePort();
       const url = `http://127.0.0.1:${port}`;
-      const proc = startService(entry['services/main.js']!, { PORT: String(port), HOST: '127.0.0.1', DATA_DIR: dataDir, REDIS_URL: `${handle.url}?password=${password}`, QUEUE_NAME: uniqueName('unix'), ADMIN_TOKEN: TOKEN });
+      const proc = startService(entry['services/main.js']!, {
+        PORT: String(port),
+        HOST: '127.0.0.1',
+        DATA_DIR: dataDir,
+        REDIS_URL: `${handle.url}?password=${password}`,
+        QUEUE_NAME: uniqueName('unix'),
+        ADMIN_TOKEN: TOKEN,
+      });
       procs.push(proc);
       await waitForHttp(`${url}/readyz`, 30_000, proc);
       const pushed = await push(url, 'sock', batchBody(10));
@@ -415,8 +621,28 @@ FROM read_parquet('${root}/events/shop/**/*.parquet') WHERE received_at >= now()
     const dir = mkdtempSync(join(tmpdir(), 'ingest-badcfg-'));
     dirs.push(dir);
     const cfg = join(dir, 'config.json');
-    writeFileSync(cfg, JSON.stringify({ version: 1, collections: [{ name: 'events', storagePath: 'events/{app}/{batchId}', readRoles: ['admin'], writeRoles: ['public'], encryption: 'none', allowedMimeTypes: ['application/vnd.apache.parquet'], maxBodyBytes: 1000 }] }));
-    const p = startService('services/api/main.ts', { CONFIG_FILE: cfg, PORT: String(await freePort()), REDIS_URL: inject('redisUrl') });
+    writeFileSync(
+      cfg,
+      JSON.stringify({
+        version: 1,
+        collections: [
+          {
+            name: 'events',
+            storagePath: 'events/{app}/{batchId}',
+            readRoles: ['admin'],
+            writeRoles: ['public'],
+            encryption: 'none',
+            allowedMimeTypes: ['application/vnd.apache.parquet'],
+            maxBodyBytes: 1000,
+          },
+        ],
+      }),
+    );
+    const p = startService('services/api/main.ts', {
+      CONFIG_FILE: cfg,
+      PORT: String(await freePort()),
+      REDIS_URL: inject('redisUrl'),
+    });
     procs.push(p);
     expect(await p.exited()).toBe(1);
     expect(p.output()).toMatch(/collections\.0\.allowedMimeTypes/);

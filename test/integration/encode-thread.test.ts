@@ -22,10 +22,11 @@ describe('ParquetEncodeThread', () => {
     const at = 1_782_933_157_690;
     const files = await Promise.all(prepared.map((p, i) => thread.encode(p.stamp(at + i))));
     expect(thread.inFlight).toBe(0);
-    for (const [i, p] of prepared.entries()) expect(Buffer.from(files[i] as Uint8Array).equals(Buffer.from(p.toParquet(at + i)))).toBe(true);
+    for (const [i, p] of prepared.entries())
+      expect(Buffer.from(files[i] as Uint8Array).equals(Buffer.from(p.toParquet(at + i)))).toBe(true);
   });
 
-  it('rejects a stream that is not Arrow IPC with parquet-wasm\'s reason, and goes on', async () => {
+  it("rejects a stream that is not Arrow IPC with parquet-wasm's reason, and goes on", async () => {
     await expect(thread.encode(new Uint8Array([1, 2, 3, 4, 5, 6, 7, 8]))).rejects.toThrow(/./);
     const p = prepareBatch(Buffer.from(batchBody(2)));
     if (!p.ok) throw new Error(p.reason);

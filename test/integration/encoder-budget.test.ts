@@ -32,7 +32,11 @@ describe('encoder byte budget with more slots than it admits', () => {
     for (const [i, n] of sizes.entries()) {
       const body = batchBody(n, (j) => ({ ...sampleEvent(j), distinct_id: `budget-${i}` }));
       largest = Math.max(largest, jobCost({ encoding: 'identity', events: n, bodyBytes: Buffer.byteLength(body) }));
-      const r = await fetch(`${stack.url}/push/events/budget/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body });
+      const r = await fetch(`${stack.url}/push/events/budget/x`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json' },
+        body,
+      });
       expect(r.status).toBe(200);
       ids.push(((await r.json()) as { batchId: string }).batchId);
     }
@@ -63,12 +67,16 @@ describe('encoder byte budget with more slots than it admits', () => {
     }
     // One batch at a time, so the other five waited, and each of those read its payload again.
     expect(inflightMax).toBeLessThanOrEqual(largest + 1);
-    const waits = (await encoder.metrics.budgetWaitSeconds.get()).values.find((v) => v.metricName?.endsWith('_count'))?.value;
+    const waits = (await encoder.metrics.budgetWaitSeconds.get()).values.find((v) =>
+      v.metricName?.endsWith('_count'),
+    )?.value;
     expect(waits).toBe(ids.length);
     const reloads = (await encoder.metrics.payloadReloads.get()).values[0]?.value ?? 0;
     expect(reloads).toBeGreaterThanOrEqual(1);
     expect(reloads).toBeLessThanOrEqual(ids.length - 1);
-    expect((await encoder.metrics.batches.get()).values.find((v) => v.labels.outcome === 'written')?.value).toBe(ids.length);
+    expect((await encoder.metrics.batches.get()).values.find((v) => v.labels.outcome === 'written')?.value).toBe(
+      ids.length,
+    );
     const rows = await duckQuery(
       `SELECT distinct_id, count(*)::INTEGER AS n FROM read_parquet('${stack.dataDir}/events/budget/*.parquet') GROUP BY 1 ORDER BY 1`,
     );
@@ -83,10 +91,16 @@ describe('encoder byte budget counts rows', () => {
     const stack = setup.stack();
     const conn = setup.conn();
     const events = 20_001;
-    const bodies = ['a', 'b'].map((tag) => `{"data":{"events":[{"event":"${tag}"}${',{}'.repeat(events - 1)}]},"baseHash":null}`);
+    const bodies = ['a', 'b'].map(
+      (tag) => `{"data":{"events":[{"event":"${tag}"}${',{}'.repeat(events - 1)}]},"baseHash":null}`,
+    );
     const ids: string[] = [];
     for (const body of bodies) {
-      const r = await fetch(`${stack.url}/push/events/rows/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body });
+      const r = await fetch(`${stack.url}/push/events/rows/x`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json' },
+        body,
+      });
       expect(r.status, await r.clone().text()).toBe(200);
       ids.push(((await r.json()) as { batchId: string }).batchId);
     }
@@ -125,17 +139,25 @@ describe('encoder byte budget counts rows', () => {
     try {
       await waitFor(async () => writes >= 1, 30_000, 'the first batch to reach its write');
       // Read back from the registry: the job in its write holds its rows' cost, and only its own.
-      expect(await registry.getSingleMetricAsString('ingest_encoder_inflight_bytes')).toMatch(new RegExp(`^ingest_encoder_inflight_bytes(\\{[^}]*\\})? ${cost}$`, 'm'));
+      expect(await registry.getSingleMetricAsString('ingest_encoder_inflight_bytes')).toMatch(
+        new RegExp(`^ingest_encoder_inflight_bytes(\\{[^}]*\\})? ${cost}$`, 'm'),
+      );
       expect(await gauge()).toBe(cost);
       expect(writes).toBe(1);
       release();
-      await waitFor(async () => (await fs.listKeys('events/rows/')).length === ids.length, 60_000, 'both batches written');
+      await waitFor(
+        async () => (await fs.listKeys('events/rows/')).length === ids.length,
+        60_000,
+        'both batches written',
+      );
       await waitFor(async () => (await gauge()) === 0, 10_000, 'the budget to be given back');
     } finally {
       release();
       await encoder.close(5000);
     }
-    const [row] = await duckQuery(`SELECT count(*)::INTEGER AS n FROM read_parquet('${stack.dataDir}/events/rows/*.parquet')`);
+    const [row] = await duckQuery(
+      `SELECT count(*)::INTEGER AS n FROM read_parquet('${stack.dataDir}/events/rows/*.parquet')`,
+    );
     expect(row).toEqual({ n: 2 * events });
   });
 });

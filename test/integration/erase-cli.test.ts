@@ -25,7 +25,11 @@ interface Run {
 
 function cli(args: string[]): Promise<Run> {
   const started = Date.now();
-  const child: ChildProcess = spawn(process.execPath, [BIN, ...args], { cwd: ROOT, env: { ...process.env, EVENTS_INGEST_TOKEN: TOKEN }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child: ChildProcess = spawn(process.execPath, [BIN, ...args], {
+    cwd: ROOT,
+    env: { ...process.env, EVENTS_INGEST_TOKEN: TOKEN },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let stdout = '';
   let stderr = '';
   child.stdout?.on('data', (d: Buffer) => (stdout += d.toString()));
@@ -92,7 +96,11 @@ describe('events-ingest erase (CLI against a stand-in of the admin erase routes)
     Object.assign(plan, { postStatus: 202, failGets: 0, failedGets: 0, states: [], posts: [], gets: 0 });
   });
 
-  const counts = (s: number, f: number, r: number): Record<string, number> => ({ files_scanned: s, files_rewritten: f, rows_erased: r });
+  const counts = (s: number, f: number, r: number): Record<string, number> => ({
+    files_scanned: s,
+    files_rewritten: f,
+    rows_erased: r,
+  });
 
   it('--wait: posts the ids, prints the id, follows queued → running → waiting → completed with one line per change, exits 0; never prints the ids erased', async () => {
     plan.failGets = 1;
@@ -104,9 +112,28 @@ describe('events-ingest erase (CLI against a stand-in of the admin erase routes)
       { state: 'waiting', ...counts(10, 2, 5) },
       { state: 'completed', ...counts(10, 2, 5) },
     ];
-    const r = await cli(['erase', '--url', url, '--app', 'shop', '--distinct-id', PERSON, '--anonymous-id', `${PERSON}-anon`, '--wait', '--poll-interval', '100']);
+    const r = await cli([
+      'erase',
+      '--url',
+      url,
+      '--app',
+      'shop',
+      '--distinct-id',
+      PERSON,
+      '--anonymous-id',
+      `${PERSON}-anon`,
+      '--wait',
+      '--poll-interval',
+      '100',
+    ]);
     expect(r.code, r.stderr).toBe(0);
-    expect(plan.posts).toEqual([{ path: '/admin/erase/events/shop', auth: `Bearer ${TOKEN}`, body: { distinct_ids: [PERSON], anonymous_ids: [`${PERSON}-anon`], dry_run: false } }]);
+    expect(plan.posts).toEqual([
+      {
+        path: '/admin/erase/events/shop',
+        auth: `Bearer ${TOKEN}`,
+        body: { distinct_ids: [PERSON], anonymous_ids: [`${PERSON}-anon`], dry_run: false },
+      },
+    ]);
     expect(r.stdout).toBe('er-0001\nerasure er-0001: completed, 10 files scanned, 2 rewritten, 5 rows erased\n');
     const progress = r.stderr.split('\n').filter((l) => l.startsWith('erasure er-0001:'));
     expect(progress).toEqual([
@@ -123,23 +150,64 @@ describe('events-ingest erase (CLI against a stand-in of the admin erase routes)
   });
 
   it('--dry-run without --wait: posts dry_run, prints only the id, reads no status', async () => {
-    const r = await cli(['erase', '--url', url, '--app', 'shop', '--collection', 'clicks', '--distinct-id', PERSON, '--dry-run']);
+    const r = await cli([
+      'erase',
+      '--url',
+      url,
+      '--app',
+      'shop',
+      '--collection',
+      'clicks',
+      '--distinct-id',
+      PERSON,
+      '--dry-run',
+    ]);
     expect(r.code, r.stderr).toBe(0);
     expect(r.stdout).toBe('er-0001\n');
-    expect(plan.posts[0]).toMatchObject({ path: '/admin/erase/clicks/shop', body: { distinct_ids: [PERSON], anonymous_ids: [], dry_run: true } });
+    expect(plan.posts[0]).toMatchObject({
+      path: '/admin/erase/clicks/shop',
+      body: { distinct_ids: [PERSON], anonymous_ids: [], dry_run: true },
+    });
     expect(plan.gets).toBe(0);
   });
 
   it('a failed erasure exits 1 naming its error', async () => {
-    plan.states = [{ state: 'running', ...counts(1, 0, 0) }, { state: 'failed', ...counts(2, 0, 0), error: 'store unavailable' }];
-    const r = await cli(['erase', '--url', url, '--app', 'shop', '--distinct-id', PERSON, '--wait', '--poll-interval', '100']);
+    plan.states = [
+      { state: 'running', ...counts(1, 0, 0) },
+      { state: 'failed', ...counts(2, 0, 0), error: 'store unavailable' },
+    ];
+    const r = await cli([
+      'erase',
+      '--url',
+      url,
+      '--app',
+      'shop',
+      '--distinct-id',
+      PERSON,
+      '--wait',
+      '--poll-interval',
+      '100',
+    ]);
     expect(r.code).toBe(1);
     expect(r.stderr).toContain('events-ingest: erasure er-0001 failed: store unavailable');
   });
 
   it('--wait-timeout bounds the wait: exit 1 naming the id to read later, within the timeout plus a poll', async () => {
     plan.states = [{ state: 'running', ...counts(1, 0, 0) }];
-    const r = await cli(['erase', '--url', url, '--app', 'shop', '--distinct-id', PERSON, '--wait', '--wait-timeout', '2', '--poll-interval', '200']);
+    const r = await cli([
+      'erase',
+      '--url',
+      url,
+      '--app',
+      'shop',
+      '--distinct-id',
+      PERSON,
+      '--wait',
+      '--wait-timeout',
+      '2',
+      '--poll-interval',
+      '200',
+    ]);
     expect(r.code).toBe(1);
     expect(r.stderr).toContain('erasure er-0001 is still running after 2 s (--wait-timeout)');
     expect(r.stderr).toContain('GET /admin/erase/er-0001');

@@ -29,12 +29,19 @@ const READER = 'erasure-reader-token-0123456789';
 const WRITER = 'erasure-writer-token-0123456789';
 const VICTIM = `victim-${randomUUID()}`;
 /** Event `i`, by `who` (a fresh id when absent). */
-const ev = (i: number, who?: string): Record<string, unknown> => ({ ...sampleEvent(i), ...(who === undefined ? {} : { distinct_id: who }) });
+const ev = (i: number, who?: string): Record<string, unknown> => ({
+  ...sampleEvent(i),
+  ...(who === undefined ? {} : { distinct_id: who }),
+});
 const sha256 = (b: Uint8Array): string => createHash('sha256').update(b).digest('hex');
 
 /** Runs the CLI as a user does (bin/events-ingest.mjs, its own process), bounded to 60 s. */
 function cli(args: string[], token: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const child = spawn(process.execPath, [join(ROOT, 'bin/events-ingest.mjs'), ...args], { cwd: ROOT, env: { ...process.env, EVENTS_INGEST_TOKEN: token }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [join(ROOT, 'bin/events-ingest.mjs'), ...args], {
+    cwd: ROOT,
+    env: { ...process.env, EVENTS_INGEST_TOKEN: token },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let stdout = '';
   let stderr = '';
   child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
@@ -60,7 +67,12 @@ describe('erasures and synced folders', () => {
     return d;
   };
   const notes: string[] = [];
-  const progress: SyncProgress = { listed: () => undefined, advanced: () => undefined, note: (l) => notes.push(l), stop: () => undefined };
+  const progress: SyncProgress = {
+    listed: () => undefined,
+    advanced: () => undefined,
+    note: (l) => notes.push(l),
+    stop: () => undefined,
+  };
 
   beforeAll(async () => {
     const conf = tmp('conf');
@@ -71,7 +83,12 @@ describe('erasures and synced folders', () => {
         collections: [
           { name: 'events', storagePath: 'events/{app}/{batchId}', readRoles: ['admin', 'reader'], listable: true },
           // Two list parameters: no rewritten listing (it names one app), so sync cannot follow erasures there.
-          { name: 'clicks', storagePath: 'clicks/{tenant}/{app}/{batchId}', readRoles: ['admin', 'reader'], listable: true },
+          {
+            name: 'clicks',
+            storagePath: 'clicks/{tenant}/{app}/{batchId}',
+            readRoles: ['admin', 'reader'],
+            listable: true,
+          },
         ],
       }),
     );
@@ -87,7 +104,11 @@ describe('erasures and synced folders', () => {
 
   /** Pushes one batch of `events` to `path` (`events/shop`), returns its id. */
   async function push(path: string, events: Record<string, unknown>[]): Promise<string> {
-    const r = await fetch(`${stack.url}/push/${path}/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ data: { events }, baseHash: null }) });
+    const r = await fetch(`${stack.url}/push/${path}/x`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ data: { events }, baseHash: null }),
+    });
     expect(r.status).toBe(200);
     return ((await r.json()) as { batchId: string }).batchId;
   }
@@ -98,7 +119,17 @@ describe('erasures and synced folders', () => {
   }
 
   function sync(out: string, app: string, collectionPath = 'events', token = READER): ReturnType<typeof runSync> {
-    return runSync({ url: stack.url, app, out, token, collectionPath, limit: 1000, retry: { ...DEFAULT_RETRY, maxRetries: 1 }, maxBatches: 0, progress });
+    return runSync({
+      url: stack.url,
+      app,
+      out,
+      token,
+      collectionPath,
+      limit: 1000,
+      retry: { ...DEFAULT_RETRY, maxRetries: 1 },
+      maxBatches: 0,
+      progress,
+    });
   }
 
   /** The local `<id>.parquet` files and their sha256. */
@@ -116,7 +147,9 @@ describe('erasures and synced folders', () => {
     const bodies: Record<string, unknown>[][] = [];
     const ids: string[] = [];
     for (let b = 0; b < 6; b++) {
-      const events = Array.from({ length: 5 }, (_, i) => ev(b * 5 + i, (b === 0 && i < 2) || (b === 2 && i === 3) || b === 4 ? VICTIM : undefined));
+      const events = Array.from({ length: 5 }, (_, i) =>
+        ev(b * 5 + i, (b === 0 && i < 2) || (b === 2 && i === 3) || b === 4 ? VICTIM : undefined),
+      );
       bodies.push(events);
       ids.push(await push('events/shop', events));
     }
@@ -150,11 +183,16 @@ describe('erasures and synced folders', () => {
     // This run is the CLI's own process, as cron runs it: the summary says what erasures changed.
     const second = await cli(['sync', '--url', stack.url, '--app', 'shop', '--out', out], READER);
     expect(second.code, second.stderr).toBe(0);
-    expect(second.stdout).toMatch(/^synced 1 batches \(\d+ bytes\), cursor \S+; 3 rewritten by erasures downloaded again\n$/);
+    expect(second.stdout).toMatch(
+      /^synced 1 batches \(\d+ bytes\), cursor \S+; 3 rewritten by erasures downloaded again\n$/,
+    );
     // Every local file is byte for byte the store's.
     const local = folder(out);
     expect([...local.keys()].sort()).toEqual(ids.map((id) => `${id}.parquet`).sort());
-    for (const id of ids) expect(local.get(`${id}.parquet`), id).toBe(sha256((await stack.store.getBytes(keyOf(id)))?.body ?? new Uint8Array()));
+    for (const id of ids)
+      expect(local.get(`${id}.parquet`), id).toBe(
+        sha256((await stack.store.getBytes(keyOf(id)))?.body ?? new Uint8Array()),
+      );
     expect(readdirSync(out).filter((n) => n.includes('.part-'))).toEqual([]);
     // The listing's cursor is kept with the batch cursor.
     const page = await listRewritten(stack.store, 'events', 'shop', undefined, 10);
@@ -178,7 +216,9 @@ describe('erasures and synced folders', () => {
     await recordRewritten(stack.store, 'events', 'shop', [ids[0] as string], { now: settledClock });
     expect(await sync(out, 'shop')).toMatchObject({ downloaded: 0, rewritten: 0, erasuresFollowed: true });
     expect(folder(out)).toEqual(local);
-    expect((await readCursor(out))?.rewrittenAfter).toBe((await listRewritten(stack.store, 'events', 'shop', page.next ?? undefined, 10)).next);
+    expect((await readCursor(out))?.rewrittenAfter).toBe(
+      (await listRewritten(stack.store, 'events', 'shop', page.next ?? undefined, 10)).next,
+    );
 
     // Rewritten, then deleted from the store (raw retention): the folder's copy goes too.
     await stack.store.deleteKeys?.([keyOf(ids[2] as string)]);
@@ -213,11 +253,17 @@ describe('erasures and synced folders', () => {
     const url = `${stack.url}/list/events/routes/rewritten`;
     const ok = await fetch(`${url}?limit=2`, { headers: auth(READER) });
     expect(ok.status).toBe(200);
-    const body = (await ok.json()) as { items: { cursor: string; batchIds: string[] }[]; next: string; hasMore: boolean };
+    const body = (await ok.json()) as {
+      items: { cursor: string; batchIds: string[] }[];
+      next: string;
+      hasMore: boolean;
+    };
     expect(body.items.map((i) => i.batchIds)).toEqual([[a], [b, c]]);
     expect(body.next).toBe(body.items[1]?.cursor);
     expect(body.hasMore).toBe(false);
-    const admin = await fetch(`${url}?after=${body.items[0]?.cursor}`, { headers: auth('test-admin-token-0123456789') });
+    const admin = await fetch(`${url}?after=${body.items[0]?.cursor}`, {
+      headers: auth('test-admin-token-0123456789'),
+    });
     expect(((await admin.json()) as { items: unknown[] }).items).toHaveLength(1);
     for (const [headers, status] of [
       [{}, 401],
@@ -239,9 +285,14 @@ describe('erasures and synced folders', () => {
     const id = await push('clicks/t1/shop', [sampleEvent(1)]);
     await waitFor(async () => (await listed('clicks/t1/shop')).length === 1 || null, 30_000, 'one batch listed');
     const out = tmp('clicks');
-    const r = await cli(['sync', '--url', stack.url, '--app', 'shop', '--collection-path', 'clicks/t1', '--out', out], READER);
+    const r = await cli(
+      ['sync', '--url', stack.url, '--app', 'shop', '--collection-path', 'clicks/t1', '--out', out],
+      READER,
+    );
     expect(r.code, r.stderr).toBe(0);
-    expect(r.stdout).toMatch(/^synced 1 batches \(\d+ bytes\), cursor \S+; erasures not followed \(see the warning\)\n$/);
+    expect(r.stdout).toMatch(
+      /^synced 1 batches \(\d+ bytes\), cursor \S+; erasures not followed \(see the warning\)\n$/,
+    );
     expect(r.stderr.split('\n').filter((n) => n.includes('cannot follow erasures'))).toHaveLength(1);
     expect(r.stderr).toContain('answered 404');
     expect([...folder(out).keys()]).toEqual([`${id}.parquet`]);

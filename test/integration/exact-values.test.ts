@@ -6,7 +6,18 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EVENT_COLUMNS } from '../../shared/parquet/encode.js';
 import { duckQuery, sqlString } from '../helpers/duckdb.js';
-import { HARD_CONTAINERS, HARD_NUMBERS, HARD_STRINGS, HARD_VALUES, arrayOf, decodedString, envelopeOf, member, objectOf, spaced } from '../helpers/exact-corpus.js';
+import {
+  HARD_CONTAINERS,
+  HARD_NUMBERS,
+  HARD_STRINGS,
+  HARD_VALUES,
+  arrayOf,
+  decodedString,
+  envelopeOf,
+  member,
+  objectOf,
+  spaced,
+} from '../helpers/exact-corpus.js';
 import { waitFor } from '../helpers/proc.js';
 import { ADMIN_TOKEN, type TestStack, startTestStack } from '../helpers/stack.js';
 
@@ -74,8 +85,15 @@ describe('values exactly as sent: push → Parquet → DuckDB', () => {
     await s?.shutdown();
   });
 
-  async function push(app: string, body: string): Promise<{ status: number; json: { batchId?: string; error?: string } }> {
-    const r = await fetch(`${s.url}/push/events/${app}/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body });
+  async function push(
+    app: string,
+    body: string,
+  ): Promise<{ status: number; json: { batchId?: string; error?: string } }> {
+    const r = await fetch(`${s.url}/push/events/${app}/x`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body,
+    });
     return { status: r.status, json: (await r.json()) as { batchId?: string; error?: string } };
   }
 
@@ -87,11 +105,15 @@ describe('values exactly as sent: push → Parquet → DuckDB', () => {
     const r = await push('exact', body);
     expect(r.status).toBe(200);
     const batchId = r.json.batchId as string;
-    await waitFor(async () => {
-      const l = await fetch(`${s.url}/list/events/exact`, { headers: { Authorization: `Bearer ${ADMIN_TOKEN}` } });
-      const items = ((await l.json()) as { items: string[] }).items;
-      return items.includes(`${batchId}.parquet`);
-    }, 30_000, 'the batch file written');
+    await waitFor(
+      async () => {
+        const l = await fetch(`${s.url}/list/events/exact`, { headers: { Authorization: `Bearer ${ADMIN_TOKEN}` } });
+        const items = ((await l.json()) as { items: string[] }).items;
+        return items.includes(`${batchId}.parquet`);
+      },
+      30_000,
+      'the batch file written',
+    );
 
     const file = sqlString(`${s.dataDir}/events/exact/${batchId}.parquet`);
     const rows = await duckQuery(`SELECT * EXCLUDE (received_at) FROM read_parquet(${file})`);
@@ -106,24 +128,34 @@ describe('values exactly as sent: push → Parquet → DuckDB', () => {
     );
     expect(json).toEqual({ valid: true, n: HARD_NUMBERS[0], s: decodedString(HARD_STRINGS[0]) });
     // docs/analysts.md ("Columns") says so: text holding a lone escaped surrogate is not JSON to DuckDB.
-    expect(await duckQuery(`SELECT bool_or(json_valid(properties)) AS any_valid FROM read_parquet(${file})`)).toEqual([{ any_valid: false }]);
-    await expect(duckQuery(`SELECT json_extract(properties, '$.k0') FROM read_parquet(${file})`)).rejects.toThrow(/surrogate/);
+    expect(await duckQuery(`SELECT bool_or(json_valid(properties)) AS any_valid FROM read_parquet(${file})`)).toEqual([
+      { any_valid: false },
+    ]);
+    await expect(duckQuery(`SELECT json_extract(properties, '$.k0') FROM read_parquet(${file})`)).rejects.toThrow(
+      /surrogate/,
+    );
 
     // The README's two queries, verbatim but for <root> and <app>.
     const root = s.dataDir;
-    const byType = await duckQuery(`SELECT event_type, COUNT(*) AS n FROM read_parquet('${root}/events/exact/**/*.parquet') GROUP BY event_type ORDER BY n DESC;`);
+    const byType = await duckQuery(
+      `SELECT event_type, COUNT(*) AS n FROM read_parquet('${root}/events/exact/**/*.parquet') GROUP BY event_type ORDER BY n DESC;`,
+    );
     expect(byType).toEqual([
       { event_type: 'track', n: String(HARD_STRINGS.length) },
       { event_type: '', n: '2' },
     ]);
-    const hourly = await duckQuery(`SELECT time_bucket(INTERVAL '1 hour', received_at::TIMESTAMPTZ) AS hour, COUNT(*) AS n
+    const hourly =
+      await duckQuery(`SELECT time_bucket(INTERVAL '1 hour', received_at::TIMESTAMPTZ) AS hour, COUNT(*) AS n
 FROM read_parquet('${root}/events/exact/**/*.parquet') WHERE received_at >= now() - INTERVAL '7 days' GROUP BY 1 ORDER BY 1;`);
     expect(hourly.reduce((a, h) => a + Number(h.n), 0)).toBe(expected.length);
     expect(({} as Record<string, unknown>).polluted).toBeUndefined();
   });
 
   it.each([
-    ['{"batch":[{"event":"a"}]}', /got an object with the keys "batch".*expected \{"data":\{"events":\[\.\.\.\]\},"baseHash":null\}/],
+    [
+      '{"batch":[{"event":"a"}]}',
+      /got an object with the keys "batch".*expected \{"data":\{"events":\[\.\.\.\]\},"baseHash":null\}/,
+    ],
     ['{"events":[{"event":"a"}]}', /got an object with the keys "events".*belongs in "data\.events"/],
     ['[{"event":"a"}]', /body must be a JSON object \{"data":\{"events":\[\.\.\.\]\},"baseHash":null\}, got an array/],
     ['{"data":{"events":[{"a":1,"a":2}]}}', /data\.events\[0\] has the key "a" twice/],

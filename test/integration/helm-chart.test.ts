@@ -6,7 +6,11 @@ import { Redis as RedisClient } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { parse } from 'yaml';
 import { ScaledObject, TriggerAuthentication } from '@kubernetes-models/keda/keda.sh/v1alpha1';
-import { PodMonitor, PrometheusRule, ServiceMonitor } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1';
+import {
+  PodMonitor,
+  PrometheusRule,
+  ServiceMonitor,
+} from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1';
 import { Deployment } from 'kubernetes-models/apps/v1';
 import { HorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2';
 import { Ingress } from 'kubernetes-models/networking.k8s.io/v1';
@@ -27,7 +31,9 @@ import { waitFor } from '../helpers/wait.js';
  * rendered ScaledObject names are the keys that hold the backlog of the running product.
  */
 const ROOT = resolve(import.meta.dirname, '../..');
-const CI_FILES = readdirSync(join(CHART_DIR, 'ci')).filter((f) => f.endsWith('-values.yaml')).sort();
+const CI_FILES = readdirSync(join(CHART_DIR, 'ci'))
+  .filter((f) => f.endsWith('-values.yaml'))
+  .sort();
 
 /** A model class per apiVersion/kind the chart may render; any other kind fails the test. */
 type Model = new (data: never) => { validate(): void };
@@ -47,12 +53,21 @@ const MODELS: Record<string, Model> = {
   'monitoring.coreos.com/v1/PrometheusRule': PrometheusRule,
 };
 
-const MONITORING_ON = ['monitoring.podMonitor.enabled=true', 'monitoring.prometheusRule.enabled=true', 'monitoring.dashboards.enabled=true'];
-const MONITORING_OFF = ['monitoring.podMonitor.enabled=false', 'monitoring.prometheusRule.enabled=false', 'monitoring.dashboards.enabled=false'];
+const MONITORING_ON = [
+  'monitoring.podMonitor.enabled=true',
+  'monitoring.prometheusRule.enabled=true',
+  'monitoring.dashboards.enabled=true',
+];
+const MONITORING_OFF = [
+  'monitoring.podMonitor.enabled=false',
+  'monitoring.prometheusRule.enabled=false',
+  'monitoring.dashboards.enabled=false',
+];
 
 function validate(o: K8sObject): void {
   const Model = MODELS[`${o.apiVersion}/${o.kind}`];
-  if (!Model) throw new Error(`rendered an object of a kind no schema covers: ${o.apiVersion} ${o.kind} ${o.metadata.name}`);
+  if (!Model)
+    throw new Error(`rendered an object of a kind no schema covers: ${o.apiVersion} ${o.kind} ${o.metadata.name}`);
   new Model(o as never).validate();
 }
 
@@ -80,12 +95,22 @@ function expectRestricted(pod: IPodSpec, where: string): void {
     expect(sc?.runAsUser ?? pod.securityContext?.runAsUser, at).toBeGreaterThan(0);
     expect(sc?.seccompProfile?.type ?? pod.securityContext?.seccompProfile?.type, at).toBe('RuntimeDefault');
     expect(sc?.readOnlyRootFilesystem, at).toBe(true);
-    expect(c.volumeMounts?.some((m) => m.mountPath === '/tmp'), `${at}: a writable /tmp`).toBe(true);
+    expect(
+      c.volumeMounts?.some((m) => m.mountPath === '/tmp'),
+      `${at}: a writable /tmp`,
+    ).toBe(true);
   }
 }
 
 /** The env names the product reads (EnvSchema), plus the AWS SDK's, REDIS_PASSWORD (spliced into REDIS_URL by Kubernetes) and the Sentinel support's of issue 45 (item 2). */
-const KNOWN_ENV = new Set([...Object.keys(EnvSchema.shape), 'AWS_ACCESS_KEY_ID', 'AWS_SECRET_ACCESS_KEY', 'REDIS_PASSWORD', 'REDIS_SENTINELS', 'REDIS_SENTINEL_NAME']);
+const KNOWN_ENV = new Set([
+  ...Object.keys(EnvSchema.shape),
+  'AWS_ACCESS_KEY_ID',
+  'AWS_SECRET_ACCESS_KEY',
+  'REDIS_PASSWORD',
+  'REDIS_SENTINELS',
+  'REDIS_SENTINEL_NAME',
+]);
 
 /** Every value set the chart is rendered with: defaults and each ci/ file, KEDA and monitoring each on and off. */
 function valueSets(): { file: string | undefined; sets: string[]; label: string }[] {
@@ -94,7 +119,11 @@ function valueSets(): { file: string | undefined; sets: string[]; label: string 
     for (const keda of [true, false]) {
       for (const mon of [true, false]) {
         const kedaSets = [`encoder.keda.enabled=${keda}`];
-        out.push({ file, sets: [...kedaSets, ...(mon ? MONITORING_ON : MONITORING_OFF)], label: `${file ?? 'defaults'}, keda ${keda ? 'on' : 'off'}, monitoring ${mon ? 'on' : 'off'}` });
+        out.push({
+          file,
+          sets: [...kedaSets, ...(mon ? MONITORING_ON : MONITORING_OFF)],
+          label: `${file ?? 'defaults'}, keda ${keda ? 'on' : 'off'}, monitoring ${mon ? 'on' : 'off'}`,
+        });
       }
     }
   }
@@ -103,14 +132,26 @@ function valueSets(): { file: string | undefined; sets: string[]; label: string 
 
 describe('Helm chart (deploy/helm/events-ingest)', { timeout: 180_000 }, () => {
   it.each(['(defaults)', ...CI_FILES])('helm lint --strict passes with %s', async (file) => {
-    const args = ['lint', '--strict', CHART_DIR, ...(file.endsWith('.yaml') ? ['-f', join(CHART_DIR, 'ci', file)] : [])];
+    const args = [
+      'lint',
+      '--strict',
+      CHART_DIR,
+      ...(file.endsWith('.yaml') ? ['-f', join(CHART_DIR, 'ci', file)] : []),
+    ];
     const r = await helm(args);
     expect(r.code, `${r.stdout}\n${r.stderr}`).toBe(0);
     expect(r.stdout).toContain('0 chart(s) failed');
   });
 
   it('every ci/ values file exists for each Redis mode and feature set', () => {
-    expect(CI_FILES).toEqual(expect.arrayContaining(['single-values.yaml', 'sentinel-values.yaml', 'cluster-keda-values.yaml', 'monitoring-values.yaml']));
+    expect(CI_FILES).toEqual(
+      expect.arrayContaining([
+        'single-values.yaml',
+        'sentinel-values.yaml',
+        'cluster-keda-values.yaml',
+        'monitoring-values.yaml',
+      ]),
+    );
   });
 
   it('renders for every values set; every object validates against its schema and every pod meets PSS restricted', async () => {
@@ -125,13 +166,22 @@ describe('Helm chart (deploy/helm/events-ingest)', { timeout: 180_000 }, () => {
         }
       }
       const deps = deployments(objs);
-      expect(deps.map((d) => d.metadata.labels?.['app.kubernetes.io/component']).sort(), label).toEqual(['api', 'encoder', 'rollup']);
+      expect(deps.map((d) => d.metadata.labels?.['app.kubernetes.io/component']).sort(), label).toEqual([
+        'api',
+        'encoder',
+        'rollup',
+      ]);
       for (const d of deps) {
         expectRestricted(d.spec.template.spec, `${label}: ${d.metadata.name}`);
         for (const c of d.spec.template.spec.containers) {
-          for (const e of c.env ?? []) expect(KNOWN_ENV.has(e.name), `${label}: ${c.name} env ${e.name} is not a variable the product reads`).toBe(true);
+          for (const e of c.env ?? [])
+            expect(KNOWN_ENV.has(e.name), `${label}: ${c.name} env ${e.name} is not a variable the product reads`).toBe(
+              true,
+            );
           // Nothing secret from plain values: secret variables only ever come from a secretKeyRef.
-          for (const e of c.env ?? []) if (/TOKEN|PASSWORD|SECRET|PUBLIC_KEY|HASH_KEY/.test(e.name)) expect(e.valueFrom?.secretKeyRef, `${label}: ${e.name}`).toBeDefined();
+          for (const e of c.env ?? [])
+            if (/TOKEN|PASSWORD|SECRET|PUBLIC_KEY|HASH_KEY/.test(e.name))
+              expect(e.valueFrom?.secretKeyRef, `${label}: ${e.name}`).toBeDefined();
         }
       }
       expect(byKind(objs, 'Secret'), label).toEqual([]);
@@ -145,9 +195,20 @@ describe('Helm chart (deploy/helm/events-ingest)', { timeout: 180_000 }, () => {
 
   it('each Deployment runs its own entry point with probes on the product health routes', async () => {
     const objs = await render(undefined);
-    const cmd = Object.fromEntries(deployments(objs).map((d) => [d.metadata.labels?.['app.kubernetes.io/component'], d.spec.template.spec.containers[0]]));
-    const scripts = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> }).scripts;
-    for (const [component, script] of [['api', 'start:api'], ['encoder', 'start:encoder'], ['rollup', 'start:rollup']] as const) {
+    const cmd = Object.fromEntries(
+      deployments(objs).map((d) => [
+        d.metadata.labels?.['app.kubernetes.io/component'],
+        d.spec.template.spec.containers[0],
+      ]),
+    );
+    const scripts = (
+      JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> }
+    ).scripts;
+    for (const [component, script] of [
+      ['api', 'start:api'],
+      ['encoder', 'start:encoder'],
+      ['rollup', 'start:rollup'],
+    ] as const) {
       expect(cmd[component]?.command?.join(' ')).toBe(scripts[script]);
     }
     expect(cmd.api?.readinessProbe?.httpGet?.path).toBe('/readyz');
@@ -165,7 +226,9 @@ describe('Helm chart (deploy/helm/events-ingest)', { timeout: 180_000 }, () => {
       const preStop = pod.containers[0]?.lifecycle?.preStop?.exec?.command ?? [];
       const pauseS = preStop[0] === 'sleep' ? Number(preStop[1]) : 0;
       // The log flush after the stop is bounded to 2 s (shared/lifecycle.ts): the grace keeps more than that over.
-      expect(pod.terminationGracePeriodSeconds ?? 30, d.metadata.name).toBeGreaterThan(pauseS + SHUTDOWN_GRACE_MS / 1000 + 2);
+      expect(pod.terminationGracePeriodSeconds ?? 30, d.metadata.name).toBeGreaterThan(
+        pauseS + SHUTDOWN_GRACE_MS / 1000 + 2,
+      );
     }
   });
 
@@ -199,15 +262,29 @@ describe('Helm chart (deploy/helm/events-ingest)', { timeout: 180_000 }, () => {
     ['single', 3, []],
     ['cluster', 6, ['redis.cluster.nodes={a:6379,b:6379,c:6379}']],
     ['cluster', 1, ['redis.cluster.nodes={a:6379}']],
-  ] as const)('the ScaledObject names the wait list and prioritized zset of every shard (%s Redis, %i shard(s)), as shared/redis/shards.ts lays them out', async (mode, shards, extra) => {
-    const queue = 'orders-x_1';
-    const objs = await render(undefined, ['encoder.keda.enabled=true', `redis.mode=${mode}`, `queue.shards=${shards}`, `queue.name=${queue}`, ...extra]);
-    const so = byKind(objs, 'ScaledObject')[0] as K8sObject & { spec: ScaledObjectSpec };
-    const expected = shardLayouts(queue, shards, mode === 'cluster').flatMap((l) => [`${l.queuePrefix}:${queue}:wait`, `${l.queuePrefix}:${queue}:prioritized`]);
-    expect(so.spec.triggers.map((t) => t.metadata.listName)).toEqual(expected);
-    expect(new Set(so.spec.triggers.map((t) => t.type))).toEqual(new Set([mode === 'cluster' ? 'redis-cluster' : 'redis']));
-    expect(so.spec.advanced.scalingModifiers.formula.split(' + ')).toEqual(so.spec.triggers.map((t) => t.name));
-  });
+  ] as const)(
+    'the ScaledObject names the wait list and prioritized zset of every shard (%s Redis, %i shard(s)), as shared/redis/shards.ts lays them out',
+    async (mode, shards, extra) => {
+      const queue = 'orders-x_1';
+      const objs = await render(undefined, [
+        'encoder.keda.enabled=true',
+        `redis.mode=${mode}`,
+        `queue.shards=${shards}`,
+        `queue.name=${queue}`,
+        ...extra,
+      ]);
+      const so = byKind(objs, 'ScaledObject')[0] as K8sObject & { spec: ScaledObjectSpec };
+      const expected = shardLayouts(queue, shards, mode === 'cluster').flatMap((l) => [
+        `${l.queuePrefix}:${queue}:wait`,
+        `${l.queuePrefix}:${queue}:prioritized`,
+      ]);
+      expect(so.spec.triggers.map((t) => t.metadata.listName)).toEqual(expected);
+      expect(new Set(so.spec.triggers.map((t) => t.type))).toEqual(
+        new Set([mode === 'cluster' ? 'redis-cluster' : 'redis']),
+      );
+      expect(so.spec.advanced.scalingModifiers.formula.split(' + ')).toEqual(so.spec.triggers.map((t) => t.name));
+    },
+  );
 
   it('the PrometheusRule is prometheus/alerts.yml and the dashboard ConfigMaps are grafana/dashboards (one source)', async () => {
     const objs = await render(undefined, MONITORING_ON);
@@ -219,62 +296,86 @@ describe('Helm chart (deploy/helm/events-ingest)', { timeout: 180_000 }, () => {
     expect(boards.length).toBe(files.length);
     for (const f of files) {
       const cm = boards.find((b) => b.data?.[f] !== undefined);
-      expect(JSON.parse(cm?.data?.[f] ?? 'null')).toEqual(JSON.parse(readFileSync(join(ROOT, 'grafana/dashboards', f), 'utf8')));
+      expect(JSON.parse(cm?.data?.[f] ?? 'null')).toEqual(
+        JSON.parse(readFileSync(join(ROOT, 'grafana/dashboards', f), 'utf8')),
+      );
     }
   });
 });
 
-describe.each([1, 3])('acceptance 2: the rendered ScaledObject reads the backlog of the running product (one Redis, %i shard(s))', (shards) => {
-  let api: TestStack | undefined;
-  let redis: Redis | undefined;
-  let keys: string[] = [];
+describe.each([1, 3])(
+  'acceptance 2: the rendered ScaledObject reads the backlog of the running product (one Redis, %i shard(s))',
+  (shards) => {
+    let api: TestStack | undefined;
+    let redis: Redis | undefined;
+    let keys: string[] = [];
 
-  beforeAll(async () => {
-    api = await startTestStack({ ROLLUP: 'off', QUEUE_SHARDS: String(shards), API_ENCODE_MAX_BYTES: '0' }, { api: true, encoder: false });
-    redis = new RedisClient(inject('redisUrl'));
-    const objs = await render(undefined, ['encoder.keda.enabled=true', `queue.name=${api.queueName}`, `queue.shards=${shards}`]);
-    const so = byKind(objs, 'ScaledObject')[0] as K8sObject & { spec: ScaledObjectSpec };
-    keys = so.spec.triggers.map((t) => t.metadata.listName);
-  });
-  afterAll(async () => {
-    await api?.shutdown();
-    redis?.disconnect();
-  });
+    beforeAll(async () => {
+      api = await startTestStack(
+        { ROLLUP: 'off', QUEUE_SHARDS: String(shards), API_ENCODE_MAX_BYTES: '0' },
+        { api: true, encoder: false },
+      );
+      redis = new RedisClient(inject('redisUrl'));
+      const objs = await render(undefined, [
+        'encoder.keda.enabled=true',
+        `queue.name=${api.queueName}`,
+        `queue.shards=${shards}`,
+      ]);
+      const so = byKind(objs, 'ScaledObject')[0] as K8sObject & { spec: ScaledObjectSpec };
+      keys = so.spec.triggers.map((t) => t.metadata.listName);
+    });
+    afterAll(async () => {
+      await api?.shutdown();
+      redis?.disconnect();
+    });
 
-  it('with encoders stopped, the sum equals the jobs waiting; with an encoder running it returns to 0', { timeout: 120_000 }, async () => {
-    const s = api as TestStack;
-    const r = redis as Redis;
-    expect(keys.length).toBe(2 * shards);
-    const pushes = 12;
-    // One push at a time: each is its own job (group commit only groups adds that overlap).
-    for (let i = 0; i < pushes; i++) {
-      const res = await fetch(`${s.url}/push/events/app${i}/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(3, sampleEvent) });
-      expect(res.status).toBe(200);
-    }
-    // The product never prioritises a batch, so BullMQ creates no prioritized zset; one prioritized
-    // probe job per shard (BullMQ's own add, on the shard's queue) makes every named key exist.
-    const layouts = shardLayouts(s.queueName, shards, false);
-    const conn = r.duplicate({ maxRetriesPerRequest: null });
-    const probes = layouts.map((l) => new Queue(s.queueName, { connection: conn, prefix: l.queuePrefix }));
-    try {
-      const probeJobs = await Promise.all(probes.map((q) => q.add('keda-probe', {}, { priority: 1 })));
-      const read = async (allowMissing: boolean): Promise<number> => (await Promise.all(keys.map((k) => kedaRead(r, k, allowMissing)))).reduce((a, b) => a + b, 0);
-      expect(await read(false)).toBe(pushes + shards);
-      // BullMQ's own count of waiting and prioritized jobs, shard by shard, agrees.
-      const counts = await Promise.all(probes.map((q) => q.getJobCounts('wait', 'prioritized')));
-      expect(counts.reduce((a, c) => a + (c.wait ?? 0) + (c.prioritized ?? 0), 0)).toBe(pushes + shards);
-      for (const j of probeJobs) await j.remove();
-      expect(await read(true)).toBe(pushes);
+    it(
+      'with encoders stopped, the sum equals the jobs waiting; with an encoder running it returns to 0',
+      { timeout: 120_000 },
+      async () => {
+        const s = api as TestStack;
+        const r = redis as Redis;
+        expect(keys.length).toBe(2 * shards);
+        const pushes = 12;
+        // One push at a time: each is its own job (group commit only groups adds that overlap).
+        for (let i = 0; i < pushes; i++) {
+          const res = await fetch(`${s.url}/push/events/app${i}/x`, {
+            method: 'POST',
+            headers: { 'Content-Type': 'application/json' },
+            body: batchBody(3, sampleEvent),
+          });
+          expect(res.status).toBe(200);
+        }
+        // The product never prioritises a batch, so BullMQ creates no prioritized zset; one prioritized
+        // probe job per shard (BullMQ's own add, on the shard's queue) makes every named key exist.
+        const layouts = shardLayouts(s.queueName, shards, false);
+        const conn = r.duplicate({ maxRetriesPerRequest: null });
+        const probes = layouts.map((l) => new Queue(s.queueName, { connection: conn, prefix: l.queuePrefix }));
+        try {
+          const probeJobs = await Promise.all(probes.map((q) => q.add('keda-probe', {}, { priority: 1 })));
+          const read = async (allowMissing: boolean): Promise<number> =>
+            (await Promise.all(keys.map((k) => kedaRead(r, k, allowMissing)))).reduce((a, b) => a + b, 0);
+          expect(await read(false)).toBe(pushes + shards);
+          // BullMQ's own count of waiting and prioritized jobs, shard by shard, agrees.
+          const counts = await Promise.all(probes.map((q) => q.getJobCounts('wait', 'prioritized')));
+          expect(counts.reduce((a, c) => a + (c.wait ?? 0) + (c.prioritized ?? 0), 0)).toBe(pushes + shards);
+          for (const j of probeJobs) await j.remove();
+          expect(await read(true)).toBe(pushes);
 
-      const encoder = await startTestStack({ ROLLUP: 'off', QUEUE_SHARDS: String(shards), QUEUE_NAME: s.queueName, DATA_DIR: s.dataDir }, { api: false, encoder: true, encoderMetricsServer: false });
-      try {
-        await waitFor(async () => (await read(true)) === 0, 60_000, 'the backlog the ScaledObject reads to drain');
-      } finally {
-        await encoder.shutdown();
-      }
-    } finally {
-      for (const q of probes) await q.close();
-      conn.disconnect();
-    }
-  });
-});
+          const encoder = await startTestStack(
+            { ROLLUP: 'off', QUEUE_SHARDS: String(shards), QUEUE_NAME: s.queueName, DATA_DIR: s.dataDir },
+            { api: false, encoder: true, encoderMetricsServer: false },
+          );
+          try {
+            await waitFor(async () => (await read(true)) === 0, 60_000, 'the backlog the ScaledObject reads to drain');
+          } finally {
+            await encoder.shutdown();
+          }
+        } finally {
+          for (const q of probes) await q.close();
+          conn.disconnect();
+        }
+      },
+    );
+  },
+);

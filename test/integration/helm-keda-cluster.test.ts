@@ -51,7 +51,9 @@ describe('acceptance 2 on a Redis Cluster (3 masters, QUEUE_SHARDS=6): the rende
     dataDir = mkdtempSync(join(tmpdir(), 'ingest-keda-cluster-'));
     api = await start({ api: true, encoder: false });
     const first = cluster.nodes.split(',')[0] ?? '';
-    client = new Cluster([{ host: '127.0.0.1', port: Number(first.split(':')[1]) }], { redisOptions: { maxRetriesPerRequest: null } });
+    client = new Cluster([{ host: '127.0.0.1', port: Number(first.split(':')[1]) }], {
+      redisOptions: { maxRetriesPerRequest: null },
+    });
   }, 120_000);
 
   afterAll(async () => {
@@ -61,34 +63,51 @@ describe('acceptance 2 on a Redis Cluster (3 masters, QUEUE_SHARDS=6): the rende
     if (dataDir) rmSync(dataDir, { recursive: true, force: true });
   });
 
-  it('with encoders stopped the sum equals the jobs waiting; with an encoder running it returns to 0', { timeout: 120_000 }, async () => {
-    const c = client as Cluster;
-    const nodes = (cluster as RedisCluster).nodes;
-    const objs = await render(undefined, ['encoder.keda.enabled=true', 'redis.mode=cluster', `redis.cluster.nodes={${nodes}}`, `queue.shards=${SHARDS}`, `queue.name=${queueName}`]);
-    const keys = scaledObjectKeys(objs);
-    expect(keys.length).toBe(2 * SHARDS);
-    const url = api?.api?.server.url ?? '';
-    for (let i = 0; i < PUSHES; i++) {
-      const res = await fetch(`${url}/push/events/app${i}/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(2, sampleEvent) });
-      expect(res.status).toBe(200);
-    }
-    // The product never prioritises a batch: one prioritized probe job per shard (BullMQ's own
-    // add on the shard's queue) makes every named key exist, so a misnamed one fails the read.
-    const probes = shardLayouts(queueName, SHARDS, true).map((l) => new Queue(queueName, { connection: c, prefix: l.queuePrefix }));
-    try {
-      const probeJobs = await Promise.all(probes.map((q) => q.add('keda-probe', {}, { priority: 1 })));
-      const read = async (allowMissing: boolean): Promise<number> => (await Promise.all(keys.map((k) => kedaRead(c, k, allowMissing)))).reduce((a, b) => a + b, 0);
-      expect(await read(false)).toBe(PUSHES + SHARDS);
-      for (const j of probeJobs) await j.remove();
-      expect(await read(true)).toBe(PUSHES);
-      const encoder = await start({ api: false, encoder: true, encoderMetricsServer: false });
-      try {
-        await waitFor(async () => (await read(true)) === 0, 60_000, 'the backlog the ScaledObject reads to drain');
-      } finally {
-        await encoder.close();
+  it(
+    'with encoders stopped the sum equals the jobs waiting; with an encoder running it returns to 0',
+    { timeout: 120_000 },
+    async () => {
+      const c = client as Cluster;
+      const nodes = (cluster as RedisCluster).nodes;
+      const objs = await render(undefined, [
+        'encoder.keda.enabled=true',
+        'redis.mode=cluster',
+        `redis.cluster.nodes={${nodes}}`,
+        `queue.shards=${SHARDS}`,
+        `queue.name=${queueName}`,
+      ]);
+      const keys = scaledObjectKeys(objs);
+      expect(keys.length).toBe(2 * SHARDS);
+      const url = api?.api?.server.url ?? '';
+      for (let i = 0; i < PUSHES; i++) {
+        const res = await fetch(`${url}/push/events/app${i}/x`, {
+          method: 'POST',
+          headers: { 'Content-Type': 'application/json' },
+          body: batchBody(2, sampleEvent),
+        });
+        expect(res.status).toBe(200);
       }
-    } finally {
-      for (const q of probes) await q.close();
-    }
-  });
+      // The product never prioritises a batch: one prioritized probe job per shard (BullMQ's own
+      // add on the shard's queue) makes every named key exist, so a misnamed one fails the read.
+      const probes = shardLayouts(queueName, SHARDS, true).map(
+        (l) => new Queue(queueName, { connection: c, prefix: l.queuePrefix }),
+      );
+      try {
+        const probeJobs = await Promise.all(probes.map((q) => q.add('keda-probe', {}, { priority: 1 })));
+        const read = async (allowMissing: boolean): Promise<number> =>
+          (await Promise.all(keys.map((k) => kedaRead(c, k, allowMissing)))).reduce((a, b) => a + b, 0);
+        expect(await read(false)).toBe(PUSHES + SHARDS);
+        for (const j of probeJobs) await j.remove();
+        expect(await read(true)).toBe(PUSHES);
+        const encoder = await start({ api: false, encoder: true, encoderMetricsServer: false });
+        try {
+          await waitFor(async () => (await read(true)) === 0, 60_000, 'the backlog the ScaledObject reads to drain');
+        } finally {
+          await encoder.close();
+        }
+      } finally {
+        for (const q of probes) await q.close();
+      }
+    },
+  );
 });

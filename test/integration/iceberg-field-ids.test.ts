@@ -63,14 +63,22 @@ const lit = (s: string): string => `'${s.replaceAll("'", "''")}'`;
 
 /** Field id and timestamp unit of each column, as DuckDB reads the Parquet footer. */
 async function footerSchema(key: string): Promise<Record<string, { id: number | null; type: string }>> {
-  const r = await duck.runAndReadAll(`SELECT name, field_id, coalesce(logical_type::VARCHAR, '') AS t FROM parquet_schema(${lit(fileOf(key))}) WHERE name NOT IN ('arrow_schema', 'duckdb_schema')`);
-  return Object.fromEntries(r.getRowObjectsJson().map((x) => [String(x.name), { id: x.field_id === null ? null : Number(x.field_id), type: String(x.t) }]));
+  const r = await duck.runAndReadAll(
+    `SELECT name, field_id, coalesce(logical_type::VARCHAR, '') AS t FROM parquet_schema(${lit(fileOf(key))}) WHERE name NOT IN ('arrow_schema', 'duckdb_schema')`,
+  );
+  return Object.fromEntries(
+    r
+      .getRowObjectsJson()
+      .map((x) => [String(x.name), { id: x.field_id === null ? null : Number(x.field_id), type: String(x.t) }]),
+  );
 }
 
 /** Rows of files as DuckDB reads them, `received_at` as epoch microseconds, sorted by message id. */
 async function duckRows(keys: readonly string[]): Promise<Record<string, unknown>[]> {
   const cols = COLUMNS.map((c) => (c === 'received_at' ? 'epoch_us(received_at) AS received_at' : `"${c}"`)).join(', ');
-  const r = await duck.runAndReadAll(`SELECT ${cols} FROM read_parquet([${keys.map((k) => lit(fileOf(k))).join(', ')}], union_by_name = true) ORDER BY message_id`);
+  const r = await duck.runAndReadAll(
+    `SELECT ${cols} FROM read_parquet([${keys.map((k) => lit(fileOf(k))).join(', ')}], union_by_name = true) ORDER BY message_id`,
+  );
   return r.getRowObjectsJson();
 }
 
@@ -109,29 +117,52 @@ describe('Iceberg field ids in the data files', () => {
     }
     const before = await duckRows(batches.map((b) => b.key));
     expect(before).toHaveLength(5);
-    expect(before.find((r) => r.extra !== null)).toMatchObject({ extra: '{"custom":1e400}', properties: '{"i":0,"s":"é\u2028\\""}' });
+    expect(before.find((r) => r.extra !== null)).toMatchObject({
+      extra: '{"custom":1e400}',
+      properties: '{"i":0,"s":"é\u2028\\""}',
+    });
 
-    const rolled = await rollPeriod({ store, duck, periodSeconds: 3600, rootUrl: storeRootUrl(store).rootUrl, assertLocked: async () => {} }, 'events/f/', H8, 'roll');
+    const rolled = await rollPeriod(
+      { store, duck, periodSeconds: 3600, rootUrl: storeRootUrl(store).rootUrl, assertLocked: async () => {} },
+      'events/f/',
+      H8,
+      'roll',
+    );
     expect(rolled.outcome).toBe('rolled');
     expect(rolled.files).toHaveLength(1);
     const rollKey = rolled.files[0]!.key;
     const rollSchema = await footerSchema(rollKey);
     // Every table column has its id; batch_id (not a table column) has none.
-    expect(Object.fromEntries(Object.entries(rollSchema).map(([k, v]) => [k, v.id]))).toEqual({ ...ids, batch_id: null });
+    expect(Object.fromEntries(Object.entries(rollSchema).map(([k, v]) => [k, v.id]))).toEqual({
+      ...ids,
+      batch_id: null,
+    });
     // Rollups (DuckDB): TIMESTAMP(MICROS, UTC), the unit the spec gives timestamptz.
     expect(rollSchema.received_at!.type).toMatch(/isAdjustedToUTC=1.*MICROS=MicroSeconds\(\)/);
     // Same rows, value for value, the same instants in both units.
     expect(await duckRows([rollKey])).toEqual(before);
-    expect(before.map((r) => Number(r.received_at))).toEqual([...Array(3).fill((H8 + 1_000) * 1000), ...Array(2).fill((H8 + 2_500) * 1000)]);
+    expect(before.map((r) => Number(r.received_at))).toEqual([
+      ...Array(3).fill((H8 + 1_000) * 1000),
+      ...Array(2).fill((H8 + 2_500) * 1000),
+    ]);
 
     // icebird reads the ms batch files and the µs rollup as the same instants and values.
     const table = new IcebergTable({ store, collection: 'events', app: 'f', rootUri });
     await table.append(batches);
-    await table.replace(batches.map((b) => b.key), rolled.files.map(rollupTableFile));
+    await table.replace(
+      batches.map((b) => b.key),
+      rolled.files.map(rollupTableFile),
+    );
     const read = async (n: number): Promise<Record<string, unknown>[]> => {
-      const rows = await icebergRead({ tableUrl: `${httpBase}${table.prefix.slice(0, -1)}`, metadataFileName: `v${n}.metadata.json` });
+      const rows = await icebergRead({
+        tableUrl: `${httpBase}${table.prefix.slice(0, -1)}`,
+        metadataFileName: `v${n}.metadata.json`,
+      });
       return rows
-        .map((r): Record<string, unknown> => ({ ...(r as Record<string, unknown>), received_at: (r.received_at as Date).getTime() }))
+        .map((r): Record<string, unknown> => ({
+          ...(r as Record<string, unknown>),
+          received_at: (r.received_at as Date).getTime(),
+        }))
         .sort((a, b) => String(a.message_id).localeCompare(String(b.message_id)));
     };
     const [v1, v2] = [await read(1), await read(2)];
@@ -150,14 +181,18 @@ describe('Iceberg field ids in the data files', () => {
     expect(await icebergRead({ tableUrl, metadataFileName: 'v1.metadata.json' })).toHaveLength(2);
 
     // The same version with `app` (a new id) in its schema, as an identity-partition column would be.
-    const meta = JSON.parse(Buffer.from((await store.getBytes(table.metadataKey('v1.metadata.json')))!.body).toString('utf8')) as {
+    const meta = JSON.parse(
+      Buffer.from((await store.getBytes(table.metadataKey('v1.metadata.json')))!.body).toString('utf8'),
+    ) as {
       schemas: { fields: unknown[] }[];
       'last-column-id': number;
     };
     const appId = meta['last-column-id'] + 1;
     meta.schemas[0]!.fields.push({ id: appId, name: 'app', required: false, type: 'string' });
     meta['last-column-id'] = appId;
-    await store.putBytes(table.metadataKey('app-column.metadata.json'), Buffer.from(JSON.stringify(meta)), { contentType: 'application/json' });
+    await store.putBytes(table.metadataKey('app-column.metadata.json'), Buffer.from(JSON.stringify(meta)), {
+      contentType: 'application/json',
+    });
     // icebird resolves the file's columns by the table schema's names (our files have no
     // `iceberg.schema` key-value metadata), so `app` is a column it asks the file for and gets
     // nothing: the partition-value rule of the spec is never reached.

@@ -16,7 +16,14 @@ import { DuckDBInstance, type DuckDBConnection } from '@duckdb/node-api';
 import { icebergRead } from 'icebird';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parquetFacts } from '../../shared/iceberg/parquet-footer.js';
-import { IcebergTable, THROUGH_BATCH_ID, batchTableFile, currentSnapshot, rollupTableFile, storeRootUri } from '../../shared/iceberg/table.js';
+import {
+  IcebergTable,
+  THROUGH_BATCH_ID,
+  batchTableFile,
+  currentSnapshot,
+  rollupTableFile,
+  storeRootUri,
+} from '../../shared/iceberg/table.js';
 import { encodeBatch } from '../../shared/parquet/index.js';
 import { PARQUET_MIME_TYPE } from '../../shared/parquet/encode.js';
 import { storeRootUrl } from '../../shared/duckdb.js';
@@ -37,7 +44,6 @@ let httpBase: string;
 let db: DuckDBInstance;
 let duck: DuckDBConnection;
 const realFetch = globalThis.fetch;
-
 
 /** A push body of `n` events whose message ids name the batch and the index. */
 function body(batch: string, n: number): string {
@@ -70,7 +76,14 @@ function normalise(r: Record<string, unknown>): Row {
   const out: Row = {};
   for (const [k, v] of Object.entries(r)) {
     if (k === 'batch_id') continue;
-    out[k] = v instanceof Date ? v.getTime() : typeof v === 'bigint' ? Number(v) : v === undefined ? null : (v as string | number | null);
+    out[k] =
+      v instanceof Date
+        ? v.getTime()
+        : typeof v === 'bigint'
+          ? Number(v)
+          : v === undefined
+            ? null
+            : (v as string | number | null);
   }
   return out;
 }
@@ -79,7 +92,10 @@ const byMessage = (a: Row, b: Row): number => String(a.message_id).localeCompare
 
 /** The rows of metadata version `n` as icebird reads them over HTTP. */
 async function icebirdRows(table: IcebergTable, n: number): Promise<Row[]> {
-  const rows = await icebergRead({ tableUrl: `${httpBase}${table.prefix.slice(0, -1)}`, metadataFileName: `v${n}.metadata.json` });
+  const rows = await icebergRead({
+    tableUrl: `${httpBase}${table.prefix.slice(0, -1)}`,
+    metadataFileName: `v${n}.metadata.json`,
+  });
   return rows.map(normalise).sort(byMessage);
 }
 
@@ -91,16 +107,21 @@ async function duckRows(table: IcebergTable, n: number): Promise<Row[]> {
   const reader = await duck.runAndReadAll(
     `SELECT event_type, event, distinct_id, anonymous_id, ts, message_id, properties, context, dt, epoch_ms(received_at) AS received_at, extra FROM read_parquet([${list}], union_by_name = true)`,
   );
-  return reader.getRowObjectsJson().map((r) => normalise({ ...r, received_at: Number(r.received_at) })).sort(byMessage);
+  return reader
+    .getRowObjectsJson()
+    .map((r) => normalise({ ...r, received_at: Number(r.received_at) }))
+    .sort(byMessage);
 }
 
 async function versionsOnDisk(table: IcebergTable): Promise<number[]> {
   const keys = await store.listKeys(table.metadataKey('v'));
   // `metadata/v` also matches version-hint.text.
-  return keys.flatMap((k) => {
-    const m = /\/v(\d+)\.metadata\.json$/.exec(k);
-    return m ? [Number(m[1])] : [];
-  }).sort((a, b) => a - b);
+  return keys
+    .flatMap((k) => {
+      const m = /\/v(\d+)\.metadata\.json$/.exec(k);
+      return m ? [Number(m[1])] : [];
+    })
+    .sort((a, b) => a - b);
 }
 
 beforeAll(async () => {
@@ -129,7 +150,11 @@ afterAll(async () => {
 describe('Iceberg table over the filesystem store', () => {
   it('append, replace (rollup) and delete snapshots read the same rows in icebird and DuckDB', async () => {
     const table = new IcebergTable({ store, collection: 'events', app: 'a', rootUri });
-    const h8 = [await writeBatch(H8 + 1_000, 0, 3), await writeBatch(H8 + 2_000, 1, 2), await writeBatch(H8 + 2_000, 2, 4)];
+    const h8 = [
+      await writeBatch(H8 + 1_000, 0, 3),
+      await writeBatch(H8 + 2_000, 1, 2),
+      await writeBatch(H8 + 2_000, 2, 4),
+    ];
     const h9 = [await writeBatch(H9 + 5_000, 0, 2), await writeBatch(H9 + 6_000, 0, 1)];
     const all = [...h8, ...h9];
     const through = all[all.length - 1]!.key.slice('events/a/'.length, -'.parquet'.length);
@@ -138,22 +163,42 @@ describe('Iceberg table over the filesystem store', () => {
     expect((await table.append(h8, { throughBatchId: h8[2]!.key.slice(9, -8) })).version).toBe(1);
     expect((await table.append(h9, { throughBatchId: through })).version).toBe(2);
     const v1Rows = await icebirdRows(table, 1);
-    expect(v1Rows.map((r) => r.message_id)).toEqual(h8.flatMap((f) => Array.from({ length: f.recordCount }, (_, i) => `${f.key.slice(9, -8)}-${i}`)).sort());
+    expect(v1Rows.map((r) => r.message_id)).toEqual(
+      h8.flatMap((f) => Array.from({ length: f.recordCount }, (_, i) => `${f.key.slice(9, -8)}-${i}`)).sort(),
+    );
     expect(v1Rows.every((r) => r.received_at === H8 + 1_000 || r.received_at === H8 + 2_000)).toBe(true);
     expect(await duckRows(table, 1)).toEqual(v1Rows);
     const v2Rows = await icebirdRows(table, 2);
     expect(v2Rows).toHaveLength(12);
     expect(await duckRows(table, 2)).toEqual(v2Rows);
     // Exact values, not just counts: the extra column and JSON text survive as the encoder wrote them.
-    expect(v2Rows.find((r) => r.message_id === `${h9[0]!.key.slice(9, -8)}-0`)).toMatchObject({ event: 'app_open', extra: '{"custom":true}', properties: `{"i":0,"batch":"${h9[0]!.key.slice(9, -8)}"}`, received_at: H9 + 5_000 });
+    expect(v2Rows.find((r) => r.message_id === `${h9[0]!.key.slice(9, -8)}-0`)).toMatchObject({
+      event: 'app_open',
+      extra: '{"custom":true}',
+      properties: `{"i":0,"batch":"${h9[0]!.key.slice(9, -8)}"}`,
+      received_at: H9 + 5_000,
+    });
     expect((await table.readVersion(2)).snapshots[1]?.summary[THROUGH_BATCH_ID]).toBe(through);
 
     // v3: the rollup code rolls hour 8 into one sorted file, committed as a replace: same rows.
-    const rolled = await rollPeriod({ store, duck, periodSeconds: 3600, rootUrl: storeRootUrl(store).rootUrl, assertLocked: async () => {} }, 'events/a/', H8, 'roll');
+    const rolled = await rollPeriod(
+      { store, duck, periodSeconds: 3600, rootUrl: storeRootUrl(store).rootUrl, assertLocked: async () => {} },
+      'events/a/',
+      H8,
+      'roll',
+    );
     expect(rolled.outcome).toBe('rolled');
     const rollupFiles = rolled.files.map(rollupTableFile);
-    for (const f of rolled.files) expect(await parquetFacts(store, f.key)).toEqual({ recordCount: f.rows, fileSizeInBytes: f.bytes });
-    expect((await table.replace(h8.map((f) => f.key), rollupFiles)).version).toBe(3);
+    for (const f of rolled.files)
+      expect(await parquetFacts(store, f.key)).toEqual({ recordCount: f.rows, fileSizeInBytes: f.bytes });
+    expect(
+      (
+        await table.replace(
+          h8.map((f) => f.key),
+          rollupFiles,
+        )
+      ).version,
+    ).toBe(3);
     const v3Rows = await icebirdRows(table, 3);
     expect(v3Rows).toEqual(v2Rows);
     expect(await duckRows(table, 3)).toEqual(v2Rows);
@@ -173,7 +218,9 @@ describe('Iceberg table over the filesystem store', () => {
     // Expiry: only snapshots from the delete on are kept; the batch files of hour 8 and the rollup are no longer referenced.
     const v4 = await table.readVersion(4);
     const expiry = await table.expireSnapshots(currentSnapshot(v4)!['timestamp-ms']);
-    expect(expiry.unreferencedDataKeys.sort()).toEqual([...h8.map((f) => f.key), ...rollupFiles.map((f) => f.key)].sort());
+    expect(expiry.unreferencedDataKeys.sort()).toEqual(
+      [...h8.map((f) => f.key), ...rollupFiles.map((f) => f.key)].sort(),
+    );
     expect(await icebirdRows(table, expiry.version!)).toEqual(v4Rows);
     expect(await versionsOnDisk(table)).toEqual([1, 2, 3, 4, 5]);
   });
@@ -188,7 +235,8 @@ describe('Iceberg table over the filesystem store', () => {
       if (++arrived === 2) release();
       await gate;
     };
-    const mk = (): IcebergTable => new IcebergTable({ store: store2, collection: 'events', app: 'race', rootUri, beforeMetadataCreate: hook });
+    const mk = (): IcebergTable =>
+      new IcebergTable({ store: store2, collection: 'events', app: 'race', rootUri, beforeMetadataCreate: hook });
     const [x, y] = [mk(), mk()];
     const [fx, fy] = [await writeBatch(H8 + 10_000, 0, 2), await writeBatch(H8 + 11_000, 0, 3)];
     const [rx, ry] = await Promise.all([x.append([fx]), y.append([fy])]);
@@ -196,7 +244,12 @@ describe('Iceberg table over the filesystem store', () => {
     expect([rx.version, ry.version].sort()).toEqual([1, 2]);
     expect(await versionsOnDisk(x)).toEqual([1, 2]);
     const rows = await icebirdRows(x, 2);
-    expect(rows.map((r) => r.message_id)).toEqual([...['0', '1'].map((i) => `${fx.key.slice(9, -8)}-${i}`), ...['0', '1', '2'].map((i) => `${fy.key.slice(9, -8)}-${i}`)].sort());
+    expect(rows.map((r) => r.message_id)).toEqual(
+      [
+        ...['0', '1'].map((i) => `${fx.key.slice(9, -8)}-${i}`),
+        ...['0', '1', '2'].map((i) => `${fy.key.slice(9, -8)}-${i}`),
+      ].sort(),
+    );
     // The loser's first manifest and list were deleted: every .avro file is referenced.
     const avro = (await store2.listKeys(x.metadataKey(''))).filter((k) => k.endsWith('.avro'));
     expect(avro).toHaveLength(4);
@@ -212,11 +265,19 @@ describe('Iceberg table over the filesystem store', () => {
     const atCreate = new Promise<void>((r) => (reached = r));
     const f2 = await writeBatch(H9 + 21_000, 0, 3);
     // Never resolves: the process "died" here, with its manifest and manifest list written.
-    void mk({ beforeMetadataCreate: () => { reached(); return new Promise<never>(() => {}); } }).append([f2]);
+    void mk({
+      beforeMetadataCreate: () => {
+        reached();
+        return new Promise<never>(() => {});
+      },
+    }).append([f2]);
     await atCreate;
     const t = mk();
     expect((await store.listKeys(t.metadataKey(''))).filter((k) => k.endsWith('.avro'))).toHaveLength(4);
-    expect((await icebirdRows(t, 1)).map((r) => r.message_id)).toEqual([`${f1.key.slice(9, -8)}-0`, `${f1.key.slice(9, -8)}-1`]);
+    expect((await icebirdRows(t, 1)).map((r) => r.message_id)).toEqual([
+      `${f1.key.slice(9, -8)}-0`,
+      `${f1.key.slice(9, -8)}-1`,
+    ]);
 
     const orphans = await t.cleanOrphans(0);
     expect(orphans).toHaveLength(2);

@@ -38,13 +38,25 @@ describe('idempotency (Idempotency-Key and the short body-dedup window)', () => 
     await stack.shutdown();
   });
 
-  async function push(app: string, body: string, key?: string): Promise<{ status: number; body: { batchId?: string; hash?: string; error?: string } }> {
-    const r = await fetch(`${stack.url}/push/events/${app}/x`, { method: 'POST', headers: { 'content-type': 'application/json', ...(key ? { 'idempotency-key': key } : {}) }, body });
+  async function push(
+    app: string,
+    body: string,
+    key?: string,
+  ): Promise<{ status: number; body: { batchId?: string; hash?: string; error?: string } }> {
+    const r = await fetch(`${stack.url}/push/events/${app}/x`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...(key ? { 'idempotency-key': key } : {}) },
+      body,
+    });
     return { status: r.status, body: (await r.json()) as { batchId?: string; error?: string } };
   }
   const files = (app: string): string[] => {
     const dir = join(stack.dataDir, 'events', app);
-    return existsSync(dir) ? readdirSync(dir).filter((f) => f.endsWith('.parquet')).sort() : [];
+    return existsSync(dir)
+      ? readdirSync(dir)
+          .filter((f) => f.endsWith('.parquet'))
+          .sort()
+      : [];
   };
   const drained = async (): Promise<boolean> => {
     const c = await queue.getJobCounts('waiting', 'active', 'delayed');
@@ -121,7 +133,10 @@ describe('idempotency compares the decoded body; a keyed retry is answered befor
   beforeAll(async () => {
     const configFile = join(dir, 'config.json');
     // A long window, so the budget spent below is still spent when the retry comes.
-    const events = { ...DEFAULT_SYNC_CONFIG.collections[0], rateLimit: { appEvents: { windowMs: 120_000, maxEvents: APP_EVENTS_MAX } } };
+    const events = {
+      ...DEFAULT_SYNC_CONFIG.collections[0],
+      rateLimit: { appEvents: { windowMs: 120_000, maxEvents: APP_EVENTS_MAX } },
+    };
     writeFileSync(configFile, JSON.stringify({ version: 1, collections: [events] }));
     stack = await startTestStack({ IDEMPOTENCY_WINDOW_SECONDS: '60', CONFIG_FILE: configFile });
   });
@@ -136,8 +151,16 @@ describe('idempotency compares the decoded body; a keyed retry is answered befor
     remaining: string | null;
   }
   async function push(app: string, body: Buffer, headers: Record<string, string> = {}): Promise<Answer> {
-    const r = await fetch(`${stack.url}/push/events/${app}/x`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: new Uint8Array(body) });
-    return { status: r.status, body: (await r.json()) as Answer['body'], remaining: r.headers.get('ratelimit-remaining') };
+    const r = await fetch(`${stack.url}/push/events/${app}/x`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...headers },
+      body: new Uint8Array(body),
+    });
+    return {
+      status: r.status,
+      body: (await r.json()) as Answer['body'],
+      remaining: r.headers.get('ratelimit-remaining'),
+    };
   }
   const sha256 = (b: Buffer): string => createHash('sha256').update(b).digest('hex');
 
@@ -157,7 +180,10 @@ describe('idempotency compares the decoded body; a keyed retry is answered befor
     expect(a.body.hash).toBe(sha256(fast));
     expect(b.body.hash).toBe(sha256(small));
     expect(plain.body.hash).toBe(sha256(json));
-    const other = await push('idem-gz', gzipSync(Buffer.from(batchBody(2)), { level: 9 }), { 'content-encoding': 'gzip', 'idempotency-key': 'gz-levels-1' });
+    const other = await push('idem-gz', gzipSync(Buffer.from(batchBody(2)), { level: 9 }), {
+      'content-encoding': 'gzip',
+      'idempotency-key': 'gz-levels-1',
+    });
     expect(other.status).toBe(422);
     expect(other.body.error).toContain('"gz-levels-1"');
   });

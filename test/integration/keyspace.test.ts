@@ -79,7 +79,10 @@ describe('keyspace: every key the stack writes is named by shared/redis/keyspace
             ...DEFAULT_SYNC_CONFIG.collections[0],
             rateLimit: {
               push: { windowMs: WINDOW_MS, maxRequests: 100_000 },
-              list: { identity: { windowMs: WINDOW_MS, maxRequests: 100_000 }, ip: { windowMs: WINDOW_MS, maxRequests: 100_000 } },
+              list: {
+                identity: { windowMs: WINDOW_MS, maxRequests: 100_000 },
+                ip: { windowMs: WINDOW_MS, maxRequests: 100_000 },
+              },
               appEvents: { windowMs: WINDOW_MS, maxEvents: 10_000_000 },
             },
           },
@@ -114,13 +117,18 @@ describe('keyspace: every key the stack writes is named by shared/redis/keyspace
     const apps: string[] = [];
     for (let i = 0; apps.length < 4 && i < 1000; i++) {
       const app = `ks${i}`;
-      if (apps.filter((a) => shardIndex(`events/${a}/`, SHARDS) === shardIndex(`events/${app}/`, SHARDS)).length < 2) apps.push(app);
+      if (apps.filter((a) => shardIndex(`events/${a}/`, SHARDS) === shardIndex(`events/${app}/`, SHARDS)).length < 2)
+        apps.push(app);
     }
     expect(new Set(apps.map((a) => shardIndex(`events/${a}/`, SHARDS))).size).toBe(SHARDS);
     /** The last batch id answered per app: its period is the last one the app's rollup must reach. */
     const last = new Map<string, string>();
     const push = async (app: string, body: string, headers: Record<string, string> = {}): Promise<string> => {
-      const r = await fetch(`${s.url}/push/events/${app}/x`, { method: 'POST', headers: { 'Content-Type': 'application/json', ...headers }, body });
+      const r = await fetch(`${s.url}/push/events/${app}/x`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json', ...headers },
+        body,
+      });
       expect(r.status).toBe(200);
       const { batchId } = (await r.json()) as { batchId: string };
       if (batchId > (last.get(app) ?? '')) last.set(app, batchId);
@@ -144,17 +152,31 @@ describe('keyspace: every key the stack writes is named by shared/redis/keyspace
     await Promise.all(workers.map((w) => w.pause()));
     const grouped = (): boolean => [...seen].some((k) => keyFamily(k) === 'groups');
     for (let burst = 0; burst < 5 && !grouped(); burst++) {
-      ids.push(...(await Promise.all(Array.from({ length: 40 }, () => push(apps[burst % apps.length] as string, batchBody(2, sampleEvent))))));
+      ids.push(
+        ...(await Promise.all(
+          Array.from({ length: 40 }, () => push(apps[burst % apps.length] as string, batchBody(2, sampleEvent))),
+        )),
+      );
       for (const k of await scanAll(redis)) seen.add(k);
     }
     await Promise.all(workers.map((w) => w.resume()));
 
     // A cap-signed list (a nonce) and a bearer one (request buckets of both sub-limits).
-    const cap = await mintDeviceCap(ed.privHex, ed.pubHex, { edPubHex: ed.pubHex, kemPubHex: ed25519Suite.generateKemKeypair().pubHex }, scopes.rootAll());
+    const cap = await mintDeviceCap(
+      ed.privHex,
+      ed.pubHex,
+      { edPubHex: ed.pubHex, kemPubHex: ed25519Suite.generateKemKeypair().pubHex },
+      scopes.rootAll(),
+    );
     const path = `/list/events/${apps[0]}`;
     const signed = await signRequest({ method: 'GET', pathAndQuery: path, host: new URL(s.url).host }, ed.privHex);
     const capList = await fetch(`${s.url}${path}`, {
-      headers: { Authorization: `Cap ${Buffer.from(JSON.stringify(cap)).toString('base64')}`, 'X-Starfish-Sig': signed.sig, 'X-Starfish-Ts': String(signed.ts), 'X-Starfish-Nonce': signed.nonce },
+      headers: {
+        Authorization: `Cap ${Buffer.from(JSON.stringify(cap)).toString('base64')}`,
+        'X-Starfish-Sig': signed.sig,
+        'X-Starfish-Ts': String(signed.ts),
+        'X-Starfish-Nonce': signed.nonce,
+      },
     });
     expect(capList.status).toBe(200);
     expect((await fetch(`${s.url}${path}`, { headers: { Authorization: `Bearer ${ADMIN_TOKEN}` } })).status).toBe(200);
@@ -176,13 +198,24 @@ describe('keyspace: every key the stack writes is named by shared/redis/keyspace
       expect(await redis.zscore(jobs.failed, dead)).not.toBeNull();
       const written = ids[0] as string;
       const writtenJobs = jobKeysOf(shards.forBatchId(written).queue);
-      await waitFor(async () => (await redis.exists(`${writtenJobs.jobKeyPrefix}${written}`)) === 0, 20_000, 'a written batch\'s job removed');
+      await waitFor(
+        async () => (await redis.exists(`${writtenJobs.jobKeyPrefix}${written}`)) === 0,
+        20_000,
+        "a written batch's job removed",
+      );
 
       // Replay it once fixed (a replay marker, a replay note for the rollup planner).
       rmSync(deadDir, { force: true });
-      const replayed = await fetch(`${s.url}/admin/replay/${dead}`, { method: 'POST', headers: { Authorization: `Bearer ${ADMIN_TOKEN}` } });
+      const replayed = await fetch(`${s.url}/admin/replay/${dead}`, {
+        method: 'POST',
+        headers: { Authorization: `Bearer ${ADMIN_TOKEN}` },
+      });
       expect(replayed.status).toBe(200);
-      await waitFor(async () => (await s.store.getBytes(`events/${deadApp}/${dead}.parquet`).catch(() => null)) !== null, 20_000, 'the replayed batch written');
+      await waitFor(
+        async () => (await s.store.getBytes(`events/${deadApp}/${dead}.parquet`).catch(() => null)) !== null,
+        20_000,
+        'the replayed batch written',
+      );
     } finally {
       await shards.close();
     }
@@ -192,18 +225,40 @@ describe('keyspace: every key the stack writes is named by shared/redis/keyspace
     // One bound for all apps: a loaded machine has made a rollup wait well past 30 s (rollup.test.ts).
     const deadline = Date.now() + 60_000;
     for (const app of apps) {
-      await waitFor(async () => ((await readManifest(s.store, `events/${app}/`))?.watermarkMs ?? 0) >= endOf(app), Math.max(1000, deadline - Date.now()), `rollup of ${app}`);
+      await waitFor(
+        async () => ((await readManifest(s.store, `events/${app}/`))?.watermarkMs ?? 0) >= endOf(app),
+        Math.max(1000, deadline - Date.now()),
+        `rollup of ${app}`,
+      );
     }
     // An erasure (its job on the erase queue, the prefix lock), run to completion.
-    const erase = await fetch(`${s.url}/admin/erase/events/${apps[0] as string}`, { method: 'POST', headers: { Authorization: `Bearer ${ADMIN_TOKEN}`, 'Content-Type': 'application/json' }, body: '{"distinct_ids":["nobody"]}' });
+    const erase = await fetch(`${s.url}/admin/erase/events/${apps[0] as string}`, {
+      method: 'POST',
+      headers: { Authorization: `Bearer ${ADMIN_TOKEN}`, 'Content-Type': 'application/json' },
+      body: '{"distinct_ids":["nobody"]}',
+    });
     expect(erase.status).toBe(202);
     const eraseId = ((await erase.json()) as { id: string }).id;
-    await waitFor(async () => ((await (await fetch(`${s.url}/admin/erase/${eraseId}`, { headers: { Authorization: `Bearer ${ADMIN_TOKEN}` } })).json()) as { state: string }).state === 'completed', 60_000, 'the erasure');
+    await waitFor(
+      async () =>
+        (
+          (await (
+            await fetch(`${s.url}/admin/erase/${eraseId}`, { headers: { Authorization: `Bearer ${ADMIN_TOKEN}` } })
+          ).json()) as { state: string }
+        ).state === 'completed',
+      60_000,
+      'the erasure',
+    );
     // Nothing left in flight, then one last look at the whole db.
-    await waitFor(async () => {
-      for (const l of shardLayouts(queueName, SHARDS, false)) if ((await redis.scard(ledgerKeys.prefixes(l.namespace))) > 0) return false;
-      return true;
-    }, 20_000, 'no batch in flight');
+    await waitFor(
+      async () => {
+        for (const l of shardLayouts(queueName, SHARDS, false))
+          if ((await redis.scard(ledgerKeys.prefixes(l.namespace))) > 0) return false;
+        return true;
+      },
+      20_000,
+      'no batch in flight',
+    );
     clearInterval(sampler);
     await sampling;
     for (const k of await scanAll(redis)) seen.add(k);
@@ -215,8 +270,16 @@ describe('keyspace: every key the stack writes is named by shared/redis/keyspace
       if (f) families.set(f, (families.get(f) ?? 0) + 1);
       else unknown.push(key);
     }
-    process.stdout.write(`[keyspace] ${seen.size} keys seen: ${[...families].map(([f, n]) => `${f} ${n}`).join(', ')}\n`);
-    if (unknown.length > 0) process.stdout.write(`[keyspace] keys no family names:\n${unknown.sort().map((k) => `  ${k}`).join('\n')}\n`);
+    process.stdout.write(
+      `[keyspace] ${seen.size} keys seen: ${[...families].map(([f, n]) => `${f} ${n}`).join(', ')}\n`,
+    );
+    if (unknown.length > 0)
+      process.stdout.write(
+        `[keyspace] keys no family names:\n${unknown
+          .sort()
+          .map((k) => `  ${k}`)
+          .join('\n')}\n`,
+      );
     expect(unknown.sort()).toEqual([]);
     // The run did write what it meant to: every family but the briefly-lived ones a 100 ms sample may miss.
     const mayMiss: KeyFamilyName[] = ['rollup:lock', 'rollup:dirty'];

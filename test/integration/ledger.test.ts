@@ -7,7 +7,8 @@ import { uniqueName } from '../helpers/names.js';
 
 function expectStrictlyIncreasing(ids: readonly string[]): void {
   for (let i = 1; i < ids.length; i++) {
-    if (!((ids[i - 1] as string) < (ids[i] as string))) throw new Error(`ids not strictly increasing at ${i}: ${ids[i - 1]} then ${ids[i]}`);
+    if (!((ids[i - 1] as string) < (ids[i] as string)))
+      throw new Error(`ids not strictly increasing at ${i}: ${ids[i - 1]} then ${ids[i]}`);
   }
 }
 
@@ -54,7 +55,17 @@ describe('batch id minting (Lua script on a real Redis)', () => {
     const ns = ledger.namespace;
     // Pipelined through the same script the ledger defines: one round trip for 25k mints.
     for (let i = 0; i < n; i++) {
-      (pipe as unknown as { ingestMint(...a: string[]): void }).ingestMint(`{${ns}}:clock`, `{${ns}}:pending:p/`, `{${ns}}:idem:-`, `{${ns}}:prefixes`, 'abcdef', '0', '0', '1800000000000', 'p/');
+      (pipe as unknown as { ingestMint(...a: string[]): void }).ingestMint(
+        `{${ns}}:clock`,
+        `{${ns}}:pending:p/`,
+        `{${ns}}:idem:-`,
+        `{${ns}}:prefixes`,
+        'abcdef',
+        '0',
+        '0',
+        '1800000000000',
+        'p/',
+      );
     }
     const res = (await pipe.exec()) ?? [];
     const ids = res.map(([err, v]) => {
@@ -91,7 +102,17 @@ describe('batch id minting (Lua script on a real Redis)', () => {
     const T = 1_800_000_000_000;
     const pipe = redis.pipeline();
     for (let i = 0; i < 10_000; i++) {
-      (pipe as unknown as { ingestMint(...a: string[]): void }).ingestMint(`{${ns}}:clock`, `{${ns}}:pending:p/`, `{${ns}}:idem:-`, `{${ns}}:prefixes`, 'abcdef', '0', '0', String(T), 'p/');
+      (pipe as unknown as { ingestMint(...a: string[]): void }).ingestMint(
+        `{${ns}}:clock`,
+        `{${ns}}:pending:p/`,
+        `{${ns}}:idem:-`,
+        `{${ns}}:prefixes`,
+        'abcdef',
+        '0',
+        '0',
+        String(T),
+        'p/',
+      );
     }
     const filled = ((await pipe.exec()) ?? []).map(([err, v]) => {
       if (err) throw err;
@@ -156,7 +177,12 @@ describe('batch id minting (Lua script on a real Redis)', () => {
 
   const H1 = 'a'.repeat(64);
   const H2 = 'b'.repeat(64);
-  const keyed = (scope: string, bodyHash: string, windowSeconds = 60): IdempotencyClaim => ({ family: 'key', scope, bodyHash, windowSeconds });
+  const keyed = (scope: string, bodyHash: string, windowSeconds = 60): IdempotencyClaim => ({
+    family: 'key',
+    scope,
+    bodyHash,
+    windowSeconds,
+  });
 
   it('answers a repeated idempotency key and body with the first id until it is forgotten', async () => {
     const ledger = new BatchLedger(redis, uniqueName('mint'));
@@ -177,7 +203,9 @@ describe('batch id minting (Lua script on a real Redis)', () => {
     expect(other).toEqual({ batchId: first.batchId, deduplicated: false, conflict: true });
     expect(await ledger.oldestPending('p/', 10)).toEqual([first.batchId]);
     // A body claim with the same scope text is another family: never confused with the key.
-    const body = await ledger.mint('p/', { idempotency: { family: 'body', scope: 'k1', bodyHash: H2, windowSeconds: 60 } });
+    const body = await ledger.mint('p/', {
+      idempotency: { family: 'body', scope: 'k1', bodyHash: H2, windowSeconds: 60 },
+    });
     expect(body.deduplicated || body.conflict).toBe(false);
   });
 
@@ -251,7 +279,8 @@ describe('index of written ids (list pages after a recent cursor)', () => {
   it('trims ids older than the retention and raises the floor with it', async () => {
     const ledger = new BatchLedger(redis, uniqueName('idx'));
     const ids: string[] = [];
-    for (const ms of [1_000_000_000_000, 1_000_000_000_100, 1_800_000_000_000]) ids.push((await ledger.mint('p/', { clockMs: ms })).batchId);
+    for (const ms of [1_000_000_000_000, 1_000_000_000_100, 1_800_000_000_000])
+      ids.push((await ledger.mint('p/', { clockMs: ms })).batchId);
     await ledger.markWritten('p/', ids[0]!, 0);
     await ledger.markWritten('p/', ids[1]!, 0);
     // A retention of one hour drops the 2001 ids (cutoff far above them) when the next is written.

@@ -39,7 +39,13 @@ describe('library API: the seed setup snippet', () => {
   it('builds an express app exactly as the snippet does, on S3, and serves push and pull (inline mode)', async () => {
     const s3: S3TestServer = await startS3Server();
     cleanups.push(() => s3.close());
-    const store = new S3ObjectStore({ bucket: s3.bucket, endpoint: s3.endpoint, region: 'us-east-1', forcePathStyle: true, credentials: { accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER' } });
+    const store = new S3ObjectStore({
+      bucket: s3.bucket,
+      endpoint: s3.endpoint,
+      region: 'us-east-1',
+      forcePathStyle: true,
+      credentials: { accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER' },
+    });
 
     const eventsPlugin = createEventsServerPlugin({
       store,
@@ -56,26 +62,50 @@ describe('library API: the seed setup snippet', () => {
     const app = express();
     app.use(syncRouter);
 
-    const r = await request(app).post('/push/events/myapp/anything').set('Content-Type', 'application/json').send(batchBody(10));
+    const r = await request(app)
+      .post('/push/events/myapp/anything')
+      .set('Content-Type', 'application/json')
+      .send(batchBody(10));
     expect(r.status).toBe(200);
     const keys = await store.listKeys('events/myapp/');
     expect(keys).toEqual([`events/myapp/${r.body.batchId}.parquet`]);
-    const pull = await request(app).get(`/pull/events/myapp/${r.body.batchId}`).set('Authorization', 'Bearer snippet-admin-token-0000');
+    const pull = await request(app)
+      .get(`/pull/events/myapp/${r.body.batchId}`)
+      .set('Authorization', 'Bearer snippet-admin-token-0000');
     expect(pull.status).toBe(200);
     expect(pull.headers['content-type']).toBe('application/vnd.apache.parquet');
     // Not listable unless the collection says so (as in Starfish).
-    expect((await request(app).get('/list/events/myapp').set('Authorization', 'Bearer snippet-admin-token-0000')).status).toBe(404);
+    expect(
+      (await request(app).get('/list/events/myapp').set('Authorization', 'Bearer snippet-admin-token-0000')).status,
+    ).toBe(404);
   });
 
   it('refuses at construction: no putBytes, storagePath without a final {param}, non-JSON collection', () => {
     const store = new FilesystemObjectStore({ root: join(tmpdir(), 'never-written') });
-    expect(() => createEventsServerPlugin({ store: {} as never, collection: 'events', storagePath: 'events/{app}/{batchId}' })).toThrow(/putBytes/);
-    expect(() => createEventsServerPlugin({ store, collection: 'events', storagePath: 'events/{app}/latest' })).toThrow(/must end with a \{param\}/);
+    expect(() =>
+      createEventsServerPlugin({ store: {} as never, collection: 'events', storagePath: 'events/{app}/{batchId}' }),
+    ).toThrow(/putBytes/);
+    expect(() => createEventsServerPlugin({ store, collection: 'events', storagePath: 'events/{app}/latest' })).toThrow(
+      /must end with a \{param\}/,
+    );
     const plugin = createEventsServerPlugin({ store, collection: 'events', storagePath: 'events/{app}/{batchId}' });
     expect(() =>
-      createSyncRouter({ store, config: { version: 1, collections: [{ ...collections[0]!, allowedMimeTypes: ['application/vnd.apache.parquet'] }] }, plugins: [plugin] }),
+      createSyncRouter({
+        store,
+        config: {
+          version: 1,
+          collections: [{ ...collections[0]!, allowedMimeTypes: ['application/vnd.apache.parquet'] }],
+        },
+        plugins: [plugin],
+      }),
     ).toThrow(/allowedMimeTypes.*JSON-typed/);
-    expect(() => createSyncRouter({ store, config: { version: 1, collections: [{ ...collections[0]!, encryption: 'aes-gcm' }] }, plugins: [plugin] })).toThrow(/encryption/);
+    expect(() =>
+      createSyncRouter({
+        store,
+        config: { version: 1, collections: [{ ...collections[0]!, encryption: 'aes-gcm' }] },
+        plugins: [plugin],
+      }),
+    ).toThrow(/encryption/);
   });
 
   it('with a queue binding, pushes go through BullMQ and an encoder writes the file', async () => {
@@ -88,7 +118,15 @@ describe('library API: the seed setup snippet', () => {
     await new Promise((r) => producer.once('ready', r));
     const queue = new Queue(name, { connection: producer });
     const ledger = new BatchLedger(producer, name);
-    const encoder = createEncoder({ queueName: name, connection: workerConn, ledger: new BatchLedger(workerConn, name), store, registry: createRegistry('lib', false), logger: createLogger({ level: 'silent', name: 'lib' }), concurrency: 1 });
+    const encoder = createEncoder({
+      queueName: name,
+      connection: workerConn,
+      ledger: new BatchLedger(workerConn, name),
+      store,
+      registry: createRegistry('lib', false),
+      logger: createLogger({ level: 'silent', name: 'lib' }),
+      concurrency: 1,
+    });
     cleanups.push(async () => {
       await encoder.close();
       await queue.obliterate({ force: true });
@@ -96,14 +134,29 @@ describe('library API: the seed setup snippet', () => {
       producer.disconnect();
       workerConn.disconnect();
     });
-    const plugin = createEventsServerPlugin({ store, collection: 'events', storagePath: 'events/{app}/{batchId}', queue: { queue, ledger } });
-    const app = express().use(createSyncRouter({ store, config: { version: 1, collections: [{ ...collections[0]!, readRoles: ['public'], listable: true }] }, plugins: [plugin] }));
+    const plugin = createEventsServerPlugin({
+      store,
+      collection: 'events',
+      storagePath: 'events/{app}/{batchId}',
+      queue: { queue, ledger },
+    });
+    const app = express().use(
+      createSyncRouter({
+        store,
+        config: { version: 1, collections: [{ ...collections[0]!, readRoles: ['public'], listable: true }] },
+        plugins: [plugin],
+      }),
+    );
     const r = await request(app).post('/push/events/lib/x').set('Content-Type', 'application/json').send(batchBody(25));
     expect(r.status).toBe(200);
-    const listed = await waitFor(async () => {
-      const l = await request(app).get('/list/events/lib');
-      return l.body.items?.length === 1 ? (l.body.items as string[]) : null;
-    }, 20_000, 'the batch to be listed');
+    const listed = await waitFor(
+      async () => {
+        const l = await request(app).get('/list/events/lib');
+        return l.body.items?.length === 1 ? (l.body.items as string[]) : null;
+      },
+      20_000,
+      'the batch to be listed',
+    );
     expect(listed).toEqual([`${r.body.batchId}.parquet`]);
     const [row] = await duckQuery(`SELECT count(*)::INTEGER AS n FROM read_parquet('${dir}/events/lib/*.parquet')`);
     expect(row?.n).toBe(25);

@@ -28,7 +28,8 @@ const GB = 1024 * 1024 * 1024;
 /** VmRSS and VmHWM (peak RSS) of a process, in bytes. */
 function memoryOf(pid: number): { rss: number; hwm: number } {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8');
-  const kb = (field: string): number => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(status)?.[1] ?? 0) * 1024;
+  const kb = (field: string): number =>
+    Number(new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(status)?.[1] ?? 0) * 1024;
   return { rss: kb('VmRSS'), hwm: kb('VmHWM') };
 }
 
@@ -68,7 +69,13 @@ function answerOf(req: http.ClientRequest): Promise<Answer> {
     req.on('response', (res) => {
       const chunks: Buffer[] = [];
       res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, retryAfter: res.headers['retry-after'], body: Buffer.concat(chunks).toString() }));
+      res.on('end', () =>
+        resolve({
+          status: res.statusCode ?? 0,
+          retryAfter: res.headers['retry-after'],
+          body: Buffer.concat(chunks).toString(),
+        }),
+      );
       res.on('error', reject);
     });
     req.on('error', reject);
@@ -101,7 +108,14 @@ describe('memory budget of npm start', () => {
     const port = await freePort();
     url = `http://127.0.0.1:${port}`;
     // Defaults for everything that sizes memory; only where to listen, which Redis and which folder.
-    proc = startService('services/main.ts', { PORT: String(port), HOST: '127.0.0.1', REDIS_URL: inject('redisUrl'), DATA_DIR: dataDir, QUEUE_NAME: uniqueName('burst'), LOG_LEVEL: 'warn' });
+    proc = startService('services/main.ts', {
+      PORT: String(port),
+      HOST: '127.0.0.1',
+      REDIS_URL: inject('redisUrl'),
+      DATA_DIR: dataDir,
+      QUEUE_NAME: uniqueName('burst'),
+      LOG_LEVEL: 'warn',
+    });
     await waitForHttp(`${url}/readyz`, 30_000, proc);
   });
 
@@ -114,7 +128,11 @@ describe('memory budget of npm start', () => {
     const { bulk, events } = bulkEvents(BODY_BYTES - 200);
     const tail = Buffer.from(']},"baseHash":null}');
     // LOG_LEVEL=warn: the encoder process is up once its worker shows in the API's /metrics.
-    await waitFor(async () => /^ingest_encoder_workers\{service="ingest"\} 1$/m.test(await (await fetch(`${url}/metrics`)).text()), 60_000, 'the encoder process');
+    await waitFor(
+      async () => /^ingest_encoder_workers\{service="ingest"\} 1$/m.test(await (await fetch(`${url}/metrics`)).text()),
+      60_000,
+      'the encoder process',
+    );
     const pids = [proc.pid, ...childNodePids(proc.pid)];
     expect(pids.length, 'npm start runs one encoder process').toBe(2);
     const before = serviceMemory(pids);
@@ -131,7 +149,14 @@ describe('memory budget of npm start', () => {
     let answers: Answer[];
     try {
       answers = await Promise.all(
-        Array.from({ length: PUSHES }, (_, i) => push(url, Buffer.from(`{"data":{"events":[${JSON.stringify({ event: 'burst', distinct_id: `push-${i}` })},`), bulk, tail)),
+        Array.from({ length: PUSHES }, (_, i) =>
+          push(
+            url,
+            Buffer.from(`{"data":{"events":[${JSON.stringify({ event: 'burst', distinct_id: `push-${i}` })},`),
+            bulk,
+            tail,
+          ),
+        ),
       );
     } finally {
       clearInterval(sampler);
@@ -156,11 +181,15 @@ describe('memory budget of npm start', () => {
     expect(new Set(ids).size).toBe(ids.length);
     const files = ids.map((id) => join(dataDir, 'events', 'burst', `${id}.parquet`));
     await waitFor(async () => files.every((f) => existsSync(f)), 120_000, `${files.length} batch files`);
-    const [row] = await duckQuery(`SELECT count(*)::INTEGER AS n, count(DISTINCT filename)::INTEGER AS f FROM read_parquet([${files.map(sqlString).join(', ')}], filename = true)`);
+    const [row] = await duckQuery(
+      `SELECT count(*)::INTEGER AS n, count(DISTINCT filename)::INTEGER AS f FROM read_parquet([${files.map(sqlString).join(', ')}], filename = true)`,
+    );
     expect(row).toEqual({ n: ids.length * (events + 1), f: ids.length });
     // The encoder's share peaks while it works off the burst, after the last push was answered.
     after = serviceMemory(pids);
-    console.log(`burst written: VmHWM of the API and encoder processes together ${(after.hwm / 2 ** 20).toFixed(0)} MiB`);
+    console.log(
+      `burst written: VmHWM of the API and encoder processes together ${(after.hwm / 2 ** 20).toFixed(0)} MiB`,
+    );
     expect(after.hwm).toBeLessThan(GB);
 
     // Every 503 is counted: most for the body budget; on a loaded machine a few may instead be an
@@ -180,14 +209,22 @@ describe('memory budget of npm start', () => {
   it('20 concurrent pushes of the costliest shape at maxEventsPerBatch: peak bounded, every answer 200/503/413 with a reason, every 200 written, idle RSS comes back', async () => {
     const body = shapedBody('escaped');
     expect(body.events).toBe(MAX_EVENTS_PER_BATCH_DEFAULT);
-    await waitFor(async () => /^ingest_encoder_workers\{service="ingest"\} 1$/m.test(await (await fetch(`${url}/metrics`)).text()), 60_000, 'the encoder process');
+    await waitFor(
+      async () => /^ingest_encoder_workers\{service="ingest"\} 1$/m.test(await (await fetch(`${url}/metrics`)).text()),
+      60_000,
+      'the encoder process',
+    );
     const pids = [proc.pid, ...childNodePids(proc.pid)];
     // The idle RSS before any burst (the test above measured it; alone, this one measures it now).
     const idleBefore = baselineRss ?? serviceMemory(pids).rss;
     const sampler = new RssSampler(proc.pid, 50);
     let answers;
     try {
-      answers = await Promise.all(Array.from({ length: 20 }, (_, i) => pushBody(`${url}/push/events/worst/any`, body.head(i), body.bulk, body.tail, 120_000)));
+      answers = await Promise.all(
+        Array.from({ length: 20 }, (_, i) =>
+          pushBody(`${url}/push/events/worst/any`, body.head(i), body.bulk, body.tail, 120_000),
+        ),
+      );
     } finally {
       sampler.stop();
     }
@@ -196,20 +233,37 @@ describe('memory budget of npm start', () => {
     expect(ids.length).toBeGreaterThan(0);
     const files = ids.map((id) => join(dataDir, 'events', 'worst', `${id}.parquet`));
     await waitFor(async () => files.every((f) => existsSync(f)), 180_000, `${files.length} batch files`);
-    const [row] = await duckQuery(`SELECT count(*)::INTEGER AS n FROM read_parquet([${files.map(sqlString).join(', ')}])`);
+    const [row] = await duckQuery(
+      `SELECT count(*)::INTEGER AS n FROM read_parquet([${files.map(sqlString).join(', ')}])`,
+    );
     expect(row).toEqual({ n: ids.length * body.events });
-    console.log(`worst shape: 20 x ${(body.bytes / 1e6).toFixed(2)} MB: ${ids.length} x 200; RSS idle ${(idleBefore / 2 ** 20).toFixed(0)} MiB, peak sampled ${(sampler.peak / 2 ** 20).toFixed(0)} MiB`);
+    console.log(
+      `worst shape: 20 x ${(body.bytes / 1e6).toFixed(2)} MB: ${ids.length} x 200; RSS idle ${(idleBefore / 2 ** 20).toFixed(0)} MiB, peak sampled ${(sampler.peak / 2 ** 20).toFixed(0)} MiB`,
+    );
     expect(sampler.peak).toBeLessThan(GB);
     // Builders shrink, the encode thread is retired and a drained burst is collected: the idle
     // RSS comes back (generous bound: the acceptance script's is 20%).
-    await waitFor(async () => serviceMemory(pids).rss < idleBefore * 1.5, 60_000, `RSS back under 150% of ${(idleBefore / 2 ** 20).toFixed(0)} MiB`);
+    await waitFor(
+      async () => serviceMemory(pids).rss < idleBefore * 1.5,
+      60_000,
+      `RSS back under 150% of ${(idleBefore / 2 ** 20).toFixed(0)} MiB`,
+    );
     // The dead bodies are collected once the burst drained (an idle V8 would keep them): the
     // Buffers of both processes (prom-client's nodejs_external_memory_bytes) back under 64 MiB.
-    const external = async (): Promise<number[]> => [...(await (await fetch(`${url}/metrics`)).text()).matchAll(/^(?:ingest_encoder_)?nodejs_external_memory_bytes(?:\{[^}]*\})? (\S+)$/gm)].map((m) => Number(m[1]));
-    await waitFor(async () => {
-      const values = await external();
-      return values.length === 2 && values.every((v) => v < 64 * 2 ** 20);
-    }, 30_000, 'the external memory of both processes back under 64 MiB');
+    const external = async (): Promise<number[]> =>
+      [
+        ...(await (await fetch(`${url}/metrics`)).text()).matchAll(
+          /^(?:ingest_encoder_)?nodejs_external_memory_bytes(?:\{[^}]*\})? (\S+)$/gm,
+        ),
+      ].map((m) => Number(m[1]));
+    await waitFor(
+      async () => {
+        const values = await external();
+        return values.length === 2 && values.every((v) => v < 64 * 2 ** 20);
+      },
+      30_000,
+      'the external memory of both processes back under 64 MiB',
+    );
   }, 300_000);
 });
 
@@ -229,7 +283,13 @@ describe('RSS per in-flight byte (API and encoder as separate processes)', () =>
     dataDir = mkdtempSync(join(tmpdir(), 'ingest-rss-'));
     const port = await freePort();
     url = `http://127.0.0.1:${port}`;
-    Object.assign(env, { HOST: '127.0.0.1', REDIS_URL: inject('redisUrl'), DATA_DIR: dataDir, QUEUE_NAME: uniqueName('rss'), LOG_LEVEL: 'warn' });
+    Object.assign(env, {
+      HOST: '127.0.0.1',
+      REDIS_URL: inject('redisUrl'),
+      DATA_DIR: dataDir,
+      QUEUE_NAME: uniqueName('rss'),
+      LOG_LEVEL: 'warn',
+    });
     // A budget that sheds nothing, so every body of the burst is in flight at once.
     api = startService('services/api/main.ts', { ...env, PORT: String(port), MAX_INFLIGHT_BYTES: String(4 * GB) });
     await waitForHttp(`${url}/readyz`, 30_000, api);
@@ -251,7 +311,11 @@ describe('RSS per in-flight byte (API and encoder as separate processes)', () =>
     const apiSampler = setInterval(() => (apiPeak = Math.max(apiPeak, memoryOf(api.pid).rss)), 10);
     let answers: Answer[];
     try {
-      answers = await Promise.all(Array.from({ length: PUSHES_AT_ONCE }, (_, i) => push(url, Buffer.from(`{"data":{"events":[{"event":"rss","distinct_id":"p${i}"},`), bulk, tail)));
+      answers = await Promise.all(
+        Array.from({ length: PUSHES_AT_ONCE }, (_, i) =>
+          push(url, Buffer.from(`{"data":{"events":[{"event":"rss","distinct_id":"p${i}"},`), bulk, tail),
+        ),
+      );
     } finally {
       clearInterval(apiSampler);
     }
@@ -273,19 +337,28 @@ describe('RSS per in-flight byte (API and encoder as separate processes)', () =>
       }
     }, 10);
     // The encoder's own account of the bytes it works on, scraped while it drains.
-    const metricsText = async (): Promise<string> => (await fetch(`http://127.0.0.1:${metricsPort}/metrics`, { signal: AbortSignal.timeout(10_000) })).text();
-    const gaugeOf = (text: string, name: string): number => Number(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)`, 'm').exec(text)?.[1] ?? Number.NaN);
+    const metricsText = async (): Promise<string> =>
+      (await fetch(`http://127.0.0.1:${metricsPort}/metrics`, { signal: AbortSignal.timeout(10_000) })).text();
+    const gaugeOf = (text: string, name: string): number =>
+      Number(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)`, 'm').exec(text)?.[1] ?? Number.NaN);
     let maxInflight = 0;
     let scraping = true;
     const scraper = (async () => {
       while (scraping) {
-        maxInflight = Math.max(maxInflight, gaugeOf(await metricsText().catch(() => ''), 'ingest_encoder_inflight_bytes') || 0);
+        maxInflight = Math.max(
+          maxInflight,
+          gaugeOf(await metricsText().catch(() => ''), 'ingest_encoder_inflight_bytes') || 0,
+        );
         await new Promise((r) => setTimeout(r, 50));
       }
     })();
     const ids = answers.map((a) => (JSON.parse(a.body) as { batchId: string }).batchId);
     try {
-      await waitFor(async () => ids.every((id) => existsSync(join(dataDir, 'events', 'burst', `${id}.parquet`))), 180_000, 'every batch written');
+      await waitFor(
+        async () => ids.every((id) => existsSync(join(dataDir, 'events', 'burst', `${id}.parquet`))),
+        180_000,
+        'every batch written',
+      );
     } finally {
       clearInterval(encSampler);
       scraping = false;
@@ -298,13 +371,19 @@ describe('RSS per in-flight byte (API and encoder as separate processes)', () =>
     expect(gaugeOf(finalMetrics, 'ingest_encoder_inflight_bytes_limit')).toBe(ENCODER_MAX_INFLIGHT_BYTES_DEFAULT);
     expect(gaugeOf(finalMetrics, 'ingest_encoder_budget_wait_seconds_sum')).toBeGreaterThan(0);
     // The last file is durable a moment before its job gives its bytes back (markWritten comes first).
-    await waitFor(async () => gaugeOf(await metricsText(), 'ingest_encoder_inflight_bytes') === 0, 10_000, 'the encoder to hold no bytes');
+    await waitFor(
+      async () => gaugeOf(await metricsText(), 'ingest_encoder_inflight_bytes') === 0,
+      10_000,
+      'the encoder to hold no bytes',
+    );
     const encRatio = (encPeak - encBefore) / ENCODER_MAX_INFLIGHT_BYTES_DEFAULT;
     console.log(
       `API: ${PUSHES_AT_ONCE} x ${(bulk.length / 1e6).toFixed(2)} MB in flight, RSS ${(apiBefore / 2 ** 20).toFixed(0)} -> ${(apiPeak / 2 ** 20).toFixed(0)} MiB: ${apiRatio.toFixed(2)} bytes of RSS per in-flight body byte; ` +
         `encoder: RSS ${(encBefore / 2 ** 20).toFixed(0)} -> ${(encPeak / 2 ** 20).toFixed(0)} MiB with ENCODER_MAX_INFLIGHT_BYTES ${ENCODER_MAX_INFLIGHT_BYTES_DEFAULT / 2 ** 20} MiB: ${encRatio.toFixed(2)} per budget byte`,
     );
-    const [row] = await duckQuery(`SELECT count(*)::INTEGER AS n FROM read_parquet([${ids.map((id) => sqlString(join(dataDir, 'events', 'burst', `${id}.parquet`))).join(', ')}])`);
+    const [row] = await duckQuery(
+      `SELECT count(*)::INTEGER AS n FROM read_parquet([${ids.map((id) => sqlString(join(dataDir, 'events', 'burst', `${id}.parquet`))).join(', ')}])`,
+    );
     expect(row).toEqual({ n: ids.length * (events + 1) });
     // Loose bounds around the documented figures: a regression that holds another copy of every body fails them.
     expect(apiRatio).toBeLessThan(4);
@@ -313,8 +392,16 @@ describe('RSS per in-flight byte (API and encoder as separate processes)', () =>
 });
 
 /** POST with every header and byte under the test's control; `body` undefined leaves the request open for the caller. */
-function rawPost(url: string, headers: Record<string, string>, body?: Buffer): { req: http.ClientRequest; answer: Promise<Answer> } {
-  const req = http.request(`${url}/push/events/budget/any`, { method: 'POST', agent: false, headers: { 'Content-Type': 'application/json', ...headers } });
+function rawPost(
+  url: string,
+  headers: Record<string, string>,
+  body?: Buffer,
+): { req: http.ClientRequest; answer: Promise<Answer> } {
+  const req = http.request(`${url}/push/events/budget/any`, {
+    method: 'POST',
+    agent: false,
+    headers: { 'Content-Type': 'application/json', ...headers },
+  });
   req.setTimeout(60_000, () => req.destroy(new Error('push timed out')));
   const answer = answerOf(req);
   if (body) {
@@ -339,8 +426,13 @@ describe('maxEventsPerBatch (in-process stack, defaults)', () => {
     expect(body.bytes).toBeLessThanOrEqual(8_000_000);
     const over = await pushBody(`${s.url}/push/events/cap/any`, body.head(0), body.bulk, body.tail, 120_000);
     expect(over.status, over.body).toBe(413);
-    expect(JSON.parse(over.body)).toEqual({ error: `data.events has ${body.events} events; this collection's maxEventsPerBatch is ${MAX_EVENTS_PER_BATCH_DEFAULT}`, code: 'too_large' });
-    const rejected = (await s.api!.app.metrics.rejections.get()).values.find((v) => v.labels.reason === 'too_large')?.value;
+    expect(JSON.parse(over.body)).toEqual({
+      error: `data.events has ${body.events} events; this collection's maxEventsPerBatch is ${MAX_EVENTS_PER_BATCH_DEFAULT}`,
+      code: 'too_large',
+    });
+    const rejected = (await s.api!.app.metrics.rejections.get()).values.find(
+      (v) => v.labels.reason === 'too_large',
+    )?.value;
     expect(rejected).toBe(1);
     const at = Buffer.from(`{"data":{"events":[${'{},'.repeat(MAX_EVENTS_PER_BATCH_DEFAULT - 1)}{}]},"baseHash":null}`);
     const ok = await pushBody(`${s.url}/push/events/cap/any`, Buffer.alloc(0), at, Buffer.alloc(0));
@@ -365,7 +457,8 @@ describe('MAX_INFLIGHT_BYTES (in-process stack, 1 MiB budget)', () => {
   });
 
   const gauge = async (): Promise<number> => (await s.api!.app.metrics.inflightBytes.get()).values[0]?.value ?? 0;
-  const shedCount = async (): Promise<number> => (await s.api!.app.metrics.shed.get()).values.find((v) => v.labels.reason === 'inflight_bytes')?.value ?? 0;
+  const shedCount = async (): Promise<number> =>
+    (await s.api!.app.metrics.shed.get()).values.find((v) => v.labels.reason === 'inflight_bytes')?.value ?? 0;
 
   it('declared, chunked and decoded bytes past the budget get 503 + Retry-After; a body alone may exceed it', async () => {
     const open = rawPost(s.url, { 'Content-Length': String(first.length) });
@@ -381,7 +474,8 @@ describe('MAX_INFLIGHT_BYTES (in-process stack, 1 MiB budget)', () => {
     // Compressed: the decoded bytes count.
     const gz = gzipSync(other);
     expect(gz.length + 700_000).toBeLessThan(limit);
-    const decoded = await rawPost(s.url, { 'Content-Length': String(gz.length), 'Content-Encoding': 'gzip' }, gz).answer;
+    const decoded = await rawPost(s.url, { 'Content-Length': String(gz.length), 'Content-Encoding': 'gzip' }, gz)
+      .answer;
     for (const a of [declared, chunked, decoded]) {
       expect(a.status, a.body).toBe(503);
       expect(a.retryAfter).toBe('1');
@@ -397,7 +491,8 @@ describe('MAX_INFLIGHT_BYTES (in-process stack, 1 MiB budget)', () => {
     // Alone, a body bigger than the whole budget is taken: with a Content-Length and without.
     expect(big.length).toBeGreaterThan(2 * limit);
     for (const headers of [{ 'Content-Length': String(big.length) }, {}] as Record<string, string>[]) {
-      const a = await rawPost(s.url, { ...headers, 'Idempotency-Key': `big-${Object.keys(headers).length}` }, big).answer;
+      const a = await rawPost(s.url, { ...headers, 'Idempotency-Key': `big-${Object.keys(headers).length}` }, big)
+        .answer;
       expect(a.status, a.body).toBe(200);
     }
     expect(await gauge()).toBe(0);
@@ -409,7 +504,9 @@ describe('MAX_INFLIGHT_BYTES (in-process stack, 1 MiB budget)', () => {
     const open = rawPost(s.url, {});
     open.req.write(first.subarray(0, 600_000));
     await waitFor(async () => (await gauge()) >= 600_000, 10_000, 'the other body to be held');
-    const tiny = Buffer.from(`{"data":{"events":[${'{},'.repeat(MAX_EVENTS_PER_BATCH_DEFAULT - 1)}{}]},"baseHash":null}`);
+    const tiny = Buffer.from(
+      `{"data":{"events":[${'{},'.repeat(MAX_EVENTS_PER_BATCH_DEFAULT - 1)}{}]},"baseHash":null}`,
+    );
     // By bytes it fits; by rows (at least API_QUEUED_ROW_BYTES each) it does not.
     expect((await gauge()) + tiny.length).toBeLessThan(limit);
     const shedBefore = await shedCount();

@@ -21,7 +21,11 @@ const PUSH_ROUTE = '/push/events/:app/:batchId';
 async function sample(s: TestStack, series: string, labels: Record<string, string> = {}): Promise<number | undefined> {
   let total: number | undefined;
   for (const metric of await s.registry.getMetricsAsJSON()) {
-    for (const v of metric.values as { value: number; labels: Record<string, string | number>; metricName?: string }[]) {
+    for (const v of metric.values as {
+      value: number;
+      labels: Record<string, string | number>;
+      metricName?: string;
+    }[]) {
       if ((v.metricName ?? metric.name) !== series) continue;
       if (!Object.entries(labels).every(([k, want]) => String(v.labels[k]) === want)) continue;
       total = (total ?? 0) + v.value;
@@ -42,7 +46,8 @@ describe('metric values after a known sequence of pushes (read back from the reg
   let redis: Redis;
   let queue: Queue;
   const app = () => s.api!.app.app;
-  const post = (body: string | Buffer, type = 'application/json') => request(app()).post('/push/events/counts/any').set('Content-Type', type).send(body);
+  const post = (body: string | Buffer, type = 'application/json') =>
+    request(app()).post('/push/events/counts/any').set('Content-Type', type).send(body);
 
   beforeAll(async () => {
     cfgDir = mkdtempSync(join(tmpdir(), 'ingest-metrics-cfg-'));
@@ -52,7 +57,18 @@ describe('metric values after a known sequence of pushes (read back from the reg
       cfg,
       JSON.stringify({
         version: 1,
-        collections: [{ name: 'events', storagePath: 'events/{app}/{batchId}', readRoles: ['admin'], writeRoles: ['public'], encryption: 'none', allowedMimeTypes: ['application/json'], maxBodyBytes: MAX_BODY, listable: true }],
+        collections: [
+          {
+            name: 'events',
+            storagePath: 'events/{app}/{batchId}',
+            readRoles: ['admin'],
+            writeRoles: ['public'],
+            encryption: 'none',
+            allowedMimeTypes: ['application/json'],
+            maxBodyBytes: MAX_BODY,
+            listable: true,
+          },
+        ],
       }),
     );
     s = await startTestStack({ CONFIG_FILE: cfg, ENCODER_CONCURRENCY: '3' });
@@ -101,13 +117,26 @@ describe('metric values after a known sequence of pushes (read back from the reg
     // The deduplicated retry mints (and finds the first id); only new batches are enqueued.
     expect(await sample(s, 'ingest_mint_duration_seconds_count')).toBe(4);
     expect(await sample(s, 'ingest_enqueue_duration_seconds_count')).toBe(3);
-    for (const [status, n] of [['200', 5], ['415', 1], ['400', 1], ['413', 1]] as const) {
-      expect(await sample(s, 'ingest_http_request_duration_seconds_count', { route: PUSH_ROUTE, method: 'POST', status })).toBe(n);
+    for (const [status, n] of [
+      ['200', 5],
+      ['415', 1],
+      ['400', 1],
+      ['413', 1],
+    ] as const) {
+      expect(
+        await sample(s, 'ingest_http_request_duration_seconds_count', { route: PUSH_ROUTE, method: 'POST', status }),
+      ).toBe(n);
     }
     // Every bucket set ends in +Inf, which holds every observation.
-    expect(await sample(s, 'ingest_http_request_duration_seconds_bucket', { route: PUSH_ROUTE, status: '200', le: '+Inf' })).toBe(5);
+    expect(
+      await sample(s, 'ingest_http_request_duration_seconds_bucket', { route: PUSH_ROUTE, status: '200', le: '+Inf' }),
+    ).toBe(5);
 
-    await waitFor(async () => (await sample(s, 'ingest_encoder_batches_total', { outcome: 'written' })) === 3, 30_000, 'three batches written');
+    await waitFor(
+      async () => (await sample(s, 'ingest_encoder_batches_total', { outcome: 'written' })) === 3,
+      30_000,
+      'three batches written',
+    );
     expect(await sample(s, 'ingest_encoder_batches_total', { outcome: 'retried' })).toBe(0);
     expect(await sample(s, 'ingest_encoder_batches_total', { outcome: 'failed' })).toBe(0);
     expect(await sample(s, 'ingest_encoder_events_written_total')).toBe(60);
@@ -117,12 +146,25 @@ describe('metric values after a known sequence of pushes (read back from the reg
     expect(files).toHaveLength(3);
     const fileBytes = files.map((f) => statSync(f).size);
     expect(await sample(s, 'ingest_encoder_parquet_bytes_total')).toBe(fileBytes.reduce((a, b) => a + b, 0));
-    for (const h of ['ingest_encoder_encode_duration_seconds_count', 'ingest_encoder_write_duration_seconds_count', 'ingest_encoder_end_to_end_seconds_count', 'ingest_encoder_compression_ratio_count', 'ingest_encoder_wait_seconds_count']) {
+    for (const h of [
+      'ingest_encoder_encode_duration_seconds_count',
+      'ingest_encoder_write_duration_seconds_count',
+      'ingest_encoder_end_to_end_seconds_count',
+      'ingest_encoder_compression_ratio_count',
+      'ingest_encoder_wait_seconds_count',
+    ]) {
       expect({ h, n: await sample(s, h) }).toEqual({ h, n: 3 });
     }
     // Each observed ratio is one batch's JSON bytes over the bytes of its own file.
-    const ratios = bodies.map((b, i) => Buffer.byteLength(b) / statSync(join(s.dataDir, 'events', 'counts', `${accepted[i]!.body.batchId as string}.parquet`)).size);
-    expect(await sample(s, 'ingest_encoder_compression_ratio_sum')).toBeCloseTo(ratios.reduce((a, b) => a + b, 0), 9);
+    const ratios = bodies.map(
+      (b, i) =>
+        Buffer.byteLength(b) /
+        statSync(join(s.dataDir, 'events', 'counts', `${accepted[i]!.body.batchId as string}.parquet`)).size,
+    );
+    expect(await sample(s, 'ingest_encoder_compression_ratio_sum')).toBeCloseTo(
+      ratios.reduce((a, b) => a + b, 0),
+      9,
+    );
     expect(await sample(s, 'ingest_encoder_store_errors_total')).toBe(0);
     expect(await sample(s, 'ingest_encoder_workers')).toBe(1);
     expect(await sample(s, 'ingest_encoder_concurrency')).toBe(3);
@@ -131,7 +173,11 @@ describe('metric values after a known sequence of pushes (read back from the reg
     // Queue gauges are read from Redis when the registry is read: no upkeep pass needed. The
     // encoder counts a batch written before BullMQ moves its job out of the active list (one more
     // Redis round trip), so the last job can still be active for a moment.
-    await waitFor(async () => (await sample(s, 'ingest_queue_jobs', { state: 'active' })) === 0, 10_000, 'no job active').catch(() => undefined);
+    await waitFor(
+      async () => (await sample(s, 'ingest_queue_jobs', { state: 'active' })) === 0,
+      10_000,
+      'no job active',
+    ).catch(() => undefined);
     expect(await sample(s, 'ingest_queue_jobs', { state: 'waiting' })).toBe(0);
     expect(await sample(s, 'ingest_queue_jobs', { state: 'active' })).toBe(0);
     expect(await sample(s, 'ingest_queue_jobs', { state: 'failed' })).toBe(0);
@@ -141,8 +187,16 @@ describe('metric values after a known sequence of pushes (read back from the reg
   });
 
   it('a job the encoder cannot decode is counted as failed once and shows in the failed queue gauge', async () => {
-    await queue.add(JOB_NAME, { v: 99, note: 'not a batch job' }, { jobId: 'counts-bad-job', attempts: 1, removeOnFail: false });
-    await waitFor(async () => (await sample(s, 'ingest_encoder_batches_total', { outcome: 'failed' })) === 1, 30_000, 'one failed batch');
+    await queue.add(
+      JOB_NAME,
+      { v: 99, note: 'not a batch job' },
+      { jobId: 'counts-bad-job', attempts: 1, removeOnFail: false },
+    );
+    await waitFor(
+      async () => (await sample(s, 'ingest_encoder_batches_total', { outcome: 'failed' })) === 1,
+      30_000,
+      'one failed batch',
+    );
     expect(await sample(s, 'ingest_queue_jobs', { state: 'failed' })).toBe(1);
     expect(await sample(s, 'ingest_encoder_batches_total', { outcome: 'retried' })).toBe(0);
     expect(await sample(s, 'ingest_encoder_batches_total', { outcome: 'written' })).toBe(3);
@@ -153,10 +207,22 @@ describe('metric values after a known sequence of pushes (read back from the reg
     expect(await sample(s, 'ingest_encoder_workers')).toBe(0);
     const r = await post(batchBody(5));
     expect(r.status).toBe(200);
-    await waitFor(async () => (await sample(s, 'ingest_queue_jobs', { state: 'waiting' })) === 1, 10_000, 'one waiting job');
+    await waitFor(
+      async () => (await sample(s, 'ingest_queue_jobs', { state: 'waiting' })) === 1,
+      10_000,
+      'one waiting job',
+    );
     // Both gauges grow with the job's age: they pass 1 s once it has waited that long.
-    await waitFor(async () => ((await sample(s, 'ingest_queue_oldest_waiting_age_seconds')) ?? 0) >= 1, 10_000, 'the oldest waiting job 1 s old');
-    await waitFor(async () => ((await sample(s, 'ingest_watermark_lag_seconds')) ?? 0) >= 1, 10_000, 'the watermark lag at 1 s');
+    await waitFor(
+      async () => ((await sample(s, 'ingest_queue_oldest_waiting_age_seconds')) ?? 0) >= 1,
+      10_000,
+      'the oldest waiting job 1 s old',
+    );
+    await waitFor(
+      async () => ((await sample(s, 'ingest_watermark_lag_seconds')) ?? 0) >= 1,
+      10_000,
+      'the watermark lag at 1 s',
+    );
     await waitFor(async () => (await sample(s, 'ingest_queue_workers')) === 0, 10_000, 'no workers attached');
   });
 });

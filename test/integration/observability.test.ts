@@ -98,8 +98,15 @@ describe('observability: a real Prometheus scrapes the API and the encoder', () 
     const v = a.data?.result[0]?.value[1];
     return v === undefined ? undefined : Number(v);
   }
-  async function push(body: string, headers: Record<string, string> = {}): Promise<{ status: number; json: { batchId?: string | null; error?: string } }> {
-    const r = await fetch(`${apiUrl}/push/events/obs/any`, { method: 'POST', headers: { 'Content-Type': 'application/json', ...headers }, body });
+  async function push(
+    body: string,
+    headers: Record<string, string> = {},
+  ): Promise<{ status: number; json: { batchId?: string | null; error?: string } }> {
+    const r = await fetch(`${apiUrl}/push/events/obs/any`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json', ...headers },
+      body,
+    });
     return { status: r.status, json: (await r.json()) as { batchId?: string | null } };
   }
 
@@ -112,16 +119,41 @@ describe('observability: a real Prometheus scrapes the API and the encoder', () 
       cfg,
       JSON.stringify({
         version: 1,
-        collections: [{ name: 'events', storagePath: 'events/{app}/{batchId}', readRoles: ['admin'], writeRoles: ['public'], encryption: 'none', allowedMimeTypes: ['application/json'], maxBodyBytes: MAX_BODY, listable: true }],
+        collections: [
+          {
+            name: 'events',
+            storagePath: 'events/{app}/{batchId}',
+            readRoles: ['admin'],
+            writeRoles: ['public'],
+            encryption: 'none',
+            allowedMimeTypes: ['application/json'],
+            maxBodyBytes: MAX_BODY,
+            listable: true,
+          },
+        ],
       }),
     );
-    const [apiPort, metricsPort, promPort, rollupPort, ingestPort] = [await freePort(), await freePort(), await freePort(), await freePort(), await freePort()];
+    const [apiPort, metricsPort, promPort, rollupPort, ingestPort] = [
+      await freePort(),
+      await freePort(),
+      await freePort(),
+      await freePort(),
+      await freePort(),
+    ];
     ingestTarget = `127.0.0.1:${ingestPort}`;
     apiUrl = `http://127.0.0.1:${apiPort}`;
     metricsUrl = `http://127.0.0.1:${metricsPort}`;
     promUrl = `http://127.0.0.1:${promPort}`;
     dataDir = join(dir, 'data');
-    const common = { HOST: '127.0.0.1', DATA_DIR: dataDir, CONFIG_FILE: cfg, REDIS_URL: inject('redisUrl'), QUEUE_NAME: uniqueName('obs'), ADMIN_TOKEN: TOKEN, LOG_LEVEL: 'debug' };
+    const common = {
+      HOST: '127.0.0.1',
+      DATA_DIR: dataDir,
+      CONFIG_FILE: cfg,
+      REDIS_URL: inject('redisUrl'),
+      QUEUE_NAME: uniqueName('obs'),
+      ADMIN_TOKEN: TOKEN,
+      LOG_LEVEL: 'debug',
+    };
     api = startService('services/api/main.ts', { ...common, PORT: String(apiPort) });
     encoder = startService('services/encoder/main.ts', { ...common, METRICS_PORT: String(metricsPort) });
     procs.push(api, encoder);
@@ -141,24 +173,52 @@ describe('observability: a real Prometheus scrapes the API and the encoder', () 
         ],
       }),
     );
-    prom = spawn('prometheus', [`--config.file=${promCfg}`, `--storage.tsdb.path=${join(dir, 'tsdb')}`, `--web.listen-address=127.0.0.1:${promPort}`, '--log.level=warn'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    prom = spawn(
+      'prometheus',
+      [
+        `--config.file=${promCfg}`,
+        `--storage.tsdb.path=${join(dir, 'tsdb')}`,
+        `--web.listen-address=127.0.0.1:${promPort}`,
+        '--log.level=warn',
+      ],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    );
     prom.stdout?.on('data', (d: Buffer) => (promOut += d.toString()));
     prom.stderr?.on('data', (d: Buffer) => (promOut += d.toString()));
-    prom.once('error', (err) => (promOut += `\nspawn failed: ${err.message} (install Debian's "prometheus" package; .ci/run does)`));
+    prom.once(
+      'error',
+      (err) => (promOut += `\nspawn failed: ${err.message} (install Debian's "prometheus" package; .ci/run does)`),
+    );
 
     await waitForHttp(`${apiUrl}/readyz`, 30_000, api);
     await waitForHttp(`${metricsUrl}/healthz`, 30_000, encoder);
     // The rollup service's panels and alert need its metrics (scraped as job "rollup", as in
     // prometheus/prometheus.yml); started once the others answer, so start-ups do not pile up.
-    const rollup = spawnService('services/rollup/main.ts', { ...common, LOG_LEVEL: 'info', METRICS_PORT: String(rollupPort), ICEBERG: 'on' });
+    const rollup = spawnService('services/rollup/main.ts', {
+      ...common,
+      LOG_LEVEL: 'info',
+      METRICS_PORT: String(rollupPort),
+      ICEBERG: 'on',
+    });
     procs.push(rollup);
     await waitForHttp(`http://127.0.0.1:${rollupPort}/healthz`, 60_000, rollup);
     // `npm start` on its own queue and folder: the dashboard's panels for its encoder processes.
-    const ingest = startService('services/main.ts', { ...common, QUEUE_NAME: uniqueName('obs-ingest'), DATA_DIR: join(dir, 'ingest-data'), PORT: String(ingestPort), LOG_LEVEL: 'warn', ROLLUP: 'off' });
+    const ingest = startService('services/main.ts', {
+      ...common,
+      QUEUE_NAME: uniqueName('obs-ingest'),
+      DATA_DIR: join(dir, 'ingest-data'),
+      PORT: String(ingestPort),
+      LOG_LEVEL: 'warn',
+      ROLLUP: 'off',
+    });
     procs.push(ingest);
     await waitForHttp(`http://${ingestTarget}/readyz`, 60_000, ingest);
     await waitFor(async () => (await fetch(`${promUrl}/-/ready`)).ok, 30_000, `prometheus ready\n${promOut}`);
-    await waitFor(async () => (await scalar('sum(up{job=~"api|encoder|rollup|ingest"})')) === 4, 30_000, 'every target up in prometheus');
+    await waitFor(
+      async () => (await scalar('sum(up{job=~"api|encoder|rollup|ingest"})')) === 4,
+      30_000,
+      'every target up in prometheus',
+    );
     // Four processes start here; on a loaded machine that takes longer than the default hook timeout.
   }, 150_000);
 
@@ -193,7 +253,9 @@ describe('observability: a real Prometheus scrapes the API and the encoder', () 
     expect((await push(JSON.stringify({ data: { events: 'nope' }, baseHash: null }))).status).toBe(400);
     expect((await push(batchBody(2500))).status).toBe(413);
     expect((await push(JSON.stringify({ data: { events: [] }, baseHash: null }))).status).toBe(200);
-    expect((await fetch(`${apiUrl}/list/events/obs`, { headers: { Authorization: `Bearer ${TOKEN}` } })).status).toBe(200);
+    expect((await fetch(`${apiUrl}/list/events/obs`, { headers: { Authorization: `Bearer ${TOKEN}` } })).status).toBe(
+      200,
+    );
 
     // Each target is scraped on its own tick: wait for each expected value rather than read once.
     // The traffic goes to the separate API and encoder (jobs "api" and "encoder").
@@ -210,10 +272,15 @@ describe('observability: a real Prometheus scrapes the API and the encoder', () 
       // npm start's encoder process answers its parent's scrape.
       ['sum(ingest_encoder_workers{job="ingest"})', 1],
     ];
-    for (const [q, want] of expected) await waitFor(async () => (await scalar(q)) === want, 30_000, `${q} == ${want} in prometheus`);
+    for (const [q, want] of expected)
+      await waitFor(async () => (await scalar(q)) === want, 30_000, `${q} == ${want} in prometheus`);
     // A few more scrapes so every rate() window holds samples from after the traffic.
     const seen = (await scalar('max(timestamp(up{job="encoder"}))')) as number;
-    await waitFor(async () => ((await scalar('max(timestamp(up{job="encoder"}))')) ?? 0) >= seen + 2, 15_000, 'two more scrapes');
+    await waitFor(
+      async () => ((await scalar('max(timestamp(up{job="encoder"}))')) ?? 0) >= seen + 2,
+      15_000,
+      'two more scrapes',
+    );
 
     const exprs = dashboardExprs();
     expect(exprs.length).toBeGreaterThanOrEqual(20);
@@ -239,7 +306,11 @@ describe('observability: a real Prometheus scrapes the API and the encoder', () 
       for (const v of dash.templating?.list ?? []) {
         const def = v.definition ?? (typeof v.query === 'string' ? v.query : v.query?.query) ?? '';
         const m = /label_values\(\s*([a-zA-Z_:][a-zA-Z0-9_:]*)/.exec(def);
-        if (m) expect({ variable: v.name, series: (await query(`group(${m[1]})`)).data?.result.length }).toEqual({ variable: v.name, series: 1 });
+        if (m)
+          expect({ variable: v.name, series: (await query(`group(${m[1]})`)).data?.result.length }).toEqual({
+            variable: v.name,
+            series: 1,
+          });
       }
     }
 
@@ -255,15 +326,27 @@ describe('observability: a real Prometheus scrapes the API and the encoder', () 
   });
 
   it('every alert rule is loaded and evaluates cleanly, and names metrics that exist', async () => {
-    const file = parse(readFileSync(ALERTS, 'utf8')) as { groups: { name: string; rules: { alert: string; expr: string }[] }[] };
+    const file = parse(readFileSync(ALERTS, 'utf8')) as {
+      groups: { name: string; rules: { alert: string; expr: string }[] }[];
+    };
     const wanted = file.groups.flatMap((g) => g.rules);
     expect(wanted.length).toBeGreaterThanOrEqual(4);
-    const rules = await waitFor(async () => {
-      const r = (await (await fetch(`${promUrl}/api/v1/rules?type=alert`)).json()) as { data: { groups: { rules: { name: string; health: string; lastError?: string }[] }[] } };
-      const all = r.data.groups.flatMap((g) => g.rules);
-      return all.length === wanted.length && all.every((x) => x.health !== 'unknown') ? all : null;
-    }, 15_000, 'alert rules evaluated');
-    expect(rules.map((r) => ({ name: r.name, health: r.health, error: r.lastError ?? '' })).sort((a, b) => a.name.localeCompare(b.name))).toEqual(
+    const rules = await waitFor(
+      async () => {
+        const r = (await (await fetch(`${promUrl}/api/v1/rules?type=alert`)).json()) as {
+          data: { groups: { rules: { name: string; health: string; lastError?: string }[] }[] };
+        };
+        const all = r.data.groups.flatMap((g) => g.rules);
+        return all.length === wanted.length && all.every((x) => x.health !== 'unknown') ? all : null;
+      },
+      15_000,
+      'alert rules evaluated',
+    );
+    expect(
+      rules
+        .map((r) => ({ name: r.name, health: r.health, error: r.lastError ?? '' }))
+        .sort((a, b) => a.name.localeCompare(b.name)),
+    ).toEqual(
       wanted.map((w) => ({ name: w.alert, health: 'ok', error: '' })).sort((a, b) => a.name.localeCompare(b.name)),
     );
 
@@ -273,7 +356,8 @@ describe('observability: a real Prometheus scrapes the API and the encoder', () 
       // A threshold hides a typo (an empty result reads as "not firing"), so each name is looked up alone.
       for (const m of rule.expr.matchAll(/\b(ingest_[a-z0-9_]+|up)\b(\{[^}]*\})?/g)) {
         const selector = m[1] === 'up' ? `up${m[2] ?? ''}` : (m[1] as string);
-        if (((await query(`group(${selector})`)).data?.result.length ?? 0) === 0) missing.push(`${rule.alert}: ${selector}`);
+        if (((await query(`group(${selector})`)).data?.result.length ?? 0) === 0)
+          missing.push(`${rule.alert}: ${selector}`);
       }
     }
     expect(missing).toEqual([]);
@@ -286,21 +370,42 @@ describe('observability: a real Prometheus scrapes the API and the encoder', () 
     const cfg = parse(readFileSync(join(ROOT, 'prometheus/prometheus.yml'), 'utf8')) as { rule_files: string[] };
     cfg.rule_files = [ALERTS];
     writeFileSync(join(dir, 'prometheus.yml'), stringify(cfg));
-    expect(execFileSync('promtool', ['check', 'config', join(dir, 'prometheus.yml')], { encoding: 'utf8' })).toMatch(/SUCCESS/);
+    expect(execFileSync('promtool', ['check', 'config', join(dir, 'prometheus.yml')], { encoding: 'utf8' })).toMatch(
+      /SUCCESS/,
+    );
     expect(execFileSync('promtool', ['check', 'rules', ALERTS], { encoding: 'utf8' })).toMatch(/SUCCESS/);
   });
 
   it('logs of the API and encoder processes at debug level never hold event contents', async () => {
-    const secretEvent = { ...sampleEvent(0), distinct_id: SENTINEL, properties: { note: SENTINEL, nested: { deeper: [SENTINEL] } }, context: { device: SENTINEL } };
-    const ok = await push(JSON.stringify({ data: { events: [secretEvent, { ...secretEvent, event: 'second' }] }, baseHash: null }));
+    const secretEvent = {
+      ...sampleEvent(0),
+      distinct_id: SENTINEL,
+      properties: { note: SENTINEL, nested: { deeper: [SENTINEL] } },
+      context: { device: SENTINEL },
+    };
+    const ok = await push(
+      JSON.stringify({ data: { events: [secretEvent, { ...secretEvent, event: 'second' }] }, baseHash: null }),
+    );
     expect(ok.status).toBe(200);
     // Rejected pushes carrying the sentinel must not leak it either.
-    expect((await push(JSON.stringify({ data: { events: [secretEvent, SENTINEL] }, baseHash: null }))).status).toBe(400);
+    expect((await push(JSON.stringify({ data: { events: [secretEvent, SENTINEL] }, baseHash: null }))).status).toBe(
+      400,
+    );
     expect((await push(`{"data":{"events":[{"distinct_id":"${SENTINEL}"`)).status).toBe(400);
     const id = ok.json.batchId as string;
-    await waitFor(async () => encoder.output().split('\n').some((l) => l.includes(id) && l.includes('batch written')), 30_000, 'sentinel batch written');
+    await waitFor(
+      async () =>
+        encoder
+          .output()
+          .split('\n')
+          .some((l) => l.includes(id) && l.includes('batch written')),
+      30_000,
+      'sentinel batch written',
+    );
     // The sentinel did reach the file: only the logs must not have it.
-    const rows = await duckQuery(`SELECT distinct_id, context FROM read_parquet('${join(dataDir, 'events', 'obs', `${id}.parquet`)}')`);
+    const rows = await duckQuery(
+      `SELECT distinct_id, context FROM read_parquet('${join(dataDir, 'events', 'obs', `${id}.parquet`)}')`,
+    );
     expect(rows.map((r) => r.distinct_id)).toEqual([SENTINEL, SENTINEL]);
 
     expect(await api.stop('SIGTERM')).toBe(0);
@@ -308,7 +413,9 @@ describe('observability: a real Prometheus scrapes the API and the encoder', () 
     const [apiLog, encLog] = [api.output(), encoder.output()];
     expect(apiLog).toMatch(/"msg":"request"/);
     const line = encLog.split('\n').find((l) => l.includes(`"batchId":"${id}"`) && l.includes('batch written'));
-    expect(Object.keys(JSON.parse(line as string) as object)).toEqual(expect.arrayContaining(['batchId', 'key', 'events', 'bytes', 'ms']));
+    expect(Object.keys(JSON.parse(line as string) as object)).toEqual(
+      expect.arrayContaining(['batchId', 'key', 'events', 'bytes', 'ms']),
+    );
     expect(apiLog).not.toContain(SENTINEL);
     expect(encLog).not.toContain(SENTINEL);
   });

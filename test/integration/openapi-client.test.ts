@@ -29,11 +29,18 @@ describe('a client generated from the OpenAPI document', () => {
     expect(refused.error?.code).toBe('unauthorized');
     // No encoder in this stack: the batch is queued, so the list shows it once an encoder wrote it;
     // the listing and its typed answer are what is checked here.
-    const list = await client.GET('/list/events/{app}', { params: { path: { app: 'client-app' }, query: { limit: 10 } }, ...auth });
+    const list = await client.GET('/list/events/{app}', {
+      params: { path: { app: 'client-app' }, query: { limit: 10 } },
+      ...auth,
+    });
     expect(list.response.status).toBe(200);
     expect(list.data?.hasMore).toBe(false);
 
-    const pull = await client.GET('/pull/events/{app}/{batchId}', { params: { path: { app: 'client-app', batchId: String(batchId) } }, parseAs: 'arrayBuffer', ...auth });
+    const pull = await client.GET('/pull/events/{app}/{batchId}', {
+      params: { path: { app: 'client-app', batchId: String(batchId) } },
+      parseAs: 'arrayBuffer',
+      ...auth,
+    });
     expect(pull.response.status).toBe(200);
     // Not encoded yet (no encoder): the Starfish empty document; encoded: the Parquet file.
     expect(pull.response.headers.get('content-type')).toMatch(/^application\/(json|vnd\.apache\.parquet)/);

@@ -31,7 +31,16 @@ beforeAll(async () => {
     },
   });
   const logger = createLogger({ level: 'debug', name: 'openapi-test', destination: sink });
-  stack = await startTestStack({ ROLLUP: 'off', JWT_PUBLIC_KEY: jwtKeys.publicKey.export({ type: 'spki', format: 'pem' }).toString(), JWT_ISSUER: 'test', JWT_AUDIENCE: 'ingest' }, { api: true, encoder: true }, logger);
+  stack = await startTestStack(
+    {
+      ROLLUP: 'off',
+      JWT_PUBLIC_KEY: jwtKeys.publicKey.export({ type: 'spki', format: 'pem' }).toString(),
+      JWT_ISSUER: 'test',
+      JWT_AUDIENCE: 'ingest',
+    },
+    { api: true, encoder: true },
+    logger,
+  );
   doc = (await (await fetch(`${stack.url}/openapi.json`)).json()) as OpenApiDocument;
   checker = answerChecker(doc);
 }, 60_000);
@@ -42,8 +51,16 @@ afterAll(async () => {
 const admin = { authorization: `Bearer ${ADMIN_TOKEN}` };
 
 /** One request to the product; its answer is checked against the document. */
-async function call(method: string, path: string, init: { headers?: Record<string, string>; body?: string | Buffer } = {}): Promise<{ status: number; headers: Headers; text: string }> {
-  const res = await fetch(`${stack.url}${path}`, { method, headers: init.headers, body: typeof init.body === 'string' || init.body === undefined ? init.body : new Uint8Array(init.body) });
+async function call(
+  method: string,
+  path: string,
+  init: { headers?: Record<string, string>; body?: string | Buffer } = {},
+): Promise<{ status: number; headers: Headers; text: string }> {
+  const res = await fetch(`${stack.url}${path}`, {
+    method,
+    headers: init.headers,
+    body: typeof init.body === 'string' || init.body === undefined ? init.body : new Uint8Array(init.body),
+  });
   const text = await res.text();
   problems.push(...checker.check({ method, path, status: res.status, headers: res.headers, body: text }));
   return { status: res.status, headers: res.headers, text };
@@ -63,24 +80,51 @@ describe('every route and method of the document, good and bad, answers as the d
       const first = await call('GET', p);
       expect(first.status).toBe(200);
       await call('HEAD', p);
-      expect((await call('GET', p, { headers: { 'if-none-match': first.headers.get('etag') ?? '' } })).status).toBe(304);
+      expect((await call('GET', p, { headers: { 'if-none-match': first.headers.get('etag') ?? '' } })).status).toBe(
+        304,
+      );
       expect((await call('DELETE', p)).status).toBe(405);
     }
   });
 
   it('push, list, the rewritten log, pull', async () => {
     const push = '/push/events/contract-app/b1';
-    expect((await call('POST', push, { headers: json, body: envelope([{ event: 'a', message_id: 'm1' }]) })).status).toBe(200);
+    expect(
+      (await call('POST', push, { headers: json, body: envelope([{ event: 'a', message_id: 'm1' }]) })).status,
+    ).toBe(200);
     expect((await call('POST', push, { headers: json, body: envelope([]) })).status).toBe(200);
     expect((await call('POST', push, { headers: json, body: '{"data":' })).status).toBe(400);
     expect((await call('POST', push, { headers: json, body: '[{"event":"a"}]' })).status).toBe(400);
-    expect((await call('POST', push, { headers: { 'content-type': 'text/plain' }, body: envelope([{}]) })).status).toBe(415);
-    expect((await call('POST', push, { headers: { ...json, 'content-encoding': 'zstd' }, body: envelope([{}]) })).status).toBe(415);
-    expect((await call('POST', push, { headers: { ...json, 'content-encoding': 'gzip' }, body: Buffer.from('not gzip') })).status).toBe(400);
-    expect((await call('POST', push, { headers: { ...json, 'content-encoding': 'gzip' }, body: gzipSync(envelope([{ event: 'gz' }])) })).status).toBe(200);
-    expect((await call('POST', push, { headers: { ...json, 'idempotency-key': 'k'.repeat(300) }, body: envelope([{}]) })).status).toBe(400);
-    expect((await call('POST', push, { headers: { ...json, 'idempotency-key': 'key-1' }, body: envelope([{ n: 1 }]) })).status).toBe(200);
-    expect((await call('POST', push, { headers: { ...json, 'idempotency-key': 'key-1' }, body: envelope([{ n: 2 }]) })).status).toBe(422);
+    expect((await call('POST', push, { headers: { 'content-type': 'text/plain' }, body: envelope([{}]) })).status).toBe(
+      415,
+    );
+    expect(
+      (await call('POST', push, { headers: { ...json, 'content-encoding': 'zstd' }, body: envelope([{}]) })).status,
+    ).toBe(415);
+    expect(
+      (await call('POST', push, { headers: { ...json, 'content-encoding': 'gzip' }, body: Buffer.from('not gzip') }))
+        .status,
+    ).toBe(400);
+    expect(
+      (
+        await call('POST', push, {
+          headers: { ...json, 'content-encoding': 'gzip' },
+          body: gzipSync(envelope([{ event: 'gz' }])),
+        })
+      ).status,
+    ).toBe(200);
+    expect(
+      (await call('POST', push, { headers: { ...json, 'idempotency-key': 'k'.repeat(300) }, body: envelope([{}]) }))
+        .status,
+    ).toBe(400);
+    expect(
+      (await call('POST', push, { headers: { ...json, 'idempotency-key': 'key-1' }, body: envelope([{ n: 1 }]) }))
+        .status,
+    ).toBe(200);
+    expect(
+      (await call('POST', push, { headers: { ...json, 'idempotency-key': 'key-1' }, body: envelope([{ n: 2 }]) }))
+        .status,
+    ).toBe(422);
     expect((await call('POST', '/push/events/bad..!app/b1', { headers: json, body: envelope([{}]) })).status).toBe(400);
     expect((await call('GET', push)).status).toBe(405);
 
@@ -94,7 +138,8 @@ describe('every route and method of the document, good and bad, answers as the d
     let ids: string[] = [];
     await waitFor(
       async () => {
-        ids = (JSON.parse((await call('GET', `${list}?limit=10`, { headers: admin })).text) as { items: string[] }).items;
+        ids = (JSON.parse((await call('GET', `${list}?limit=10`, { headers: admin })).text) as { items: string[] })
+          .items;
         return ids.length > 0;
       },
       20_000,
@@ -111,10 +156,14 @@ describe('every route and method of the document, good and bad, answers as the d
     const full = await call('GET', pull, { headers: admin });
     expect(full.status).toBe(200);
     await call('HEAD', pull, { headers: admin });
-    expect((await call('GET', pull, { headers: { ...admin, 'if-none-match': full.headers.get('etag') ?? '' } })).status).toBe(304);
+    expect(
+      (await call('GET', pull, { headers: { ...admin, 'if-none-match': full.headers.get('etag') ?? '' } })).status,
+    ).toBe(304);
     expect((await call('GET', pull, { headers: { ...admin, range: 'bytes=0-3' } })).status).toBe(206);
     expect((await call('GET', pull, { headers: { ...admin, range: 'bytes=99999999-' } })).status).toBe(416);
-    expect((await call('GET', '/pull/events/contract-app/1700000000000-0000-abcdef', { headers: admin })).status).toBe(200);
+    expect((await call('GET', '/pull/events/contract-app/1700000000000-0000-abcdef', { headers: admin })).status).toBe(
+      200,
+    );
     expect((await call('GET', '/pull/events/contract-app/not-an-id', { headers: admin })).status).toBe(200);
     expect((await call('GET', '/pull/events/contract-app/%21', { headers: admin })).status).toBe(400);
     expect((await call('GET', pull)).status).toBe(401);
@@ -134,11 +183,23 @@ describe('every route and method of the document, good and bad, answers as the d
     expect((await call('POST', '/admin/replay/1700000000000-0000-abcdef')).status).toBe(401);
     const erase = '/admin/erase/events/contract-app';
     expect((await call('POST', erase, { headers: { ...admin, ...json }, body: '{' })).status).toBe(400);
-    expect((await call('POST', erase, { headers: { ...admin, ...json }, body: '{"distinct_ids":[1]}' })).status).toBe(400);
-    expect((await call('POST', '/admin/erase/nope/contract-app', { headers: { ...admin, ...json }, body: '{"distinct_ids":["u"]}' })).status).toBe(404);
+    expect((await call('POST', erase, { headers: { ...admin, ...json }, body: '{"distinct_ids":[1]}' })).status).toBe(
+      400,
+    );
+    expect(
+      (
+        await call('POST', '/admin/erase/nope/contract-app', {
+          headers: { ...admin, ...json },
+          body: '{"distinct_ids":["u"]}',
+        })
+      ).status,
+    ).toBe(404);
     expect((await call('POST', erase, { headers: json, body: '{"distinct_ids":["u"]}' })).status).toBe(401);
     expect((await call('GET', erase, { headers: admin })).status).toBe(405);
-    const queued = await call('POST', erase, { headers: { ...admin, ...json }, body: '{"distinct_ids":["u"],"dry_run":true}' });
+    const queued = await call('POST', erase, {
+      headers: { ...admin, ...json },
+      body: '{"distinct_ids":["u"],"dry_run":true}',
+    });
     expect(queued.status).toBe(202);
     const id = (JSON.parse(queued.text) as { id: string }).id;
     expect((await call('GET', `/admin/erase/${id}`, { headers: admin })).status).toBe(200);
@@ -151,7 +212,8 @@ describe('every route and method of the document, good and bad, answers as the d
   it('no answer was outside the document, and every path and method of it was tried', () => {
     expect(problems).toEqual([]);
     const tried = new Set([...checker.seen].map((s) => s.split(' ').slice(0, 2).join(' ')));
-    for (const [path, item] of Object.entries(doc.paths)) for (const method of Object.keys(item)) expect(tried, `${method} ${path}`).toContain(`${path} ${method}`);
+    for (const [path, item] of Object.entries(doc.paths))
+      for (const method of Object.keys(item)) expect(tried, `${method} ${path}`).toContain(`${path} ${method}`);
   });
 });
 
@@ -159,19 +221,31 @@ describe('no answer or log line echoes a credential sent in a wrong shape', () =
   const secret = 'sEcReT-ingest-credential-7f3a9c2e51d84b06';
   const long = `L0ng${'x9'.repeat(3000)}EndOfSecret`;
   it('shapes × routes: none of the bytes come back', async () => {
-    const badJwt = await new SignJWT({ roles: ['admin'] }).setProtectedHeader({ alg: 'ES256' }).setSubject(secret).setIssuer('test').setAudience('ingest').setExpirationTime('5m').sign(otherKeys.privateKey);
+    const badJwt = await new SignJWT({ roles: ['admin'] })
+      .setProtectedHeader({ alg: 'ES256' })
+      .setSubject(secret)
+      .setIssuer('test')
+      .setAudience('ingest')
+      .setExpirationTime('5m')
+      .sign(otherKeys.privateKey);
     const shapes: Record<string, { header: string; needles: string[] }> = {
       'no scheme': { header: secret, needles: [secret] },
       'the admin token without its scheme': { header: ADMIN_TOKEN, needles: [ADMIN_TOKEN] },
       'wrong scheme': { header: `Token ${secret}`, needles: [secret] },
-      'Basic': { header: `Basic ${Buffer.from(`u:${secret}`).toString('base64')}`, needles: [Buffer.from(`u:${secret}`).toString('base64'), secret] },
+      Basic: {
+        header: `Basic ${Buffer.from(`u:${secret}`).toString('base64')}`,
+        needles: [Buffer.from(`u:${secret}`).toString('base64'), secret],
+      },
       'extra parts': { header: `Bearer ${secret} extra`, needles: [secret, 'extra'] },
       'scheme twice': { header: `Bearer Bearer ${secret}`, needles: [secret] },
       'lower case': { header: `bearer ${secret}`, needles: [secret] },
       'upper case': { header: `BEARER ${secret}`, needles: [secret] },
       'a cap header in a bearer slot': { header: `Bearer Cap ${secret}`, needles: [secret] },
       'a cap credential with cap auth off': { header: `Cap ${secret}`, needles: [secret] },
-      'a JWT with a bad signature': { header: `Bearer ${badJwt}`, needles: [badJwt, badJwt.split('.')[2] ?? '', secret] },
+      'a JWT with a bad signature': {
+        header: `Bearer ${badJwt}`,
+        needles: [badJwt, badJwt.split('.')[2] ?? '', secret],
+      },
       'a very long token': { header: long, needles: [long, 'x9x9x9x9x9x9x9x9'] },
       'a very long bearer token': { header: `Bearer ${long}`, needles: [long, 'x9x9x9x9x9x9x9x9'] },
     };
@@ -188,11 +262,17 @@ describe('no answer or log line echoes a credential sent in a wrong shape', () =
     const distinct = (n: string): string[] => [n, n.slice(Math.floor(n.length / 3), Math.floor(n.length / 3) + 12)];
     for (const [shape, { header, needles }] of Object.entries(shapes)) {
       for (const [method, path, body] of routes) {
-        const res = await fetch(`${stack.url}${path}`, { method, headers: { authorization: header, ...(body ? json : {}) }, body });
+        const res = await fetch(`${stack.url}${path}`, {
+          method,
+          headers: { authorization: header, ...(body ? json : {}) },
+          body,
+        });
         const text = await res.text();
         problems.push(...checker.check({ method, path, status: res.status, headers: res.headers, body: text }));
         const seen = `${[...res.headers].map(([k, v]) => `${k}: ${v}`).join('\n')}\n${text}`;
-        for (const n of needles.filter((x) => x !== 'extra' || shape !== 'extra parts').flatMap(distinct)) if (n && seen.includes(n)) leaks.push(`${shape} → ${method} ${path} ${res.status}: answer holds ${n.slice(0, 20)}…`);
+        for (const n of needles.filter((x) => x !== 'extra' || shape !== 'extra parts').flatMap(distinct))
+          if (n && seen.includes(n))
+            leaks.push(`${shape} → ${method} ${path} ${res.status}: answer holds ${n.slice(0, 20)}…`);
         if (shape === 'extra parts' && text.includes(secret)) leaks.push(`${shape} → ${method} ${path}`);
       }
     }

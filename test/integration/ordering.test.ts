@@ -46,7 +46,9 @@ function bodyOf(i: number): string {
 async function listPage(base: string, after: string | undefined, limit: number): Promise<ListPage> {
   const q = new URLSearchParams({ limit: String(limit) });
   if (after !== undefined) q.set('after', after);
-  const r = await fetch(`${base}/list/events/${APP}?${q.toString()}`, { headers: { Authorization: `Bearer ${TOKEN}` } });
+  const r = await fetch(`${base}/list/events/${APP}?${q.toString()}`, {
+    headers: { Authorization: `Bearer ${TOKEN}` },
+  });
   if (r.status !== 200) throw new Error(`list answered ${r.status}: ${await r.text()}`);
   return (await r.json()) as ListPage;
 }
@@ -58,7 +60,8 @@ function writtenOrder(output: string): { time: number; id: string }[] {
     if (!line.includes('"batch written"')) continue;
     try {
       const rec = JSON.parse(line) as { time?: unknown; batchId?: unknown };
-      if (typeof rec.time === 'number' && typeof rec.batchId === 'string') out.push({ time: rec.time, id: rec.batchId });
+      if (typeof rec.time === 'number' && typeof rec.batchId === 'string')
+        out.push({ time: rec.time, id: rec.batchId });
     } catch {
       /* a line split by the pipe; the count check below catches real losses */
     }
@@ -92,7 +95,12 @@ describe('gap-free ?after= across 2 API and 3 encoder processes', () => {
       apis.push(`http://127.0.0.1:${port}`);
     }
     for (let i = 0; i < 3; i++) {
-      const p = startService('services/encoder/main.ts', { ...common, ENCODER_CONCURRENCY: '2', METRICS_PORT: String(await freePort()), LOG_LEVEL: 'info' });
+      const p = startService('services/encoder/main.ts', {
+        ...common,
+        ENCODER_CONCURRENCY: '2',
+        METRICS_PORT: String(await freePort()),
+        LOG_LEVEL: 'info',
+      });
       procs.push(p);
       encoders.push(p);
     }
@@ -100,7 +108,8 @@ describe('gap-free ?after= across 2 API and 3 encoder processes', () => {
     for (const e of encoders) {
       const deadline = Date.now() + 120_000;
       while (!e.output().includes('"encoder started"')) {
-        if (e.child.exitCode !== null || Date.now() > deadline) throw new Error(`encoder did not start:\n${e.output()}`);
+        if (e.child.exitCode !== null || Date.now() > deadline)
+          throw new Error(`encoder did not start:\n${e.output()}`);
         await new Promise((r) => setTimeout(r, 100));
       }
     }
@@ -126,7 +135,11 @@ describe('gap-free ?after= across 2 API and 3 encoder processes', () => {
         let ok = false;
         // A shed push (503) is retried; a batch counts only once it was acknowledged.
         for (let attempt = 0; attempt < 20 && !ok; attempt++) {
-          const r = await fetch(`${base}/push/events/${APP}/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body });
+          const r = await fetch(`${base}/push/events/${APP}/x`, {
+            method: 'POST',
+            headers: { 'Content-Type': 'application/json' },
+            body,
+          });
           const json = (await r.json()) as { batchId?: unknown };
           if (r.status === 200) {
             expect(json.batchId).toMatch(BATCH_ID_RE);
@@ -232,6 +245,8 @@ describe('gap-free ?after= across 2 API and 3 encoder processes', () => {
     expect(hiddenPolls).toBeGreaterThan(0);
     // Every encoder process took part.
     for (const e of encoders) expect(writtenOrder(e.output()).length).toBeGreaterThan(0);
-    console.info(`ordering: ${BATCHES} batches, ${polls} polls, ${inversions} out-of-order completions, ${hiddenPolls} polls hid written files, ${heldBackPolls} empty polls`);
+    console.info(
+      `ordering: ${BATCHES} batches, ${polls} polls, ${inversions} out-of-order completions, ${hiddenPolls} polls hid written files, ${heldBackPolls} empty polls`,
+    );
   }, 240_000);
 });

@@ -44,13 +44,19 @@ describe('the watermark recovers from batches that will never be written', () =>
   });
 
   async function push(app: string, events = 3): Promise<string> {
-    const r = await fetch(`${stack.url}/push/events/${app}/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(events) });
+    const r = await fetch(`${stack.url}/push/events/${app}/x`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: batchBody(events),
+    });
     expect(r.status).toBe(200);
     return ((await r.json()) as { batchId: string }).batchId;
   }
 
   async function list(app: string): Promise<string[]> {
-    const r = await fetch(`${stack.url}/list/events/${app}?limit=1000`, { headers: { Authorization: `Bearer ${ADMIN_TOKEN}` } });
+    const r = await fetch(`${stack.url}/list/events/${app}?limit=1000`, {
+      headers: { Authorization: `Bearer ${ADMIN_TOKEN}` },
+    });
     expect(r.status).toBe(200);
     return ((await r.json()) as { items: string[] }).items.map((n) => n.replace(/\.parquet$/, ''));
   }
@@ -81,7 +87,17 @@ describe('the watermark recovers from batches that will never be written', () =>
   /** A job payload exactly as the API would enqueue it for `batchId`. */
   async function jobFor(app: string, batchId: string, body: string): Promise<BatchJob> {
     const prefix = `events/${app}/`;
-    return { v: 1, collection: 'events', key: `${prefix}${batchId}.parquet`, prefix, params: { app }, batchId, receivedAt: batchIdMs(batchId), events: 1, ...(await packBody(Buffer.from(body))) };
+    return {
+      v: 1,
+      collection: 'events',
+      key: `${prefix}${batchId}.parquet`,
+      prefix,
+      params: { app },
+      batchId,
+      receivedAt: batchIdMs(batchId),
+      events: 1,
+      ...(await packBody(Buffer.from(body))),
+    };
   }
 
   it('an id minted by an API that died before enqueueing holds the list back, then is reaped within ORPHAN_GRACE_SECONDS + the upkeep interval', async () => {
@@ -98,10 +114,14 @@ describe('the watermark recovers from batches that will never be written', () =>
     expect(await ledger.isPending(`events/${app}/`, orphan)).toBe(true);
     expect(await readyLag()).toBeGreaterThan(0);
 
-    const listed = await waitFor(async () => {
-      const items = await list(app);
-      return items.length > 0 ? items : null;
-    }, ORPHAN_BOUND_MS + SLACK_MS + 2000, 'the orphan to be reaped');
+    const listed = await waitFor(
+      async () => {
+        const items = await list(app);
+        return items.length > 0 ? items : null;
+      },
+      ORPHAN_BOUND_MS + SLACK_MS + 2000,
+      'the orphan to be reaped',
+    );
     const recoveredAfterMs = Date.now() - batchIdMs(orphan);
     expect(listed).toEqual([later]);
     expect(recoveredAfterMs).toBeLessThanOrEqual(ORPHAN_BOUND_MS + SLACK_MS);
@@ -113,7 +133,11 @@ describe('the watermark recovers from batches that will never be written', () =>
     const app = 'slow';
     const slow = (await ledger.mint(`events/${app}/`)).batchId;
     // Delayed like a job between retries: it exists, so it is not an orphan however old it gets.
-    const job = await queue.add(JOB_NAME, await jobFor(app, slow, batchBody(2)), { ...BATCH_JOB_OPTIONS, jobId: slow, delay: 120_000 });
+    const job = await queue.add(JOB_NAME, await jobFor(app, slow, batchBody(2)), {
+      ...BATCH_JOB_OPTIONS,
+      jobId: slow,
+      delay: 120_000,
+    });
     const later = await push(app);
     await waitFor(async () => fileExists(app, later), 20_000, 'the later batch to be written');
     expect(await list(app)).toEqual([]);
@@ -121,19 +145,27 @@ describe('the watermark recovers from batches that will never be written', () =>
 
     // The upkeep loop publishes the gauge; wait until it shows an age past the grace, which
     // means at least one reaper pass saw the id old enough and still left it alone.
-    const lag = await waitFor(async () => {
-      const v = await metric('ingest_watermark_lag_seconds');
-      return v > GRACE_SECONDS + 0.5 ? v : null;
-    }, ORPHAN_BOUND_MS + SLACK_MS + 2000, 'ingest_watermark_lag_seconds above the grace');
+    const lag = await waitFor(
+      async () => {
+        const v = await metric('ingest_watermark_lag_seconds');
+        return v > GRACE_SECONDS + 0.5 ? v : null;
+      },
+      ORPHAN_BOUND_MS + SLACK_MS + 2000,
+      'ingest_watermark_lag_seconds above the grace',
+    );
     expect(lag).toBeGreaterThan(GRACE_SECONDS);
     expect(await list(app)).toEqual([]);
     expect(await ledger.isPending(`events/${app}/`, slow)).toBe(true);
 
     await job.promote();
-    const listed = await waitFor(async () => {
-      const items = await list(app);
-      return items.length === 2 ? items : null;
-    }, 20_000, 'both batches listed');
+    const listed = await waitFor(
+      async () => {
+        const items = await list(app);
+        return items.length === 2 ? items : null;
+      },
+      20_000,
+      'both batches listed',
+    );
     expect(listed).toEqual([slow, later]);
     await waitFor(async () => (await readyLag()) === 0, 10_000, 'readyz lag back to 0');
   }, 40_000);
@@ -143,12 +175,19 @@ describe('the watermark recovers from batches that will never be written', () =>
     const app = 'dead';
     const before = await metric('ingest_encoder_batches_total', 'outcome="failed"');
     const dead = (await ledger.mint(`events/${app}/`)).batchId;
-    await queue.add(JOB_NAME, await jobFor(app, dead, '{"data":{"events":[{"event":'), { ...BATCH_JOB_OPTIONS, jobId: dead });
+    await queue.add(JOB_NAME, await jobFor(app, dead, '{"data":{"events":[{"event":'), {
+      ...BATCH_JOB_OPTIONS,
+      jobId: dead,
+    });
     const later = await push(app);
-    const listed = await waitFor(async () => {
-      const items = await list(app);
-      return items.length > 0 ? items : null;
-    }, 20_000, 'the later batch listed after the dead one');
+    const listed = await waitFor(
+      async () => {
+        const items = await list(app);
+        return items.length > 0 ? items : null;
+      },
+      20_000,
+      'the later batch listed after the dead one',
+    );
     expect(listed).toEqual([later]);
     expect(await queue.getJobState(dead)).toBe('failed');
     expect(await ledger.isPending(`events/${app}/`, dead)).toBe(false);
@@ -164,10 +203,14 @@ describe('the watermark recovers from batches that will never be written', () =>
     await waitFor(async () => fileExists(app2, later2), 20_000, 'the later batch to be written');
     await waitFor(async () => (await queue.getJobState(lost)) === 'failed', 20_000, 'the job to be dead-lettered');
     expect(await list(app2)).toEqual([]);
-    const listed2 = await waitFor(async () => {
-      const items = await list(app2);
-      return items.length > 0 ? items : null;
-    }, ORPHAN_BOUND_MS + SLACK_MS + 2000, 'the dead batch to be reaped');
+    const listed2 = await waitFor(
+      async () => {
+        const items = await list(app2);
+        return items.length > 0 ? items : null;
+      },
+      ORPHAN_BOUND_MS + SLACK_MS + 2000,
+      'the dead batch to be reaped',
+    );
     expect(listed2).toEqual([later2]);
     expect(Date.now() - batchIdMs(lost)).toBeLessThanOrEqual(ORPHAN_BOUND_MS + SLACK_MS);
     expect(await metric('ingest_orphans_reaped_total', 'kind="dead"')).toBeGreaterThanOrEqual(1);

@@ -16,12 +16,21 @@ import { freePort } from '../helpers/redis-server.js';
 const NPM_TIMEOUT_MS = 240_000;
 
 function npm(args: string[], cwd: string): string {
-  const r = spawnSync('npm', [...args, '--no-audit', '--no-fund', '--prefer-offline', '--loglevel=error'], { cwd, encoding: 'utf8', timeout: NPM_TIMEOUT_MS });
+  const r = spawnSync('npm', [...args, '--no-audit', '--no-fund', '--prefer-offline', '--loglevel=error'], {
+    cwd,
+    encoding: 'utf8',
+    timeout: NPM_TIMEOUT_MS,
+  });
   if (r.status !== 0) throw new Error(`npm ${args.join(' ')} failed (${String(r.status)}):\n${r.stdout}\n${r.stderr}`);
   return r.stdout;
 }
 
-function run(cmd: string, args: string[], cwd: string, timeout = 60_000): { status: number | null; stdout: string; stderr: string } {
+function run(
+  cmd: string,
+  args: string[],
+  cwd: string,
+  timeout = 60_000,
+): { status: number | null; stdout: string; stderr: string } {
   const r = spawnSync(cmd, args, { cwd, encoding: 'utf8', timeout });
   return { status: r.status, stdout: r.stdout, stderr: r.stderr };
 }
@@ -99,7 +108,10 @@ describe('the package as others install it', () => {
     for (const f of ['package.json', 'README.md', 'LICENSE', 'NOTICE']) cpSync(join(ROOT, f), join(stage, f));
     for (const d of ['bin', 'docs']) cpSync(join(ROOT, d), join(stage, d), { recursive: true });
     cpSync(dist, join(stage, 'dist'), { recursive: true, filter: (src) => !src.endsWith('.sources-sha256') });
-    const packed = JSON.parse(npm(['pack', '--ignore-scripts', '--json', '--pack-destination', stage], stage)) as { filename: string; files: { path: string }[] }[];
+    const packed = JSON.parse(npm(['pack', '--ignore-scripts', '--json', '--pack-destination', stage], stage)) as {
+      filename: string;
+      files: { path: string }[];
+    }[];
     const files = packed[0]!.files.map((f) => f.path);
     // Only what a user needs: compiled code, declarations, maps, Lua, the bin, docs.
     expect(files).toContain('dist/index.js');
@@ -109,40 +121,70 @@ describe('the package as others install it', () => {
     expect(files).toContain('dist/cli/main.js');
     // Apache-2.0: the licence and the notices travel with every copy.
     expect(files).toEqual(expect.arrayContaining(['LICENSE', 'NOTICE']));
-    expect(files.filter((f) => !/^(dist\/.*\.(js|d\.ts|js\.map|d\.ts\.map|lua)|bin\/events-ingest\.mjs|docs\/.*\.md|README\.md|LICENSE|NOTICE|package\.json)$/.test(f))).toEqual([]);
+    expect(
+      files.filter(
+        (f) =>
+          !/^(dist\/.*\.(js|d\.ts|js\.map|d\.ts\.map|lua)|bin\/events-ingest\.mjs|docs\/.*\.md|README\.md|LICENSE|NOTICE|package\.json)$/.test(
+            f,
+          ),
+      ),
+    ).toEqual([]);
     // No tests, benchmarks or TypeScript sources (the maps carry the sources inline, as the README says).
     expect(files.filter((f) => /(^|\/)(test|bench)\/|\.test\.|(?<!\.d)\.ts$/.test(f))).toEqual([]);
-    const manifest = JSON.parse(readFileSync(join(stage, 'package.json'), 'utf8')) as { license?: string; private?: boolean; optionalDependencies?: Record<string, string> };
+    const manifest = JSON.parse(readFileSync(join(stage, 'package.json'), 'utf8')) as {
+      license?: string;
+      private?: boolean;
+      optionalDependencies?: Record<string, string>;
+    };
     expect(manifest).toMatchObject({ license: 'Apache-2.0' });
     expect(manifest.private).toBeUndefined();
     // The Starfish protocol package declares no licence: optional, loaded only with cap auth on (NOTICE).
     expect(Object.keys(manifest.optionalDependencies ?? {})).toContain('@drakkar.software/starfish-protocol');
     // What `npm publish` would do, without publishing.
-    const dry = spawnSync('npm', ['publish', '--dry-run', '--ignore-scripts', '--json'], { cwd: stage, encoding: 'utf8', timeout: NPM_TIMEOUT_MS });
+    const dry = spawnSync('npm', ['publish', '--dry-run', '--ignore-scripts', '--json'], {
+      cwd: stage,
+      encoding: 'utf8',
+      timeout: NPM_TIMEOUT_MS,
+    });
     expect(dry.status, dry.stderr).toBe(0);
     // npm 11 keys the answer by package name; earlier versions answer the package itself.
     const published = JSON.parse(dry.stdout) as { name?: string; 'events-ingest'?: { name: string } };
     expect(published['events-ingest']?.name ?? published.name).toBe('events-ingest');
 
     const consumer = tempDir('consumer-');
-    writeFileSync(join(consumer, 'package.json'), JSON.stringify({ name: 'consumer', version: '1.0.0', private: true, type: 'module' }));
+    writeFileSync(
+      join(consumer, 'package.json'),
+      JSON.stringify({ name: 'consumer', version: '1.0.0', private: true, type: 'module' }),
+    );
     npm(['install', '--omit=dev', join(stage, packed[0]!.filename), 'express@5'], consumer);
     const modules = readdirSync(join(consumer, 'node_modules'));
-    for (const devOnly of ['tsx', 'typescript', 'vitest', '@duckdb', 'esbuild']) expect(modules, devOnly).not.toContain(devOnly);
+    for (const devOnly of ['tsx', 'typescript', 'vitest', '@duckdb', 'esbuild'])
+      expect(modules, devOnly).not.toContain(devOnly);
 
     // Plain node, ESM: the seed's setup snippet on the filesystem store.
     const root = join(consumer, 'data');
     writeFileSync(join(consumer, 'snippet.mjs'), SNIPPET);
     const r = run(process.execPath, ['snippet.mjs', root], consumer);
     expect(r.status, r.stderr).toBe(0);
-    const out = JSON.parse(r.stdout.trim().split('\n').pop() as string) as Record<string, { status: number; type?: string; body: Record<string, unknown> }>;
+    const out = JSON.parse(r.stdout.trim().split('\n').pop() as string) as Record<
+      string,
+      { status: number; type?: string; body: Record<string, unknown> }
+    >;
     expect(out.ok!.status).toBe(200);
     const batchId = out.ok!.body.batchId as string;
     const file = readFileSync(join(root, 'events', 'myapp', `${batchId}.parquet`));
     expect(file.subarray(0, 4).toString()).toBe('PAR1');
     // The router's JSON error mapping, inside the router and after the host's own routes.
-    expect(out.bad).toMatchObject({ status: 400, type: expect.stringContaining('application/json') as unknown, body: { error: expect.stringContaining('malformed JSON') as unknown } });
-    expect(out.boom).toMatchObject({ status: 500, type: expect.stringContaining('application/json') as unknown, body: { error: 'internal error' } });
+    expect(out.bad).toMatchObject({
+      status: 400,
+      type: expect.stringContaining('application/json') as unknown,
+      body: { error: expect.stringContaining('malformed JSON') as unknown },
+    });
+    expect(out.boom).toMatchObject({
+      status: 500,
+      type: expect.stringContaining('application/json') as unknown,
+      body: { error: 'internal error' },
+    });
     expect(out).toMatchObject({ s3: 's3://b (http://127.0.0.1:9)', job: 'encode-batch', schema: 'function' });
     expect(out.sql).toContain(`${root}/events/myapp/`);
 
@@ -160,9 +202,26 @@ describe('the package as others install it', () => {
     writeFileSync(join(consumer, 'consumer.ts'), CONSUMER_TS);
     writeFileSync(
       join(consumer, 'tsconfig.json'),
-      JSON.stringify({ compilerOptions: { module: 'nodenext', moduleResolution: 'nodenext', target: 'es2022', strict: true, noEmit: true, skipLibCheck: true, types: ['node'], typeRoots: [join(ROOT, 'node_modules', '@types')] }, files: ['consumer.ts'] }),
+      JSON.stringify({
+        compilerOptions: {
+          module: 'nodenext',
+          moduleResolution: 'nodenext',
+          target: 'es2022',
+          strict: true,
+          noEmit: true,
+          skipLibCheck: true,
+          types: ['node'],
+          typeRoots: [join(ROOT, 'node_modules', '@types')],
+        },
+        files: ['consumer.ts'],
+      }),
     );
-    const tsc = run(process.execPath, [join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', consumer], consumer, 120_000);
+    const tsc = run(
+      process.execPath,
+      [join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', consumer],
+      consumer,
+      120_000,
+    );
     expect(tsc.stdout + tsc.stderr).toBe('');
     expect(tsc.status).toBe(0);
   }, 420_000);
@@ -174,23 +233,37 @@ describe('the package as others install it', () => {
     mkdirSync(join(app, 'scripts'));
     cpSync(join(ROOT, 'scripts', 'build.mjs'), join(app, 'scripts', 'build.mjs'));
     npm(['ci', '--omit=dev'], app);
-    for (const devOnly of ['tsx', 'typescript', '@duckdb']) expect(existsSync(join(app, 'node_modules', devOnly)), devOnly).toBe(false);
+    for (const devOnly of ['tsx', 'typescript', '@duckdb'])
+      expect(existsSync(join(app, 'node_modules', devOnly)), devOnly).toBe(false);
     cpSync(dist, join(app, 'dist'), { recursive: true });
 
     const port = await freePort();
     const dataDir = join(app, 'data');
-    const proc = startService(join(app, 'dist', 'services', 'main.js') as `${string}.js`, { PORT: String(port), HOST: '127.0.0.1', DATA_DIR: dataDir, REDIS_URL: inject('redisUrl'), QUEUE_NAME: uniqueName('omitdev') });
+    const proc = startService(join(app, 'dist', 'services', 'main.js') as `${string}.js`, {
+      PORT: String(port),
+      HOST: '127.0.0.1',
+      DATA_DIR: dataDir,
+      REDIS_URL: inject('redisUrl'),
+      QUEUE_NAME: uniqueName('omitdev'),
+    });
     try {
       await waitForHttp(`http://127.0.0.1:${port}/readyz`, 30_000, proc);
       expect(commandLine(proc.pid).join(' ')).not.toMatch(/tsx/);
-      const r = await fetch(`http://127.0.0.1:${port}/push/events/shop/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ data: { events: [{ event: 'a' }, { event: 'b' }] }, baseHash: null }) });
+      const r = await fetch(`http://127.0.0.1:${port}/push/events/shop/x`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json' },
+        body: JSON.stringify({ data: { events: [{ event: 'a' }, { event: 'b' }] }, baseHash: null }),
+      });
       expect(r.status).toBe(200);
       const { batchId } = (await r.json()) as { batchId: string };
-      await waitFor(async () => existsSync(join(dataDir, 'events', 'shop', `${batchId}.parquet`)), 30_000, 'the batch file');
+      await waitFor(
+        async () => existsSync(join(dataDir, 'events', 'shop', `${batchId}.parquet`)),
+        30_000,
+        'the batch file',
+      );
       expect(await proc.stop('SIGTERM')).toBe(0);
     } finally {
       await proc.stop('SIGKILL');
     }
   }, 420_000);
 });
-

@@ -15,7 +15,13 @@ import { batchBody } from '../helpers/events.js';
 import { waitFor } from '../helpers/proc.js';
 import { type TestStack, startTestStack } from '../helpers/stack.js';
 
-const base = { readRoles: ['admin'], writeRoles: ['public'], encryption: 'none', allowedMimeTypes: ['application/json'], listable: true };
+const base = {
+  readRoles: ['admin'],
+  writeRoles: ['public'],
+  encryption: 'none',
+  allowedMimeTypes: ['application/json'],
+  listable: true,
+};
 
 describe('parquetCompression per collection, through the services', () => {
   let stack: TestStack;
@@ -38,14 +44,23 @@ describe('parquetCompression per collection, through the services', () => {
   });
 
   const push = async (path: string, n: number): Promise<string> => {
-    const r = await fetch(`${stack.url}/push/${path}/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(n) });
+    const r = await fetch(`${stack.url}/push/${path}/x`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: batchBody(n),
+    });
     expect(r.status).toBe(200);
     return ((await r.json()) as { batchId: string }).batchId;
   };
   const fileOf = (folder: string, id: string): Promise<Uint8Array> =>
-    waitFor(async () => (existsSync(join(folder, `${id}.parquet`)) ? new Uint8Array(readFileSync(join(folder, `${id}.parquet`))) : null), 20_000, `${id} written`);
+    waitFor(
+      async () =>
+        existsSync(join(folder, `${id}.parquet`)) ? new Uint8Array(readFileSync(join(folder, `${id}.parquet`))) : null,
+      20_000,
+      `${id} written`,
+    );
 
-  it('writes the encoder\'s and the API\'s files of a zstd collection as ZSTD, and another collection\'s with the default (SNAPPY), which plain hyparquet reads', async () => {
+  it("writes the encoder's and the API's files of a zstd collection as ZSTD, and another collection's with the default (SNAPPY), which plain hyparquet reads", async () => {
     // 10 events: the encoder encodes it; 400 events (> 128 KiB): the API encodes it on its thread.
     const small = await push('packed/a', 10);
     const large = await push('packed/a', 400);
@@ -54,13 +69,19 @@ describe('parquetCompression per collection, through the services', () => {
     const [smallFile, largeFile] = await Promise.all([fileOf(packed, small), fileOf(packed, large)]);
     expect(parquetFileCompression(smallFile)).toBe('zstd');
     expect(parquetFileCompression(largeFile)).toBe('zstd');
-    const codecs = await duckQuery(`SELECT DISTINCT compression FROM parquet_metadata(${sqlString(join(packed, '*.parquet'))})`);
+    const codecs = await duckQuery(
+      `SELECT DISTINCT compression FROM parquet_metadata(${sqlString(join(packed, '*.parquet'))})`,
+    );
     expect(codecs).toEqual([{ compression: 'ZSTD' }]);
-    expect(await duckQuery(`SELECT count(*)::INTEGER AS n FROM read_parquet(${sqlString(join(packed, '*.parquet'))})`)).toEqual([{ n: 410 }]);
+    expect(
+      await duckQuery(`SELECT count(*)::INTEGER AS n FROM read_parquet(${sqlString(join(packed, '*.parquet'))})`),
+    ).toEqual([{ n: 410 }]);
 
     const plainFile = await fileOf(join(stack.dataDir, 'events', 'a'), other);
     expect(parquetFileCompression(plainFile)).toBe('snappy');
-    const rows = await parquetReadObjects({ file: plainFile.buffer.slice(plainFile.byteOffset, plainFile.byteOffset + plainFile.byteLength) as ArrayBuffer });
+    const rows = await parquetReadObjects({
+      file: plainFile.buffer.slice(plainFile.byteOffset, plainFile.byteOffset + plainFile.byteLength) as ArrayBuffer,
+    });
     expect(rows).toHaveLength(10);
   });
 });

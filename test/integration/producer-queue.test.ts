@@ -20,7 +20,9 @@ describe('producer queue', () => {
     await server?.stop();
   });
 
-  async function addAfterSlowStart(make: (conn: ReturnType<typeof createRedis>) => Queue): Promise<PromiseSettledResult<unknown>> {
+  async function addAfterSlowStart(
+    make: (conn: ReturnType<typeof createRedis>) => Queue,
+  ): Promise<PromiseSettledResult<unknown>> {
     const producer = createRedis(server.url, 'producer');
     const blocker = createRedis(server.url, 'worker');
     try {
@@ -43,12 +45,16 @@ describe('producer queue', () => {
   }
 
   it('accepts jobs once Redis answers again, though Redis stalled while the queue was built', async () => {
-    const added = await addAfterSlowStart((conn) => openQueue({ name: `pq-${Date.now()}`, prefix: 'bull' }, conn, { producer: true }));
+    const added = await addAfterSlowStart((conn) =>
+      openQueue({ name: `pq-${Date.now()}`, prefix: 'bull' }, conn, { producer: true }),
+    );
     expect(added.status).toBe('fulfilled');
   });
 
   it('(control) a queue built with the version check stays broken after the same stall', async () => {
-    const added = await addAfterSlowStart((conn) => openQueue({ name: `pq-control-${Date.now()}`, prefix: 'bull' }, conn));
+    const added = await addAfterSlowStart((conn) =>
+      openQueue({ name: `pq-control-${Date.now()}`, prefix: 'bull' }, conn),
+    );
     expect(added.status).toBe('rejected');
   });
 });

@@ -13,7 +13,14 @@ import { DEFAULT_SYNC_CONFIG } from '../../shared/config.js';
 import { FilesystemObjectStore } from '../../shared/store/filesystem/index.js';
 import { MemoryObjectStore } from '../../shared/store/memory/index.js';
 import { S3ObjectStore } from '../../shared/store/s3/index.js';
-import type { ByteRange, ListOptions, ObjectMeta, ObjectStore, PutOptions, StoredObject } from '../../shared/store/types.js';
+import type {
+  ByteRange,
+  ListOptions,
+  ObjectMeta,
+  ObjectStore,
+  PutOptions,
+  StoredObject,
+} from '../../shared/store/types.js';
 import { S3RVER_CREDENTIALS, type S3TestServer, startS3Server } from '../helpers/s3.js';
 
 /**
@@ -60,7 +67,9 @@ class CountingStore implements ObjectStore {
 }
 
 /** A loopback TCP proxy that counts the bytes the upstream (the S3 server) sends back. */
-async function countingProxy(targetPort: number): Promise<{ port: number; received(): number; close(): Promise<void> }> {
+async function countingProxy(
+  targetPort: number,
+): Promise<{ port: number; received(): number; close(): Promise<void> }> {
   let received = 0;
   const sockets = new Set<net.Socket>();
   const server = net.createServer((client) => {
@@ -88,14 +97,20 @@ async function countingProxy(targetPort: number): Promise<{ port: number; receiv
 function appFor(store: ObjectStore): express.Express {
   const plugin = createEventsServerPlugin({ store, collection: 'events', storagePath: 'events/{app}/{batchId}' });
   const app = express();
-  app.use(createSyncRouter({ store, config: DEFAULT_SYNC_CONFIG, plugins: [plugin], auth: new Map([[TOKEN, ['admin']]]) }));
+  app.use(
+    createSyncRouter({ store, config: DEFAULT_SYNC_CONFIG, plugins: [plugin], auth: new Map([[TOKEN, ['admin']]]) }),
+  );
   return app;
 }
 
-const pull = (app: express.Express) => request(app).get(`/pull/events/app/${BATCH_ID}`).set('Authorization', `Bearer ${TOKEN}`);
+const pull = (app: express.Express) =>
+  request(app).get(`/pull/events/app/${BATCH_ID}`).set('Authorization', `Bearer ${TOKEN}`);
 
 /** The three cheap requests, each with the object bytes read for it; then a full GET to prove the counter counts. */
-async function measure(app: express.Express, read: () => number): Promise<Record<'head' | 'notModified' | 'footer' | 'full', number>> {
+async function measure(
+  app: express.Express,
+  read: () => number,
+): Promise<Record<'head' | 'notModified' | 'footer' | 'full', number>> {
   const out = { head: 0, notModified: 0, footer: 0, full: 0 };
   let before = read();
   const head = await request(app).head(`/pull/events/app/${BATCH_ID}`).set('Authorization', `Bearer ${TOKEN}`);
@@ -110,22 +125,27 @@ async function measure(app: express.Express, read: () => number): Promise<Record
   out.notModified = read() - before;
 
   before = read();
-  const footer = await pull(app).set('Range', 'bytes=-8').buffer(true).parse((res, cb) => {
-    const chunks: Buffer[] = [];
-    res.on('data', (c: Buffer) => chunks.push(c));
-    res.on('end', () => cb(null, Buffer.concat(chunks)));
-  });
+  const footer = await pull(app)
+    .set('Range', 'bytes=-8')
+    .buffer(true)
+    .parse((res, cb) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => cb(null, Buffer.concat(chunks)));
+    });
   expect(footer.status).toBe(206);
   expect(footer.headers['content-range']).toBe(`bytes ${SIZE - 8}-${SIZE - 1}/${SIZE}`);
   expect(Buffer.compare(footer.body as Buffer, Buffer.from(body.subarray(SIZE - 8)))).toBe(0);
   out.footer = read() - before;
 
   before = read();
-  const full = await pull(app).buffer(true).parse((res, cb) => {
-    const hash = createHash('sha256');
-    res.on('data', (c: Buffer) => hash.update(c));
-    res.on('end', () => cb(null, `"${hash.digest('hex')}"`));
-  });
+  const full = await pull(app)
+    .buffer(true)
+    .parse((res, cb) => {
+      const hash = createHash('sha256');
+      res.on('data', (c: Buffer) => hash.update(c));
+      res.on('end', () => cb(null, `"${hash.digest('hex')}"`));
+    });
   expect(full.status).toBe(200);
   expect(full.body).toBe(etag);
   out.full = read() - before;
@@ -154,7 +174,13 @@ describe('pull reads only metadata or the requested bytes (8 MB batch)', () => {
     cleanups.push(() => s3.close());
     const proxy = await countingProxy(Number(new URL(s3.endpoint).port));
     cleanups.push(() => proxy.close());
-    const store = new S3ObjectStore({ bucket: s3.bucket, endpoint: `http://127.0.0.1:${proxy.port}`, region: 'us-east-1', forcePathStyle: true, credentials: S3RVER_CREDENTIALS });
+    const store = new S3ObjectStore({
+      bucket: s3.bucket,
+      endpoint: `http://127.0.0.1:${proxy.port}`,
+      region: 'us-east-1',
+      forcePathStyle: true,
+      credentials: S3RVER_CREDENTIALS,
+    });
     cleanups.push(() => store.destroy());
     const counting = new CountingStore(store);
     await store.putBytes(KEY, body);

@@ -26,7 +26,19 @@ describe('decideRange (pure)', () => {
   });
 
   it('ignored (whole body): other units, syntax errors, reversed, several ranges', () => {
-    for (const h of ['items=0-1', 'bytes=', 'bytes=-', 'bytes=a-b', 'bytes=5-1', 'bytes=0x10-20', 'bytes=1e2-', 'bytes=0-1,5-6', 'bytes=--1', 'bytes=1-2-3', 'bytes=1234567890123456-']) {
+    for (const h of [
+      'items=0-1',
+      'bytes=',
+      'bytes=-',
+      'bytes=a-b',
+      'bytes=5-1',
+      'bytes=0x10-20',
+      'bytes=1e2-',
+      'bytes=0-1,5-6',
+      'bytes=--1',
+      'bytes=1-2-3',
+      'bytes=1234567890123456-',
+    ]) {
       expect(decideRange(h, 100), h).toEqual({ kind: 'full' });
     }
   });
@@ -47,18 +59,27 @@ describe('pull with HEAD and Range against the running product', () => {
   let size: number;
   let etag: string;
 
-  const get = (headers: Record<string, string> = {}, method = 'GET'): Promise<Response> => fetch(url, { method, headers: { ...auth, ...headers } });
+  const get = (headers: Record<string, string> = {}, method = 'GET'): Promise<Response> =>
+    fetch(url, { method, headers: { ...auth, ...headers } });
   const bytesOf = async (r: Response): Promise<Buffer> => Buffer.from(await r.arrayBuffer());
 
   beforeAll(async () => {
     s = await startTestStack();
-    const pushed = await fetch(`${s.url}/push/events/ranged/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(ROWS) });
+    const pushed = await fetch(`${s.url}/push/events/ranged/x`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: batchBody(ROWS),
+    });
     expect(pushed.status).toBe(200);
     const { batchId } = (await pushed.json()) as { batchId: string };
-    await waitFor(async () => {
-      const r = await fetch(`${s.url}/list/events/ranged`, { headers: auth });
-      return ((await r.json()) as { items: string[] }).items.length === 1;
-    }, 30_000, 'batch listed');
+    await waitFor(
+      async () => {
+        const r = await fetch(`${s.url}/list/events/ranged`, { headers: auth });
+        return ((await r.json()) as { items: string[] }).items.length === 1;
+      },
+      30_000,
+      'batch listed',
+    );
     url = `${s.url}/pull/events/ranged/${batchId}.parquet`;
     const full = await get();
     expect(full.status).toBe(200);

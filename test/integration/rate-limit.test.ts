@@ -27,7 +27,10 @@ const config = {
       ...DEFAULT_COLLECTION,
       name: 'limited',
       storagePath: 'limited/{app}/{batchId}',
-      rateLimit: { push: { windowMs: PUSH_WINDOW_MS, maxRequests: PUSH_MAX, bucket: 'ip' }, list: { windowMs: PUSH_WINDOW_MS, maxRequests: LIST_MAX } },
+      rateLimit: {
+        push: { windowMs: PUSH_WINDOW_MS, maxRequests: PUSH_MAX, bucket: 'ip' },
+        list: { windowMs: PUSH_WINDOW_MS, maxRequests: LIST_MAX },
+      },
     },
     {
       ...DEFAULT_COLLECTION,
@@ -44,11 +47,20 @@ interface Answer {
 }
 
 async function push(base: string, path: string, events: number, headers: Record<string, string> = {}): Promise<Answer> {
-  const r = await fetch(`${base}${path}`, { method: 'POST', headers: { 'Content-Type': 'application/json', ...headers }, body: batchBody(events, (i) => ({ event: 'e', i })), signal: AbortSignal.timeout(10_000) });
+  const r = await fetch(`${base}${path}`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', ...headers },
+    body: batchBody(events, (i) => ({ event: 'e', i })),
+    signal: AbortSignal.timeout(10_000),
+  });
   const body = (await r.json()) as { error?: string };
-  return { status: r.status, retryAfter: r.headers.get('retry-after'), limit: r.headers.get('ratelimit-limit'), error: body.error };
+  return {
+    status: r.status,
+    retryAfter: r.headers.get('retry-after'),
+    limit: r.headers.get('ratelimit-limit'),
+    error: body.error,
+  };
 }
-
 
 describe('rate limits shared by two API processes on one Redis', () => {
   const dir = mkdtempSync(join(tmpdir(), 'ingest-limits-'));
@@ -89,7 +101,8 @@ describe('rate limits shared by two API processes on one Redis', () => {
 
   it('one client over maxRequests gets 429 + Retry-After on either instance; 200s stay within the limit', async () => {
     const answers: { instance: number; a: Answer }[] = [];
-    for (let i = 0; i < 3 * PUSH_MAX; i++) answers.push({ instance: i % 2, a: await push(urls[i % 2]!, '/push/limited/shared/x', 1) });
+    for (let i = 0; i < 3 * PUSH_MAX; i++)
+      answers.push({ instance: i % 2, a: await push(urls[i % 2]!, '/push/limited/shared/x', 1) });
     const ok = answers.filter((x) => x.a.status === 200).length;
     // One window normally; a burst that straddles a window boundary may get one more window's worth.
     expect(ok).toBeGreaterThanOrEqual(PUSH_MAX);
@@ -109,24 +122,34 @@ describe('rate limits shared by two API processes on one Redis', () => {
   it('bucket "ip" with TRUSTED_PROXY_HOPS=1 uses X-Forwarded-For (the address the proxy appended)', async () => {
     const xff = (client: string) => ({ 'X-Forwarded-For': `198.51.100.99, ${client}` });
     const codes: number[] = [];
-    for (let i = 0; i < PUSH_MAX + 2; i++) codes.push((await push(urls[i % 2]!, '/push/limited/xff/x', 1, xff('203.0.113.7'))).status);
+    for (let i = 0; i < PUSH_MAX + 2; i++)
+      codes.push((await push(urls[i % 2]!, '/push/limited/xff/x', 1, xff('203.0.113.7'))).status);
     expect(codes.slice(0, PUSH_MAX).every((c) => c === 200)).toBe(true);
     expect(codes.slice(PUSH_MAX)).toContain(429);
     // Another client address behind the same proxy has its own budget; the left-most (spoofable) entry does not matter.
     expect((await push(urls[0]!, '/push/limited/xff/x', 1, xff('203.0.113.8'))).status).toBe(200);
-    expect((await push(urls[1]!, '/push/limited/xff/x', 1, { 'X-Forwarded-For': '192.0.2.1, 203.0.113.8' })).status).toBe(200);
+    expect(
+      (await push(urls[1]!, '/push/limited/xff/x', 1, { 'X-Forwarded-For': '192.0.2.1, 203.0.113.8' })).status,
+    ).toBe(200);
   });
 
   it('bucket "ip" with TRUSTED_PROXY_HOPS=0 ignores X-Forwarded-For', async () => {
-    inProcess = await startTestStack({ CONFIG_FILE: configFile, TRUSTED_PROXY_HOPS: '0' }, { api: true, encoder: false });
+    inProcess = await startTestStack(
+      { CONFIG_FILE: configFile, TRUSTED_PROXY_HOPS: '0' },
+      { api: true, encoder: false },
+    );
     const codes: number[] = [];
-    for (let i = 0; i < PUSH_MAX + 1; i++) codes.push((await push(inProcess.url, '/push/limited/noxff/x', 1, { 'X-Forwarded-For': `203.0.113.${i + 1}` })).status);
+    for (let i = 0; i < PUSH_MAX + 1; i++)
+      codes.push(
+        (await push(inProcess.url, '/push/limited/noxff/x', 1, { 'X-Forwarded-For': `203.0.113.${i + 1}` })).status,
+      );
     expect(codes.slice(0, PUSH_MAX).every((c) => c === 200)).toBe(true);
     expect(codes[PUSH_MAX]).toBe(429);
   });
 
   it('list is limited per identity: one token over its budget on both instances, another token unaffected', async () => {
-    const list = async (base: string, token: string) => (await fetch(`${base}/list/limited/shared`, { headers: { Authorization: `Bearer ${token}` } })).status;
+    const list = async (base: string, token: string) =>
+      (await fetch(`${base}/list/limited/shared`, { headers: { Authorization: `Bearer ${token}` } })).status;
     const codes: number[] = [];
     for (let i = 0; i < LIST_MAX + 2; i++) codes.push(await list(urls[i % 2]!, TOKEN_A));
     expect(codes.slice(0, LIST_MAX).every((c) => c === 200)).toBe(true);
@@ -140,8 +163,15 @@ describe('rate limits shared by two API processes on one Redis', () => {
     const from = { 'X-Forwarded-For': '203.0.113.77' };
     const answers: { status: number; retryAfter: string | null; error: string }[] = [];
     for (let i = 0; i < LIST_MAX + 2; i++) {
-      const r = await fetch(`${urls[i % 2]}/list/limited/guess`, { headers: { ...from, Authorization: `Bearer wrong-token-${i}-0123456789` }, signal: AbortSignal.timeout(10_000) });
-      answers.push({ status: r.status, retryAfter: r.headers.get('retry-after'), error: ((await r.json()) as { error: string }).error });
+      const r = await fetch(`${urls[i % 2]}/list/limited/guess`, {
+        headers: { ...from, Authorization: `Bearer wrong-token-${i}-0123456789` },
+        signal: AbortSignal.timeout(10_000),
+      });
+      answers.push({
+        status: r.status,
+        retryAfter: r.headers.get('retry-after'),
+        error: ((await r.json()) as { error: string }).error,
+      });
     }
     expect(answers.map((a) => a.status)).toEqual([...Array<number>(LIST_MAX).fill(401), 429, 429]);
     expect(answers[0]?.error).toBe('invalid token: unknown token');
@@ -151,7 +181,10 @@ describe('rate limits shared by two API processes on one Redis', () => {
       expect(Number(a.retryAfter)).toBeLessThanOrEqual(PUSH_WINDOW_MS / 1000);
     }
     // A valid token from the same address counts in its own (identity) bucket.
-    expect((await fetch(`${urls[0]}/list/limited/guess`, { headers: { ...from, Authorization: `Bearer ${TOKEN_C}` } })).status).toBe(200);
+    expect(
+      (await fetch(`${urls[0]}/list/limited/guess`, { headers: { ...from, Authorization: `Bearer ${TOKEN_C}` } }))
+        .status,
+    ).toBe(200);
   });
 
   it('per-app push budget: the flooding app is throttled while another app pushes at its pace and never gets a 429', async () => {
@@ -159,7 +192,8 @@ describe('rate limits shared by two API processes on one Redis', () => {
     const calmCodes: number[] = [];
     const until = Date.now() + 3000;
     const flooder = async (k: number) => {
-      for (let i = 0; Date.now() < until && i < 500; i++) floodCodes.push((await push(urls[(i + k) % 2]!, '/push/events/flood/x', 20)).status);
+      for (let i = 0; Date.now() < until && i < 500; i++)
+        floodCodes.push((await push(urls[(i + k) % 2]!, '/push/events/flood/x', 20)).status);
     };
     const calm = async () => {
       for (let i = 0; Date.now() < until && i < 20; i++) {
@@ -177,7 +211,12 @@ describe('rate limits shared by two API processes on one Redis', () => {
     expect(calmCodes.every((c) => c === 200)).toBe(true);
 
     const metrics = await (await fetch(`${urls[0]}/metrics`)).text();
-    const count = (rule: string) => Number(new RegExp(`^ingest_rate_limited_total\\{[^}]*action="push",rule="${rule}"[^}]*\\} (\\d+)`, 'm').exec(metrics)?.[1] ?? 'NaN');
+    const count = (rule: string) =>
+      Number(
+        new RegExp(`^ingest_rate_limited_total\\{[^}]*action="push",rule="${rule}"[^}]*\\} (\\d+)`, 'm').exec(
+          metrics,
+        )?.[1] ?? 'NaN',
+      );
     expect(count('app_events')).toBeGreaterThan(0);
     expect(count('ip')).toBeGreaterThan(0);
     expect(metrics).not.toContain('flood');

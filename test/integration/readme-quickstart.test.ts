@@ -27,7 +27,10 @@ function shellBlock(title: string): string {
 
 /** The block cut at blank lines: one step each, in order. */
 function stepsOf(block: string): string[] {
-  return block.split(/\n\s*\n/).map((s) => s.trim()).filter(Boolean);
+  return block
+    .split(/\n\s*\n/)
+    .map((s) => s.trim())
+    .filter(Boolean);
 }
 
 /** One bash script that runs every step in turn and prints a marker with its exit code after each. */
@@ -48,11 +51,20 @@ function outputsOf(stdout: string, count: number): { out: string; rc: number }[]
   return found;
 }
 
-function bash(script: string, cwd: string, ms: number): Promise<{ code: number | null; stdout: string; stderr: string }> {
+function bash(
+  script: string,
+  cwd: string,
+  ms: number,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((done) => {
-    execFile('bash', ['-c', script], { cwd, timeout: ms, killSignal: 'SIGKILL', maxBuffer: 16 * 1024 * 1024 }, (err, stdout, stderr) => {
-      done({ code: err ? (typeof err.code === 'number' ? err.code : null) : 0, stdout, stderr });
-    });
+    execFile(
+      'bash',
+      ['-c', script],
+      { cwd, timeout: ms, killSignal: 'SIGKILL', maxBuffer: 16 * 1024 * 1024 },
+      (err, stdout, stderr) => {
+        done({ code: err ? (typeof err.code === 'number' ? err.code : null) : 0, stdout, stderr });
+      },
+    );
   });
 }
 
@@ -76,7 +88,10 @@ describe('README Quick start + Walk-through', () => {
 
   it('the walk-through captures its ids and starts the CLI without npx', () => {
     const walk = shellBlock('Walk-through');
-    const code = walk.split('\n').map((l) => l.replace(/(^|\s)#.*$/, '')).join('\n');
+    const code = walk
+      .split('\n')
+      .map((l) => l.replace(/(^|\s)#.*$/, ''))
+      .join('\n');
     expect(code, 'no batch id written into a command').not.toMatch(/\d{13}-\d{4}-[0-9a-z]{6}/);
     expect(code).toMatch(/^ID=\$\(curl /m);
     expect(code).toContain('/pull/events/myapp/$ID');
@@ -84,45 +99,57 @@ describe('README Quick start + Walk-through', () => {
     expect(code).toMatch(/^node bin\/events-ingest\.mjs query /m);
   });
 
-  it('pasted into bash in order: push answers an id, the list shows it, the pull saves Parquet, the CLI queries it', { timeout: 180_000 }, async () => {
-    const token = /^export ADMIN_TOKEN=(\S+)/m.exec(shellBlock('Quick start'))?.[1] as string;
-    // A checkout's shape: the CLI's entry and the data folder npm start writes.
-    symlinkSync(join(ROOT, 'bin'), join(work, 'bin'));
-    const dataDir = join(work, 'data');
-    const port = await freePort();
-    svc = startService('services/main.ts', { ADMIN_TOKEN: token, PORT: String(port), HOST: '127.0.0.1', DATA_DIR: dataDir, REDIS_URL: inject('redisUrl'), QUEUE_NAME: uniqueName('readme'), LOG_LEVEL: 'warn' });
-    const base = `http://127.0.0.1:${port}`;
-    await waitForHttp(`${base}/readyz`, 60_000, svc);
+  it(
+    'pasted into bash in order: push answers an id, the list shows it, the pull saves Parquet, the CLI queries it',
+    { timeout: 180_000 },
+    async () => {
+      const token = /^export ADMIN_TOKEN=(\S+)/m.exec(shellBlock('Quick start'))?.[1] as string;
+      // A checkout's shape: the CLI's entry and the data folder npm start writes.
+      symlinkSync(join(ROOT, 'bin'), join(work, 'bin'));
+      const dataDir = join(work, 'data');
+      const port = await freePort();
+      svc = startService('services/main.ts', {
+        ADMIN_TOKEN: token,
+        PORT: String(port),
+        HOST: '127.0.0.1',
+        DATA_DIR: dataDir,
+        REDIS_URL: inject('redisUrl'),
+        QUEUE_NAME: uniqueName('readme'),
+        LOG_LEVEL: 'warn',
+      });
+      const base = `http://127.0.0.1:${port}`;
+      await waitForHttp(`${base}/readyz`, 60_000, svc);
 
-    const walk = shellBlock('Walk-through');
-    expect(walk).toContain('http://localhost:8787');
-    const steps = stepsOf(walk.replaceAll('http://localhost:8787', base));
-    const ran = await bash(scriptOf(steps), work, 120_000);
-    const outs = outputsOf(ran.stdout, steps.length);
-    expect(outs.length, `every step ran (stderr: ${ran.stderr})`).toBe(steps.length);
-    expect(ran.code, ran.stderr).toBe(0);
-    for (const [i, o] of outs.entries()) expect([i, o.rc], `${steps[i]}\n${o.out}`).toEqual([i, 0]);
+      const walk = shellBlock('Walk-through');
+      expect(walk).toContain('http://localhost:8787');
+      const steps = stepsOf(walk.replaceAll('http://localhost:8787', base));
+      const ran = await bash(scriptOf(steps), work, 120_000);
+      const outs = outputsOf(ran.stdout, steps.length);
+      expect(outs.length, `every step ran (stderr: ${ran.stderr})`).toBe(steps.length);
+      expect(ran.code, ran.stderr).toBe(0);
+      for (const [i, o] of outs.entries()) expect([i, o.rc], `${steps[i]}\n${o.out}`).toEqual([i, 0]);
 
-    const outOf = (pattern: RegExp): string => {
-      const i = steps.findIndex((s) => pattern.test(s));
-      expect(i, String(pattern)).toBeGreaterThanOrEqual(0);
-      return outs[i]?.out ?? '';
-    };
-    const id = ID.exec(outOf(/^ID=\$\(curl/m))?.[0];
-    expect(id, 'the push answered 200 with a batch id').toBeDefined();
-    expect(outOf(/^for i in/m)).toContain(`{"items":["${id}.parquet"],"hasMore":false}`);
-    expect(outOf(/\?after=\$ID/)).toContain('{"items":[],"hasMore":false}');
-    const pulled = outOf(/-o batch\.parquet/);
-    expect(pulled).toMatch(/^HTTP\/1\.1 200/m);
-    expect(pulled).toMatch(/^content-type: application\/vnd\.apache\.parquet/im);
-    expect(pulled).toMatch(/^PAR1$/m);
-    const file = readFileSync(join(work, 'batch.parquet'));
-    expect([file.subarray(0, 4).toString(), file.subarray(-4).toString()]).toEqual(['PAR1', 'PAR1']);
-    // Both queries: one `track` event, in one hour.
-    const queried = outOf(/^node bin\/events-ingest\.mjs query/m);
-    expect(queried).toMatch(/\btrack\b.*\b1\b/);
-    expect(queried).toMatch(/\d{4}-\d{2}-\d{2}.*\b1\b/);
-    // What a newcomer got without the token: 401.
-    expect((await fetch(`${base}/list/events/myapp`)).status).toBe(401);
-  });
+      const outOf = (pattern: RegExp): string => {
+        const i = steps.findIndex((s) => pattern.test(s));
+        expect(i, String(pattern)).toBeGreaterThanOrEqual(0);
+        return outs[i]?.out ?? '';
+      };
+      const id = ID.exec(outOf(/^ID=\$\(curl/m))?.[0];
+      expect(id, 'the push answered 200 with a batch id').toBeDefined();
+      expect(outOf(/^for i in/m)).toContain(`{"items":["${id}.parquet"],"hasMore":false}`);
+      expect(outOf(/\?after=\$ID/)).toContain('{"items":[],"hasMore":false}');
+      const pulled = outOf(/-o batch\.parquet/);
+      expect(pulled).toMatch(/^HTTP\/1\.1 200/m);
+      expect(pulled).toMatch(/^content-type: application\/vnd\.apache\.parquet/im);
+      expect(pulled).toMatch(/^PAR1$/m);
+      const file = readFileSync(join(work, 'batch.parquet'));
+      expect([file.subarray(0, 4).toString(), file.subarray(-4).toString()]).toEqual(['PAR1', 'PAR1']);
+      // Both queries: one `track` event, in one hour.
+      const queried = outOf(/^node bin\/events-ingest\.mjs query/m);
+      expect(queried).toMatch(/\btrack\b.*\b1\b/);
+      expect(queried).toMatch(/\d{4}-\d{2}-\d{2}.*\b1\b/);
+      // What a newcomer got without the token: 401.
+      expect((await fetch(`${base}/list/events/myapp`)).status).toBe(401);
+    },
+  );
 });

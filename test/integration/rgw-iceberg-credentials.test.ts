@@ -67,7 +67,13 @@ describe('an Iceberg commit through S3ObjectStore({ accessKeyId, secretAccessKey
     process.env.AWS_SHARED_CREDENTIALS_FILE = join(nowhere, 'credentials');
     process.env.AWS_CONFIG_FILE = join(nowhere, 'config');
     process.env.AWS_EC2_METADATA_DISABLED = 'true';
-    store = new S3ObjectStore({ bucket: rgw.bucket, endpoint: rgw.endpoint, region: rgw.region, accessKeyId: rgw.accessKeyId, secretAccessKey: rgw.secretAccessKey });
+    store = new S3ObjectStore({
+      bucket: rgw.bucket,
+      endpoint: rgw.endpoint,
+      region: rgw.region,
+      accessKeyId: rgw.accessKeyId,
+      secretAccessKey: rgw.secretAccessKey,
+    });
     // icebird turns `s3://bucket/` into the AWS host name: those URLs are answered from the store.
     icebird.route(storeRootUri(store).replace(/^s3:\/\/([^/]+)\//, 'https://$1.s3.amazonaws.com/'), store);
   }, 120_000);
@@ -82,43 +88,66 @@ describe('an Iceberg commit through S3ObjectStore({ accessKeyId, secretAccessKey
     }
   });
 
-  it('the rollup service commits a snapshot signed with the store\'s credentials, and icebird reads it back', { timeout: 90_000 }, async () => {
-    // One batch file a minute old (below the list bound of an empty ledger: every id before now).
-    const ms = Date.now() - 60_000;
-    const id = `${ms}-0000-${randomBytes(3).toString('hex')}`;
-    const events = Array.from({ length: 3 }, (_, i) => ({ event_type: 'track', event: 'open', distinct_id: `u-${i}`, message_id: `${id}-${i}` }));
-    const encoded = encodeBatch(JSON.stringify({ data: { events }, baseHash: null }), ms);
-    if (!encoded.ok) throw new Error(encoded.reason);
-    await store.putBytes(`${PREFIX}${id}.parquet`, encoded.bytes, { contentType: PARQUET_MIME_TYPE });
+  it(
+    "the rollup service commits a snapshot signed with the store's credentials, and icebird reads it back",
+    { timeout: 90_000 },
+    async () => {
+      // One batch file a minute old (below the list bound of an empty ledger: every id before now).
+      const ms = Date.now() - 60_000;
+      const id = `${ms}-0000-${randomBytes(3).toString('hex')}`;
+      const events = Array.from({ length: 3 }, (_, i) => ({
+        event_type: 'track',
+        event: 'open',
+        distinct_id: `u-${i}`,
+        message_id: `${id}-${i}`,
+      }));
+      const encoded = encodeBatch(JSON.stringify({ data: { events }, baseHash: null }), ms);
+      if (!encoded.ok) throw new Error(encoded.reason);
+      await store.putBytes(`${PREFIX}${id}.parquet`, encoded.bytes, { contentType: PARQUET_MIME_TYPE });
 
-    const env = parseEnv({
-      STORE: 's3',
-      S3_BUCKET: rgw.bucket,
-      S3_ENDPOINT: rgw.endpoint,
-      REDIS_URL: inject('redisUrl'),
-      QUEUE_NAME: uniqueName('cred'),
-      LOG_LEVEL: 'silent',
-      ICEBERG: 'on',
-      // Only the commit this test asks for: the service's own loop waits an hour after its first pass.
-      ICEBERG_COMMIT_SECONDS: '3600',
-    });
-    const logger = createLogger({ level: 'silent', name: 'test' });
-    service = await startRollupService({ env: rollupSlice(env), config: loadSyncConfig(env), store, redis: { kind: 'single', url: inject('redisUrl') }, registry: new Registry(), logger, required: true });
-    const committer = service?.iceberg;
-    if (!committer) throw new Error('the rollup service started without its Iceberg committer');
+      const env = parseEnv({
+        STORE: 's3',
+        S3_BUCKET: rgw.bucket,
+        S3_ENDPOINT: rgw.endpoint,
+        REDIS_URL: inject('redisUrl'),
+        QUEUE_NAME: uniqueName('cred'),
+        LOG_LEVEL: 'silent',
+        ICEBERG: 'on',
+        // Only the commit this test asks for: the service's own loop waits an hour after its first pass.
+        ICEBERG_COMMIT_SECONDS: '3600',
+      });
+      const logger = createLogger({ level: 'silent', name: 'test' });
+      service = await startRollupService({
+        env: rollupSlice(env),
+        config: loadSyncConfig(env),
+        store,
+        redis: { kind: 'single', url: inject('redisUrl') },
+        registry: new Registry(),
+        logger,
+        required: true,
+      });
+      const committer = service?.iceberg;
+      if (!committer) throw new Error('the rollup service started without its Iceberg committer');
 
-    let pass = await committer.commitPrefix(PREFIX);
-    for (let i = 0; pass.busy && i < BUSY_ATTEMPTS; i++) {
-      await new Promise((r) => setTimeout(r, 100));
-      pass = await committer.commitPrefix(PREFIX);
-    }
-    expect(pass).toMatchObject({ busy: false, appended: 1 });
+      let pass = await committer.commitPrefix(PREFIX);
+      for (let i = 0; pass.busy && i < BUSY_ATTEMPTS; i++) {
+        await new Promise((r) => setTimeout(r, 100));
+        pass = await committer.commitPrefix(PREFIX);
+      }
+      expect(pass).toMatchObject({ busy: false, appended: 1 });
 
-    const table = new IcebergTable({ store, collection: 'events', app: APP, rootUri: storeRootUri(store), createIfAbsent: () => Promise.reject(new Error('read only')) });
-    const loaded = await table.load();
-    expect(loaded).not.toBeNull();
-    expect(currentSnapshot(loaded!.metadata)?.summary[THROUGH_BATCH_ID]).toBe(id);
-    const rows = await icebergRead({ tableUrl: table.location });
-    expect(rows.map((r) => String(r.message_id)).sort()).toEqual(events.map((e) => e.message_id).sort());
-  });
+      const table = new IcebergTable({
+        store,
+        collection: 'events',
+        app: APP,
+        rootUri: storeRootUri(store),
+        createIfAbsent: () => Promise.reject(new Error('read only')),
+      });
+      const loaded = await table.load();
+      expect(loaded).not.toBeNull();
+      expect(currentSnapshot(loaded!.metadata)?.summary[THROUGH_BATCH_ID]).toBe(id);
+      const rows = await icebergRead({ tableUrl: table.location });
+      expect(rows.map((r) => String(r.message_id)).sort()).toEqual(events.map((e) => e.message_id).sort());
+    },
+  );
 });

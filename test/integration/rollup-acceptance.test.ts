@@ -30,7 +30,16 @@ import { storeRootUrl } from '../../shared/duckdb.js';
 import { FilesystemObjectStore } from '../../shared/store/filesystem/index.js';
 import { duckQuery } from '../helpers/duckdb.js';
 import { expectManifestMatchesStore, expectViewEqualsBatches, mirrorStore } from '../helpers/rollup.js';
-import { type Deployment, cleanupAll, deploy, onCleanup, push, rolledThrough, runCli, storeCount } from '../helpers/rollup-deploy.js';
+import {
+  type Deployment,
+  cleanupAll,
+  deploy,
+  onCleanup,
+  push,
+  rolledThrough,
+  runCli,
+  storeCount,
+} from '../helpers/rollup-deploy.js';
 import { S3RVER_CREDENTIALS, type S3TestServer, s3StoreFor, startS3Server } from '../helpers/s3.js';
 
 const SECONDS = Number(process.env.ROLLUP_ACCEPTANCE_SECONDS ?? 12);
@@ -75,7 +84,11 @@ async function acceptance1(d: Deployment, periodSeconds: number, mode: 'store' |
   const hardUntil = until + 2 * SECONDS * 1000;
   let samplesWhilePushing = 0;
   const pushers = apps.map(async (app, k) => {
-    for (let i = 0; (Date.now() < until || samplesWhilePushing < minSamplesWhilePushing) && Date.now() < hardUntil && i < 100_000; i++) {
+    for (
+      let i = 0;
+      (Date.now() < until || samplesWhilePushing < minSamplesWhilePushing) && Date.now() < hardUntil && i < 100_000;
+      i++
+    ) {
       const n = 10 + ((i * 7 + k) % 31);
       inFlight += n;
       const id = await push(d.url, app, n);
@@ -94,7 +107,8 @@ async function acceptance1(d: Deployment, periodSeconds: number, mode: 'store' |
   let watermarkMoves = 0;
   let movesWhilePushing = 0;
   let lastW = 0;
-  const lastEnd = (app: string): number => periodStart(batchIdMs(ids.get(app)?.at(-1) ?? '0000000000000'), periodMs) + periodMs;
+  const lastEnd = (app: string): number =>
+    periodStart(batchIdMs(ids.get(app)?.at(-1) ?? '0000000000000'), periodMs) + periodMs;
   const deadline = until + 90_000;
   for (let s = 0; Date.now() < deadline && s < 1000; s++) {
     const t0 = Date.now();
@@ -104,7 +118,8 @@ async function acceptance1(d: Deployment, periodSeconds: number, mode: 'store' |
     samples.push({ n, upper });
     if (pushing) samplesWhilePushing++;
     expect(n, `sample ${s}`).toBeLessThanOrEqual(upper);
-    if (samples.length > 1) expect(n, `sample ${s} went backwards`).toBeGreaterThanOrEqual(samples[samples.length - 2]!.n);
+    if (samples.length > 1)
+      expect(n, `sample ${s} went backwards`).toBeGreaterThanOrEqual(samples[samples.length - 2]!.n);
     const w = (await readManifest(d.store, 'events/alpha/'))?.watermarkMs ?? 0;
     if (w > lastW) {
       // A sample before and one after: the view was read while a period was being rolled.
@@ -153,29 +168,62 @@ async function acceptance1(d: Deployment, periodSeconds: number, mode: 'store' |
   }
   expect(viewTotal).toBe(acked);
   // The CLI itself, as an analyst runs it: on S3 without httpfs it chooses the copy by itself and says why.
-  const cli = await runCli(['query', 'SELECT count(*) AS n FROM events', '--store', '--csv', ...(copy ? ['--cache-dir', copy.cacheDir] : [])], d.common);
+  const cli = await runCli(
+    ['query', 'SELECT count(*) AS n FROM events', '--store', '--csv', ...(copy ? ['--cache-dir', copy.cacheDir] : [])],
+    d.common,
+  );
   expect(cli.code, cli.stderr).toBe(0);
   expect(cli.stdout.trim().split(/\r?\n/)).toEqual(['n', String(acked)]);
   if (copy) expect(cli.stderr).toMatch(/httpfs extension is not available/);
 }
 
 describe('rollup acceptance', () => {
-  it(`1: ${SECONDS} s of pushes to 3 apps, ${PERIOD} s periods, ${DELAY} s delay: counts never exceed what was pushed nor go backwards; final = acknowledged; GROUP BY = batch files`, { timeout: (SECONDS + 150) * 1000 }, async () => {
-    const dataDir = mkdtempSync(join(tmpdir(), 'rollup-acc-'));
-    onCleanup(() => rmSync(dataDir, { recursive: true, force: true }));
-    const d = await deploy({ STORE: 'fs', DATA_DIR: dataDir }, new FilesystemObjectStore({ root: dataDir }), PERIOD, DELAY);
-    await acceptance1(d, PERIOD, 'store');
-  });
-  it(`6: acceptance 1 with STORE=s3 against s3rver (${SECONDS} s, ${PERIOD} s periods)`, { timeout: (SECONDS + 180) * 1000 }, async () => {
-    const s3: S3TestServer = await startS3Server();
-    onCleanup(() => s3.close());
-    const creds = { AWS_ACCESS_KEY_ID: S3RVER_CREDENTIALS.accessKeyId, AWS_SECRET_ACCESS_KEY: S3RVER_CREDENTIALS.secretAccessKey };
-    Object.assign(process.env, creds);
-    const d = await deploy({ STORE: 's3', S3_BUCKET: s3.bucket, S3_ENDPOINT: s3.endpoint, S3_FORCE_PATH_STYLE: 'true', S3_REGION: 'us-east-1', ...creds }, s3StoreFor(s3), PERIOD, DELAY);
-    const httpfs = await duckQuery('SET autoinstall_known_extensions = false').then(() => duckQuery('LOAD httpfs')).then(
-      () => true,
-      () => false,
-    );
-    await acceptance1(d, PERIOD, httpfs ? 'store' : 'copy');
-  });
+  it(
+    `1: ${SECONDS} s of pushes to 3 apps, ${PERIOD} s periods, ${DELAY} s delay: counts never exceed what was pushed nor go backwards; final = acknowledged; GROUP BY = batch files`,
+    { timeout: (SECONDS + 150) * 1000 },
+    async () => {
+      const dataDir = mkdtempSync(join(tmpdir(), 'rollup-acc-'));
+      onCleanup(() => rmSync(dataDir, { recursive: true, force: true }));
+      const d = await deploy(
+        { STORE: 'fs', DATA_DIR: dataDir },
+        new FilesystemObjectStore({ root: dataDir }),
+        PERIOD,
+        DELAY,
+      );
+      await acceptance1(d, PERIOD, 'store');
+    },
+  );
+  it(
+    `6: acceptance 1 with STORE=s3 against s3rver (${SECONDS} s, ${PERIOD} s periods)`,
+    { timeout: (SECONDS + 180) * 1000 },
+    async () => {
+      const s3: S3TestServer = await startS3Server();
+      onCleanup(() => s3.close());
+      const creds = {
+        AWS_ACCESS_KEY_ID: S3RVER_CREDENTIALS.accessKeyId,
+        AWS_SECRET_ACCESS_KEY: S3RVER_CREDENTIALS.secretAccessKey,
+      };
+      Object.assign(process.env, creds);
+      const d = await deploy(
+        {
+          STORE: 's3',
+          S3_BUCKET: s3.bucket,
+          S3_ENDPOINT: s3.endpoint,
+          S3_FORCE_PATH_STYLE: 'true',
+          S3_REGION: 'us-east-1',
+          ...creds,
+        },
+        s3StoreFor(s3),
+        PERIOD,
+        DELAY,
+      );
+      const httpfs = await duckQuery('SET autoinstall_known_extensions = false')
+        .then(() => duckQuery('LOAD httpfs'))
+        .then(
+          () => true,
+          () => false,
+        );
+      await acceptance1(d, PERIOD, httpfs ? 'store' : 'copy');
+    },
+  );
 });

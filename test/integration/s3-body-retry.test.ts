@@ -120,7 +120,9 @@ describe('S3 reads when the connection drops mid-body', () => {
       describe: () => 'early-failing',
     };
     try {
-      await expect(fetchObject(early as ObjectStore, 'events/a/z.parquet', path.join(dir, 'z.parquet'))).rejects.toThrow('aborted');
+      await expect(
+        fetchObject(early as ObjectStore, 'events/a/z.parquet', path.join(dir, 'z.parquet')),
+      ).rejects.toThrow('aborted');
       expect(reads).toBe(FETCH_ATTEMPTS);
       expect(await readdir(dir)).toEqual([]);
     } finally {

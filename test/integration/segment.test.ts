@@ -26,9 +26,33 @@ describe('Segment tracking API (issue 46)', () => {
   beforeAll(async () => {
     dir = mkdtempSync(join(tmpdir(), 'segment-keys-'));
     const file = join(dir, 'keys.json');
-    writeFileSync(file, JSON.stringify({ [SEGMENT_KEY]: { app: 'seg-node' }, [RUDDER_KEY]: { app: 'rudder-node', collection: 'events' }, [OTHER_KEY]: { app: 'raw' } }));
+    writeFileSync(
+      file,
+      JSON.stringify({
+        [SEGMENT_KEY]: { app: 'seg-node' },
+        [RUDDER_KEY]: { app: 'rudder-node', collection: 'events' },
+        [OTHER_KEY]: { app: 'raw' },
+      }),
+    );
     const config = join(dir, 'config.json');
-    writeFileSync(config, JSON.stringify({ version: 1, collections: [{ name: 'events', storagePath: 'events/{app}/{batchId}', readRoles: ['admin'], writeRoles: ['public'], encryption: 'none', allowedMimeTypes: ['application/json'], maxBodyBytes: 200_000, listable: true }] }));
+    writeFileSync(
+      config,
+      JSON.stringify({
+        version: 1,
+        collections: [
+          {
+            name: 'events',
+            storagePath: 'events/{app}/{batchId}',
+            readRoles: ['admin'],
+            writeRoles: ['public'],
+            encryption: 'none',
+            allowedMimeTypes: ['application/json'],
+            maxBodyBytes: 200_000,
+            listable: true,
+          },
+        ],
+      }),
+    );
     stack = await startTestStack({ ROLLUP: 'off', SEGMENT_WRITE_KEYS_FILE: file, CONFIG_FILE: config });
   });
   afterAll(async () => {
@@ -41,18 +65,30 @@ describe('Segment tracking API (issue 46)', () => {
     return existsSync(d) ? readdirSync(d).filter((f) => f.endsWith('.parquet')) : [];
   };
   const rowsOf = (app: string): Promise<Record<string, unknown>[]> =>
-    duckQuery(`SELECT event_type, event, distinct_id, anonymous_id, ts, message_id, properties, context, extra, received_at FROM read_parquet(${sqlString(join(stack.dataDir, 'events', app, '*.parquet'))}) ORDER BY message_id`);
+    duckQuery(
+      `SELECT event_type, event, distinct_id, anonymous_id, ts, message_id, properties, context, extra, received_at FROM read_parquet(${sqlString(join(stack.dataDir, 'events', app, '*.parquet'))}) ORDER BY message_id`,
+    );
   const waitRows = (app: string, n: number): Promise<Record<string, unknown>[]> =>
-    waitFor(async () => {
-      if (files(app).length === 0) return undefined;
-      const rows = await rowsOf(app);
-      return rows.length >= n ? rows : undefined;
-    }, 30_000, `${n} rows of ${app}`);
+    waitFor(
+      async () => {
+        if (files(app).length === 0) return undefined;
+        const rows = await rowsOf(app);
+        return rows.length >= n ? rows : undefined;
+      },
+      30_000,
+      `${n} rows of ${app}`,
+    );
 
   it('analytics-node: track, identify, page, screen, group and alias, one row each, mapped exactly', async () => {
     const client = new SegmentAnalytics({ writeKey: SEGMENT_KEY, host: stack.url, flushAt: 50, flushInterval: 60_000 });
     const ts = new Date('2024-05-01T12:00:00.000Z');
-    client.track({ userId: 'u-1', event: 'Order Completed', properties: { revenue: 12.5, big: 12345678901234567890 }, timestamp: ts, messageId: 'm-1' });
+    client.track({
+      userId: 'u-1',
+      event: 'Order Completed',
+      properties: { revenue: 12.5, big: 12345678901234567890 },
+      timestamp: ts,
+      messageId: 'm-1',
+    });
     client.identify({ userId: 'u-1', traits: { plan: 'pro' }, timestamp: ts, messageId: 'm-2' });
     client.page({ anonymousId: 'a-1', name: 'Home', properties: { path: '/' }, timestamp: ts, messageId: 'm-3' });
     client.screen({ userId: 'u-1', name: 'Settings', properties: { tab: 2 }, timestamp: ts, messageId: 'm-4' });
@@ -63,9 +99,24 @@ describe('Segment tracking API (issue 46)', () => {
     expect(rows).toHaveLength(6);
     expect(files('seg-node')).toHaveLength(1);
     const by = Object.fromEntries(rows.map((r) => [r.message_id as string, r]));
-    expect(by['m-1']).toMatchObject({ event_type: 'track', event: 'Order Completed', distinct_id: 'u-1', properties: '{"revenue":12.5,"big":12345678901234567000}' });
-    expect(by['m-2']).toMatchObject({ event_type: 'identify', event: '', distinct_id: 'u-1', properties: '{"plan":"pro"}' });
-    expect(by['m-3']).toMatchObject({ event_type: 'page', event: 'Home', anonymous_id: 'a-1', properties: '{"path":"/"}' });
+    expect(by['m-1']).toMatchObject({
+      event_type: 'track',
+      event: 'Order Completed',
+      distinct_id: 'u-1',
+      properties: '{"revenue":12.5,"big":12345678901234567000}',
+    });
+    expect(by['m-2']).toMatchObject({
+      event_type: 'identify',
+      event: '',
+      distinct_id: 'u-1',
+      properties: '{"plan":"pro"}',
+    });
+    expect(by['m-3']).toMatchObject({
+      event_type: 'page',
+      event: 'Home',
+      anonymous_id: 'a-1',
+      properties: '{"path":"/"}',
+    });
     expect(by['m-4']).toMatchObject({ event_type: 'screen', event: 'Settings', properties: '{"tab":2}' });
     expect(by['m-5']).toMatchObject({ event_type: 'group', properties: '{"name":"Acme"}' });
     expect(JSON.parse(by['m-5']?.extra as string)).toMatchObject({ groupId: 'g-9' });
@@ -80,7 +131,12 @@ describe('Segment tracking API (issue 46)', () => {
   });
 
   it('rudder-sdk-node (gzip): every call is one row', async () => {
-    const client = new RudderAnalytics(RUDDER_KEY, { dataPlaneUrl: stack.url, flushAt: 50, flushInterval: 60_000, logLevel: 'error' });
+    const client = new RudderAnalytics(RUDDER_KEY, {
+      dataPlaneUrl: stack.url,
+      flushAt: 50,
+      flushInterval: 60_000,
+      logLevel: 'error',
+    });
     client.track({ userId: 'r-1', event: 'Signed Up', properties: { n: 1 } });
     client.identify({ userId: 'r-1', traits: { email: 'x@example.com' } });
     client.page({ anonymousId: 'ra-1', name: 'Pricing', properties: { p: true } });
@@ -96,11 +152,21 @@ describe('Segment tracking API (issue 46)', () => {
     for (const r of rows) expect(r.message_id).not.toBe('');
   });
 
-  async function post(path: string, body: string | Uint8Array, headers: Record<string, string> = {}): Promise<{ status: number; json: Record<string, unknown> }> {
-    const r = await fetch(`${stack.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: typeof body === 'string' ? body : new Uint8Array(body) });
+  async function post(
+    path: string,
+    body: string | Uint8Array,
+    headers: Record<string, string> = {},
+  ): Promise<{ status: number; json: Record<string, unknown> }> {
+    const r = await fetch(`${stack.url}${path}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...headers },
+      body: typeof body === 'string' ? body : new Uint8Array(body),
+    });
     return { status: r.status, json: (await r.json()) as Record<string, unknown> };
   }
-  const basic = (key: string): Record<string, string> => ({ authorization: `Basic ${Buffer.from(`${key}:`).toString('base64')}` });
+  const basic = (key: string): Record<string, string> => ({
+    authorization: `Basic ${Buffer.from(`${key}:`).toString('base64')}`,
+  });
 
   it('a missing or unknown write key is 401 and stores nothing; the key is never echoed', async () => {
     const body = JSON.stringify({ batch: [{ type: 'track', event: 'E', userId: 'x', messageId: 'k-1' }] });
@@ -115,18 +181,35 @@ describe('Segment tracking API (issue 46)', () => {
   });
 
   it('the body writeKey works (text/plain, as analytics.js sends it); a retry with the same messageIds is the same batch', async () => {
-    const event = (sentAt: string): string => JSON.stringify({ type: 'track', event: 'Clicked', anonymousId: 'b-1', messageId: 'body-1', timestamp: '2024-05-01T12:00:00.000Z', writeKey: OTHER_KEY, sentAt });
+    const event = (sentAt: string): string =>
+      JSON.stringify({
+        type: 'track',
+        event: 'Clicked',
+        anonymousId: 'b-1',
+        messageId: 'body-1',
+        timestamp: '2024-05-01T12:00:00.000Z',
+        writeKey: OTHER_KEY,
+        sentAt,
+      });
     const a = await post('/v1/t', event('2024-05-01T12:00:01.000Z'), { 'content-type': 'text/plain' });
     expect(a).toEqual({ status: 200, json: { success: true } });
     const b = await post('/v1/track', event('2024-05-01T12:00:09.000Z'), { 'content-type': 'text/plain' });
     expect(b).toEqual({ status: 200, json: { success: true } });
-    const gz = await post('/v1/batch', gzipSync(JSON.stringify({ batch: [{ type: 'track', event: 'Z', userId: 'z', messageId: 'gz-1' }] })), { ...basic(OTHER_KEY), 'content-encoding': 'gzip' });
+    const gz = await post(
+      '/v1/batch',
+      gzipSync(JSON.stringify({ batch: [{ type: 'track', event: 'Z', userId: 'z', messageId: 'gz-1' }] })),
+      { ...basic(OTHER_KEY), 'content-encoding': 'gzip' },
+    );
     expect(gz.status).toBe(200);
     const rows = await waitRows('raw', 2);
     // The retry made no second batch: the app keeps exactly these two rows.
     await holdsFor(async () => (await rowsOf('raw')).length === 2, 1000, 'no third row');
     expect(rows.map((r) => r.message_id).sort()).toEqual(['body-1', 'gz-1']);
-    expect(rows.find((r) => r.message_id === 'body-1')).toMatchObject({ event_type: 'track', event: 'Clicked', anonymous_id: 'b-1' });
+    expect(rows.find((r) => r.message_id === 'body-1')).toMatchObject({
+      event_type: 'track',
+      event: 'Clicked',
+      anonymous_id: 'b-1',
+    });
   });
 
   it('malformed bodies are 400 naming the problem; over the limit is 413', async () => {
@@ -141,7 +224,11 @@ describe('Segment tracking API (issue 46)', () => {
     const badType = await post('/v1/batch', '{"batch":[{"type":"nope"}]}', k);
     expect(badType).toMatchObject({ status: 400, json: { code: 'bad_envelope' } });
     expect(String(badType.json.error)).toContain('batch[0].type');
-    const big = await post('/v1/batch', JSON.stringify({ batch: [{ type: 'track', event: 'E', userId: 'x', properties: { pad: 'x'.repeat(250_000) } }] }), k);
+    const big = await post(
+      '/v1/batch',
+      JSON.stringify({ batch: [{ type: 'track', event: 'E', userId: 'x', properties: { pad: 'x'.repeat(250_000) } }] }),
+      k,
+    );
     expect(big.status).toBe(413);
     expect(big.json).toMatchObject({ code: 'too_large' });
   });

@@ -15,7 +15,12 @@ import { periodStart } from '../../shared/rollup/layout.js';
 import { readManifest } from '../../shared/rollup/manifest.js';
 import { storeRootUrl } from '../../shared/duckdb.js';
 import { duckQuery } from '../helpers/duckdb.js';
-import { expectManifestMatchesStore, expectViewEqualsBatches, viewCount, waitForRetentionPast } from '../helpers/rollup.js';
+import {
+  expectManifestMatchesStore,
+  expectViewEqualsBatches,
+  viewCount,
+  waitForRetentionPast,
+} from '../helpers/rollup.js';
 import { reapOnce } from '../../shared/ledger/reaper.js';
 import { ShardSet, ensureShardLayout, shardIndex, shardLayouts } from '../../shared/redis/shards.js';
 import { ADMIN_TOKEN, type TestStack, startTestStack } from '../helpers/stack.js';
@@ -52,9 +57,13 @@ describe('changing QUEUE_SHARDS', () => {
       (err: unknown) => err,
     );
     expect(refused).toBeInstanceOf(ConfigError);
-    expect((refused as Error).message).toMatch(/QUEUE_SHARDS=6, but Redis holds queues laid out for QUEUE_SHARDS=1 with work in them/);
+    expect((refused as Error).message).toMatch(
+      /QUEUE_SHARDS=6, but Redis holds queues laid out for QUEUE_SHARDS=1 with work in them/,
+    );
     // Still refused by a whole process: it does not start.
-    await expect(startTestStack({ QUEUE_NAME: name, QUEUE_SHARDS: '6', ROLLUP: 'off' }, { api: true, encoder: false })).rejects.toThrow(/QUEUE_SHARDS=6/);
+    await expect(
+      startTestStack({ QUEUE_NAME: name, QUEUE_SHARDS: '6', ROLLUP: 'off' }, { api: true, encoder: false }),
+    ).rejects.toThrow(/QUEUE_SHARDS=6/);
 
     // Drained: the new layout is recorded and its clocks start after the old one.
     expect(await old.release('events/a/', first)).toBe(true);
@@ -75,7 +84,9 @@ describe('changing QUEUE_SHARDS', () => {
     try {
       const s = set2.forPrefix('events/b/');
       const { batchId } = await s.ledger.mint('events/b/');
-      await expect(ensureShardLayout(redis, name, one)).rejects.toThrow(/QUEUE_SHARDS=1, but Redis holds queues laid out for QUEUE_SHARDS=6/);
+      await expect(ensureShardLayout(redis, name, one)).rejects.toThrow(
+        /QUEUE_SHARDS=1, but Redis holds queues laid out for QUEUE_SHARDS=6/,
+      );
       await s.ledger.release('events/b/', batchId);
     } finally {
       await set2.close();
@@ -96,7 +107,10 @@ describe('rollups with QUEUE_SHARDS=3 on one Redis (API + encoder + rollup servi
   });
 
   it('rolls every closed period of apps on every shard; the view equals the acknowledged events; a replay on shard 2 is re-rolled once', async () => {
-    stack = await startTestStack({ QUEUE_SHARDS: String(SHARDS), ROLLUP_PERIOD_SECONDS: '2', ROLLUP_DELAY_SECONDS: '0' }, { api: true, encoder: true, rollup: true });
+    stack = await startTestStack(
+      { QUEUE_SHARDS: String(SHARDS), ROLLUP_PERIOD_SECONDS: '2', ROLLUP_DELAY_SECONDS: '0' },
+      { api: true, encoder: true, rollup: true },
+    );
     const s = stack;
     // Two apps per shard, so the planner has to read every shard's ledger and clock.
     const apps: string[] = [];
@@ -116,7 +130,11 @@ describe('rollups with QUEUE_SHARDS=3 on one Redis (API + encoder + rollup servi
     for (let i = 0; Date.now() < until; i++) {
       const app = apps[i % apps.length] as string;
       const n = 5 + (i % 11);
-      const r = await fetch(`${s.url}/push/events/${app}/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(n, sampleEvent) });
+      const r = await fetch(`${s.url}/push/events/${app}/x`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json' },
+        body: batchBody(n, sampleEvent),
+      });
       expect(r.status).toBe(200);
       const { batchId } = (await r.json()) as { batchId: string };
       expect(shardOfBatchId(batchId, SHARDS)).toBe(shardIndex(`events/${app}/`, SHARDS));
@@ -127,7 +145,11 @@ describe('rollups with QUEUE_SHARDS=3 on one Redis (API + encoder + rollup servi
     // Every period up to the one holding each app's last batch is rolled (the watermark only moves in order).
     const endOf = (app: string): number => periodStart(batchIdMs(lastId.get(app) as string), 2000) + 2000;
     for (const app of apps) {
-      await waitFor(async () => ((await readManifest(s.store, `events/${app}/`))?.watermarkMs ?? 0) >= endOf(app), 30_000, `rollup of ${app} through ${endOf(app)}`);
+      await waitFor(
+        async () => ((await readManifest(s.store, `events/${app}/`))?.watermarkMs ?? 0) >= endOf(app),
+        30_000,
+        `rollup of ${app} through ${endOf(app)}`,
+      );
     }
     const { rootUrl } = storeRootUrl(s.store);
     let total = 0;
@@ -154,21 +176,36 @@ describe('rollups with QUEUE_SHARDS=3 on one Redis (API + encoder + rollup servi
       const { queue } = shard.forPrefix(`events/${app}/`);
       rmSync(join(s.dataDir, 'events', app), { recursive: true, force: true });
       writeFileSync(join(s.dataDir, 'events', app), 'not a folder');
-      const r = await fetch(`${s.url}/push/events/${app}/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(7, sampleEvent) });
+      const r = await fetch(`${s.url}/push/events/${app}/x`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json' },
+        body: batchBody(7, sampleEvent),
+      });
       const { batchId: dead } = (await r.json()) as { batchId: string };
       await waitFor(async () => (await queue.getJobState(dead)) === 'failed', 30_000, 'dead-lettered');
       rmSync(join(s.dataDir, 'events', app));
       mkdirSync(join(s.dataDir, 'events', app));
       const deadEnd = periodStart(batchIdMs(dead), 2000) + 2000;
-      const r2 = await fetch(`${s.url}/push/events/${app}/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(5, sampleEvent) });
+      const r2 = await fetch(`${s.url}/push/events/${app}/x`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json' },
+        body: batchBody(5, sampleEvent),
+      });
       const { batchId: after } = (await r2.json()) as { batchId: string };
-      await waitFor(async () => ((await readManifest(s.store, `events/${app}/`))?.watermarkMs ?? 0) > batchIdMs(after), 30_000, 'rolled past the dead letter');
+      await waitFor(
+        async () => ((await readManifest(s.store, `events/${app}/`))?.watermarkMs ?? 0) > batchIdMs(after),
+        30_000,
+        'rolled past the dead letter',
+      );
       const w = (await readManifest(s.store, `events/${app}/`))!.watermarkMs;
       expect(w).toBeGreaterThanOrEqual(deadEnd);
       const before = acked.get(app) ?? 0;
       expect(await viewCount(s.store, app)).toBe(before + 5);
 
-      const replay = await fetch(`${s.url}/admin/replay/${dead}`, { method: 'POST', headers: { Authorization: `Bearer ${ADMIN_TOKEN}` } });
+      const replay = await fetch(`${s.url}/admin/replay/${dead}`, {
+        method: 'POST',
+        headers: { Authorization: `Bearer ${ADMIN_TOKEN}` },
+      });
       expect(replay.status).toBe(200);
       expect(((await replay.json()) as { outcome: string }).outcome).toBe('replayed');
       await waitFor(async () => (await viewCount(s.store, app)) === before + 12, 30_000, 're-rolled');
@@ -186,7 +223,15 @@ describe('rollups with QUEUE_SHARDS=3 on one Redis (API + encoder + rollup servi
     const s = stack as TestStack;
     const run = spawnSync(process.execPath, ['--import', 'tsx', 'services/rollup/main.ts'], {
       cwd: join(import.meta.dirname, '../..'),
-      env: { ...process.env, REDIS_URL: inject('redisUrl'), QUEUE_NAME: s.queueName, QUEUE_SHARDS: '2', DATA_DIR: s.dataDir, METRICS_PORT: '0', LOG_LEVEL: 'silent' },
+      env: {
+        ...process.env,
+        REDIS_URL: inject('redisUrl'),
+        QUEUE_NAME: s.queueName,
+        QUEUE_SHARDS: '2',
+        DATA_DIR: s.dataDir,
+        METRICS_PORT: '0',
+        LOG_LEVEL: 'silent',
+      },
       encoding: 'utf8',
       timeout: 30_000,
     });
@@ -200,12 +245,29 @@ describe('rollups with QUEUE_SHARDS=3 on one Redis (API + encoder + rollup servi
     // Only the wrong-count rollup service plans from here on.
     await s.rollup?.close();
     const app = 'rs-wrong';
-    const r = await fetch(`${s.url}/push/events/${app}/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(4, sampleEvent) });
+    const r = await fetch(`${s.url}/push/events/${app}/x`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: batchBody(4, sampleEvent),
+    });
     const { batchId } = (await r.json()) as { batchId: string };
-    await waitFor(async () => existsSync(join(s.dataDir, 'events', app, `${batchId}.parquet`)), 20_000, 'batch written');
+    await waitFor(
+      async () => existsSync(join(s.dataDir, 'events', app, `${batchId}.parquet`)),
+      20_000,
+      'batch written',
+    );
     const endMs = periodStart(batchIdMs(batchId), 2000) + 2000;
     await new Promise((res) => setTimeout(res, Math.max(0, endMs - Date.now()) + 300));
-    const wrong = await startTestStack({ QUEUE_NAME: s.queueName, QUEUE_SHARDS: '2', DATA_DIR: s.dataDir, ROLLUP_PERIOD_SECONDS: '2', ROLLUP_DELAY_SECONDS: '0' }, { api: false, encoder: false, rollup: true });
+    const wrong = await startTestStack(
+      {
+        QUEUE_NAME: s.queueName,
+        QUEUE_SHARDS: '2',
+        DATA_DIR: s.dataDir,
+        ROLLUP_PERIOD_SECONDS: '2',
+        ROLLUP_DELAY_SECONDS: '0',
+      },
+      { api: false, encoder: false, rollup: true },
+    );
     try {
       expect(wrong.rollup).toBeDefined();
       for (let i = 0; i < 3; i++) {
@@ -230,7 +292,16 @@ describe('raw retention with QUEUE_SHARDS=3 on one Redis (2 s periods, RAW_RETEN
   });
 
   it('deletes batch files of apps on every shard only once rolled; list never shows a deleted batch and answers 410 below the mark; the view stays exact', async () => {
-    stack = await startTestStack({ QUEUE_SHARDS: String(SHARDS), ROLLUP_PERIOD_SECONDS: '2', ROLLUP_DELAY_SECONDS: '0', RAW_RETENTION_SECONDS: '8', LIST_INDEX_SECONDS: '2' }, { api: true, encoder: true, rollup: true });
+    stack = await startTestStack(
+      {
+        QUEUE_SHARDS: String(SHARDS),
+        ROLLUP_PERIOD_SECONDS: '2',
+        ROLLUP_DELAY_SECONDS: '0',
+        RAW_RETENTION_SECONDS: '8',
+        LIST_INDEX_SECONDS: '2',
+      },
+      { api: true, encoder: true, rollup: true },
+    );
     // Retention waits min(60 s, RAW_RETENTION_SECONDS) after a rollup is listed before deleting its
     // batch files: the time a view query that read the previous manifest may take. With 3 s a view
     // query on a loaded CI machine outlasted it once (DuckDB: cannot open a deleted batch file).
@@ -239,14 +310,19 @@ describe('raw retention with QUEUE_SHARDS=3 on one Redis (2 s periods, RAW_RETEN
     const apps: string[] = [];
     for (let i = 0; apps.length < SHARDS && i < 1000; i++) {
       const app = `rr${i}`;
-      if (!apps.some((a) => shardIndex(`events/${a}/`, SHARDS) === shardIndex(`events/${app}/`, SHARDS))) apps.push(app);
+      if (!apps.some((a) => shardIndex(`events/${a}/`, SHARDS) === shardIndex(`events/${app}/`, SHARDS)))
+        apps.push(app);
     }
     expect(apps.map((a) => shardIndex(`events/${a}/`, SHARDS)).sort()).toEqual([0, 1, 2]);
     const pushed = new Map<string, string[]>(apps.map((a) => [a, []]));
     const until = Date.now() + 9000;
     for (let i = 0; Date.now() < until; i++) {
       const app = apps[i % apps.length] as string;
-      const r = await fetch(`${s.url}/push/events/${app}/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(4, sampleEvent) });
+      const r = await fetch(`${s.url}/push/events/${app}/x`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json' },
+        body: batchBody(4, sampleEvent),
+      });
       expect(r.status).toBe(200);
       pushed.get(app)?.push(((await r.json()) as { batchId: string }).batchId);
       await new Promise((res) => setTimeout(res, 40));
@@ -266,14 +342,28 @@ describe('raw retention with QUEUE_SHARDS=3 on one Redis (2 s periods, RAW_RETEN
         30_000,
         `a pruned period of ${app}`,
       );
-      const present = new Set((await s.store.listKeys(prefix)).filter((k) => k.endsWith('.parquet')).map((k) => k.slice(prefix.length, -'.parquet'.length)));
+      const present = new Set(
+        (await s.store.listKeys(prefix))
+          .filter((k) => k.endsWith('.parquet'))
+          .map((k) => k.slice(prefix.length, -'.parquet'.length)),
+      );
       const gone = ids.filter((id) => !present.has(id));
       expect(gone.length, app).toBeGreaterThan(0);
-      const rolled = new Set((await duckQuery(`SELECT DISTINCT batch_id FROM read_parquet([${m.periods.flatMap((p) => p.files).map((f) => `'${rootUrl}${f.key}'`).join(',')}])`)).map((r) => String(r.batch_id)));
+      const rolled = new Set(
+        (
+          await duckQuery(
+            `SELECT DISTINCT batch_id FROM read_parquet([${m.periods
+              .flatMap((p) => p.files)
+              .map((f) => `'${rootUrl}${f.key}'`)
+              .join(',')}])`,
+          )
+        ).map((r) => String(r.batch_id)),
+      );
       for (const id of gone) expect(rolled.has(id), `${app} ${id} deleted before its rollup`).toBe(true);
       const list = await fetch(`${s.url}/list/events/${app}?limit=1000`, { headers: auth });
       expect(list.status).toBe(200);
-      for (const item of ((await list.json()) as { items: string[] }).items) expect(present.has(item.slice(0, -'.parquet'.length)), item).toBe(true);
+      for (const item of ((await list.json()) as { items: string[] }).items)
+        expect(present.has(item.slice(0, -'.parquet'.length)), item).toBe(true);
       // 410 is for a cursor strictly below the mark (the largest deleted id); when the first pass
       // deleted only the app's first batch, the mark is that id and nothing after it was skipped.
       const first = ids[0] as string;
@@ -299,7 +389,11 @@ describe('upkeep with 10,000 prefixes', () => {
   async function mintMany(ledger: BatchLedger, nowMs: number): Promise<string> {
     let oldest = '';
     for (let start = 0; start < PREFIXES; start += 500) {
-      const ids = await Promise.all(Array.from({ length: 500 }, (_, k) => ledger.mint(`events/app${start + k}/`, { clockMs: nowMs - 120_000 + start + k })));
+      const ids = await Promise.all(
+        Array.from({ length: 500 }, (_, k) =>
+          ledger.mint(`events/app${start + k}/`, { clockMs: nowMs - 120_000 + start + k }),
+        ),
+      );
       if (start === 0) oldest = ids[0]?.batchId ?? '';
     }
     return oldest;
@@ -324,7 +418,9 @@ describe('upkeep with 10,000 prefixes', () => {
       expect(reaped).toEqual({ orphans: PREFIXES, dead: 0 });
       expect(await ledger.prefixes()).toEqual([]);
       expect(await ledger.maxLagMs()).toBe(0);
-      console.info(`upkeep, ${PREFIXES} prefixes: lag read ${lagMs.toFixed(1)} ms, reaper pass ${reapMs.toFixed(1)} ms (one Redis call each)`);
+      console.info(
+        `upkeep, ${PREFIXES} prefixes: lag read ${lagMs.toFixed(1)} ms, reaper pass ${reapMs.toFixed(1)} ms (one Redis call each)`,
+      );
     } finally {
       await queue.obliterate({ force: true }).catch(() => undefined);
       await queue.close();
@@ -332,13 +428,20 @@ describe('upkeep with 10,000 prefixes', () => {
   });
 
   it('/readyz answers with the lag of 10,000 prefixes, and the per-shard queue gauge names each shard', async () => {
-    stack = await startTestStack({ QUEUE_SHARDS: '4', ROLLUP: 'off', ORPHAN_GRACE_SECONDS: '3600' }, { api: true, encoder: false });
+    stack = await startTestStack(
+      { QUEUE_SHARDS: '4', ROLLUP: 'off', ORPHAN_GRACE_SECONDS: '3600' },
+      { api: true, encoder: false },
+    );
     const layouts = shardLayouts(stack.queueName, 4, false);
     const set = ShardSet.open(redis, layouts);
     try {
       const now = Date.now();
       for (let start = 0; start < PREFIXES; start += 500) {
-        await Promise.all(Array.from({ length: 500 }, (_, k) => set.forPrefix(`events/app${start + k}/`).ledger.mint(`events/app${start + k}/`, { clockMs: now - 30_000 })));
+        await Promise.all(
+          Array.from({ length: 500 }, (_, k) =>
+            set.forPrefix(`events/app${start + k}/`).ledger.mint(`events/app${start + k}/`, { clockMs: now - 30_000 }),
+          ),
+        );
       }
       const times: number[] = [];
       let body: { ok?: boolean; watermarkLagSeconds?: number } = {};
@@ -351,15 +454,26 @@ describe('upkeep with 10,000 prefixes', () => {
       }
       expect(body.watermarkLagSeconds).toBeGreaterThanOrEqual(30);
       times.sort((a, b) => a - b);
-      console.info(`/readyz with ${PREFIXES} prefixes over 4 shards: median ${times[2]?.toFixed(1)} ms, max ${times[4]?.toFixed(1)} ms`);
+      console.info(
+        `/readyz with ${PREFIXES} prefixes over 4 shards: median ${times[2]?.toFixed(1)} ms, max ${times[4]?.toFixed(1)} ms`,
+      );
 
       // A push lands on its app's shard; the gauge shows it under that shard only.
-      const r = await fetch(`${stack.url}/push/events/gauge-app/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(2, sampleEvent) });
+      const r = await fetch(`${stack.url}/push/events/gauge-app/x`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json' },
+        body: batchBody(2, sampleEvent),
+      });
       expect(r.status).toBe(200);
-      const metrics = await (await fetch(`${stack.url}/metrics`, { headers: { Authorization: `Bearer ${ADMIN_TOKEN}` } })).text();
+      const metrics = await (
+        await fetch(`${stack.url}/metrics`, { headers: { Authorization: `Bearer ${ADMIN_TOKEN}` } })
+      ).text();
       const shard = shardIndex('events/gauge-app/', 4);
       for (let k = 0; k < 4; k++) {
-        const m = new RegExp(`^ingest_queue_shard_jobs\\{[^}]*shard="${k}"[^}]*state="waiting"[^}]*\\} (\\d+)`, 'm').exec(metrics);
+        const m = new RegExp(
+          `^ingest_queue_shard_jobs\\{[^}]*shard="${k}"[^}]*state="waiting"[^}]*\\} (\\d+)`,
+          'm',
+        ).exec(metrics);
         expect(m?.[1], `shard ${k}`).toBe(k === shard ? '1' : '0');
       }
       expect(metrics).toMatch(/^ingest_queue_jobs\{[^}]*state="waiting"[^}]*\} 1$/m);
@@ -376,26 +490,42 @@ describe('REDIS_WAIT_REPLICAS on one Redis', () => {
     let stack: TestStack | undefined;
     const probe = new Redis(master.url, { maxRetriesPerRequest: null });
     try {
-      stack = await startTestStack({ REDIS_URL: master.url, REDIS_WAIT_REPLICAS: '1', REDIS_WAIT_TIMEOUT_MS: '200', ROLLUP: 'off' }, { api: true, encoder: true });
+      stack = await startTestStack(
+        { REDIS_URL: master.url, REDIS_WAIT_REPLICAS: '1', REDIS_WAIT_TIMEOUT_MS: '200', ROLLUP: 'off' },
+        { api: true, encoder: true },
+      );
       const url = stack.url;
       const body = batchBody(3, sampleEvent);
-      const push = (): Promise<Response> => fetch(`${url}/push/events/waitapp/x`, { method: 'POST', headers: { 'Content-Type': 'application/json', 'Idempotency-Key': 'wait-k1' }, body });
+      const push = (): Promise<Response> =>
+        fetch(`${url}/push/events/waitapp/x`, {
+          method: 'POST',
+          headers: { 'Content-Type': 'application/json', 'Idempotency-Key': 'wait-k1' },
+          body,
+        });
       const first = await push();
       expect(first.status).toBe(503);
       expect(first.headers.get('retry-after')).toBe('1');
       expect(((await first.json()) as { error: string }).error).toMatch(/not yet replicated \(REDIS_WAIT_REPLICAS\)/);
 
       replica = await startRedisServer({ args: ['--replicaof', '127.0.0.1', String(master.port)] });
-      await waitFor(async () => /slave0:.*state=online/.test(await probe.info('replication')), 20_000, 'the replica to sync');
+      await waitFor(
+        async () => /slave0:.*state=online/.test(await probe.info('replication')),
+        20_000,
+        'the replica to sync',
+      );
       const second = await push();
       expect(second.status).toBe(200);
       const { batchId } = (await second.json()) as { batchId: string };
       // Both pushes are one batch: the one the first push enqueued before its WAIT timed out.
-      const listed = await waitFor(async () => {
-        const r = await fetch(`${url}/list/events/waitapp`, { headers: { Authorization: `Bearer ${ADMIN_TOKEN}` } });
-        const page = (await r.json()) as { items: string[] };
-        return page.items.length > 0 ? page.items : null;
-      }, 20_000, 'the batch to be listed');
+      const listed = await waitFor(
+        async () => {
+          const r = await fetch(`${url}/list/events/waitapp`, { headers: { Authorization: `Bearer ${ADMIN_TOKEN}` } });
+          const page = (await r.json()) as { items: string[] };
+          return page.items.length > 0 ? page.items : null;
+        },
+        20_000,
+        'the batch to be listed',
+      );
       expect(listed).toEqual([`${batchId}.parquet`]);
     } finally {
       await stack?.shutdown();
@@ -408,7 +538,10 @@ describe('REDIS_WAIT_REPLICAS on one Redis', () => {
 
 describe('an encoder with QUEUE_SHARDS=4', () => {
   it('consumes every shard, with at most ENCODER_CONCURRENCY jobs at once in the whole process', async () => {
-    const stack = await startTestStack({ QUEUE_SHARDS: '4', ROLLUP: 'off', ORPHAN_GRACE_SECONDS: '3600' }, { api: true, encoder: false });
+    const stack = await startTestStack(
+      { QUEUE_SHARDS: '4', ROLLUP: 'off', ORPHAN_GRACE_SECONDS: '3600' },
+      { api: true, encoder: false },
+    );
     const conn = new Redis(inject('redisUrl'), { maxRetriesPerRequest: null });
     const fsStore = new FilesystemObjectStore({ root: stack.dataDir });
     let writing = 0;
@@ -437,7 +570,11 @@ describe('an encoder with QUEUE_SHARDS=4', () => {
       queueName: stack.queueName,
       connection: conn,
       ledger: new BatchLedger(conn, stack.queueName),
-      shards: layouts.map((l) => ({ queueName: l.queueName, prefix: l.queuePrefix, ledger: new BatchLedger(conn, l.namespace, { shard: { index: l.index, count: l.count } }) })),
+      shards: layouts.map((l) => ({
+        queueName: l.queueName,
+        prefix: l.queuePrefix,
+        ledger: new BatchLedger(conn, l.namespace, { shard: { index: l.index, count: l.count } }),
+      })),
       store,
       registry: createRegistry('shards', false),
       logger: createLogger({ level: 'silent', name: 'shards' }),
@@ -448,10 +585,18 @@ describe('an encoder with QUEUE_SHARDS=4', () => {
       const apps = Array.from({ length: 16 }, (_, i) => `gate${i}`);
       expect(new Set(apps.map((a) => shardIndex(`events/${a}/`, 4))).size).toBe(4);
       for (const app of apps) {
-        const r = await fetch(`${stack.url}/push/events/${app}/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(2, sampleEvent) });
+        const r = await fetch(`${stack.url}/push/events/${app}/x`, {
+          method: 'POST',
+          headers: { 'Content-Type': 'application/json' },
+          body: batchBody(2, sampleEvent),
+        });
         expect(r.status).toBe(200);
       }
-      await waitFor(async () => (await fsStore.listKeys('events/')).filter((k) => k.endsWith('.parquet')).length === apps.length, 30_000, 'every batch written');
+      await waitFor(
+        async () => (await fsStore.listKeys('events/')).filter((k) => k.endsWith('.parquet')).length === apps.length,
+        30_000,
+        'every batch written',
+      );
       expect(most).toBe(2);
     } finally {
       await encoder.close(5000);
@@ -463,7 +608,10 @@ describe('an encoder with QUEUE_SHARDS=4', () => {
 
 describe('dead letters with QUEUE_SHARDS=3', () => {
   it('are listed over every shard and replayed on their own shard, by the admin route and by npm run replay --all', async () => {
-    const stack = await startTestStack({ QUEUE_SHARDS: '3', ROLLUP: 'off', ORPHAN_GRACE_SECONDS: '3600' }, { api: true, encoder: true });
+    const stack = await startTestStack(
+      { QUEUE_SHARDS: '3', ROLLUP: 'off', ORPHAN_GRACE_SECONDS: '3600' },
+      { api: true, encoder: true },
+    );
     const auth = { Authorization: `Bearer ${ADMIN_TOKEN}` };
     try {
       // Two apps on different shards; a file where their folder should be fails their writes for good.
@@ -474,20 +622,35 @@ describe('dead letters with QUEUE_SHARDS=3', () => {
       const ids: string[] = [];
       for (const app of [a, b]) {
         writeFileSync(join(stack.dataDir, 'events', app), 'not a folder');
-        const r = await fetch(`${stack.url}/push/events/${app}/x`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: batchBody(2, sampleEvent) });
+        const r = await fetch(`${stack.url}/push/events/${app}/x`, {
+          method: 'POST',
+          headers: { 'Content-Type': 'application/json' },
+          body: batchBody(2, sampleEvent),
+        });
         expect(r.status).toBe(200);
         ids.push(((await r.json()) as { batchId: string }).batchId);
       }
-      const failed = await waitFor(async () => {
-        const f = (await (await fetch(`${stack.url}/admin/failed`, { headers: auth })).json()) as { total: number; items: { batchId: string }[] };
-        return f.total === 2 ? f : null;
-      }, 30_000, 'both batches dead-lettered');
+      const failed = await waitFor(
+        async () => {
+          const f = (await (await fetch(`${stack.url}/admin/failed`, { headers: auth })).json()) as {
+            total: number;
+            items: { batchId: string }[];
+          };
+          return f.total === 2 ? f : null;
+        },
+        30_000,
+        'both batches dead-lettered',
+      );
       expect(failed.items.map((i) => i.batchId).sort()).toEqual([...ids].sort());
       for (const app of [a, b]) rmSync(join(stack.dataDir, 'events', app));
 
       const r = await fetch(`${stack.url}/admin/replay/${ids[0]}`, { method: 'POST', headers: auth });
       expect(((await r.json()) as { outcome: string }).outcome).toBe('replayed');
-      await waitFor(async () => existsSync(join(stack.dataDir, 'events', a, `${ids[0]}.parquet`)), 30_000, 'replayed batch written');
+      await waitFor(
+        async () => existsSync(join(stack.dataDir, 'events', a, `${ids[0]}.parquet`)),
+        30_000,
+        'replayed batch written',
+      );
 
       const run = spawnSync(process.execPath, ['--import', 'tsx', 'scripts/replay.ts', '--all'], {
         cwd: join(import.meta.dirname, '../..'),
@@ -497,13 +660,23 @@ describe('dead letters with QUEUE_SHARDS=3', () => {
       });
       expect(run.status, run.stdout + run.stderr).toBe(0);
       expect(run.stdout).toMatch(new RegExp(`${ids[1]}\treplayed`));
-      await waitFor(async () => existsSync(join(stack.dataDir, 'events', b, `${ids[1]}.parquet`)), 30_000, 'batch replayed by the script written');
+      await waitFor(
+        async () => existsSync(join(stack.dataDir, 'events', b, `${ids[1]}.parquet`)),
+        30_000,
+        'batch replayed by the script written',
+      );
       // The file is fsync'd before the id is released into the list index: the listing can lag the file by a moment.
       let listed: string[] = [];
-      await waitFor(async () => {
-        listed = ((await (await fetch(`${stack.url}/list/events/${b}`, { headers: auth })).json()) as { items: string[] }).items;
-        return listed.length > 0;
-      }, 10_000, 'replayed batch listed');
+      await waitFor(
+        async () => {
+          listed = (
+            (await (await fetch(`${stack.url}/list/events/${b}`, { headers: auth })).json()) as { items: string[] }
+          ).items;
+          return listed.length > 0;
+        },
+        10_000,
+        'replayed batch listed',
+      );
       expect(listed).toEqual([`${ids[1]}.parquet`]);
     } finally {
       await stack.shutdown();

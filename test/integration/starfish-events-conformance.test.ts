@@ -17,14 +17,23 @@ import type { Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { StarfishClient } from '@drakkar.software/starfish-client';
-import { MemoryObjectStore as ReferenceMemoryStore, createSyncRouter as createReferenceRouter } from '@drakkar.software/starfish-server';
+import {
+  MemoryObjectStore as ReferenceMemoryStore,
+  createSyncRouter as createReferenceRouter,
+} from '@drakkar.software/starfish-server';
 import { getRequestListener } from '@hono/node-server';
 import { Queue } from 'bullmq';
 import express from 'express';
 import { parquetReadObjects } from 'hyparquet';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { BatchLedger, FilesystemObjectStore, type SyncConfigInput, createEventsServerPlugin, createSyncRouter } from 'events-ingest';
+import {
+  BatchLedger,
+  FilesystemObjectStore,
+  type SyncConfigInput,
+  createEventsServerPlugin,
+  createSyncRouter,
+} from 'events-ingest';
 import { createEncoder, type Encoder } from '../../services/encoder/worker.js';
 import { createLogger } from '../../shared/logger.js';
 import { createRegistry } from '../../shared/metrics.js';
@@ -42,7 +51,15 @@ const EVENTS = {
   listable: true,
 };
 /** The reference's second collection: plain JSON documents, served by its own router. */
-const OTHER = { name: 'other', storagePath: 'other/{id}', readRoles: ['public'], writeRoles: ['public'], encryption: 'none', maxBodyBytes: 1_000_000, allowedMimeTypes: ['application/json'] };
+const OTHER = {
+  name: 'other',
+  storagePath: 'other/{id}',
+  readRoles: ['public'],
+  writeRoles: ['public'],
+  encryption: 'none',
+  maxBodyBytes: 1_000_000,
+  allowedMimeTypes: ['application/json'],
+};
 
 const sampleEvent = {
   event_type: 'capture',
@@ -85,7 +102,15 @@ async function startHost(): Promise<Host> {
   const workerConn = new Redis(inject('redisUrl'), { maxRetriesPerRequest: null });
   await new Promise((r) => producer.once('ready', r));
   const queue = new Queue(name, { connection: producer });
-  const encoder: Encoder = createEncoder({ queueName: name, connection: workerConn, ledger: new BatchLedger(workerConn, name), store, registry: createRegistry('sfconf', false), logger: createLogger({ level: 'silent', name: 'sfconf' }), concurrency: 4 });
+  const encoder: Encoder = createEncoder({
+    queueName: name,
+    connection: workerConn,
+    ledger: new BatchLedger(workerConn, name),
+    store,
+    registry: createRegistry('sfconf', false),
+    logger: createLogger({ level: 'silent', name: 'sfconf' }),
+    concurrency: 4,
+  });
   cleanups.push(async () => {
     await encoder.close();
     await queue.obliterate({ force: true });
@@ -94,9 +119,18 @@ async function startHost(): Promise<Host> {
     workerConn.disconnect();
   });
   const config: SyncConfigInput = { version: 1, collections: [EVENTS, OTHER] };
-  const plugin = createEventsServerPlugin({ store, collection: 'events', storagePath: EVENTS.storagePath, queue: { queue, ledger: new BatchLedger(producer, name) } });
+  const plugin = createEventsServerPlugin({
+    store,
+    collection: 'events',
+    storagePath: EVENTS.storagePath,
+    queue: { queue, ledger: new BatchLedger(producer, name) },
+  });
   const documents = new ReferenceMemoryStore();
-  const reference = createReferenceRouter({ store: documents, config: config as Parameters<typeof createReferenceRouter>[0]['config'], roleResolver: async () => ({ identity: 'u', roles: ['public'] }) });
+  const reference = createReferenceRouter({
+    store: documents,
+    config: config as Parameters<typeof createReferenceRouter>[0]['config'],
+    roleResolver: async () => ({ identity: 'u', roles: ['public'] }),
+  });
   const app = express();
   app.use(createSyncRouter({ store, config, plugins: [plugin] }));
   app.use(getRequestListener(reference.fetch));
@@ -104,7 +138,11 @@ async function startHost(): Promise<Host> {
 }
 
 function pushSample(app: string, clientBatchId: string, events: unknown[] = [sampleEvent]): Promise<Response> {
-  return fetch(`${host.url}/push/events/${app}/${clientBatchId}`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ data: { events }, baseHash: null }) });
+  return fetch(`${host.url}/push/events/${app}/${clientBatchId}`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ data: { events }, baseHash: null }),
+  });
 }
 
 async function listFiles(app: string, after?: string): Promise<{ items: string[]; hasMore: boolean }> {
@@ -116,15 +154,21 @@ async function listFiles(app: string, after?: string): Promise<{ items: string[]
 
 /** The listing once it holds `n` files (our difference: listed once written, not at once). */
 function listedFiles(app: string, n: number, after?: string): Promise<{ items: string[]; hasMore: boolean }> {
-  return waitFor(async () => {
-    const page = await listFiles(app, after);
-    return page.items.length >= n ? page : null;
-  }, 20_000, `${n} batch file(s) listed for ${app}`);
+  return waitFor(
+    async () => {
+      const page = await listFiles(app, after);
+      return page.items.length >= n ? page : null;
+    },
+    20_000,
+    `${n} batch file(s) listed for ${app}`,
+  );
 }
 
 /** Every row of a Parquet file, read with plain hyparquet (no compressors). */
 function readRows(bytes: Uint8Array): Promise<Record<string, unknown>[]> {
-  return parquetReadObjects({ file: bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength) as ArrayBuffer });
+  return parquetReadObjects({
+    file: bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength) as ArrayBuffer,
+  });
 }
 
 describe('the reference events plugin scenarios, against our library (real Redis, queue, encoder, port)', () => {
@@ -135,7 +179,7 @@ describe('the reference events plugin scenarios, against our library (real Redis
     for (const c of cleanups.reverse()) await c();
   });
 
-  it('stores a Parquet file at a server-assigned sortable id, ignoring the client\'s batchId', async () => {
+  it("stores a Parquet file at a server-assigned sortable id, ignoring the client's batchId", async () => {
     const app = uniqueName('a');
     const res = await pushSample(app, 'client-supplied-id');
     expect(res.status).toBe(200);
@@ -150,7 +194,12 @@ describe('the reference events plugin scenarios, against our library (real Redis
     const stored = await host.store.getBytes(`events/${app}/${items[0]}`);
     const rows = await readRows(stored!.body);
     expect(rows).toHaveLength(1);
-    expect(rows[0]).toMatchObject({ event: 'button_clicked', event_type: 'capture', anonymous_id: 'anon-xyz', distinct_id: 'user-abc' });
+    expect(rows[0]).toMatchObject({
+      event: 'button_clicked',
+      event_type: 'capture',
+      anonymous_id: 'anon-xyz',
+      distinct_id: 'user-abc',
+    });
     // Differs on purpose: received_at is a UTC timestamp column (the batch id's instant), not ISO
     // text, so DuckDB and Iceberg compare instants; hyparquet gives it as a Date.
     expect(rows[0]?.received_at).toBeInstanceOf(Date);
@@ -190,7 +239,7 @@ describe('the reference events plugin scenarios, against our library (real Redis
     expect(body.hash).toBeFalsy();
   });
 
-  it('differs on purpose: an empty events array stores and lists nothing (batchId null), and the Starfish client\'s push of it succeeds', async () => {
+  it("differs on purpose: an empty events array stores and lists nothing (batchId null), and the Starfish client's push of it succeeds", async () => {
     // The reference writes and lists a zero-row file. We store nothing: a zero-row file is an
     // empty object in the store, a listing entry, and a queue job for no data, and SDKs flush
     // empty batches on timers (docs/starfish.md).
@@ -199,7 +248,10 @@ describe('the reference events plugin scenarios, against our library (real Redis
     expect(res.status).toBe(200);
     expect(await res.json()).toMatchObject({ batchId: null, hash: expect.stringMatching(/^[0-9a-f]{64}$/) });
     const client = new StarfishClient({ baseUrl: host.url });
-    const pushed = (await client.push(`/push/events/${app}/empty`, { events: [] }, null)) as unknown as { hash: string; batchId: string | null };
+    const pushed = (await client.push(`/push/events/${app}/empty`, { events: [] }, null)) as unknown as {
+      hash: string;
+      batchId: string | null;
+    };
     expect(pushed.hash).toMatch(/^[0-9a-f]{64}$/);
     expect(pushed.batchId).toBeNull();
     // A later batch is listed alone: the empty ones left nothing behind.
@@ -210,7 +262,11 @@ describe('the reference events plugin scenarios, against our library (real Redis
 
   it('stores several events of one batch in one file, in the order sent', async () => {
     const app = uniqueName('a');
-    const events = ['page_viewed', 'button_clicked', 'form_submitted'].map((event, i) => ({ ...sampleEvent, message_id: `msg-00${i + 1}`, event }));
+    const events = ['page_viewed', 'button_clicked', 'form_submitted'].map((event, i) => ({
+      ...sampleEvent,
+      message_id: `msg-00${i + 1}`,
+      event,
+    }));
     expect((await pushSample(app, 'client-id-ignored', events)).status).toBe(200);
     const { items } = await listedFiles(app, 1);
     expect(items).toHaveLength(1);
@@ -219,7 +275,11 @@ describe('the reference events plugin scenarios, against our library (real Redis
   });
 
   it('answers a malformed JSON body 400', async () => {
-    const res = await fetch(`${host.url}/push/events/${uniqueName('a')}/batch-bad`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: 'not json at all' });
+    const res = await fetch(`${host.url}/push/events/${uniqueName('a')}/batch-bad`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: 'not json at all',
+    });
     expect(res.status).toBe(400);
   });
 
@@ -234,7 +294,11 @@ describe('the reference events plugin scenarios, against our library (real Redis
     expect(pull.headers.get('content-type')).toBe('application/vnd.apache.parquet');
     expect(await readRows(new Uint8Array(await pull.arrayBuffer()))).toHaveLength(1);
     // Documents: the reference's own push and pull of a JSON document; our store is not touched.
-    const doc = await fetch(`${host.url}/push/other/123`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ data: { foo: 'bar' }, baseHash: null }) });
+    const doc = await fetch(`${host.url}/push/other/123`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ data: { foo: 'bar' }, baseHash: null }),
+    });
     expect(doc.status).toBe(200);
     const { hash } = (await doc.json()) as { hash: string };
     expect(hash).toBeTruthy();
@@ -246,9 +310,18 @@ describe('the reference events plugin scenarios, against our library (real Redis
   });
 
   it('throws at construction when the store lacks putBytes, or the storagePath does not end with a {param}', () => {
-    const storeLite = { getString: async () => null, put: async () => undefined, listKeys: async () => [], delete: async () => undefined };
-    expect(() => createEventsServerPlugin({ store: storeLite as never, collection: 'events', storagePath: 'events/{x}/{y}' })).toThrow('putBytes');
-    expect(() => createEventsServerPlugin({ store: host.store, collection: 'events', storagePath: 'events/{app}/fixed' })).toThrow('{param}');
+    const storeLite = {
+      getString: async () => null,
+      put: async () => undefined,
+      listKeys: async () => [],
+      delete: async () => undefined,
+    };
+    expect(() =>
+      createEventsServerPlugin({ store: storeLite as never, collection: 'events', storagePath: 'events/{x}/{y}' }),
+    ).toThrow('putBytes');
+    expect(() =>
+      createEventsServerPlugin({ store: host.store, collection: 'events', storagePath: 'events/{app}/fixed' }),
+    ).toThrow('{param}');
   });
 
   it('assigns strictly ascending sortable ids across successive pushes, listed in that order', async () => {
@@ -263,7 +336,9 @@ describe('the reference events plugin scenarios, against our library (real Redis
       expect(res.status).toBe(200);
       ids.push(((await res.json()) as { batchId: string }).batchId);
     }
-    const again = (await (await pushSample(app, 'ignored', [{ ...sampleEvent, message_id: 'msg-4' }])).json()) as { batchId: string };
+    const again = (await (await pushSample(app, 'ignored', [{ ...sampleEvent, message_id: 'msg-4' }])).json()) as {
+      batchId: string;
+    };
     expect(again.batchId).toBe(ids[4]);
     const { items, hasMore } = await listedFiles(app, 5);
     expect(hasMore).toBe(false);
@@ -285,8 +360,14 @@ describe('the reference events plugin scenarios, against our library (real Redis
     expect(resumed.items[0]).not.toBe(cursor);
   });
 
-  it('still refuses a plugin whose storagePath differs from its collection\'s', () => {
-    const plugin = createEventsServerPlugin({ store: host.store, collection: 'events', storagePath: 'events/{tenant}/{batchId}' });
-    expect(() => createSyncRouter({ store: host.store, config: { version: 1, collections: [EVENTS, OTHER] }, plugins: [plugin] })).toThrow(/differs from the config/);
+  it("still refuses a plugin whose storagePath differs from its collection's", () => {
+    const plugin = createEventsServerPlugin({
+      store: host.store,
+      collection: 'events',
+      storagePath: 'events/{tenant}/{batchId}',
+    });
+    expect(() =>
+      createSyncRouter({ store: host.store, config: { version: 1, collections: [EVENTS, OTHER] }, plugins: [plugin] }),
+    ).toThrow(/differs from the config/);
   });
 });

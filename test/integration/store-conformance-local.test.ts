@@ -12,7 +12,13 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { FilesystemObjectStore, SIDECAR_MIN_BYTES } from '../../shared/store/filesystem/index.js';
 import { MemoryObjectStore } from '../../shared/store/memory/index.js';
 import type { PutOptions } from '../../shared/store/types.js';
-import { bytesOf, checkConditionalCreate, describeObjectStoreConformance, expectStoreError, sha256 } from '../helpers/store-conformance-cases.js';
+import {
+  bytesOf,
+  checkConditionalCreate,
+  describeObjectStoreConformance,
+  expectStoreError,
+  sha256,
+} from '../helpers/store-conformance-cases.js';
 
 describe('memory', () => {
   describeObjectStoreConformance('memory', {
@@ -63,7 +69,9 @@ describe('filesystem', () => {
       expect(relative.root).toBe(root);
       expect(store.describe()).toBe(`fs:${root}`);
       await store.putBytes('events/app/1.parquet', bytesOf(5));
-      expect((await readdir(path.join(root, 'events', 'app'))).filter((n) => !n.startsWith('.meta-'))).toEqual(['1.parquet']);
+      expect((await readdir(path.join(root, 'events', 'app'))).filter((n) => !n.startsWith('.meta-'))).toEqual([
+        '1.parquet',
+      ]);
     });
 
     it('leaves no temp files behind after writes and overwrites', async () => {
@@ -85,7 +93,9 @@ describe('filesystem', () => {
     });
 
     it('many concurrent puts into one folder (sharing directory fsyncs) all land, each with its own sidecar', async () => {
-      await Promise.all(Array.from({ length: 40 }, (_, i) => store.putBytes(`burst/${String(i).padStart(2, '0')}.parquet`, bytesOf(i))));
+      await Promise.all(
+        Array.from({ length: 40 }, (_, i) => store.putBytes(`burst/${String(i).padStart(2, '0')}.parquet`, bytesOf(i))),
+      );
       const keys = await store.listKeys('burst/');
       expect(keys).toHaveLength(40);
       for (const [i, key] of keys.entries()) expect((await store.head(key))?.size).toBe(bytesOf(i).byteLength);
@@ -121,7 +131,10 @@ describe('filesystem', () => {
     it('lists a folder of 3,000 files in order, and pages through it', async () => {
       const dir = path.join(root, 'events', 'big');
       await mkdir(dir, { recursive: true });
-      const names = Array.from({ length: 3000 }, (_, i) => `${1782933157690 + i * 7}-0000-${i.toString(16).padStart(6, '0')}.parquet`);
+      const names = Array.from(
+        { length: 3000 },
+        (_, i) => `${1782933157690 + i * 7}-0000-${i.toString(16).padStart(6, '0')}.parquet`,
+      );
       // Written directly (not via putBytes) so the test measures listing, not 3,000 fsyncs.
       const shuffled = [...names].sort(() => Math.random() - 0.5);
       for (let i = 0; i < shuffled.length; i += 200) {
@@ -141,7 +154,10 @@ describe('filesystem', () => {
     it('serves a large quiet folder from its listing cache, and never misses a file added or removed later', async () => {
       const dir = path.join(root, 'events', 'quiet');
       await mkdir(dir, { recursive: true });
-      const names = Array.from({ length: 2500 }, (_, i) => `${1782933157690 + i * 7}-0000-${i.toString(16).padStart(6, '0')}.parquet`);
+      const names = Array.from(
+        { length: 2500 },
+        (_, i) => `${1782933157690 + i * 7}-0000-${i.toString(16).padStart(6, '0')}.parquet`,
+      );
       for (let i = 0; i < names.length; i += 250) {
         await Promise.all(names.slice(i, i + 250).map((n) => writeFile(path.join(dir, n), 'x')));
       }
@@ -151,30 +167,53 @@ describe('filesystem', () => {
       await utimes(dir, old, old);
       const cacheSize = (): number => (store as unknown as { dirCache: Map<string, unknown> }).dirCache.size;
 
-      expect(await store.listKeys('events/quiet/', { startAfter: keys[1000], limit: 3 })).toEqual(keys.slice(1001, 1004));
+      expect(await store.listKeys('events/quiet/', { startAfter: keys[1000], limit: 3 })).toEqual(
+        keys.slice(1001, 1004),
+      );
       expect(cacheSize()).toBe(1);
       expect(await store.listKeys('events/quiet/', { startAfter: keys[2497] })).toEqual(keys.slice(2498));
-      expect(await store.listKeys('events/quiet/1782933164', { limit: 2 })).toEqual(keys.filter((k) => k.startsWith('events/quiet/1782933164')).slice(0, 2));
+      expect(await store.listKeys('events/quiet/1782933164', { limit: 2 })).toEqual(
+        keys.filter((k) => k.startsWith('events/quiet/1782933164')).slice(0, 2),
+      );
 
       // A new key between cached ones, and one removed behind the store's back: both seen at once.
       const added = `events/quiet/${names[1001]!.replace('-0000-', '-0001-')}`;
       await store.putBytes(added, bytesOf(1));
-      expect(await store.listKeys('events/quiet/', { startAfter: keys[1000], limit: 3 })).toEqual([keys[1001], added, keys[1002]]);
+      expect(await store.listKeys('events/quiet/', { startAfter: keys[1000], limit: 3 })).toEqual([
+        keys[1001],
+        added,
+        keys[1002],
+      ]);
       await rm(path.join(dir, names[1002]!));
-      expect(await store.listKeys('events/quiet/', { startAfter: keys[1000], limit: 3 })).toEqual([keys[1001], added, keys[1003]]);
+      expect(await store.listKeys('events/quiet/', { startAfter: keys[1000], limit: 3 })).toEqual([
+        keys[1001],
+        added,
+        keys[1003],
+      ]);
     });
 
-    it('records a large object\'s sha256 in a sidecar at write; a large file without one (written before sidecars) is hashed once, then read from its sidecar', async () => {
+    it("records a large object's sha256 in a sidecar at write; a large file without one (written before sidecars) is hashed once, then read from its sidecar", async () => {
       const big = new Uint8Array(randomBytes(SIDECAR_MIN_BYTES + 1));
       await store.putBytes('events/app/new.parquet', big, { contentType: 'application/vnd.apache.parquet' });
-      expect((await readdir(path.join(root, 'events', 'app'))).sort()).toEqual(['.meta-new.parquet.json', 'new.parquet']);
-      expect(await store.head('events/app/new.parquet')).toEqual({ size: big.byteLength, sha256: sha256(big), contentType: 'application/vnd.apache.parquet' });
+      expect((await readdir(path.join(root, 'events', 'app'))).sort()).toEqual([
+        '.meta-new.parquet.json',
+        'new.parquet',
+      ]);
+      expect(await store.head('events/app/new.parquet')).toEqual({
+        size: big.byteLength,
+        sha256: sha256(big),
+        contentType: 'application/vnd.apache.parquet',
+      });
       await expectStoreError(store.putBytes('events/app/.meta-x', bytesOf(1)), false);
 
       const legacy = new Uint8Array(randomBytes(SIDECAR_MIN_BYTES + 100_000));
       await writeFile(path.join(root, 'events', 'app', 'old.parquet'), legacy);
       // No sidecar to say otherwise: a `.parquet` file is Parquet.
-      expect(await store.head('events/app/old.parquet')).toEqual({ size: legacy.byteLength, sha256: sha256(legacy), contentType: 'application/vnd.apache.parquet' });
+      expect(await store.head('events/app/old.parquet')).toEqual({
+        size: legacy.byteLength,
+        sha256: sha256(legacy),
+        contentType: 'application/vnd.apache.parquet',
+      });
       const sidecar = path.join(root, 'events', 'app', '.meta-old.parquet.json');
       const recorded = JSON.parse(await readFile(sidecar, 'utf8')) as { sha256: string };
       expect(recorded.sha256).toBe(sha256(legacy));
@@ -186,7 +225,11 @@ describe('filesystem', () => {
       const replaced = new Uint8Array(randomBytes(10));
       await writeFile(path.join(root, 'events', 'app', 'old.tmpcopy'), replaced);
       await rename(path.join(root, 'events', 'app', 'old.tmpcopy'), path.join(root, 'events', 'app', 'old.parquet'));
-      expect(await store.head('events/app/old.parquet')).toEqual({ size: 10, sha256: sha256(replaced), contentType: 'application/vnd.apache.parquet' });
+      expect(await store.head('events/app/old.parquet')).toEqual({
+        size: 10,
+        sha256: sha256(replaced),
+        contentType: 'application/vnd.apache.parquet',
+      });
       // A torn sidecar (crash) is ignored too.
       await writeFile(sidecar, '{"v":1,"ino');
       expect((await store.head('events/app/old.parquet'))?.sha256).toBe(sha256(replaced));
@@ -196,20 +239,36 @@ describe('filesystem', () => {
       expect(await readdir(path.join(root, 'events', 'app'))).toEqual([]);
     });
 
-    it('writes no sidecar for a small object of its name\'s content type (a batch file), and hashes it on each head', async () => {
+    it("writes no sidecar for a small object of its name's content type (a batch file), and hashes it on each head", async () => {
       const small = new Uint8Array(randomBytes(SIDECAR_MIN_BYTES));
       await store.putBytes('events/app/1.parquet', small, { contentType: 'application/vnd.apache.parquet' });
       expect(await readdir(path.join(root, 'events', 'app'))).toEqual(['1.parquet']);
-      expect(await store.head('events/app/1.parquet')).toEqual({ size: small.byteLength, sha256: sha256(small), contentType: 'application/vnd.apache.parquet' });
+      expect(await store.head('events/app/1.parquet')).toEqual({
+        size: small.byteLength,
+        sha256: sha256(small),
+        contentType: 'application/vnd.apache.parquet',
+      });
       // Still none after a head (nothing to record), and a head after an overwrite sees the new bytes.
       expect(await readdir(path.join(root, 'events', 'app'))).toEqual(['1.parquet']);
       await store.putBytes('events/app/1.parquet', bytesOf(9), { contentType: 'application/vnd.apache.parquet' });
-      expect(await store.head('events/app/1.parquet')).toEqual({ size: 1, sha256: sha256(bytesOf(9)), contentType: 'application/vnd.apache.parquet' });
+      expect(await store.head('events/app/1.parquet')).toEqual({
+        size: 1,
+        sha256: sha256(bytesOf(9)),
+        contentType: 'application/vnd.apache.parquet',
+      });
       // Any other content type, or none, is recorded as given: a sidecar keeps it.
       await store.putBytes('events/app/2.parquet', bytesOf(1), { contentType: 'application/octet-stream' });
       await store.putBytes('events/app/3.parquet', bytesOf(1));
       await store.putBytes('events/app/4.json', bytesOf(1), { contentType: 'application/vnd.apache.parquet' });
-      expect((await readdir(path.join(root, 'events', 'app'))).sort()).toEqual(['.meta-2.parquet.json', '.meta-3.parquet.json', '.meta-4.json.json', '1.parquet', '2.parquet', '3.parquet', '4.json']);
+      expect((await readdir(path.join(root, 'events', 'app'))).sort()).toEqual([
+        '.meta-2.parquet.json',
+        '.meta-3.parquet.json',
+        '.meta-4.json.json',
+        '1.parquet',
+        '2.parquet',
+        '3.parquet',
+        '4.json',
+      ]);
       expect((await store.head('events/app/2.parquet'))?.contentType).toBe('application/octet-stream');
       expect(await store.head('events/app/3.parquet')).toEqual({ size: 1, sha256: sha256(bytesOf(1)) });
       expect((await store.head('events/app/4.json'))?.contentType).toBe('application/vnd.apache.parquet');
@@ -243,14 +302,18 @@ class CheckThenSetStore extends MemoryObjectStore {
 
 describe('the conditional-create case fails on a store that lets a second writer win', () => {
   it('a createIfAbsent that always succeeds (overwrites) fails the case', async () => {
-    await expect(checkConditionalCreate(new OverwritingStore())).rejects.toThrow(/a second create of a key that exists/);
+    await expect(checkConditionalCreate(new OverwritingStore())).rejects.toThrow(
+      /a second create of a key that exists/,
+    );
   });
 
   it('a createIfAbsent that checks and then sets after an await fails the case when writers race', async () => {
-    await expect(checkConditionalCreate(new CheckThenSetStore())).rejects.toThrow(/concurrent creators: exactly one wins/);
+    await expect(checkConditionalCreate(new CheckThenSetStore())).rejects.toThrow(
+      /concurrent creators: exactly one wins/,
+    );
   });
 
-  it('the case passes on the memory store it was derived from (the failures above are the stores\' own)', async () => {
+  it("the case passes on the memory store it was derived from (the failures above are the stores' own)", async () => {
     await expect(checkConditionalCreate(new MemoryObjectStore())).resolves.toBeUndefined();
   });
 });

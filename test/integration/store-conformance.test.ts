@@ -12,7 +12,12 @@ import { S3ObjectStore } from '../../shared/store/s3/index.js';
 import { type RgwServer, rgwStoreFor, startRgw } from '../helpers/rgw.js';
 import { S3RVER_CREDENTIALS, s3StoreFor, startS3Server } from '../helpers/s3.js';
 import type { S3TestServer } from '../helpers/s3.js';
-import { bytesOf, describeObjectStoreConformance, expectStoreError, sha256 } from '../helpers/store-conformance-cases.js';
+import {
+  bytesOf,
+  describeObjectStoreConformance,
+  expectStoreError,
+  sha256,
+} from '../helpers/store-conformance-cases.js';
 
 describe('s3 (s3rver)', () => {
   let server: S3TestServer;
@@ -61,12 +66,21 @@ describe('s3 (s3rver)', () => {
     it('stores the sha256 as object metadata at put; an object written without it (before, or by another writer) is hashed once per process', async () => {
       const store = isolatedStore();
       await store.putBytes('meta/new', bytesOf(1, 2));
-      const client = new S3Client({ region: 'us-east-1', endpoint: server.endpoint, forcePathStyle: true, credentials: { ...S3RVER_CREDENTIALS } });
+      const client = new S3Client({
+        region: 'us-east-1',
+        endpoint: server.endpoint,
+        forcePathStyle: true,
+        credentials: { ...S3RVER_CREDENTIALS },
+      });
       try {
-        const head = await client.send(new HeadObjectCommand({ Bucket: server.bucket, Key: `${store.prefix}meta/new` }));
+        const head = await client.send(
+          new HeadObjectCommand({ Bucket: server.bucket, Key: `${store.prefix}meta/new` }),
+        );
         expect(head.Metadata?.sha256).toBe(sha256(bytesOf(1, 2)));
         const legacy = new Uint8Array(randomBytes(20_000));
-        await client.send(new PutObjectCommand({ Bucket: server.bucket, Key: `${store.prefix}meta/legacy`, Body: legacy }));
+        await client.send(
+          new PutObjectCommand({ Bucket: server.bucket, Key: `${store.prefix}meta/legacy`, Body: legacy }),
+        );
         expect(await store.head('meta/legacy')).toMatchObject({ size: 20_000, sha256: sha256(legacy) });
         // Hashed once: the second head is answered from the store's memory, without a GetObject.
         let gets = 0;
@@ -77,7 +91,9 @@ describe('s3 (s3rver)', () => {
         expect(gets).toBe(0);
         // Replaced (new S3 ETag): hashed again.
         const replaced = new Uint8Array(randomBytes(100));
-        await client.send(new PutObjectCommand({ Bucket: server.bucket, Key: `${store.prefix}meta/legacy`, Body: replaced }));
+        await client.send(
+          new PutObjectCommand({ Bucket: server.bucket, Key: `${store.prefix}meta/legacy`, Body: replaced }),
+        );
         expect((await store.head('meta/legacy'))?.sha256).toBe(sha256(replaced));
         expect(gets).toBe(1);
       } finally {

@@ -30,7 +30,8 @@ describe.each(stores)('deleteKeys on %s', (_name, make) => {
   it('deletes the given keys, ignores missing ones, leaves the rest; more than 1,000 at once', async () => {
     const store = make();
     const keys = Array.from({ length: 1003 }, (_, i) => `del/a/${String(i).padStart(5, '0')}.parquet`);
-    for (let i = 0; i < keys.length; i += 25) await Promise.all(keys.slice(i, i + 25).map((k) => store.putBytes(k, new Uint8Array([1, 2, 3]))));
+    for (let i = 0; i < keys.length; i += 25)
+      await Promise.all(keys.slice(i, i + 25).map((k) => store.putBytes(k, new Uint8Array([1, 2, 3]))));
     await store.putBytes('del/b/keep.parquet', new Uint8Array([4]));
     await store.deleteKeys!([...keys.slice(0, 1002), 'del/a/missing.parquet']);
     expect(await store.listKeys('del/')).toEqual(['del/a/01002.parquet', 'del/b/keep.parquet']);

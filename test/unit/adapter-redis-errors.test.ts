@@ -10,7 +10,8 @@ import type { BatchJob } from '../../shared/redis/jobs/push.js';
 import { ensureShardLayout, recordedShardCount, shardLayouts } from '../../shared/redis/shards.js';
 
 /** A socket error as Node makes it. */
-const sockErr = (code: string): Error => Object.assign(new Error(`connect ${code} 127.0.0.1:6379`), { code, errno: -1, syscall: 'connect' });
+const sockErr = (code: string): Error =>
+  Object.assign(new Error(`connect ${code} 127.0.0.1:6379`), { code, errno: -1, syscall: 'connect' });
 
 /**
  * A client whose every command (scripts, plain commands, a MULTI's EXEC) rejects with `err`. It
@@ -19,7 +20,10 @@ const sockErr = (code: string): Error => Object.assign(new Error(`connect ${code
 function failingClient(err: unknown): RedisClient {
   const reject = (): Promise<never> => Promise.reject(err);
   const chain: object = new Proxy({}, { get: (_t, p) => (p === 'exec' ? reject : () => chain) });
-  return new Proxy({ ingestMint: reject } as object, { get: (_t, p) => (p === 'then' ? undefined : p === 'multi' ? () => chain : reject), has: () => true }) as RedisClient;
+  return new Proxy({ ingestMint: reject } as object, {
+    get: (_t, p) => (p === 'then' ? undefined : p === 'multi' ? () => chain : reject),
+    has: () => true,
+  }) as RedisClient;
 }
 
 const claim = { family: 'key' as const, scope: 's', bodyHash: 'a'.repeat(64), windowSeconds: 60 };
@@ -46,24 +50,36 @@ const calls: [string, (l: BatchLedger) => Promise<unknown>][] = [
 ];
 
 describe('the ledger wraps driver errors at its boundary', () => {
-  it.each(calls)('%s: an unreachable Redis leaves as RedisUnavailable (cause and neverRan kept)', async (_name, call) => {
-    const driver = sockErr('ECONNREFUSED');
-    const err = await call(new BatchLedger(failingClient(driver), 'ns')).then(() => 'resolved', (e: unknown) => e);
-    expect(err).toBeInstanceOf(RedisUnavailable);
-    expect((err as RedisUnavailable).cause).toBe(driver);
-    expect((err as RedisUnavailable).neverRan).toBe(true);
-    expect((err as Error).message).toBe(driver.message);
-  });
+  it.each(calls)(
+    '%s: an unreachable Redis leaves as RedisUnavailable (cause and neverRan kept)',
+    async (_name, call) => {
+      const driver = sockErr('ECONNREFUSED');
+      const err = await call(new BatchLedger(failingClient(driver), 'ns')).then(
+        () => 'resolved',
+        (e: unknown) => e,
+      );
+      expect(err).toBeInstanceOf(RedisUnavailable);
+      expect((err as RedisUnavailable).cause).toBe(driver);
+      expect((err as RedisUnavailable).neverRan).toBe(true);
+      expect((err as Error).message).toBe(driver.message);
+    },
+  );
 
   it.each(calls)('%s: a connection lost mid-command is RedisUnavailable with neverRan false', async (_name, call) => {
-    const err = await call(new BatchLedger(failingClient(sockErr('ECONNRESET')), 'ns')).then(() => 'resolved', (e: unknown) => e);
+    const err = await call(new BatchLedger(failingClient(sockErr('ECONNRESET')), 'ns')).then(
+      () => 'resolved',
+      (e: unknown) => e,
+    );
     expect(err).toBeInstanceOf(RedisUnavailable);
     expect((err as RedisUnavailable).neverRan).toBe(false);
   });
 
   it.each(calls)('%s: any other error (a script error) comes back unchanged', async (_name, call) => {
     const scriptErr = new ReplyError('ERR Error running script');
-    const err = await call(new BatchLedger(failingClient(scriptErr), 'ns')).then(() => 'resolved', (e: unknown) => e);
+    const err = await call(new BatchLedger(failingClient(scriptErr), 'ns')).then(
+      () => 'resolved',
+      (e: unknown) => e,
+    );
     expect(err).toBe(scriptErr);
   });
 });
@@ -76,19 +92,31 @@ describe('the BullMQ job sink wraps driver errors at its boundary', () => {
   };
 
   it('an add that surely never ran is EnqueueRefused (the mint may be undone)', async () => {
-    const err = await sinkFailingWith(sockErr('ECONNREFUSED')).submit(job).done.then(() => 'resolved', (e: unknown) => e);
+    const err = await sinkFailingWith(sockErr('ECONNREFUSED'))
+      .submit(job)
+      .done.then(
+        () => 'resolved',
+        (e: unknown) => e,
+      );
     expect(err).toBeInstanceOf(EnqueueRefused);
   });
 
   it('an add cut mid-flight is RedisUnavailable, not EnqueueRefused (it may have landed)', async () => {
     const driver = sockErr('ECONNRESET');
-    const err = await sinkFailingWith(driver).submit(job).done.then(() => 'resolved', (e: unknown) => e);
+    const err = await sinkFailingWith(driver)
+      .submit(job)
+      .done.then(
+        () => 'resolved',
+        (e: unknown) => e,
+      );
     expect(err).toBeInstanceOf(RedisUnavailable);
     expect((err as RedisUnavailable).cause).toBe(driver);
   });
 
   it('a job-state read against an unreachable Redis is RedisUnavailable; other errors unchanged', async () => {
-    await expect(sinkFailingWith(sockErr('ECONNRESET')).hasJob('events/a', 'b1')).rejects.toBeInstanceOf(RedisUnavailable);
+    await expect(sinkFailingWith(sockErr('ECONNRESET')).hasJob('events/a', 'b1')).rejects.toBeInstanceOf(
+      RedisUnavailable,
+    );
     const other = new Error('Missing key for job b1');
     await expect(sinkFailingWith(other).hasJob('events/a', 'b1')).rejects.toBe(other);
   });
@@ -97,7 +125,9 @@ describe('the BullMQ job sink wraps driver errors at its boundary', () => {
 describe('the shard layout check wraps driver errors at its boundary', () => {
   it('an unreachable Redis fails ensureShardLayout and recordedShardCount with RedisUnavailable', async () => {
     const driver = sockErr('ECONNREFUSED');
-    await expect(ensureShardLayout(failingClient(driver), 'q', shardLayouts('q', 1, false))).rejects.toSatisfy((e: unknown) => e instanceof RedisUnavailable && e.cause === driver);
+    await expect(ensureShardLayout(failingClient(driver), 'q', shardLayouts('q', 1, false))).rejects.toSatisfy(
+      (e: unknown) => e instanceof RedisUnavailable && e.cause === driver,
+    );
     await expect(recordedShardCount(failingClient(driver), 'q')).rejects.toBeInstanceOf(RedisUnavailable);
   });
 

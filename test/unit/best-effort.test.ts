@@ -8,7 +8,11 @@ import { LOCK_TTL_MS, acquirePrefixLock } from '../../shared/redis/rollup-keys.j
 /** A logger whose JSON lines land in `lines` (pino writes to a custom stream synchronously). */
 function capture(): { logger: ReturnType<typeof createLogger>; lines: Record<string, unknown>[] } {
   const lines: Record<string, unknown>[] = [];
-  const logger = createLogger({ level: 'info', name: 'test', destination: { write: (s: string) => void lines.push(JSON.parse(s) as Record<string, unknown>) } });
+  const logger = createLogger({
+    level: 'info',
+    name: 'test',
+    destination: { write: (s: string) => void lines.push(JSON.parse(s) as Record<string, unknown>) },
+  });
   return { logger, lines };
 }
 
@@ -26,11 +30,15 @@ describe('bestEffort: failed best-effort work is logged (throttled) and counted,
     const registry = new Registry();
     const counter = bestEffortCounter(registry, ['dead_letter_release']);
     const { logger, lines } = capture();
-    await expect(bestEffort('dead_letter_release', Promise.resolve('done'), { logger, counter })).resolves.toBeUndefined();
+    await expect(
+      bestEffort('dead_letter_release', Promise.resolve('done'), { logger, counter }),
+    ).resolves.toBeUndefined();
     expect(await failures(registry)).toEqual({ dead_letter_release: 0 });
     expect(lines).toHaveLength(0);
 
-    await expect(bestEffort('dead_letter_release', Promise.reject(new Error('Connection is closed.')), { logger, counter })).resolves.toBeUndefined();
+    await expect(
+      bestEffort('dead_letter_release', Promise.reject(new Error('Connection is closed.')), { logger, counter }),
+    ).resolves.toBeUndefined();
     await bestEffort('queue_gauges', Promise.reject(new Error('boom')), { logger, counter });
     expect(await failures(registry)).toEqual({ dead_letter_release: 1, queue_gauges: 1 });
     expect(lines.map((l) => [l.level, l.msg, l.what, l.err, l.count])).toEqual([
@@ -45,7 +53,8 @@ describe('bestEffort: failed best-effort work is logged (throttled) and counted,
     const registry = new Registry();
     const counter = bestEffortCounter(registry);
     const { logger, lines } = capture();
-    const fail = (what: string): Promise<void> => bestEffort(what, Promise.reject(new Error('down')), { logger, counter });
+    const fail = (what: string): Promise<void> =>
+      bestEffort(what, Promise.reject(new Error('down')), { logger, counter });
     for (let i = 0; i < 5; i++) await fail('replay_release');
     await fail('replay_remove_old_job');
     expect(lines.map((l) => [l.what, l.count])).toEqual([

@@ -1,8 +1,26 @@
 import { describe, expect, it, vi } from 'vitest';
 import { parseContentEncoding } from '../../services/api/body.js';
-import { API_ENCODED_ROW_BYTES, ByteBudget, DrainCollector, ENCODER_ROW_BYTES, batchCost } from '../../shared/byte-budget.js';
-import { DEFAULT_SYNC_CONFIG, ENCODER_MAX_INFLIGHT_BYTES_DEFAULT, ENCODER_PROCESSES_DEFAULT, MAX_EVENTS_PER_BATCH_DEFAULT, parseSyncConfig } from '../../shared/config.js';
-import { RETAINED_BUILDER_BYTES, builderBytes, encodeBatch, parseBatchColumns, prepareBatch } from '../../shared/parquet/encode.js';
+import {
+  API_ENCODED_ROW_BYTES,
+  ByteBudget,
+  DrainCollector,
+  ENCODER_ROW_BYTES,
+  batchCost,
+} from '../../shared/byte-budget.js';
+import {
+  DEFAULT_SYNC_CONFIG,
+  ENCODER_MAX_INFLIGHT_BYTES_DEFAULT,
+  ENCODER_PROCESSES_DEFAULT,
+  MAX_EVENTS_PER_BATCH_DEFAULT,
+  parseSyncConfig,
+} from '../../shared/config.js';
+import {
+  RETAINED_BUILDER_BYTES,
+  builderBytes,
+  encodeBatch,
+  parseBatchColumns,
+  prepareBatch,
+} from '../../shared/parquet/encode.js';
 import { jobCost } from '../../services/encoder/worker.js';
 
 describe('ByteBudget', () => {
@@ -67,7 +85,9 @@ describe('what a batch costs (rows × per-row cost + bytes)', () => {
     expect(batchCost(2_660_000, 7_980_020, ENCODER_ROW_BYTES)).toBe(2_660_000 * 200 + 7_980_020);
     expect(batchCost(0, 100, ENCODER_ROW_BYTES)).toBe(100);
     // An encoder's job: a JSON batch costs its rows too; a file the API encoded only its bytes.
-    expect(jobCost({ encoding: 'deflate-raw', events: 100_000, bodyBytes: 300_000 })).toBe(100_000 * ENCODER_ROW_BYTES + 300_000);
+    expect(jobCost({ encoding: 'deflate-raw', events: 100_000, bodyBytes: 300_000 })).toBe(
+      100_000 * ENCODER_ROW_BYTES + 300_000,
+    );
     expect(jobCost({ encoding: 'identity', events: 1, bodyBytes: 500 })).toBe(ENCODER_ROW_BYTES + 500);
     expect(jobCost({ encoding: 'parquet', events: 100_000, bodyBytes: 40_000 })).toBe(40_000);
     expect(API_ENCODED_ROW_BYTES).toBeGreaterThan(ENCODER_ROW_BYTES);
@@ -79,7 +99,12 @@ describe('what a batch costs (rows × per-row cost + bytes)', () => {
     expect(MAX_EVENTS_PER_BATCH_DEFAULT).toBe(100_000);
     const worst = batchCost(MAX_EVENTS_PER_BATCH_DEFAULT, collection?.maxBodyBytes ?? 0, ENCODER_ROW_BYTES);
     expect(worst).toBeLessThanOrEqual(ENCODER_MAX_INFLIGHT_BYTES_DEFAULT / ENCODER_PROCESSES_DEFAULT);
-    expect(() => parseSyncConfig({ ...DEFAULT_SYNC_CONFIG, collections: [{ name: 'e', storagePath: 'e/{app}/{batchId}', maxEventsPerBatch: 0 }] })).toThrow(/maxEventsPerBatch/);
+    expect(() =>
+      parseSyncConfig({
+        ...DEFAULT_SYNC_CONFIG,
+        collections: [{ name: 'e', storagePath: 'e/{app}/{batchId}', maxEventsPerBatch: 0 }],
+      }),
+    ).toThrow(/maxEventsPerBatch/);
   });
 });
 
@@ -119,7 +144,8 @@ describe('DrainCollector', () => {
 });
 
 describe('column builders after a large batch', () => {
-  const body = (n: number): Buffer => Buffer.from(`{"data":{"events":[${'{"event":"e"},'.repeat(n - 1)}{}]},"baseHash":null}`);
+  const body = (n: number): Buffer =>
+    Buffer.from(`{"data":{"events":[${'{"event":"e"},'.repeat(n - 1)}{}]},"baseHash":null}`);
 
   it('give their growth back once a batch grew them past RETAINED_BUILDER_BYTES, whichever way it was scanned', () => {
     const small = body(1000);

@@ -2,7 +2,13 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Request } from 'express';
-import { buildRevocationList, ed25519Suite, signCapCert, signRequest, userIdFromPubHex } from '@drakkar.software/starfish-protocol';
+import {
+  buildRevocationList,
+  ed25519Suite,
+  signCapCert,
+  signRequest,
+  userIdFromPubHex,
+} from '@drakkar.software/starfish-protocol';
 import { mintDeviceCap, scopes } from '@drakkar.software/starfish-identities';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AuthError } from '../../services/api/auth.js';
@@ -21,7 +27,12 @@ interface Identity {
 
 function identity(): Identity {
   const ed = ed25519Suite.generateSignerKeypair();
-  return { priv: ed.privHex, pub: ed.pubHex, kemPub: ed25519Suite.generateKemKeypair().pubHex, userId: userIdFromPubHex(ed.pubHex) };
+  return {
+    priv: ed.privHex,
+    pub: ed.pubHex,
+    kemPub: ed25519Suite.generateKemKeypair().pubHex,
+    userId: userIdFromPubHex(ed.pubHex),
+  };
 }
 
 type Scope = Parameters<typeof mintDeviceCap>[3];
@@ -29,7 +40,12 @@ const mint = (who: Identity, scope: Scope = scopes.rootAll(), o: { nbf?: number;
   mintDeviceCap(who.priv, who.pub, { edPubHex: who.pub, kemPubHex: who.kemPub }, scope, o);
 
 /** A signed request as the published client sends it (Authorization: Cap + X-Starfish-*), as Express would hand it over. */
-async function signed(who: Identity, cap: unknown, url: string, o: { method?: string; host?: string } = {}): Promise<Request> {
+async function signed(
+  who: Identity,
+  cap: unknown,
+  url: string,
+  o: { method?: string; host?: string } = {},
+): Promise<Request> {
   const { sig, ts, nonce } = await signRequest({ method: 'GET', pathAndQuery: url, host: HOST }, who.priv);
   const headers: Record<string, string> = {
     host: o.host ?? HOST,
@@ -53,7 +69,9 @@ async function refusal(p: Promise<unknown>): Promise<string> {
 
 describe('scopeRoles', () => {
   it('gives cap:<op>:<collection> per scope entry; "*" gives the literal cap:<op>:* and every served collection', () => {
-    expect(scopeRoles({ scope: { ops: ['read'], collections: ['events'] } }, ['events', 'audit'])).toEqual(['cap:read:events']);
+    expect(scopeRoles({ scope: { ops: ['read'], collections: ['events'] } }, ['events', 'audit'])).toEqual([
+      'cap:read:events',
+    ]);
     expect(scopeRoles({ scope: { ops: ['read', 'list'], collections: ['*'] } }, ['events', 'audit']).sort()).toEqual(
       ['cap:list:*', 'cap:list:audit', 'cap:list:events', 'cap:read:*', 'cap:read:audit', 'cap:read:events'].sort(),
     );
@@ -70,7 +88,12 @@ describe('cap-cert role resolver', () => {
     rootCap = await mint(admin);
   });
   const resolver = (extra: Partial<Parameters<typeof createCapRoleResolver>[0]> = {}) =>
-    createCapRoleResolver({ nonceStore: new MemoryNonceStore(), identityRoles: new Map([[admin.userId, ['admin']]]), collections: COLLECTIONS, ...extra });
+    createCapRoleResolver({
+      nonceStore: new MemoryNonceStore(),
+      identityRoles: new Map([[admin.userId, ['admin']]]),
+      collections: COLLECTIONS,
+      ...extra,
+    });
 
   it('names the identity by its user id (never the cert), with scope roles and the listed identity roles; a replay is refused', async () => {
     const r = resolver();
@@ -86,7 +109,10 @@ describe('cap-cert role resolver', () => {
     const r = resolver();
     const listOnly = await mint(admin, { ops: ['list'], collections: ['events'] });
     expect((await r(await signed(admin, listOnly, '/pull/events/app1/x')))?.roles).toEqual(['cap:list:events']);
-    expect((await r(await signed(admin, listOnly, '/list/events/app1?after=x')))?.roles).toEqual(['cap:list:events', 'admin']);
+    expect((await r(await signed(admin, listOnly, '/list/events/app1?after=x')))?.roles).toEqual([
+      'cap:list:events',
+      'admin',
+    ]);
     const otherCollection = await mint(admin, { ops: ['read', 'list'], collections: ['audit'] });
     expect((await r(await signed(admin, otherCollection, '/list/events/app1')))?.roles).not.toContain('admin');
     const oneApp = await mint(admin, { ops: ['read', 'list'], collections: ['events'], paths: ['events/app2/**'] });
@@ -103,8 +129,14 @@ describe('cap-cert role resolver', () => {
   it('refuses with a reason: expired cap, wrong host, wrong path, oversized or malformed header, missing signature headers, a write, skew', async () => {
     const r = resolver();
     const now = Math.floor(Date.now() / 1000);
-    expect(await refusal(r(await signed(admin, await mint(admin, scopes.rootAll(), { nbf: now - 7200, ttlSec: 600 }), '/list/events/a')))).toBe('cap-cert expired');
-    expect(await refusal(r(await signed(admin, rootCap, '/list/events/a', { host: 'other.test' })))).toMatch(/^bad request signature/);
+    expect(
+      await refusal(
+        r(await signed(admin, await mint(admin, scopes.rootAll(), { nbf: now - 7200, ttlSec: 600 }), '/list/events/a')),
+      ),
+    ).toBe('cap-cert expired');
+    expect(await refusal(r(await signed(admin, rootCap, '/list/events/a', { host: 'other.test' })))).toMatch(
+      /^bad request signature/,
+    );
     const moved = await signed(admin, rootCap, '/list/events/a');
     Object.assign(moved, { url: '/list/events/b', path: '/list/events/b' });
     expect(await refusal(r(moved))).toMatch(/^bad request signature/);
@@ -119,39 +151,81 @@ describe('cap-cert role resolver', () => {
     const bare = await signed(admin, rootCap, '/list/events/a');
     delete bare.headers['x-starfish-sig'];
     expect(await refusal(r(bare))).toMatch(/^missing request signature headers/);
-    expect(await refusal(r(await signed(admin, rootCap, '/push/events/a/x', { method: 'POST' })))).toMatch(/^cap-signed POST requests are not supported/);
+    expect(await refusal(r(await signed(admin, rootCap, '/push/events/a/x', { method: 'POST' })))).toMatch(
+      /^cap-signed POST requests are not supported/,
+    );
     const late = await signed(admin, rootCap, '/list/events/a');
     late.headers['x-starfish-ts'] = String(Date.now() - 400_000);
     expect(await refusal(r(late))).toMatch(/^request timestamp outside the allowed clock skew/);
     const now2 = Math.floor(Date.now() / 1000);
     const member = signCapCert(
-      { v: 1, kind: 'member', iss: admin.pub, issUserId: admin.userId, sub: stranger.pub, subKem: stranger.kemPub, subUserId: stranger.userId, scope: { ops: ['read'], collections: ['events'], paths: ['events/**'] }, nbf: now2 - 60, exp: now2 + 3600, nonce: Buffer.alloc(16, 1).toString('base64') },
+      {
+        v: 1,
+        kind: 'member',
+        iss: admin.pub,
+        issUserId: admin.userId,
+        sub: stranger.pub,
+        subKem: stranger.kemPub,
+        subUserId: stranger.userId,
+        scope: { ops: ['read'], collections: ['events'], paths: ['events/**'] },
+        nbf: now2 - 60,
+        exp: now2 + 3600,
+        nonce: Buffer.alloc(16, 1).toString('base64'),
+      },
       admin.priv,
     );
-    expect(await refusal(r(await signed(stranger, member, '/list/events/a')))).toBe('cap-cert kind is not accepted (device caps only)');
+    expect(await refusal(r(await signed(stranger, member, '/list/events/a')))).toBe(
+      'cap-cert kind is not accepted (device caps only)',
+    );
     const tampered = { ...rootCap, scope: { ...rootCap.scope, collections: ['events'] } };
     expect(await refusal(r(await signed(admin, tampered, '/list/events/a')))).toBe('cap-cert bad-signature');
   });
 
   it('a cap named by a signed revocation list is refused; a list whose signature does not verify fails every cap request', async () => {
-    const list = buildRevocationList({ issEdPubHex: admin.pub, issEdPrivHex: admin.priv, generation: 1, revoked: [{ sub: admin.pub, nonce: rootCap.nonce, exp: rootCap.exp }] });
+    const list = buildRevocationList({
+      issEdPubHex: admin.pub,
+      issEdPrivHex: admin.priv,
+      generation: 1,
+      revoked: [{ sub: admin.pub, nonce: rootCap.nonce, exp: rootCap.exp }],
+    });
     const r = resolver({ revocations: [list] });
     expect(await refusal(r(await signed(admin, rootCap, '/list/events/a')))).toBe('cap-cert revoked');
     const fresh = await mint(admin);
     expect((await r(await signed(admin, fresh, '/list/events/a')))?.identity).toBe(`cap:${admin.userId}`);
-    const bySubject = buildRevocationList({ issEdPubHex: admin.pub, issEdPrivHex: admin.priv, generation: 2, revoked: [], revokedSubjects: [{ sub: admin.pub, exp: fresh.exp }] });
-    expect(await refusal(resolver({ revocations: [bySubject] })(await signed(admin, fresh, '/list/events/a')))).toBe('cap-cert revoked');
+    const bySubject = buildRevocationList({
+      issEdPubHex: admin.pub,
+      issEdPrivHex: admin.priv,
+      generation: 2,
+      revoked: [],
+      revokedSubjects: [{ sub: admin.pub, exp: fresh.exp }],
+    });
+    expect(await refusal(resolver({ revocations: [bySubject] })(await signed(admin, fresh, '/list/events/a')))).toBe(
+      'cap-cert revoked',
+    );
     const bad = resolver({ revocations: [{ ...list, generation: 2 }] });
-    await expect(bad(await signed(admin, fresh, '/list/events/a'))).rejects.toThrow(/revocation list 0: its signature does not verify/);
+    await expect(bad(await signed(admin, fresh, '/list/events/a'))).rejects.toThrow(
+      /revocation list 0: its signature does not verify/,
+    );
   });
 
   it('capOrElse: a Cap credential goes to the cap resolver only, anything else to the others', async () => {
     const others = async () => ({ identity: 'token:x', roles: ['admin'] });
     const chained = capOrElse(resolver(), others);
-    expect((await chained({ headers: { authorization: 'Bearer abc' } } as unknown as Request))?.identity).toBe('token:x');
+    expect((await chained({ headers: { authorization: 'Bearer abc' } } as unknown as Request))?.identity).toBe(
+      'token:x',
+    );
     expect((await chained({ headers: {} } as unknown as Request))?.identity).toBe('token:x');
     expect((await chained(await signed(admin, rootCap, '/list/events/a')))?.identity).toBe(`cap:${admin.userId}`);
-    expect(await refusal(chained({ method: 'GET', url: '/list/events/a', path: '/list/events/a', headers: { authorization: 'Cap x' } } as unknown as Request))).toMatch(/^malformed cap-cert/);
+    expect(
+      await refusal(
+        chained({
+          method: 'GET',
+          url: '/list/events/a',
+          path: '/list/events/a',
+          headers: { authorization: 'Cap x' },
+        } as unknown as Request),
+      ),
+    ).toMatch(/^malformed cap-cert/);
   });
 });
 
@@ -174,16 +248,27 @@ describe('CAP_* environment and TOKENS_FILE capUserId entries', () => {
   const id = '3a2587855944c8ebee1ad9e796d44149';
 
   it('validates CAP_AUTH and CAP_ADMINS, naming the variable', () => {
-    expect(parseEnv({ CAP_AUTH: 'on', CAP_ADMINS: `${id}, ${id.replace('3', '4')}` }).CAP_ADMINS).toEqual([id, id.replace('3', '4')]);
+    expect(parseEnv({ CAP_AUTH: 'on', CAP_ADMINS: `${id}, ${id.replace('3', '4')}` }).CAP_ADMINS).toEqual([
+      id,
+      id.replace('3', '4'),
+    ]);
     expect(() => parseEnv({ CAP_AUTH: 'yes' })).toThrow(/CAP_AUTH/);
-    expect(() => parseEnv({ CAP_AUTH: 'on', CAP_ADMINS: 'alice' })).toThrow(/CAP_ADMINS\.0: must be a comma list of Starfish user ids/);
+    expect(() => parseEnv({ CAP_AUTH: 'on', CAP_ADMINS: 'alice' })).toThrow(
+      /CAP_ADMINS\.0: must be a comma list of Starfish user ids/,
+    );
     expect(() => parseEnv({ CAP_ADMINS: id })).toThrow(/CAP_ADMINS: needs CAP_AUTH=on/);
     expect(() => parseEnv({ CAP_ADMINS: id })).toThrow(ConfigError);
   });
 
   it('TOKENS_FILE may list Starfish identities ({ capUserId, roles }) beside tokens; CAP_ADMINS gives admin', () => {
     const file = join(dir, 'tokens.json');
-    writeFileSync(file, JSON.stringify([{ token: 'a-token-of-16-chars-or-more', roles: ['admin'] }, { capUserId: id, roles: ['auditor'] }]));
+    writeFileSync(
+      file,
+      JSON.stringify([
+        { token: 'a-token-of-16-chars-or-more', roles: ['admin'] },
+        { capUserId: id, roles: ['auditor'] },
+      ]),
+    );
     expect([...loadTokens({ TOKENS_FILE: file })]).toEqual([['a-token-of-16-chars-or-more', ['admin']]]);
     const other = id.replace('3', '5');
     expect([...loadCapRoles({ CAP_AUTH: 'on', CAP_ADMINS: [other, id], TOKENS_FILE: file })]).toEqual([
@@ -210,7 +295,9 @@ describe('where the Starfish packages are loaded (they declare no licence)', () 
     };
     for (const dir of ['services', 'shared', 'cli']) walk(join(root, dir));
     files.push(join(root, 'index.ts'));
-    const naming = files.filter((f) => readFileSync(f, 'utf8').includes('@drakkar.software/starfish')).map((f) => f.slice(root.length + 1));
+    const naming = files
+      .filter((f) => readFileSync(f, 'utf8').includes('@drakkar.software/starfish'))
+      .map((f) => f.slice(root.length + 1));
     expect(naming).toEqual(['services/api/edge/cap-auth.ts']);
     const text = readFileSync(join(root, 'services/api/edge/cap-auth.ts'), 'utf8');
     expect(text).not.toMatch(/^import [^;]*from '@drakkar\.software/m);

@@ -23,8 +23,16 @@ describe('commandNeverRan: may a failed write be undone?', () => {
     expect(commandNeverRan(new Error('enqueue timed out after 3000 ms'))).toBe(false);
     expect(commandNeverRan(new Error('Connection is closed.'))).toBe(false);
     expect(commandNeverRan(errno('read ECONNRESET', 'ECONNRESET'))).toBe(false);
-    expect(commandNeverRan(new ReplyError('ERR user_script:12: Script attempted to access nonexistent global variable'))).toBe(false);
-    expect(commandNeverRan(Object.assign(new Error('Reached the max retries per request limit (which is 1).'), { name: 'MaxRetriesPerRequestError' }))).toBe(false);
+    expect(
+      commandNeverRan(new ReplyError('ERR user_script:12: Script attempted to access nonexistent global variable')),
+    ).toBe(false);
+    expect(
+      commandNeverRan(
+        Object.assign(new Error('Reached the max retries per request limit (which is 1).'), {
+          name: 'MaxRetriesPerRequestError',
+        }),
+      ),
+    ).toBe(false);
     // Redis' words inside a message that is not its reply prove nothing.
     expect(commandNeverRan(new Error('OOM command not allowed'))).toBe(false);
     expect(commandNeverRan('OOM')).toBe(false);

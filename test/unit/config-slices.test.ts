@@ -71,7 +71,10 @@ describe('config slices', () => {
   it('each slice holds only its own keys, and all of them when every variable is set', () => {
     // Two variables pairs exclude each other: JWT_JWKS_URL / JWT_PUBLIC_KEY, REDIS_URL / REDIS_CLUSTER_NODES.
     const { JWT_JWKS_URL: _jwks, REDIS_URL: _url, ...rest } = FULL_ENV;
-    const envs = [parseEnv(FULL_ENV), parseEnv({ ...rest, JWT_PUBLIC_KEY: '/nonexistent.pem', REDIS_CLUSTER_NODES: '127.0.0.1:7000' })];
+    const envs = [
+      parseEnv(FULL_ENV),
+      parseEnv({ ...rest, JWT_PUBLIC_KEY: '/nonexistent.pem', REDIS_CLUSTER_NODES: '127.0.0.1:7000' }),
+    ];
     for (const [name, slice, keys] of slices) {
       const seen = new Set(envs.flatMap((env) => Object.keys(slice(env))));
       expect([...seen].sort(), name).toEqual([...new Set<string>(keys)].sort());
@@ -95,7 +98,12 @@ describe('config slices', () => {
   });
 
   it('values set in the environment reach the slice, not the defaults', () => {
-    const env = parseEnv({ ENCODER_CONCURRENCY: '7', LIST_INDEX_SECONDS: '60', QUEUE_NAME: 'q1', ICEBERG_COMMIT_SECONDS: '30' });
+    const env = parseEnv({
+      ENCODER_CONCURRENCY: '7',
+      LIST_INDEX_SECONDS: '60',
+      QUEUE_NAME: 'q1',
+      ICEBERG_COMMIT_SECONDS: '30',
+    });
     expect(encoderSlice(env)).toMatchObject({ ENCODER_CONCURRENCY: 7, LIST_INDEX_SECONDS: 60, QUEUE_NAME: 'q1' });
     expect(icebergSlice(env).ICEBERG_COMMIT_SECONDS).toBe(30);
     expect(rollupSlice(env).ICEBERG_COMMIT_SECONDS).toBe(30);

@@ -2,7 +2,14 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { ConfigError, DEFAULT_SYNC_CONFIG, loadSyncConfig, loadTokens, parseEnv, parseSyncConfig } from '../../shared/config.js';
+import {
+  ConfigError,
+  DEFAULT_SYNC_CONFIG,
+  loadSyncConfig,
+  loadTokens,
+  parseEnv,
+  parseSyncConfig,
+} from '../../shared/config.js';
 
 const base = DEFAULT_SYNC_CONFIG.collections[0]!;
 const withCollection = (patch: Record<string, unknown>) => ({ version: 1, collections: [{ ...base, ...patch }] });
@@ -10,9 +17,19 @@ const withCollection = (patch: Record<string, unknown>) => ({ version: 1, collec
 describe('SyncConfig validation', () => {
   it('accepts the default config and fills defaults', () => {
     const cfg = parseSyncConfig(DEFAULT_SYNC_CONFIG);
-    expect(cfg.collections[0]).toMatchObject({ name: 'events', listable: true, maxBodyBytes: 8_000_000, readRoles: ['admin'], writeRoles: ['public'] });
+    expect(cfg.collections[0]).toMatchObject({
+      name: 'events',
+      listable: true,
+      maxBodyBytes: 8_000_000,
+      readRoles: ['admin'],
+      writeRoles: ['public'],
+    });
     const minimal = parseSyncConfig({ version: 1, collections: [{ name: 'e', storagePath: 'e/{app}/{id}' }] });
-    expect(minimal.collections[0]).toMatchObject({ listable: false, encryption: 'none', allowedMimeTypes: ['application/json'] });
+    expect(minimal.collections[0]).toMatchObject({
+      listable: false,
+      encryption: 'none',
+      allowedMimeTypes: ['application/json'],
+    });
   });
 
   it.each([
@@ -20,7 +37,10 @@ describe('SyncConfig validation', () => {
     [{ storagePath: 'events/{app}/{app}' }, /repeats a param/],
     [{ storagePath: '/events/{id}' }, /storagePath/],
     [{ encryption: 'aes' }, /collections\.0\.encryption/],
-    [{ allowedMimeTypes: ['application/vnd.apache.parquet'] }, /collections\.0\.allowedMimeTypes: an events collection must be JSON-typed/],
+    [
+      { allowedMimeTypes: ['application/vnd.apache.parquet'] },
+      /collections\.0\.allowedMimeTypes: an events collection must be JSON-typed/,
+    ],
     [{ maxBodyBytes: 0 }, /collections\.0\.maxBodyBytes/],
     [{ name: 'bad name' }, /collections\.0\.name/],
   ])('refuses %j naming the field', (patch, message) => {
@@ -31,8 +51,12 @@ describe('SyncConfig validation', () => {
   it('refuses a wrong version, no collections, and duplicate names', () => {
     expect(() => parseSyncConfig({ version: 2, collections: [base] })).toThrow(/version/);
     expect(() => parseSyncConfig({ version: 1, collections: [] })).toThrow(/collections/);
-    expect(() => parseSyncConfig({ version: 1, collections: [base, { ...base, storagePath: 'other/{a}/{b}' }] })).toThrow(/duplicate collection name/);
-    expect(() => parseSyncConfig({ version: 1, collections: [base, { ...base, name: 'two', storagePath: 'events/{x}/{y}' }] })).toThrow(/collide/);
+    expect(() =>
+      parseSyncConfig({ version: 1, collections: [base, { ...base, storagePath: 'other/{a}/{b}' }] }),
+    ).toThrow(/duplicate collection name/);
+    expect(() =>
+      parseSyncConfig({ version: 1, collections: [base, { ...base, name: 'two', storagePath: 'events/{x}/{y}' }] }),
+    ).toThrow(/collide/);
   });
 
   it('reads CONFIG_FILE and names the file when it is broken', () => {
@@ -50,16 +74,33 @@ describe('SyncConfig validation', () => {
 describe('environment', () => {
   it('has the documented defaults', () => {
     const env = parseEnv({});
-    expect(env).toMatchObject({ PORT: 8787, HOST: '0.0.0.0', STORE: 'fs', DATA_DIR: './data', ENCODER_CONCURRENCY: 32, METRICS_PORT: 9464, LOG_LEVEL: 'info', S3_FORCE_PATH_STYLE: false });
+    expect(env).toMatchObject({
+      PORT: 8787,
+      HOST: '0.0.0.0',
+      STORE: 'fs',
+      DATA_DIR: './data',
+      ENCODER_CONCURRENCY: 32,
+      METRICS_PORT: 9464,
+      LOG_LEVEL: 'info',
+      S3_FORCE_PATH_STYLE: false,
+    });
     expect(env.REDIS_URL).toBeUndefined();
   });
 
-  it('npm start\'s encoder processes: ENCODER_PROCESSES (1-8, default 1) and ENCODER_NICE (0-19, default 10); their earlier names ENCODER_THREADS and ENCODER_THREAD_NICE still read', () => {
+  it("npm start's encoder processes: ENCODER_PROCESSES (1-8, default 1) and ENCODER_NICE (0-19, default 10); their earlier names ENCODER_THREADS and ENCODER_THREAD_NICE still read", () => {
     expect(parseEnv({})).toMatchObject({ ENCODER_PROCESSES: 1, ENCODER_NICE: 10 });
-    expect(parseEnv({ ENCODER_PROCESSES: '3', ENCODER_NICE: '19' })).toMatchObject({ ENCODER_PROCESSES: 3, ENCODER_NICE: 19 });
-    expect(parseEnv({ ENCODER_THREADS: '2', ENCODER_THREAD_NICE: '5' })).toMatchObject({ ENCODER_PROCESSES: 2, ENCODER_NICE: 5 });
+    expect(parseEnv({ ENCODER_PROCESSES: '3', ENCODER_NICE: '19' })).toMatchObject({
+      ENCODER_PROCESSES: 3,
+      ENCODER_NICE: 19,
+    });
+    expect(parseEnv({ ENCODER_THREADS: '2', ENCODER_THREAD_NICE: '5' })).toMatchObject({
+      ENCODER_PROCESSES: 2,
+      ENCODER_NICE: 5,
+    });
     expect(parseEnv({ ENCODER_THREADS: '2', ENCODER_PROCESSES: '2' }).ENCODER_PROCESSES).toBe(2);
-    expect(() => parseEnv({ ENCODER_THREADS: '2', ENCODER_PROCESSES: '3' })).toThrow(/ENCODER_THREADS \(the earlier name of ENCODER_PROCESSES\) is 2 but ENCODER_PROCESSES is 3/);
+    expect(() => parseEnv({ ENCODER_THREADS: '2', ENCODER_PROCESSES: '3' })).toThrow(
+      /ENCODER_THREADS \(the earlier name of ENCODER_PROCESSES\) is 2 but ENCODER_PROCESSES is 3/,
+    );
     expect(() => parseEnv({ ENCODER_THREADS: '9' })).toThrow(/ENCODER_PROCESSES/);
     expect(() => parseEnv({ ENCODER_NICE: '20' })).toThrow(/ENCODER_NICE/);
   });
@@ -75,15 +116,22 @@ describe('environment', () => {
     expect(parseEnv({}).API_ENCODE_MAX_BYTES).toBe(1024 * 1024);
     expect(parseEnv({ API_ENCODE_MAX_BYTES: '0' }).API_ENCODE_MAX_BYTES).toBe(0);
     expect(parseEnv({ API_ENCODE_MAX_BYTES: String(16 * 1024 * 1024) }).API_ENCODE_MAX_BYTES).toBe(16 * 1024 * 1024);
-    for (const bad of ['-1', String(16 * 1024 * 1024 + 1), '1.5', 'lots']) expect(() => parseEnv({ API_ENCODE_MAX_BYTES: bad })).toThrow(/API_ENCODE_MAX_BYTES/);
+    for (const bad of ['-1', String(16 * 1024 * 1024 + 1), '1.5', 'lots'])
+      expect(() => parseEnv({ API_ENCODE_MAX_BYTES: bad })).toThrow(/API_ENCODE_MAX_BYTES/);
   });
 
   it('takes REDIS_URL as redis://, rediss:// or unix:///<socket path>, and names what is wrong with any other', () => {
     expect(parseEnv({ REDIS_URL: 'redis://:pw@10.0.0.5:6380/2' }).REDIS_URL).toBe('redis://:pw@10.0.0.5:6380/2');
     expect(parseEnv({ REDIS_URL: 'rediss://cache.internal:6380' }).REDIS_URL).toBe('rediss://cache.internal:6380');
-    expect(parseEnv({ REDIS_URL: 'unix:///run/redis/redis.sock?db=1' }).REDIS_URL).toBe('unix:///run/redis/redis.sock?db=1');
-    expect(() => parseEnv({ REDIS_URL: 'unix://run/redis.sock' })).toThrow(/REDIS_URL: a unix socket is named unix:\/\/\/absolute\/path\.sock/);
-    expect(() => parseEnv({ REDIS_URL: 'http://10.0.0.5:6379' })).toThrow(/REDIS_URL: scheme "http:" is not one of redis:, rediss:, unix:/);
+    expect(parseEnv({ REDIS_URL: 'unix:///run/redis/redis.sock?db=1' }).REDIS_URL).toBe(
+      'unix:///run/redis/redis.sock?db=1',
+    );
+    expect(() => parseEnv({ REDIS_URL: 'unix://run/redis.sock' })).toThrow(
+      /REDIS_URL: a unix socket is named unix:\/\/\/absolute\/path\.sock/,
+    );
+    expect(() => parseEnv({ REDIS_URL: 'http://10.0.0.5:6379' })).toThrow(
+      /REDIS_URL: scheme "http:" is not one of redis:, rediss:, unix:/,
+    );
     expect(() => parseEnv({ REDIS_URL: '10.0.0.5:6379' })).toThrow(/REDIS_URL/);
     expect(() => parseEnv({ REDIS_URL: 'redis://' })).toThrow(/REDIS_URL: names no host/);
   });

@@ -7,7 +7,10 @@ import { describe, expect, it } from 'vitest';
 import { DirSyncGroup } from '../../shared/store/durable.js';
 
 /** An fsync the test finishes by hand, recording when each one started. */
-function manualFsync(): { fsync: (dir: string) => Promise<void>; started: { dir: string; finish(err?: Error): void }[] } {
+function manualFsync(): {
+  fsync: (dir: string) => Promise<void>;
+  started: { dir: string; finish(err?: Error): void }[];
+} {
   const started: { dir: string; finish(err?: Error): void }[] = [];
   return {
     started,

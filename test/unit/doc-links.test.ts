@@ -31,7 +31,10 @@ function slugsOf(markdown: string): Set<string> {
   const body = markdown.replace(/^```[\s\S]*?^```/gm, '');
   for (const m of body.matchAll(/^#{1,6}\s+(.+?)\s*#*\s*$/gm)) {
     const text = (m[1] as string).replace(/\[([^\]]*)\]\([^)]*\)/g, '$1');
-    const base = text.toLowerCase().replace(/[^\p{L}\p{N}\s_-]/gu, '').replace(/\s/g, '-');
+    const base = text
+      .toLowerCase()
+      .replace(/[^\p{L}\p{N}\s_-]/gu, '')
+      .replace(/\s/g, '-');
     const n = seen.get(base) ?? 0;
     seen.set(base, n + 1);
     slugs.add(n === 0 ? base : `${base}-${n}`);
@@ -58,7 +61,9 @@ function brokenReason(from: string, target: string): string | null {
 
 describe('doc links', () => {
   it('the slug rule: lower case, punctuation dropped, spaces to dashes, repeats numbered', () => {
-    const slugs = slugsOf('# The `?after=` promise\n## What is tested, and what is not\n## Setup\n## Setup\n```sh\n# not a heading\n```\n');
+    const slugs = slugsOf(
+      '# The `?after=` promise\n## What is tested, and what is not\n## Setup\n## Setup\n```sh\n# not a heading\n```\n',
+    );
     expect([...slugs]).toEqual(['the-after-promise', 'what-is-tested-and-what-is-not', 'setup', 'setup-1']);
   });
 

@@ -15,7 +15,9 @@ afterAll(() => rmSync(root, { recursive: true, force: true }));
 
 async function writeFile(rel: string, rows: number): Promise<void> {
   mkdirSync(join(root, rel, '..'), { recursive: true });
-  await duckQuery(`COPY (SELECT range::VARCHAR AS event_type, 'x' AS event FROM range(${rows})) TO ${sqlString(join(root, rel))} (FORMAT parquet)`);
+  await duckQuery(
+    `COPY (SELECT range::VARCHAR AS event_type, 'x' AS event FROM range(${rows})) TO ${sqlString(join(root, rel))} (FORMAT parquet)`,
+  );
 }
 
 describe('duckdbSelectWithPathColumns', () => {
@@ -26,9 +28,15 @@ describe('duckdbSelectWithPathColumns', () => {
     // A file whose path does not fit the template is not matched by the glob at all.
     await writeFile('logs/t2/other/a/1782933157690-0000-000004.parquet', 7);
     const storagePath = 'logs/{tenant}/raw/{app}/{id}';
-    const read = duckdbReadParquetSql({ store: new FilesystemObjectStore({ root }), collection: storagePath, params: { tenant: '*', app: '*' } });
+    const read = duckdbReadParquetSql({
+      store: new FilesystemObjectStore({ root }),
+      collection: storagePath,
+      params: { tenant: '*', app: '*' },
+    });
     const select = duckdbSelectWithPathColumns(read, storagePath);
-    const rows = await duckQuery(`SELECT tenant, app, COUNT(*)::INTEGER AS n FROM (${select}) GROUP BY ALL ORDER BY ALL`);
+    const rows = await duckQuery(
+      `SELECT tenant, app, COUNT(*)::INTEGER AS n FROM (${select}) GROUP BY ALL ORDER BY ALL`,
+    );
     expect(rows).toEqual([
       { tenant: 't1', app: 'a.b-1', n: 2 },
       { tenant: 't1', app: 'c~2', n: 3 },

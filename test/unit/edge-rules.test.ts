@@ -7,11 +7,25 @@ import { pushLengthCheck } from '../../services/api/edge/expect-continue.js';
 import { jwtWarnings } from '../../services/api/edge-from-env.js';
 import { parseEnv } from '../../shared/config.js';
 
-const req = (peer: string, xff?: string): Request => ({ socket: { remoteAddress: peer }, headers: xff === undefined ? {} : { 'x-forwarded-for': xff } }) as unknown as Request;
+const req = (peer: string, xff?: string): Request =>
+  ({
+    socket: { remoteAddress: peer },
+    headers: xff === undefined ? {} : { 'x-forwarded-for': xff },
+  }) as unknown as Request;
 
 describe('rate-limit rules resolve as the reference does', () => {
   it('inherits windowMs/maxRequests from the rule, then the collection, then the global block', () => {
-    const r = resolveCounters({ rateLimit: { windowMs: 1000, push: { maxRequests: 5, bucket: 'ip' }, pull: {}, list: { identity: { maxRequests: 2 }, ip: { windowMs: 50 } } } }, { windowMs: 9000, maxRequests: 7 });
+    const r = resolveCounters(
+      {
+        rateLimit: {
+          windowMs: 1000,
+          push: { maxRequests: 5, bucket: 'ip' },
+          pull: {},
+          list: { identity: { maxRequests: 2 }, ip: { windowMs: 50 } },
+        },
+      },
+      { windowMs: 9000, maxRequests: 7 },
+    );
     expect(r.push).toEqual([{ action: 'push', mode: 'ip', kind: 's', windowMs: 1000, maxRequests: 5 }]);
     expect(r.pull).toEqual([{ action: 'pull', mode: 'identity', kind: 's', windowMs: 1000, maxRequests: 7 }]);
     expect(r.list).toEqual([
@@ -21,11 +35,19 @@ describe('rate-limit rules resolve as the reference does', () => {
   });
 
   it('flat collection fields or a global block make an implicit push rule; nothing else is metered', () => {
-    expect(resolveCounters({ rateLimit: { windowMs: 10, maxRequests: 3, bucket: 'identity+ip' } }, undefined).push).toEqual([{ action: 'push', mode: 'identity+ip', kind: 's', windowMs: 10, maxRequests: 3 }]);
-    expect(resolveCounters({ rateLimit: { list: { windowMs: 5, maxRequests: 1 } } }, { windowMs: 60, maxRequests: 9 }).push).toEqual([{ action: 'push', mode: 'identity', kind: 's', windowMs: 60, maxRequests: 9 }]);
+    expect(
+      resolveCounters({ rateLimit: { windowMs: 10, maxRequests: 3, bucket: 'identity+ip' } }, undefined).push,
+    ).toEqual([{ action: 'push', mode: 'identity+ip', kind: 's', windowMs: 10, maxRequests: 3 }]);
+    expect(
+      resolveCounters({ rateLimit: { list: { windowMs: 5, maxRequests: 1 } } }, { windowMs: 60, maxRequests: 9 }).push,
+    ).toEqual([{ action: 'push', mode: 'identity', kind: 's', windowMs: 60, maxRequests: 9 }]);
     const none = resolveCounters({ rateLimit: { appEvents: { windowMs: 1000, maxEvents: 10 } } }, undefined);
     expect(none).toEqual({ push: [], pull: [], list: [] });
-    expect(resolveCounters({ rateLimit: null }, { windowMs: 1, maxRequests: 1 })).toEqual({ push: [], pull: [], list: [] });
+    expect(resolveCounters({ rateLimit: null }, { windowMs: 1, maxRequests: 1 })).toEqual({
+      push: [],
+      pull: [],
+      list: [],
+    });
   });
 });
 
@@ -58,13 +80,23 @@ describe('in-process counters (library use without Redis)', () => {
 });
 
 describe('Expect: 100-continue, decided from the declared length', () => {
-  const check = pushLengthCheck([{ name: 'events', storagePath: 'events/{app}/{batchId}', maxBodyBytes: 1000 }, { name: 'big', storagePath: 'big/{app}/{batchId}', maxBodyBytes: 5000 }], '/ingest');
-  const msg = (method: string, url: string, length?: string) => ({ method, url, headers: length === undefined ? {} : { 'content-length': length } }) as unknown as IncomingMessage;
-  it('refuses a push over its collection\'s maxBodyBytes, with the normal path\'s words', () => {
-    expect(check(msg('POST', '/ingest/push/events/app/x', '1001'))).toEqual({ status: 413, body: { error: "body of 1001 bytes is over this collection's limit of 1000 bytes", code: 'too_large' } });
+  const check = pushLengthCheck(
+    [
+      { name: 'events', storagePath: 'events/{app}/{batchId}', maxBodyBytes: 1000 },
+      { name: 'big', storagePath: 'big/{app}/{batchId}', maxBodyBytes: 5000 },
+    ],
+    '/ingest',
+  );
+  const msg = (method: string, url: string, length?: string) =>
+    ({ method, url, headers: length === undefined ? {} : { 'content-length': length } }) as unknown as IncomingMessage;
+  it("refuses a push over its collection's maxBodyBytes, with the normal path's words", () => {
+    expect(check(msg('POST', '/ingest/push/events/app/x', '1001'))).toEqual({
+      status: 413,
+      body: { error: "body of 1001 bytes is over this collection's limit of 1000 bytes", code: 'too_large' },
+    });
     expect(check(msg('POST', '/ingest/push/events/app/x/?a=1', '5000'))?.status).toBe(413);
   });
-  it('lets through what the normal path decides: within the limit, another collection\'s limit, no length, other routes', () => {
+  it("lets through what the normal path decides: within the limit, another collection's limit, no length, other routes", () => {
     expect(check(msg('POST', '/ingest/push/events/app/x', '1000'))).toBeNull();
     expect(check(msg('POST', '/ingest/push/big/app/x', '4000'))).toBeNull();
     expect(check(msg('POST', '/ingest/push/events/app/x'))).toBeNull();
@@ -79,7 +111,9 @@ describe('JWT settings at start', () => {
     expect(parseEnv({}).JWT_ALLOW_NO_EXP).toBe('off');
     expect(parseEnv({ JWT_PUBLIC_KEY: 'k', JWT_ALLOW_NO_EXP: 'on' }).JWT_ALLOW_NO_EXP).toBe('on');
     expect(() => parseEnv({ JWT_PUBLIC_KEY: 'k', JWT_ALLOW_NO_EXP: 'yes' })).toThrow(/JWT_ALLOW_NO_EXP/);
-    expect(() => parseEnv({ JWT_ALLOW_NO_EXP: 'on' })).toThrow(/JWT_ALLOW_NO_EXP: needs JWT_JWKS_URL or JWT_PUBLIC_KEY/);
+    expect(() => parseEnv({ JWT_ALLOW_NO_EXP: 'on' })).toThrow(
+      /JWT_ALLOW_NO_EXP: needs JWT_JWKS_URL or JWT_PUBLIC_KEY/,
+    );
   });
   it('warns when JWT auth is on without issuer or audience', () => {
     expect(jwtWarnings({})).toEqual([]);

@@ -3,7 +3,13 @@
  * from the code, never from the message (services/api/push/admission/5-envelope.ts).
  */
 import { describe, expect, it } from 'vitest';
-import { EnvelopeError, type EnvelopeErrorCode, MAX_JSON_DEPTH, checkEnvelope, scanEnvelope } from '../../shared/envelope.js';
+import {
+  EnvelopeError,
+  type EnvelopeErrorCode,
+  MAX_JSON_DEPTH,
+  checkEnvelope,
+  scanEnvelope,
+} from '../../shared/envelope.js';
 import { prepareBatch } from '../../shared/parquet/encode.js';
 import { envelopeRejectReason } from '../../services/api/push/admission/5-envelope.js';
 
@@ -18,9 +24,19 @@ const cases: [string, Buffer, EnvelopeErrorCode, 'bad_json' | 'bad_envelope'][] 
   ['an event that is not an object', Buffer.from('{"data":{"events":[1]}}'), 'bad_envelope', 'bad_envelope'],
   ['"data" twice', Buffer.from('{"data":{"events":[]},"data":{"events":[]}}'), 'bad_envelope', 'bad_envelope'],
   ['an event key twice', Buffer.from('{"data":{"events":[{"a":1,"a":2}]}}'), 'duplicate_key', 'bad_envelope'],
-  ['nesting too deep', Buffer.from(`{"data":{"events":[{"a":${'['.repeat(MAX_JSON_DEPTH)}${']'.repeat(MAX_JSON_DEPTH)}}]}}`), 'too_deep', 'bad_envelope'],
+  [
+    'nesting too deep',
+    Buffer.from(`{"data":{"events":[{"a":${'['.repeat(MAX_JSON_DEPTH)}${']'.repeat(MAX_JSON_DEPTH)}}]}}`),
+    'too_deep',
+    'bad_envelope',
+  ],
   // The words of a message prove nothing: a key named "UTF-8" is a shape problem, not bad JSON.
-  ['a duplicate key named "UTF-8"', Buffer.from('{"data":{"events":[{"UTF-8":1,"UTF-8":2}]}}'), 'duplicate_key', 'bad_envelope'],
+  [
+    'a duplicate key named "UTF-8"',
+    Buffer.from('{"data":{"events":[{"UTF-8":1,"UTF-8":2}]}}'),
+    'duplicate_key',
+    'bad_envelope',
+  ],
   ['no "data" but a key "malformed JSON"', Buffer.from('{"malformed JSON":1}'), 'bad_envelope', 'bad_envelope'],
 ];
 

@@ -63,9 +63,13 @@ describe('duplicate keys in every spelling', () => {
       [String.raw`"\ud83d!"`, String.raw`"\ud83d\u0021"`],
     ]) {
       expect(JSON.parse(a)).toBe(JSON.parse(b));
-      expect(dup(`{${a}:1,"m":2,${b}:3}`), `${a} ${b}`).toMatch(/^data\.events\[1\] has the key .* twice; each top-level key of an event must be unique$/);
+      expect(dup(`{${a}:1,"m":2,${b}:3}`), `${a} ${b}`).toMatch(
+        /^data\.events\[1\] has the key .* twice; each top-level key of an event must be unique$/,
+      );
     }
-    expect(dup(String.raw`{"\u0061":1,"a":2}`)).toBe('data.events[1] has the key "a" twice; each top-level key of an event must be unique');
+    expect(dup(String.raw`{"\u0061":1,"a":2}`)).toBe(
+      'data.events[1] has the key "a" twice; each top-level key of an event must be unique',
+    );
   });
 
   it('keys that differ are never taken for one another', () => {
@@ -101,7 +105,8 @@ describe('duplicate keys in every spelling', () => {
         const code = ch.charCodeAt(0);
         const plainOk = code >= 0x20 && ch !== '"' && ch !== '\\' && !(code >= 0xd800 && code <= 0xdfff);
         if (plainOk && rand() < 0.5) out += ch;
-        else if (ch === '"' || ch === '\\' || ch === '/') out += rand() < 0.5 ? `\\${ch}` : `\\u${code.toString(16).padStart(4, '0')}`;
+        else if (ch === '"' || ch === '\\' || ch === '/')
+          out += rand() < 0.5 ? `\\${ch}` : `\\u${code.toString(16).padStart(4, '0')}`;
         else if (ch === '\n' && rand() < 0.5) out += '\\n';
         else {
           const hex = code.toString(16).padStart(4, '0');
@@ -136,11 +141,35 @@ describe('duplicate keys in every spelling', () => {
     const keys = Array.from({ length: 5000 }, (_, i) => (i % 3 ? `"k${i}"` : escapeAll(`k${i}`)));
     const event = `{${keys.map((k) => `${k}:0`).join(',')}}`;
     expect(scanEnvelope(envelope('{"a":1,"b":2}', event, '{"c":3}'))).toMatchObject({ ok: true, events: 3 });
-    expect(scanEnvelope(envelope(event, `{${keys.map((k) => `${k}:0`).join(',')},"k3":1}`))).toMatchObject({ ok: false, error: expect.stringMatching(/^data\.events\[1\] has the key "k3" twice/) });
-    expect(scanEnvelope(envelope(event, `{${keys.map((k) => `${k}:0`).join(',')},"k4":1}`))).toMatchObject({ ok: false, error: expect.stringMatching(/^data\.events\[1\] has the key "k4" twice/) });
+    expect(scanEnvelope(envelope(event, `{${keys.map((k) => `${k}:0`).join(',')},"k3":1}`))).toMatchObject({
+      ok: false,
+      error: expect.stringMatching(/^data\.events\[1\] has the key "k3" twice/),
+    });
+    expect(scanEnvelope(envelope(event, `{${keys.map((k) => `${k}:0`).join(',')},"k4":1}`))).toMatchObject({
+      ok: false,
+      error: expect.stringMatching(/^data\.events\[1\] has the key "k4" twice/),
+    });
     // 20 keys: the table still (probe chains stay under the limit), duplicate and not.
-    expect(scanEnvelope(envelope(`{${keys.slice(0, 20).map((k) => `${k}:0`).join(',')},"k19":1}`))).toMatchObject({ ok: false });
-    expect(scanEnvelope(envelope(`{${keys.slice(0, 20).map((k) => `${k}:0`).join(',')},"k20":1}`))).toMatchObject({ ok: true });
+    expect(
+      scanEnvelope(
+        envelope(
+          `{${keys
+            .slice(0, 20)
+            .map((k) => `${k}:0`)
+            .join(',')},"k19":1}`,
+        ),
+      ),
+    ).toMatchObject({ ok: false });
+    expect(
+      scanEnvelope(
+        envelope(
+          `{${keys
+            .slice(0, 20)
+            .map((k) => `${k}:0`)
+            .join(',')},"k20":1}`,
+        ),
+      ),
+    ).toMatchObject({ ok: true });
   });
 
   it('decodes a string to its canonical bytes: UTF-8, a pair as one character, a lone surrogate as WTF-8', () => {
@@ -187,7 +216,11 @@ describe('everyEventHasMessageId (body dedup applies only when true)', () => {
 
 describe('the encoder reads escaped keys as the keys they spell', () => {
   it('puts an escaped column name in its column and other escaped keys in extra as sent', () => {
-    const r = parseBatchColumns(envelope(String.raw`{"message\u005fid":"m1","\u0065vent":"e","\u0070roperties":{"a":1},"x\u00e9":2,${escapeAll('a'.repeat(200))}:3}`));
+    const r = parseBatchColumns(
+      envelope(
+        String.raw`{"message\u005fid":"m1","\u0065vent":"e","\u0070roperties":{"a":1},"x\u00e9":2,${escapeAll('a'.repeat(200))}:3}`,
+      ),
+    );
     if (!r.ok) throw new Error(r.reason);
     expect(columnValues(r.columns.message_id)).toEqual(['m1']);
     expect(columnValues(r.columns.event)).toEqual(['e']);
@@ -209,10 +242,16 @@ describe('time per byte stays within a constant factor of plain events, whatever
     let p = Infinity;
     let a = Infinity;
     for (let r = 0; r < rounds; r++) {
-      p = Math.min(p, cpuMs(() => fn(plain)));
-      a = Math.min(a, cpuMs(() => fn(body)));
+      p = Math.min(
+        p,
+        cpuMs(() => fn(plain)),
+      );
+      a = Math.min(
+        a,
+        cpuMs(() => fn(body)),
+      );
     }
-    return (a / body.length) / (p / plain.length);
+    return a / body.length / (p / plain.length);
   };
 
   it.each(Object.keys(ADVERSARIAL_SHAPES))('scan: %s', (shape) => {

@@ -3,7 +3,17 @@
  * accepts, and hand the sink each event member's bytes as sent.
  */
 import { describe, expect, it } from 'vitest';
-import { VALUE_ARRAY, VALUE_BOOLEAN, VALUE_NULL, VALUE_NUMBER, VALUE_OBJECT, VALUE_STRING, type EventSink, type ValueKind, scanEnvelope } from '../../shared/envelope.js';
+import {
+  VALUE_ARRAY,
+  VALUE_BOOLEAN,
+  VALUE_NULL,
+  VALUE_NUMBER,
+  VALUE_OBJECT,
+  VALUE_STRING,
+  type EventSink,
+  type ValueKind,
+  scanEnvelope,
+} from '../../shared/envelope.js';
 import { columnValues, parseBatchColumns } from '../../shared/parquet/encode.js';
 import { HARD_VALUES, arrayOf, decodedString, envelopeOf, member, objectOf, spaced } from '../helpers/exact-corpus.js';
 
@@ -20,8 +30,23 @@ class RecordingSink implements EventSink {
   beginEvent(index: number): void {
     this.calls.push(`begin ${index}`);
   }
-  member(keyStart: number, keyEnd: number, _keyEscaped: boolean, valueStart: number, valueEnd: number, kind: ValueKind, escaped: boolean, spacedValue: boolean): void {
-    this.members.push({ key: this.text(keyStart, keyEnd), raw: this.text(valueStart, valueEnd), kind, escaped, spaced: spacedValue });
+  member(
+    keyStart: number,
+    keyEnd: number,
+    _keyEscaped: boolean,
+    valueStart: number,
+    valueEnd: number,
+    kind: ValueKind,
+    escaped: boolean,
+    spacedValue: boolean,
+  ): void {
+    this.members.push({
+      key: this.text(keyStart, keyEnd),
+      raw: this.text(valueStart, valueEnd),
+      kind,
+      escaped,
+      spaced: spacedValue,
+    });
     this.calls.push('member');
   }
   endEvent(): void {
@@ -44,11 +69,64 @@ function prng(seed: number): () => number {
 /** Near-JSON seeds: valid values, and the classic near misses. */
 const SEEDS = [
   ...HARD_VALUES,
-  '01', '-', '1.', '.5', '+1', '1e', '1e+', '0x10', 'tru', 'nul', 'falsey', 'NaN', 'Infinity',
-  '[1,]', '[,1]', '{"a"1}', '{"a":1,}', '{a:1}', "'x'", String.raw`"\x"`, String.raw`"\u12"`, String.raw`"\u12G4"`,
-  '"tab\there"', '"new\nline"', '"\u007f is fine"', '"\u0080 is fine"', '[1 2]', '{"a":1 "b":2}', '"unterminated',
+  '01',
+  '-',
+  '1.',
+  '.5',
+  '+1',
+  '1e',
+  '1e+',
+  '0x10',
+  'tru',
+  'nul',
+  'falsey',
+  'NaN',
+  'Infinity',
+  '[1,]',
+  '[,1]',
+  '{"a"1}',
+  '{"a":1,}',
+  '{a:1}',
+  "'x'",
+  String.raw`"\x"`,
+  String.raw`"\u12"`,
+  String.raw`"\u12G4"`,
+  '"tab\there"',
+  '"new\nline"',
+  '"\u007f is fine"',
+  '"\u0080 is fine"',
+  '[1 2]',
+  '{"a":1 "b":2}',
+  '"unterminated',
 ];
-const ALPHABET = ['{', '}', '[', ']', '"', ',', ':', '.', '-', '+', 'e', 'E', '0', '1', '9', '\\', 'u', 'n', 't', 'f', ' ', '\t', '\n', '\u0001', 'x', 'é'];
+const ALPHABET = [
+  '{',
+  '}',
+  '[',
+  ']',
+  '"',
+  ',',
+  ':',
+  '.',
+  '-',
+  '+',
+  'e',
+  'E',
+  '0',
+  '1',
+  '9',
+  '\\',
+  'u',
+  'n',
+  't',
+  'f',
+  ' ',
+  '\t',
+  '\n',
+  '\u0001',
+  'x',
+  'é',
+];
 
 describe('scanEnvelope accepts exactly what JSON.parse accepts', () => {
   it('on 4,000 mutations of near-JSON values placed inside an event', () => {
@@ -73,7 +151,10 @@ describe('scanEnvelope accepts exactly what JSON.parse accepts', () => {
         parses = false;
       }
       const scan = scanEnvelope(bytes(body));
-      if (scan.ok !== parses) throw new Error(`case ${n}: scanner ${scan.ok ? 'accepts' : 'refuses'} ${JSON.stringify(v)}, JSON.parse ${parses ? 'accepts' : 'refuses'}`);
+      if (scan.ok !== parses)
+        throw new Error(
+          `case ${n}: scanner ${scan.ok ? 'accepts' : 'refuses'} ${JSON.stringify(v)}, JSON.parse ${parses ? 'accepts' : 'refuses'}`,
+        );
       if (parses) accepted++;
     }
     // Both sides of the grammar were exercised.
@@ -84,10 +165,23 @@ describe('scanEnvelope accepts exactly what JSON.parse accepts', () => {
 
 describe('scanEnvelope members', () => {
   it('reports each top-level member with its kind, raw text and flags, event by event', () => {
-    const body = bytes(String.raw`{"data":{"events":[{"s":"a\"b","n":-0.5e+3,"t":true,"z":null,"o":{ "a" : 1 },"a":[]},{}]},"baseHash":null}`);
+    const body = bytes(
+      String.raw`{"data":{"events":[{"s":"a\"b","n":-0.5e+3,"t":true,"z":null,"o":{ "a" : 1 },"a":[]},{}]},"baseHash":null}`,
+    );
     const sink = new RecordingSink(body);
     expect(scanEnvelope(body, sink)).toEqual({ ok: true, events: 2, everyEventHasMessageId: false });
-    expect(sink.calls).toEqual(['begin 0', 'member', 'member', 'member', 'member', 'member', 'member', 'end', 'begin 1', 'end']);
+    expect(sink.calls).toEqual([
+      'begin 0',
+      'member',
+      'member',
+      'member',
+      'member',
+      'member',
+      'member',
+      'end',
+      'begin 1',
+      'end',
+    ]);
     expect(sink.members).toEqual([
       { key: '"s"', raw: String.raw`"a\"b"`, kind: VALUE_STRING, escaped: true, spaced: false },
       { key: '"n"', raw: '-0.5e+3', kind: VALUE_NUMBER, escaped: false, spaced: false },
@@ -109,10 +203,14 @@ describe('scanEnvelope members', () => {
 
 describe('stored text of the hard corpus (encoder columns)', () => {
   it('keeps every value as sent, whitespace outside strings removed', () => {
-    const events = HARD_VALUES.map((v) => `{ ${member('properties', spaced(v))} , ${member('x', spaced(objectOf([v, v])))} }`);
+    const events = HARD_VALUES.map(
+      (v) => `{ ${member('properties', spaced(v))} , ${member('x', spaced(objectOf([v, v])))} }`,
+    );
     const r = parseBatchColumns(envelopeOf(events));
     if (!r.ok) throw new Error(r.reason);
-    expect(columnValues(r.columns.properties)).toEqual(HARD_VALUES.map((v) => (v.startsWith('"') ? decodedString(v) : v)));
+    expect(columnValues(r.columns.properties)).toEqual(
+      HARD_VALUES.map((v) => (v.startsWith('"') ? decodedString(v) : v)),
+    );
     expect(columnValues(r.columns.extra)).toEqual(HARD_VALUES.map((v) => `{"x":${objectOf([v, v])}}`));
   });
 

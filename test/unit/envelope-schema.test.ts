@@ -20,7 +20,11 @@ const SCANNER_ONLY: Record<string, string | Buffer> = {
   '"events" twice': '{"data":{"events":[],"events":[]}}',
   'nesting over 64 in an event': `{"data":{"events":[{"a":${deep(MAX_JSON_DEPTH)}}]}}`,
   'nesting over 64 in another member': `{"data":{"events":[]},"x":${deep(MAX_JSON_DEPTH + 1)}}`,
-  'bytes that are not UTF-8 in a string': Buffer.concat([Buffer.from('{"data":{"events":[{"a":"'), Buffer.from([0xff]), Buffer.from('"}]}}')]),
+  'bytes that are not UTF-8 in a string': Buffer.concat([
+    Buffer.from('{"data":{"events":[{"a":"'),
+    Buffer.from([0xff]),
+    Buffer.from('"}]}}'),
+  ]),
 };
 
 /** Both accept or both refuse. */
@@ -35,17 +39,17 @@ const SAME: Record<string, string | Buffer> = {
   'numbers JSON.parse rounds': '{"data":{"events":[{"a":1e400,"b":-0,"c":123456789012345678901234567890}]}}',
   'a lone surrogate escape': '{"data":{"events":[{"a":"\\ud800"}]}}',
   'nesting at 64 in an event': `{"data":{"events":[{"a":${deep(MAX_JSON_DEPTH - 1)}}]}}`,
-  'unicode': '{"data":{"events":[{"é":"日本"}]}}',
+  unicode: '{"data":{"events":[{"é":"日本"}]}}',
   whitespace: ' \n{ "data" : { "events" : [ { } ] } }\t',
   'no bytes': '',
   'only whitespace': ' \n',
   'not JSON': 'hello',
-  'truncated': '{"data":{"events":[',
+  truncated: '{"data":{"events":[',
   'trailing bytes': '{"data":{"events":[]}} x',
   'trailing comma': '{"data":{"events":[{},]}}',
   'a bare array of events': '[{"event":"a"}]',
   'a string': '"data"',
-  'null': 'null',
+  null: 'null',
   'no data': '{"events":[]}',
   'an empty object': '{}',
   'data an array': '{"data":[]}',
@@ -59,16 +63,20 @@ const SAME: Record<string, string | Buffer> = {
   'an event a string': '{"data":{"events":["x"]}}',
   'single quotes': "{'data':{'events':[]}}",
   'a comment': '{"data":{"events":[]}/* */}',
-  'NaN': '{"data":{"events":[{"a":NaN}]}}',
+  NaN: '{"data":{"events":[{"a":NaN}]}}',
   'a leading zero': '{"data":{"events":[{"a":01}]}}',
   'a control character in a string': '{"data":{"events":[{"a":"\u0001"}]}}',
   'a BOM': '\ufeff{"data":{"events":[]}}',
   'plain events (8 KB)': plainBody(8192),
-  ...Object.fromEntries(Object.keys(ADVERSARIAL_SHAPES).map((shape) => [`adversarial: ${shape}`, adversarialBody(shape, 16_384)])),
+  ...Object.fromEntries(
+    Object.keys(ADVERSARIAL_SHAPES).map((shape) => [`adversarial: ${shape}`, adversarialBody(shape, 16_384)]),
+  ),
 };
 
 const envelopeSchema = (() => {
-  const doc = openApiDocument(parseSyncConfig(DEFAULT_SYNC_CONFIG)) as { paths: Record<string, { post?: { requestBody: { content: Record<string, { schema: object }> } } }> };
+  const doc = openApiDocument(parseSyncConfig(DEFAULT_SYNC_CONFIG)) as {
+    paths: Record<string, { post?: { requestBody: { content: Record<string, { schema: object }> } } }>;
+  };
   const push = doc.paths['/push/events/{app}/{batchId}']?.post;
   if (!push) throw new Error('no push route in the document');
   return push.requestBody.content['application/json']?.schema ?? {};

@@ -21,11 +21,17 @@ interface Parsed {
 
 async function parse(args: string[], env: NodeJS.ProcessEnv = {}): Promise<Parsed> {
   const out: Parsed = { stdout: '', stderr: '' };
-  const io = { stdout: { write: (s: string) => (out.stdout += s) }, stderr: { write: (s: string) => (out.stderr += s) }, env };
+  const io = {
+    stdout: { write: (s: string) => (out.stdout += s) },
+    stderr: { write: (s: string) => (out.stderr += s) },
+    env,
+  };
   const cmd = eraseCommand(io, async (o) => {
     out.opts = o;
     o.accepted?.('er-1');
-    return o.wait ? { id: 'er-1', status: { id: 'er-1', state: 'completed', filesScanned: 3, filesRewritten: 1, rowsErased: 7 } } : { id: 'er-1' };
+    return o.wait
+      ? { id: 'er-1', status: { id: 'er-1', state: 'completed', filesScanned: 3, filesRewritten: 1, rowsErased: 7 } }
+      : { id: 'er-1' };
   })
     .exitOverride()
     .configureOutput({ writeOut: () => undefined, writeErr: () => undefined });
@@ -41,7 +47,10 @@ const URL_ARGS = ['--url', 'http://127.0.0.1:8787/ingest', '--app', 'shop'];
 
 describe('erase arguments', () => {
   it('repeatable ids become the request body (duplicates sent once); defaults as documented', async () => {
-    const r = await parse([...URL_ARGS, '--distinct-id', 'u1', '--distinct-id', 'u2', '--distinct-id', 'u1', '--anonymous-id', 'a1'], { EVENTS_INGEST_TOKEN: 'tok' });
+    const r = await parse(
+      [...URL_ARGS, '--distinct-id', 'u1', '--distinct-id', 'u2', '--distinct-id', 'u1', '--anonymous-id', 'a1'],
+      { EVENTS_INGEST_TOKEN: 'tok' },
+    );
     expect(r.error).toBeUndefined();
     expect(r.opts?.request).toEqual({ distinct_ids: ['u1', 'u2'], anonymous_ids: ['a1'], dry_run: false });
     expect(r.opts?.collection).toBe('events');
@@ -55,14 +64,43 @@ describe('erase arguments', () => {
   });
 
   it('--dry-run, --wait, --token, --collection and the timing options are passed; --wait prints a summary line', async () => {
-    const r = await parse([...URL_ARGS, '--anonymous-id', 'a1', '--dry-run', '--wait', '--token', 't2', '--collection', 'clicks', '--wait-timeout', '60', '--poll-interval', '250', '--max-retries', '0', '--timeout', '5000'], {
-      EVENTS_INGEST_TOKEN: 'tok',
-    });
+    const r = await parse(
+      [
+        ...URL_ARGS,
+        '--anonymous-id',
+        'a1',
+        '--dry-run',
+        '--wait',
+        '--token',
+        't2',
+        '--collection',
+        'clicks',
+        '--wait-timeout',
+        '60',
+        '--poll-interval',
+        '250',
+        '--max-retries',
+        '0',
+        '--timeout',
+        '5000',
+      ],
+      {
+        EVENTS_INGEST_TOKEN: 'tok',
+      },
+    );
     expect(r.error).toBeUndefined();
     expect(r.opts?.request).toEqual({ distinct_ids: [], anonymous_ids: ['a1'], dry_run: true });
-    expect(r.opts).toMatchObject({ wait: true, token: 't2', collection: 'clicks', waitTimeoutMs: 60_000, pollIntervalMs: 250 });
+    expect(r.opts).toMatchObject({
+      wait: true,
+      token: 't2',
+      collection: 'clicks',
+      waitTimeoutMs: 60_000,
+      pollIntervalMs: 250,
+    });
     expect(r.opts?.retry).toMatchObject({ maxRetries: 0, timeoutMs: 5000 });
-    expect(r.stdout).toBe('er-1\nerasure er-1: completed (dry run), 3 files scanned, 1 would rewrite, 7 rows to erase\n');
+    expect(r.stdout).toBe(
+      'er-1\nerasure er-1: completed (dry run), 3 files scanned, 1 would rewrite, 7 rows to erase\n',
+    );
   });
 
   it('usage errors: no id, an empty id, a bad app, a bad URL, a bad number, a missing --app', async () => {
@@ -83,20 +121,45 @@ describe('erase arguments', () => {
   });
 
   it('eraseRequestOf alone', () => {
-    expect(eraseRequestOf({ distinctId: ['x'], anonymousId: [] })).toEqual({ distinct_ids: ['x'], anonymous_ids: [], dry_run: false });
+    expect(eraseRequestOf({ distinctId: ['x'], anonymousId: [] })).toEqual({
+      distinct_ids: ['x'],
+      anonymous_ids: [],
+      dry_run: false,
+    });
     expect(() => eraseRequestOf({ distinctId: [], anonymousId: [] })).toThrow(CliError);
   });
 });
 
 describe('erase status answers', () => {
   it('are read with their counts; missing counts are 0; anything else is refused', () => {
-    const s = parseEraseStatus({ id: 'e', state: 'running', files_scanned: 10, files_rewritten: 2, rows_erased: 5, extra: true });
+    const s = parseEraseStatus({
+      id: 'e',
+      state: 'running',
+      files_scanned: 10,
+      files_rewritten: 2,
+      rows_erased: 5,
+      extra: true,
+    });
     expect(s).toEqual({ id: 'e', state: 'running', filesScanned: 10, filesRewritten: 2, rowsErased: 5 });
     expect(describeStatus(s, false)).toBe('erasure e: running, 10 files scanned, 2 rewritten, 5 rows erased');
     expect(parseEraseStatus({ id: 'e', state: 'queued' })).toMatchObject({ filesScanned: 0, rowsErased: 0 });
-    const failed = parseEraseStatus({ id: 'e', state: 'failed', files_scanned: 1, files_rewritten: 0, rows_erased: 0, error: 'store down' });
+    const failed = parseEraseStatus({
+      id: 'e',
+      state: 'failed',
+      files_scanned: 1,
+      files_rewritten: 0,
+      rows_erased: 0,
+      error: 'store down',
+    });
     expect(describeStatus(failed, false)).toContain('(store down)');
-    for (const bad of [null, {}, { id: 'e', state: 'done' }, { id: 'e', state: 'running', rows_erased: -1 }, { id: 'e', state: 'running', files_scanned: 1.5 }, { id: 1, state: 'running' }]) {
+    for (const bad of [
+      null,
+      {},
+      { id: 'e', state: 'done' },
+      { id: 'e', state: 'running', rows_erased: -1 },
+      { id: 'e', state: 'running', files_scanned: 1.5 },
+      { id: 1, state: 'running' },
+    ]) {
       expect(() => parseEraseStatus(bad)).toThrow(CliError);
     }
   });
@@ -107,7 +170,19 @@ describe('sync: the rewritten listing', () => {
   const b = '1782933157000-0000-abcdef';
 
   it('pages are checked: cursors increasing past the saved one, batch ids only', () => {
-    expect(parseRewrittenPage({ items: [{ cursor: c(1), batchIds: [b] }, { cursor: c(2), batchIds: [] }], next: c(2), hasMore: false }, undefined)).toEqual({
+    expect(
+      parseRewrittenPage(
+        {
+          items: [
+            { cursor: c(1), batchIds: [b] },
+            { cursor: c(2), batchIds: [] },
+          ],
+          next: c(2),
+          hasMore: false,
+        },
+        undefined,
+      ),
+    ).toEqual({
       items: [
         { cursor: c(1), batchIds: [b] },
         { cursor: c(2), batchIds: [] },
@@ -118,13 +193,21 @@ describe('sync: the rewritten listing', () => {
       { items: 'x', hasMore: false },
       { items: [] },
       { items: [{ cursor: 'x', batchIds: [b] }], hasMore: false },
-      { items: [{ cursor: c(2), batchIds: [b] }, { cursor: c(1), batchIds: [b] }], hasMore: false },
+      {
+        items: [
+          { cursor: c(2), batchIds: [b] },
+          { cursor: c(1), batchIds: [b] },
+        ],
+        hasMore: false,
+      },
       { items: [{ cursor: c(1), batchIds: ['../../etc/passwd'] }], hasMore: false },
       { items: [{ cursor: c(1), batchIds: b }], hasMore: false },
     ];
     for (const body of bad) expect(() => parseRewrittenPage(body, undefined)).toThrow(CliError);
     // Not past the saved cursor: refused (a server going backwards could loop a run forever).
-    expect(() => parseRewrittenPage({ items: [{ cursor: c(1), batchIds: [b] }], hasMore: false }, c(1))).toThrow(CliError);
+    expect(() => parseRewrittenPage({ items: [{ cursor: c(1), batchIds: [b] }], hasMore: false }, c(1))).toThrow(
+      CliError,
+    );
   });
 
   it('401, 403 and 404 are refusals (warned, not fatal); other failures are errors', () => {

@@ -9,9 +9,21 @@ import { join } from 'node:path';
 import type { Job } from 'bullmq';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { eraseRowsFromParquet, parquetToArrow } from '../../shared/erasure/rows.js';
-import { erasureHashKey, erasureLogKey, hashId, writeErasureRecord, type ErasureRecord } from '../../shared/erasure/log.js';
+import {
+  erasureHashKey,
+  erasureLogKey,
+  hashId,
+  writeErasureRecord,
+  type ErasureRecord,
+} from '../../shared/erasure/log.js';
 import { encodeBatch } from '../../shared/parquet/encode.js';
-import { IcebergConflictError, IcebergTable, type TableFile, batchTableFile, currentSnapshot } from '../../shared/iceberg/table.js';
+import {
+  IcebergConflictError,
+  IcebergTable,
+  type TableFile,
+  batchTableFile,
+  currentSnapshot,
+} from '../../shared/iceberg/table.js';
 import { rollupFileFirstId } from '../../shared/rollup/layout.js';
 import { keyFamily, eraseQueueName, rollupQueuePrefix, queueKey } from '../../shared/redis/keyspace.js';
 import { MemoryObjectStore } from '../../shared/store/memory/index.js';
@@ -21,7 +33,19 @@ import { EraseRequestSchema, MAX_ERASE_IDS, isErasureId, newErasureId } from '..
 import { eraseStateOf } from '../../services/api/erase.js';
 import { duckQuery, sqlString } from '../helpers/duckdb.js';
 
-const ALL = ['event_type', 'event', 'distinct_id', 'anonymous_id', 'ts', 'message_id', 'properties', 'context', 'dt', 'received_at', 'extra'];
+const ALL = [
+  'event_type',
+  'event',
+  'distinct_id',
+  'anonymous_id',
+  'ts',
+  'message_id',
+  'properties',
+  'context',
+  'dt',
+  'received_at',
+  'extra',
+];
 
 function batch(n: number, who: (i: number) => { d: string | null; a: string | null }): Uint8Array {
   const events = Array.from({ length: n }, (_, i) => {
@@ -44,11 +68,16 @@ describe('eraseRowsFromParquet', () => {
   const rowsOf = async (name: string, bytes: Uint8Array): Promise<Record<string, unknown>[]> => {
     const f = join(dir, name);
     await writeFile(f, bytes);
-    return duckQuery(`SELECT ${ALL.map((c) => (c === 'received_at' ? 'epoch_ms(received_at)::VARCHAR AS received_at' : c)).join(', ')} FROM read_parquet(${sqlString(f)}) ORDER BY message_id`);
+    return duckQuery(
+      `SELECT ${ALL.map((c) => (c === 'received_at' ? 'epoch_ms(received_at)::VARCHAR AS received_at' : c)).join(', ')} FROM read_parquet(${sqlString(f)}) ORDER BY message_id`,
+    );
   };
 
   it('drops exactly the rows of the ids and keeps every other value as stored (properties and extra text included)', async () => {
-    const file = batch(40, (i) => ({ d: i % 4 === 0 ? 'gone' : i % 7 === 0 ? null : `u${i % 5}`, a: i % 9 === 0 ? 'anon-gone' : null }));
+    const file = batch(40, (i) => ({
+      d: i % 4 === 0 ? 'gone' : i % 7 === 0 ? null : `u${i % 5}`,
+      a: i % 9 === 0 ? 'anon-gone' : null,
+    }));
     const r = eraseRowsFromParquet(file, { distinctIds: ['gone'], anonymousIds: ['anon-gone'] });
     const before = await rowsOf('before.parquet', file);
     const expected = before.filter((row) => row.distinct_id !== 'gone' && row.anonymous_id !== 'anon-gone');
@@ -61,18 +90,27 @@ describe('eraseRowsFromParquet', () => {
     expect(after.some((row) => row.distinct_id === '')).toBe(true);
     expect(String(after[0]?.extra)).toContain('12345678901234567890');
     // Same schema (names, types, Iceberg field ids).
-    const schema = async (name: string): Promise<unknown> => duckQuery(`SELECT name, type, converted_type, field_id FROM parquet_schema(${sqlString(join(dir, name))}) ORDER BY name`);
+    const schema = async (name: string): Promise<unknown> =>
+      duckQuery(
+        `SELECT name, type, converted_type, field_id FROM parquet_schema(${sqlString(join(dir, name))}) ORDER BY name`,
+      );
     expect(await schema('after.parquet')).toEqual(await schema('before.parquet'));
   });
 
   it('returns null when no row matches, and a zero-row file with the same schema when every row does', async () => {
     const file = batch(6, () => ({ d: 'p', a: null }));
-    expect(eraseRowsFromParquet(file, { distinctIds: ['other'], anonymousIds: [] })).toEqual({ file: null, rows: 6, erased: 0 });
+    expect(eraseRowsFromParquet(file, { distinctIds: ['other'], anonymousIds: [] })).toEqual({
+      file: null,
+      rows: 6,
+      erased: 0,
+    });
     const r = eraseRowsFromParquet(file, { distinctIds: ['p'], anonymousIds: [] });
     expect(r.erased).toBe(6);
     expect(parquetToArrow(r.file as Uint8Array).numRows).toBe(0);
     expect(await rowsOf('empty.parquet', r.file as Uint8Array)).toEqual([]);
-    expect(parquetToArrow(r.file as Uint8Array).schema.fields.map((f) => f.name)).toEqual(parquetToArrow(file).schema.fields.map((f) => f.name));
+    expect(parquetToArrow(r.file as Uint8Array).schema.fields.map((f) => f.name)).toEqual(
+      parquetToArrow(file).schema.fields.map((f) => f.name),
+    );
     // Idempotent: the rewritten file holds nothing more to erase.
     expect(eraseRowsFromParquet(r.file as Uint8Array, { distinctIds: ['p'], anonymousIds: [] }).file).toBeNull();
   });
@@ -82,7 +120,9 @@ describe('erasure helpers', () => {
   it('personPredicate quotes ids and never matches NULL', async () => {
     const pred = personPredicate({ distinctIds: ["o'brien"], anonymousIds: [] });
     expect(pred).toContain("'o''brien'");
-    const rows = await duckQuery(`SELECT count(*) FILTER (WHERE NOT ${pred})::INT AS kept FROM (VALUES ('o''brien', NULL), (NULL, 'x'), ('y', NULL)) t(distinct_id, anonymous_id)`);
+    const rows = await duckQuery(
+      `SELECT count(*) FILTER (WHERE NOT ${pred})::INT AS kept FROM (VALUES ('o''brien', NULL), (NULL, 'x'), ('y', NULL)) t(distinct_id, anonymous_id)`,
+    );
     expect(rows).toEqual([{ kept: 2 }]);
     expect(personPredicate({ distinctIds: [], anonymousIds: [] })).toBe('(false OR false)');
   });
@@ -90,7 +130,10 @@ describe('erasure helpers', () => {
   it('the request schema bounds counts and names the problem', () => {
     expect(EraseRequestSchema.safeParse({ distinct_ids: ['a'] }).success).toBe(true);
     expect(EraseRequestSchema.safeParse({}).success).toBe(false);
-    expect(EraseRequestSchema.safeParse({ distinct_ids: Array.from({ length: MAX_ERASE_IDS + 1 }, (_, i) => `u${i}`) }).success).toBe(false);
+    expect(
+      EraseRequestSchema.safeParse({ distinct_ids: Array.from({ length: MAX_ERASE_IDS + 1 }, (_, i) => `u${i}`) })
+        .success,
+    ).toBe(false);
     expect(EraseRequestSchema.safeParse({ distinct_ids: [''] }).success).toBe(false);
     expect(EraseRequestSchema.safeParse({ distinct_ids: ['x'.repeat(1024)] }).success).toBe(true);
     expect(EraseRequestSchema.safeParse({ distinct_ids: ['x'.repeat(1025)] }).success).toBe(false);
@@ -111,7 +154,9 @@ describe('erasure helpers', () => {
 
   it('redacts every erased id from a failure message', () => {
     const job = { data: { distinctIds: ['alice@example.com'], anonymousIds: ['anon-1'] } } as unknown as Job;
-    expect(redacted(new Error("Binder Error near 'alice@example.com' and anon-1"), job).message).toBe("Binder Error near '<id>' and <id>");
+    expect(redacted(new Error("Binder Error near 'alice@example.com' and anon-1"), job).message).toBe(
+      "Binder Error near '<id>' and <id>",
+    );
     const e = new Error('store down');
     expect(redacted(e, job)).toBe(e);
   });
@@ -126,25 +171,52 @@ describe('erasure helpers', () => {
     const h = hashId(k1, 'alice');
     expect(h).toMatch(/^[0-9a-f]{64}$/);
     expect(hashId(Buffer.from('x'.repeat(32)), 'alice')).not.toBe(h);
-    const rec: ErasureRecord = { v: 1, id: 'er-1', collection: 'events', app: 'a', requestedBy: 'token:ab', requestedAt: 'x', completedAt: 'y', distinctIdHashes: [h], anonymousIdHashes: [], filesScanned: 1, filesRewritten: 1, rowsErased: 2, files: ['k'], snapshots: { overwrite: [], expired: [] } };
+    const rec: ErasureRecord = {
+      v: 1,
+      id: 'er-1',
+      collection: 'events',
+      app: 'a',
+      requestedBy: 'token:ab',
+      requestedAt: 'x',
+      completedAt: 'y',
+      distinctIdHashes: [h],
+      anonymousIdHashes: [],
+      filesScanned: 1,
+      filesRewritten: 1,
+      rowsErased: 2,
+      files: ['k'],
+      snapshots: { overwrite: [], expired: [] },
+    };
     expect(await writeErasureRecord(store, rec)).toBe(true);
     expect(await writeErasureRecord(store, { ...rec, rowsErased: 99 })).toBe(false);
-    expect(JSON.parse(Buffer.from((await store.getBytes(erasureLogKey('events', 'a', 'er-1')))?.body ?? new Uint8Array()).toString()).rowsErased).toBe(2);
+    expect(
+      JSON.parse(
+        Buffer.from((await store.getBytes(erasureLogKey('events', 'a', 'er-1')))?.body ?? new Uint8Array()).toString(),
+      ).rowsErased,
+    ).toBe(2);
   });
 
   it('a rewritten rollup key is a rollup file name with a tag; the erase queue is a named key family', () => {
-    const key = rewrittenRollupKey('events/a/', 1_796_000_000_000, '1796000000000-0000-aaaaaa', '1796000000999-0000-bbbbbb');
+    const key = rewrittenRollupKey(
+      'events/a/',
+      1_796_000_000_000,
+      '1796000000000-0000-aaaaaa',
+      '1796000000999-0000-bbbbbb',
+    );
     expect(key).toMatch(/_1796000000999-0000-bbbbbb~[0-9a-f]{8}\.parquet$/);
     expect(rollupFileFirstId(key)).toBe('1796000000000-0000-aaaaaa');
     expect(keyFamily(queueKey(rollupQueuePrefix('q', false), eraseQueueName('q'), 'completed'))).toBe('erase-queue');
-    expect(keyFamily(queueKey(rollupQueuePrefix('q', true), eraseQueueName('q'), 'er-1'), { queueName: 'q' })).toBe('erase-queue');
+    expect(keyFamily(queueKey(rollupQueuePrefix('q', true), eraseQueueName('q'), 'er-1'), { queueName: 'q' })).toBe(
+      'erase-queue',
+    );
   });
 });
 
 describe('IcebergTable.overwrite (erasure)', () => {
   const H8 = Date.UTC(2026, 11, 1, 8);
   const bid = (n: number): string => `${H8 + n}-0000-abcdef`;
-  const file = (n: number, rows: number, bytes: number): TableFile => batchTableFile(`events/a/${bid(n)}.parquet`, bid(n), rows, bytes);
+  const file = (n: number, rows: number, bytes: number): TableFile =>
+    batchTableFile(`events/a/${bid(n)}.parquet`, bid(n), rows, bytes);
 
   it('replaces a file rewritten in place (same key) with its new size and count in one overwrite snapshot; expiry keeps the key', async () => {
     const store = new MemoryObjectStore();
@@ -155,9 +227,23 @@ describe('IcebergTable.overwrite (erasure)', () => {
     const c = await t.overwrite([`events/a/${bid(1)}.parquet`], [file(1, 7, 800)]);
     const meta = await t.readVersion(c.version);
     const snap = currentSnapshot(meta);
-    expect(snap?.summary).toMatchObject({ operation: 'overwrite', 'total-records': '12', 'total-data-files': '2', 'deleted-records': '10', 'added-records': '7' });
+    expect(snap?.summary).toMatchObject({
+      operation: 'overwrite',
+      'total-records': '12',
+      'total-data-files': '2',
+      'deleted-records': '10',
+      'added-records': '7',
+    });
     const live = await t.liveFiles(snap);
-    expect([...live.values()].map((l) => [t.keyOf(l.entry.dataFile.filePath), l.entry.dataFile.recordCount, l.entry.dataFile.fileSizeInBytes]).sort()).toEqual([
+    expect(
+      [...live.values()]
+        .map((l) => [
+          t.keyOf(l.entry.dataFile.filePath),
+          l.entry.dataFile.recordCount,
+          l.entry.dataFile.fileSizeInBytes,
+        ])
+        .sort(),
+    ).toEqual([
       [`events/a/${bid(1)}.parquet`, 7, 800],
       [`events/a/${bid(2)}.parquet`, 5, 900],
     ]);

@@ -42,7 +42,12 @@ class HeldStore extends MemoryObjectStore {
 }
 
 /** Reads every settled record after `after`, page by page (at most 100 pages). */
-async function drain(store: MemoryObjectStore, after: string | undefined, now: number, limit = 1000): Promise<{ items: RewrittenItem[]; next: string | null }> {
+async function drain(
+  store: MemoryObjectStore,
+  after: string | undefined,
+  now: number,
+  limit = 1000,
+): Promise<{ items: RewrittenItem[]; next: string | null }> {
   const items: RewrittenItem[] = [];
   let cursor = after;
   for (let i = 0; i < 100; i++) {
@@ -57,7 +62,13 @@ async function drain(store: MemoryObjectStore, after: string | undefined, now: n
 describe('rewritten cursors', () => {
   it('are fixed width, strictly increasing within a process even when the clock steps back, and sort like keys', () => {
     const T = fresh();
-    const minted = [mintRewrittenCursor(T + 5), mintRewrittenCursor(T + 5), mintRewrittenCursor(T + 1), mintRewrittenCursor(T + 6), mintRewrittenCursor(T)];
+    const minted = [
+      mintRewrittenCursor(T + 5),
+      mintRewrittenCursor(T + 5),
+      mintRewrittenCursor(T + 1),
+      mintRewrittenCursor(T + 6),
+      mintRewrittenCursor(T),
+    ];
     for (const c of minted) expect(isRewrittenCursor(c)).toBe(true);
     for (let i = 1; i < minted.length; i++) expect((minted[i] as string) > (minted[i - 1] as string)).toBe(true);
     // Byte order of the keys (the store's listing order) is the cursors' order.
@@ -78,7 +89,15 @@ describe('rewritten cursors', () => {
   });
 
   it('refuses what is not a cursor', () => {
-    for (const bad of ['', '1782933157000', '1782933157000-0000-abcdef', '1782933157000-0000-0A1B2C3D', '../x', '1782933157000-0000-0a1b2c3d.json']) expect(isRewrittenCursor(bad)).toBe(false);
+    for (const bad of [
+      '',
+      '1782933157000',
+      '1782933157000-0000-abcdef',
+      '1782933157000-0000-0A1B2C3D',
+      '../x',
+      '1782933157000-0000-0a1b2c3d.json',
+    ])
+      expect(isRewrittenCursor(bad)).toBe(false);
   });
 });
 
@@ -96,9 +115,16 @@ describe('recordRewritten and listRewritten', () => {
     const rest = await drain(store, first.next ?? undefined, now, 3);
     expect(rest.items.map((i) => i.batchIds[0])).toEqual([bid(3), bid(4), bid(5), bid(6)]);
     // Past the end: nothing, and next stays where it was asked from.
-    const end = await listRewritten(store, 'events', 'app', rest.next ?? undefined, 3, { now: () => now, settleMs: SETTLE });
+    const end = await listRewritten(store, 'events', 'app', rest.next ?? undefined, 3, {
+      now: () => now,
+      settleMs: SETTLE,
+    });
     expect(end).toEqual({ items: [], next: rest.next, hasMore: false });
-    expect(await listRewritten(store, 'events', 'none', undefined, 3, { now: () => now })).toEqual({ items: [], next: null, hasMore: false });
+    expect(await listRewritten(store, 'events', 'none', undefined, 3, { now: () => now })).toEqual({
+      items: [],
+      next: null,
+      hasMore: false,
+    });
   });
 
   it('a long list of ids is split into records of at most MAX_IDS_PER_RECORD; none is lost', async () => {
@@ -118,10 +144,16 @@ describe('recordRewritten and listRewritten', () => {
     const store = new MemoryObjectStore();
     await recordRewritten(store, 'events', 'app', [bid(1)], { now: () => T });
     await recordRewritten(store, 'events', 'app', [bid(2)], { now: () => T + 500 });
-    const early = await listRewritten(store, 'events', 'app', undefined, 10, { now: () => T + SETTLE + 100, settleMs: SETTLE });
+    const early = await listRewritten(store, 'events', 'app', undefined, 10, {
+      now: () => T + SETTLE + 100,
+      settleMs: SETTLE,
+    });
     expect(early.items.map((i) => i.batchIds[0])).toEqual([bid(1)]);
     expect(early.hasMore).toBe(false);
-    const later = await listRewritten(store, 'events', 'app', early.next ?? undefined, 10, { now: () => T + SETTLE + 500, settleMs: SETTLE });
+    const later = await listRewritten(store, 'events', 'app', early.next ?? undefined, 10, {
+      now: () => T + SETTLE + 500,
+      settleMs: SETTLE,
+    });
     expect(later.items.map((i) => i.batchIds[0])).toEqual([bid(2)]);
   });
 
@@ -181,8 +213,14 @@ describe('recordRewritten and listRewritten', () => {
     await recordRewritten(store, 'events', 'app', [bid(1)], { now: () => T });
     expect((await drain(store, undefined, T + SETTLE)).items.map((i) => i.batchIds)).toEqual([[bid(1)]]);
     const cursor = mintRewrittenCursor(T + 1);
-    await store.putBytes(rewrittenKey('events', 'app', cursor), new TextEncoder().encode('{"version":1,"batchIds":["../x"]}'));
-    const err = await listRewritten(store, 'events', 'app', undefined, 10, { now: () => T + SETTLE * 2, settleMs: SETTLE }).catch((e: unknown) => e);
+    await store.putBytes(
+      rewrittenKey('events', 'app', cursor),
+      new TextEncoder().encode('{"version":1,"batchIds":["../x"]}'),
+    );
+    const err = await listRewritten(store, 'events', 'app', undefined, 10, {
+      now: () => T + SETTLE * 2,
+      settleMs: SETTLE,
+    }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(StoreError);
     expect((err as StoreError).retriable).toBe(false);
     expect((err as Error).message).toContain(cursor);

@@ -2,7 +2,11 @@ import { describe, expect, it } from 'vitest';
 import { GroupCommitter } from '../../shared/group-commit.js';
 
 /** A send the test finishes by hand, recording what each call carried. */
-function manualSend(): { calls: string[][]; finish(i: number, err?: Error): void; send(items: readonly string[]): Promise<void> } {
+function manualSend(): {
+  calls: string[][];
+  finish(i: number, err?: Error): void;
+  send(items: readonly string[]): Promise<void>;
+} {
   const calls: string[][] = [];
   const pending: { resolve(): void; reject(e: Error): void }[] = [];
   return {
@@ -36,7 +40,11 @@ describe('GroupCommitter', () => {
     await a.done;
     await tick();
     expect(m.calls).toEqual([['a'], ['b', 'c', 'd']]);
-    expect(rest.map((t) => t.group())).toEqual([['b', 'c', 'd'], ['b', 'c', 'd'], ['b', 'c', 'd']]);
+    expect(rest.map((t) => t.group())).toEqual([
+      ['b', 'c', 'd'],
+      ['b', 'c', 'd'],
+      ['b', 'c', 'd'],
+    ]);
     expect(a.group()).toEqual(['a']);
     m.finish(1);
     await Promise.all(rest.map((t) => t.done));
@@ -46,7 +54,12 @@ describe('GroupCommitter', () => {
   it('caps a group at maxItems and at maxBytes; an item over maxBytes goes alone; none is lost', async () => {
     const m = manualSend();
     const size: Record<string, number> = { big: 50, x: 4 };
-    const c = new GroupCommitter<string>({ send: (x) => m.send(x), maxItems: 3, maxBytes: 10, sizeOf: (s) => size[s] ?? 1 });
+    const c = new GroupCommitter<string>({
+      send: (x) => m.send(x),
+      maxItems: 3,
+      maxBytes: 10,
+      sizeOf: (s) => size[s] ?? 1,
+    });
     const first = c.submit('first');
     const items = ['1', '2', '3', '4', 'big', 'x', 'x', 'x', '5'];
     const tickets = items.map((s) => c.submit(s));
@@ -105,6 +118,8 @@ describe('GroupCommitter', () => {
   });
 
   it('refuses a group size below 1', () => {
-    expect(() => new GroupCommitter<string>({ send: async () => undefined, maxItems: 0, maxBytes: 1, sizeOf: () => 1 })).toThrow('maxItems');
+    expect(
+      () => new GroupCommitter<string>({ send: async () => undefined, maxItems: 0, maxBytes: 1, sizeOf: () => 1 }),
+    ).toThrow('maxItems');
   });
 });

@@ -50,7 +50,8 @@ describe('HEAP_GROWING_PERCENT', () => {
   it('defaults to 300 and refuses what is not a whole percent from 0 to 1000, naming the variable', () => {
     expect(parseEnv({}).HEAP_GROWING_PERCENT).toBe(300);
     expect(parseEnv({ HEAP_GROWING_PERCENT: '0' }).HEAP_GROWING_PERCENT).toBe(0);
-    for (const bad of ['-1', '1001', '2.5', 'lots']) expect(() => parseEnv({ HEAP_GROWING_PERCENT: bad })).toThrow(/HEAP_GROWING_PERCENT/);
+    for (const bad of ['-1', '1001', '2.5', 'lots'])
+      expect(() => parseEnv({ HEAP_GROWING_PERCENT: bad })).toThrow(/HEAP_GROWING_PERCENT/);
     expect(() => applyHeapGrowth(-1)).toThrow(/whole percent/);
   });
 });

@@ -11,7 +11,8 @@ import { MemoryObjectStore } from '../../shared/store/memory/index.js';
 const H8 = Date.UTC(2026, 11, 1, 8);
 const HOUR = 3_600_000;
 const id = (ms: number, n: number): string => `${ms}-${String(n).padStart(4, '0')}-abcdef`;
-const batch = (ms: number, n: number): TableFile => batchTableFile(`events/a/${id(ms, n)}.parquet`, id(ms, n), 10, 1000 + n);
+const batch = (ms: number, n: number): TableFile =>
+  batchTableFile(`events/a/${id(ms, n)}.parquet`, id(ms, n), 10, 1000 + n);
 
 describe('IcebergTable.expireSnapshots: age from the replacement', () => {
   it('keeps a snapshot that was current for hours until the retention has passed since the next one replaced it', async () => {
@@ -31,7 +32,10 @@ describe('IcebergTable.expireSnapshots: age from the replacement', () => {
       expect(r.expiredSnapshotIds).toEqual([]);
       expect(r.unreferencedDataKeys).toEqual([]);
     }
-    expect((await t.load())?.metadata.snapshots.map((s) => s['snapshot-id'])).toEqual([appended.snapshotId, deleted.snapshotId]);
+    expect((await t.load())?.metadata.snapshots.map((s) => s['snapshot-id'])).toEqual([
+      appended.snapshotId,
+      deleted.snapshotId,
+    ]);
 
     // Once the retention has passed since the delete replaced it: expired, and the old batch file is freed.
     const later = clock + retentionMs;

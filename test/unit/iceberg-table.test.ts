@@ -6,14 +6,26 @@
  */
 import { describe, expect, it } from 'vitest';
 import { STATUS_ADDED, STATUS_DELETED, STATUS_EXISTING } from '../../shared/iceberg/avro.js';
-import { IcebergConflictError, IcebergTable, THROUGH_BATCH_ID, type TableFile, batchTableFile, currentSnapshot, snapshotAsOf } from '../../shared/iceberg/table.js';
+import {
+  IcebergConflictError,
+  IcebergTable,
+  THROUGH_BATCH_ID,
+  type TableFile,
+  batchTableFile,
+  currentSnapshot,
+  snapshotAsOf,
+} from '../../shared/iceberg/table.js';
 import { MemoryObjectStore } from '../../shared/store/memory/index.js';
 
 const H8 = Date.UTC(2026, 11, 1, 8);
 const id = (ms: number, n: number): string => `${ms}-${String(n).padStart(4, '0')}-abcdef`;
-const batch = (ms: number, n: number, rows = 10): TableFile => batchTableFile(`events/a/${id(ms, n)}.parquet`, id(ms, n), rows, 1000 + n);
+const batch = (ms: number, n: number, rows = 10): TableFile =>
+  batchTableFile(`events/a/${id(ms, n)}.parquet`, id(ms, n), rows, 1000 + n);
 
-function tableOn(store: MemoryObjectStore, o: Partial<ConstructorParameters<typeof IcebergTable>[0]> = {}): IcebergTable {
+function tableOn(
+  store: MemoryObjectStore,
+  o: Partial<ConstructorParameters<typeof IcebergTable>[0]> = {},
+): IcebergTable {
   let clock = H8 + 10 * 3_600_000;
   return new IcebergTable({ store, collection: 'events', app: 'a', rootUri: 'mem://root/', now: () => clock++, ...o });
 }
@@ -26,18 +38,41 @@ describe('IcebergTable commits', () => {
   it('writes contiguous versions with increasing sequence numbers, logs and summaries', async () => {
     const store = new MemoryObjectStore();
     const t = tableOn(store);
-    const [b1, b2, b3] = [batch(H8 + 1, 0), batch(H8 + 2, 0, 5), batch(H8 + 3_600_001, 0, 7)] as [TableFile, TableFile, TableFile];
+    const [b1, b2, b3] = [batch(H8 + 1, 0), batch(H8 + 2, 0, 5), batch(H8 + 3_600_001, 0, 7)] as [
+      TableFile,
+      TableFile,
+      TableFile,
+    ];
 
     const c1 = await t.append([b1, b2], { throughBatchId: id(H8 + 2, 0) });
     expect(c1).toMatchObject({ version: 1, sequenceNumber: 1, attempts: 1, hintWritten: true });
     const v1 = await t.readVersion(1);
-    expect(v1).toMatchObject({ 'format-version': 2, location: 'mem://root/iceberg/events/a', 'last-sequence-number': 1, 'last-column-id': 11, 'last-partition-id': 1000, 'current-snapshot-id': c1.snapshotId, 'default-sort-order-id': 1 });
+    expect(v1).toMatchObject({
+      'format-version': 2,
+      location: 'mem://root/iceberg/events/a',
+      'last-sequence-number': 1,
+      'last-column-id': 11,
+      'last-partition-id': 1000,
+      'current-snapshot-id': c1.snapshotId,
+      'default-sort-order-id': 1,
+    });
     expect(v1.refs).toEqual({ main: { 'snapshot-id': c1.snapshotId, type: 'branch' } });
     expect(v1['metadata-log']).toEqual([]);
-    expect(v1['snapshot-log']).toEqual([{ 'snapshot-id': c1.snapshotId, 'timestamp-ms': v1.snapshots[0]?.['timestamp-ms'] }]);
-    expect(v1.snapshots[0]?.summary).toMatchObject({ operation: 'append', 'added-data-files': '2', 'added-records': '15', 'total-records': '15', 'total-data-files': '2', [THROUGH_BATCH_ID]: id(H8 + 2, 0) });
+    expect(v1['snapshot-log']).toEqual([
+      { 'snapshot-id': c1.snapshotId, 'timestamp-ms': v1.snapshots[0]?.['timestamp-ms'] },
+    ]);
+    expect(v1.snapshots[0]?.summary).toMatchObject({
+      operation: 'append',
+      'added-data-files': '2',
+      'added-records': '15',
+      'total-records': '15',
+      'total-data-files': '2',
+      [THROUGH_BATCH_ID]: id(H8 + 2, 0),
+    });
     expect(v1.snapshots[0]).not.toHaveProperty('parent-snapshot-id');
-    expect(new TextDecoder().decode((await store.getBytes('iceberg/events/a/metadata/version-hint.text'))?.body)).toBe('1');
+    expect(new TextDecoder().decode((await store.getBytes('iceberg/events/a/metadata/version-hint.text'))?.body)).toBe(
+      '1',
+    );
 
     const c2 = await t.append([b3], { throughBatchId: id(H8 + 3_600_001, 0) });
     const v2 = await t.readVersion(2);
@@ -45,24 +80,66 @@ describe('IcebergTable commits', () => {
     expect(v2['last-sequence-number']).toBe(2);
     expect(v2.snapshots.map((s) => s['sequence-number'])).toEqual([1, 2]);
     expect(v2.snapshots[1]?.['parent-snapshot-id']).toBe(c1.snapshotId);
-    expect(v2['metadata-log']).toEqual([{ 'metadata-file': 'mem://root/iceberg/events/a/metadata/v1.metadata.json', 'timestamp-ms': v1['last-updated-ms'] }]);
+    expect(v2['metadata-log']).toEqual([
+      {
+        'metadata-file': 'mem://root/iceberg/events/a/metadata/v1.metadata.json',
+        'timestamp-ms': v1['last-updated-ms'],
+      },
+    ]);
     // Fast append: the new manifest first, the first one carried as it was.
     const m2 = await t.manifestsOf(currentSnapshot(v2)!);
-    expect(m2.map((m) => [m.sequenceNumber, m.minSequenceNumber, m.addedSnapshotId, m.addedFilesCount, m.existingFilesCount, m.addedRowsCount])).toEqual([
+    expect(
+      m2.map((m) => [
+        m.sequenceNumber,
+        m.minSequenceNumber,
+        m.addedSnapshotId,
+        m.addedFilesCount,
+        m.existingFilesCount,
+        m.addedRowsCount,
+      ]),
+    ).toEqual([
       [2, 2, c2.snapshotId, 1, 0, 7],
       [1, 1, c1.snapshotId, 2, 0, 15],
     ]);
     const entries = await t.entriesOf(m2[0]!);
-    expect(entries[0]?.dataFile).toMatchObject({ filePath: `mem://root/${b3.key}`, hour: H8 / 3_600_000 + 1, sortOrderId: 0 });
+    expect(entries[0]?.dataFile).toMatchObject({
+      filePath: `mem://root/${b3.key}`,
+      hour: H8 / 3_600_000 + 1,
+      sortOrderId: 0,
+    });
 
     // Replace b1+b2 by one rollup file: the first manifest is rewritten with both DELETED.
-    const rollup: TableFile = { key: 'rollups/events/a/date=2026-12-01/hour=08/x.parquet', recordCount: 15, fileSizeInBytes: 900, minReceivedAtMs: H8 + 1, maxReceivedAtMs: H8 + 2, sorted: true };
+    const rollup: TableFile = {
+      key: 'rollups/events/a/date=2026-12-01/hour=08/x.parquet',
+      recordCount: 15,
+      fileSizeInBytes: 900,
+      minReceivedAtMs: H8 + 1,
+      maxReceivedAtMs: H8 + 2,
+      sorted: true,
+    };
     const c3 = await t.replace([b1.key, b2.key], [rollup]);
     const v3 = await t.readVersion(3);
     const s3 = currentSnapshot(v3)!;
-    expect(s3.summary).toMatchObject({ operation: 'replace', 'added-data-files': '1', 'deleted-data-files': '2', 'added-records': '15', 'deleted-records': '15', 'total-records': '22', 'total-data-files': '2', [THROUGH_BATCH_ID]: id(H8 + 3_600_001, 0) });
+    expect(s3.summary).toMatchObject({
+      operation: 'replace',
+      'added-data-files': '1',
+      'deleted-data-files': '2',
+      'added-records': '15',
+      'deleted-records': '15',
+      'total-records': '22',
+      'total-data-files': '2',
+      [THROUGH_BATCH_ID]: id(H8 + 3_600_001, 0),
+    });
     const m3 = await t.manifestsOf(s3);
-    expect(m3.map((m) => [m.sequenceNumber, m.addedFilesCount, m.existingFilesCount, m.deletedFilesCount, m.deletedRowsCount])).toEqual([
+    expect(
+      m3.map((m) => [
+        m.sequenceNumber,
+        m.addedFilesCount,
+        m.existingFilesCount,
+        m.deletedFilesCount,
+        m.deletedRowsCount,
+      ]),
+    ).toEqual([
       [3, 1, 0, 0, 0],
       [3, 0, 0, 2, 15],
       [2, 1, 0, 0, 0],
@@ -73,7 +150,11 @@ describe('IcebergTable commits', () => {
       [STATUS_DELETED, c3.snapshotId, 1, 1],
       [STATUS_DELETED, c3.snapshotId, 1, 1],
     ]);
-    expect((await t.entriesOf(m3[0]!))[0]).toMatchObject({ status: STATUS_ADDED, sequenceNumber: 3, dataFile: { sortOrderId: 1 } });
+    expect((await t.entriesOf(m3[0]!))[0]).toMatchObject({
+      status: STATUS_ADDED,
+      sequenceNumber: 3,
+      dataFile: { sortOrderId: 1 },
+    });
     expect(await t.dataKeys()).toEqual([rollup.key, b3.key]);
 
     // Delete the rollup (retention): the manifest that only held deletions is dropped.
@@ -84,7 +165,11 @@ describe('IcebergTable commits', () => {
       [4, 0, 0, 1],
       [2, 1, 0, 0],
     ]);
-    expect(currentSnapshot(v4)?.summary).toMatchObject({ operation: 'delete', 'deleted-data-files': '1', 'total-records': '7' });
+    expect(currentSnapshot(v4)?.summary).toMatchObject({
+      operation: 'delete',
+      'deleted-data-files': '1',
+      'total-records': '7',
+    });
     expect(await t.dataKeys()).toEqual([b3.key]);
     expect(v4['snapshot-log']).toHaveLength(4);
     expect(snapshotAsOf(v4, v4.snapshots[1]!['timestamp-ms'])?.['snapshot-id']).toBe(c2.snapshotId);
@@ -176,7 +261,14 @@ describe('IcebergTable commits', () => {
     clock += 1000;
     await t.append([b3]);
     clock += 1000;
-    const rollup: TableFile = { key: 'rollups/events/a/r.parquet', recordCount: 20, fileSizeInBytes: 10, minReceivedAtMs: H8 + 1, maxReceivedAtMs: H8 + 2, sorted: true };
+    const rollup: TableFile = {
+      key: 'rollups/events/a/r.parquet',
+      recordCount: 20,
+      fileSizeInBytes: 10,
+      minReceivedAtMs: H8 + 1,
+      maxReceivedAtMs: H8 + 2,
+      sorted: true,
+    };
     await t.replace([b1.key, b2.key], [rollup]);
     const replacedAt = clock;
     clock += 1000;
@@ -193,7 +285,9 @@ describe('IcebergTable commits', () => {
     expect(after.metadata.snapshots).toHaveLength(2);
     expect(after.metadata['snapshot-log']).toHaveLength(2);
     // Every manifest the retained snapshots name still exists.
-    for (const s of after.metadata.snapshots) for (const m of await t.manifestsOf(s)) expect(await store.getBytes(m.manifestPath.slice('mem://root/'.length))).not.toBeNull();
+    for (const s of after.metadata.snapshots)
+      for (const m of await t.manifestsOf(s))
+        expect(await store.getBytes(m.manifestPath.slice('mem://root/'.length))).not.toBeNull();
 
     const r2 = await t.expireSnapshots(clock);
     expect(r2.unreferencedDataKeys).toEqual([b3.key]);
@@ -208,7 +302,13 @@ describe('IcebergTable commits', () => {
     // The "crashed" committer stops for good between its manifest writes and its metadata create.
     let reached!: () => void;
     const atCreate = new Promise<void>((r) => (reached = r));
-    const crashed = tableOn(store, { now: () => clock, beforeMetadataCreate: () => { reached(); return new Promise<never>(() => {}); } });
+    const crashed = tableOn(store, {
+      now: () => clock,
+      beforeMetadataCreate: () => {
+        reached();
+        return new Promise<never>(() => {});
+      },
+    });
     void crashed.append([batch(H8 + 2, 0)]);
     await atCreate;
     expect(await metadataAvro(store)).toHaveLength(4);

@@ -1,5 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { ConfigError, DEFAULT_BODY_DEDUP_WINDOW_SECONDS, DEFAULT_IDEMPOTENCY_WINDOW_SECONDS, parseEnv } from '../../shared/config.js';
+import {
+  ConfigError,
+  DEFAULT_BODY_DEDUP_WINDOW_SECONDS,
+  DEFAULT_IDEMPOTENCY_WINDOW_SECONDS,
+  parseEnv,
+} from '../../shared/config.js';
 import { idempotencyBucketSeconds, idempotencyShards } from '../../shared/ledger/ledger.js';
 import { BATCH_JOB_OPTIONS, DEAD_LETTER_KEEP } from '../../shared/redis/jobs/push.js';
 
@@ -28,7 +33,8 @@ describe('idempotency windows and Redis bounds (config)', () => {
     expect(idempotencyShards(5)).toBe(16);
     // Below Redis' listpack limit of 128 entries per hash at the design rate, up to ~14 h windows;
     // past that the 65,536-shard cap lets hashes grow into Redis' larger encoding (documented).
-    for (const w of [60, 300, 3600, 43_200]) expect((500 * idempotencyBucketSeconds(w)) / idempotencyShards(w)).toBeLessThan(128);
+    for (const w of [60, 300, 3600, 43_200])
+      expect((500 * idempotencyBucketSeconds(w)) / idempotencyShards(w)).toBeLessThan(128);
     expect(idempotencyShards(86_400)).toBe(65_536);
     expect((500 * idempotencyBucketSeconds(86_400)) / 65_536).toBeGreaterThan(128);
   });

@@ -16,23 +16,37 @@ function bodyOf(bytes: number): Buffer {
   return Buffer.from(`{"data":{"events":[${parts.join('').slice(0, -1)}]},"baseHash":null}`);
 }
 
-const job = (packed: Pick<BatchJob, 'encoding' | 'body' | 'bodyBytes' | 'jsonBytes'>): BatchJob => ({ v: 1, collection: 'events', key: 'events/a/1.parquet', prefix: 'events/a/', params: { app: 'a' }, batchId: '1', receivedAt: 1, events: 1, ...packed });
+const job = (packed: Pick<BatchJob, 'encoding' | 'body' | 'bodyBytes' | 'jsonBytes'>): BatchJob => ({
+  v: 1,
+  collection: 'events',
+  key: 'events/a/1.parquet',
+  prefix: 'events/a/',
+  params: { app: 'a' },
+  batchId: '1',
+  receivedAt: 1,
+  events: 1,
+  ...packed,
+});
 
 describe('job payload packing', () => {
   // Below 1 KiB as text; up to 128 KiB deflated inline; above that on the libuv pool.
-  it.each([100, 5_000, 60_000, 128 * 1024, 128 * 1024 + 1, 1_000_000])('a %i-byte body comes back byte for byte', async (n) => {
-    const body = bodyOf(n);
-    const packed = await packBody(body);
-    expect(packed.encoding).toBe(body.length < 1024 ? 'identity' : 'deflate-raw');
-    expect(packed.bodyBytes).toBe(body.length);
-    if (packed.encoding === 'deflate-raw') expect(Buffer.from(packed.body, 'base64').length).toBeLessThan(body.length / 2);
-    expect((await unpackBody(packed)).equals(body)).toBe(true);
-    // What the encoder does with it: the job passes the contract and the body is restored.
-    const decoded = decodeJob(job(packed));
-    expect(decoded.ok).toBe(true);
-    const restored = await restoreBody(job(packed));
-    expect(restored.ok && restored.value.equals(body)).toBe(true);
-  });
+  it.each([100, 5_000, 60_000, 128 * 1024, 128 * 1024 + 1, 1_000_000])(
+    'a %i-byte body comes back byte for byte',
+    async (n) => {
+      const body = bodyOf(n);
+      const packed = await packBody(body);
+      expect(packed.encoding).toBe(body.length < 1024 ? 'identity' : 'deflate-raw');
+      expect(packed.bodyBytes).toBe(body.length);
+      if (packed.encoding === 'deflate-raw')
+        expect(Buffer.from(packed.body, 'base64').length).toBeLessThan(body.length / 2);
+      expect((await unpackBody(packed)).equals(body)).toBe(true);
+      // What the encoder does with it: the job passes the contract and the body is restored.
+      const decoded = decodeJob(job(packed));
+      expect(decoded.ok).toBe(true);
+      const restored = await restoreBody(job(packed));
+      expect(restored.ok && restored.value.equals(body)).toBe(true);
+    },
+  );
 
   it.each([5_000, 1_000_000])('a corrupt or understated %i-byte payload is a bad batch, not a crash', async (n) => {
     const packed = await packBody(bodyOf(n));
@@ -45,14 +59,20 @@ describe('job payload packing', () => {
     // the output buffer's cap, tested below).
     for (const bodyBytes of [packed.bodyBytes + 1, 200 * 1024 * 1024]) {
       const overstated = await restoreBody(job({ ...packed, bodyBytes }));
-      expect(overstated).toMatchObject({ ok: false, reason: `job body cannot be unpacked: the payload holds ${packed.bodyBytes} bytes, the job says ${bodyBytes}` });
+      expect(overstated).toMatchObject({
+        ok: false,
+        reason: `job body cannot be unpacked: the payload holds ${packed.bodyBytes} bytes, the job says ${bodyBytes}`,
+      });
     }
   });
 
   it('a text payload whose size is not the one recorded is refused', async () => {
     const packed = await packBody(Buffer.from('{"data":{"events":[]},"baseHash":null}'));
     expect(packed.encoding).toBe('identity');
-    expect(await restoreBody(job({ ...packed, bodyBytes: packed.bodyBytes - 1 }))).toMatchObject({ ok: false, reason: expect.stringMatching(/holds \d+ bytes, the job says/) });
+    expect(await restoreBody(job({ ...packed, bodyBytes: packed.bodyBytes - 1 }))).toMatchObject({
+      ok: false,
+      reason: expect.stringMatching(/holds \d+ bytes, the job says/),
+    });
     expect(await restoreBody(job(packed))).toMatchObject({ ok: true });
   });
 
@@ -76,11 +96,19 @@ describe('job payload packing', () => {
     const encoded = encodeBatch(bodyOf(5_000), 1);
     if (!encoded.ok) throw new Error(encoded.reason);
     const packed = packParquet(encoded.bytes, 5_000);
-    expect(await restoreBody(job({ ...packed, bodyBytes: packed.bodyBytes + 1 }))).toMatchObject({ ok: false, reason: expect.stringMatching(/holds \d+ bytes, the job says/) });
+    expect(await restoreBody(job({ ...packed, bodyBytes: packed.bodyBytes + 1 }))).toMatchObject({
+      ok: false,
+      reason: expect.stringMatching(/holds \d+ bytes, the job says/),
+    });
     const cut = Buffer.from(encoded.bytes).subarray(0, encoded.bytes.byteLength - 1);
-    expect(await restoreBody(job({ ...packed, body: cut.toString('base64'), bodyBytes: cut.length }))).toMatchObject({ ok: false, reason: expect.stringMatching(/not a Parquet file/) });
+    expect(await restoreBody(job({ ...packed, body: cut.toString('base64'), bodyBytes: cut.length }))).toMatchObject({
+      ok: false,
+      reason: expect.stringMatching(/not a Parquet file/),
+    });
     const json = Buffer.from('{"data":{"events":[]},"baseHash":null}');
-    expect(await restoreBody(job({ encoding: 'parquet', body: json.toString('base64'), bodyBytes: json.length }))).toMatchObject({ ok: false, reason: expect.stringMatching(/not a Parquet file/) });
+    expect(
+      await restoreBody(job({ encoding: 'parquet', body: json.toString('base64'), bodyBytes: json.length })),
+    ).toMatchObject({ ok: false, reason: expect.stringMatching(/not a Parquet file/) });
   });
 
   it("sizes zlib's output buffer to the output, within zlib's default and 16 MiB", () => {

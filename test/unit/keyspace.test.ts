@@ -117,20 +117,31 @@ describe('keyspace', () => {
     ]);
   });
 
-  it('keeps every family of a shard in its tag\'s Cluster slot (so each script stays single-slot)', () => {
+  it("keeps every family of a shard in its tag's Cluster slot (so each script stays single-slot)", () => {
     for (const l of shardLayouts('events-ingest', 4, true)) {
       const slot = calculateSlot(l.tag);
       for (const [family, key] of samples('events-ingest', l.namespace, l.queuePrefix)) {
-        if (KEY_FAMILIES[family].tag === '{<ns>}' || family === 'queue') expect([family, calculateSlot(key)]).toEqual([family, slot]);
+        if (KEY_FAMILIES[family].tag === '{<ns>}' || family === 'queue')
+          expect([family, calculateSlot(key)]).toEqual([family, slot]);
       }
     }
     // The deployment's own keys share the `{<QUEUE_NAME>}` slot, with the rollup queue on a Cluster.
     const q = calculateSlot('q');
-    expect([shardMarkerKey('q'), rollupLockKey('q', 'events/a/'), queueKey(rollupQueuePrefix('q', true), rollupQueueName('q'), 'wait')].map((k) => calculateSlot(k))).toEqual([q, q, q]);
+    expect(
+      [
+        shardMarkerKey('q'),
+        rollupLockKey('q', 'events/a/'),
+        queueKey(rollupQueuePrefix('q', true), rollupQueueName('q'), 'wait'),
+      ].map((k) => calculateSlot(k)),
+    ).toEqual([q, q, q]);
   });
 
-  it('names the family of every key it builds, in every layout, and with the deployment\'s queue name only that deployment\'s', () => {
-    const layouts = [...shardLayouts('events-ingest', 1, false), ...shardLayouts('events-ingest', 3, false), ...shardLayouts('events-ingest', 2, true)];
+  it("names the family of every key it builds, in every layout, and with the deployment's queue name only that deployment's", () => {
+    const layouts = [
+      ...shardLayouts('events-ingest', 1, false),
+      ...shardLayouts('events-ingest', 3, false),
+      ...shardLayouts('events-ingest', 2, true),
+    ];
     const seen = new Set<KeyFamilyName>();
     for (const l of layouts) {
       for (const [family, key] of samples(l.queueName, l.namespace, l.queuePrefix)) {
@@ -182,7 +193,12 @@ describe('keyspace', () => {
 
   it('documents every family: pattern, bound and the docs/reliability.md row that sizes it', () => {
     for (const [name, f] of Object.entries(KEY_FAMILIES)) {
-      expect([name, f.pattern.length > 0, f.bound.length > 0, f.sizedIn.startsWith('docs/reliability.md')]).toEqual([name, true, true, true]);
+      expect([name, f.pattern.length > 0, f.bound.length > 0, f.sizedIn.startsWith('docs/reliability.md')]).toEqual([
+        name,
+        true,
+        true,
+        true,
+      ]);
     }
   });
 });

@@ -22,7 +22,9 @@ describe('the OpenAPI document', () => {
 
   it('lists every error code of the error map, and only those', () => {
     const text = JSON.stringify(openApiDocument(defaults));
-    const used = new Set([...text.matchAll(/"enum":\[([^\]]*)\]/g)].flatMap((m) => JSON.parse(`[${m[1]}]`) as string[]));
+    const used = new Set(
+      [...text.matchAll(/"enum":\[([^\]]*)\]/g)].flatMap((m) => JSON.parse(`[${m[1]}]`) as string[]),
+    );
     for (const code of ERROR_CODE_LIST) expect(used, code).toContain(code);
     const doc = openApiDocument(defaults) as unknown as { components: { schemas: { ErrorCode: { enum: string[] } } } };
     expect(doc.components.schemas.ErrorCode.enum).toEqual(ERROR_CODE_LIST);

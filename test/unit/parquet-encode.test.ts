@@ -71,7 +71,11 @@ describe('parseBatchColumns', () => {
     ['a JSON array', '[]', /^body must be a JSON object .* got an array/],
     ['no data', '{"baseHash":null}', /^body has no "data": got an object with the keys "baseHash"/],
     ['events not an array', '{"data":{"events":{}}}', /^"data.events" must be an array, got an object/],
-    ['a non-object event', '{"data":{"events":[{},[1],{}]}}', /^data\.events\[1\] must be a JSON object, got an array$/],
+    [
+      'a non-object event',
+      '{"data":{"events":[{},[1],{}]}}',
+      /^data\.events\[1\] must be a JSON object, got an array$/,
+    ],
     ['a null event', '{"data":{"events":[null]}}', /^data\.events\[0\] must be a JSON object, got null$/],
   ])('rejects %s with the API reason instead of throwing', (_name, body, reason) => {
     const r = parseBatchColumns(body);
@@ -81,7 +85,9 @@ describe('parseBatchColumns', () => {
 
   it('returns columns of its own: a later scan (which reuses the staging buffers) does not change them', () => {
     const first = parseBatchColumns(envelope([{ event: 'first', properties: { n: 1 } }]));
-    expect(encodeBatch(envelope([{ event: 'second overwrites', properties: { n: 22222 } }]), RECEIVED_AT).ok).toBe(true);
+    expect(encodeBatch(envelope([{ event: 'second overwrites', properties: { n: 22222 } }]), RECEIVED_AT).ok).toBe(
+      true,
+    );
     parseBatchColumns(envelope([{ event: 'third overwrites', properties: { n: 33333 } }]));
     if (!first.ok) throw new Error(first.reason);
     expect(columnValues(first.columns.event)).toEqual(['first']);
@@ -124,7 +130,9 @@ describe('column text', () => {
     ]);
     expect(cols.extra[1]).toBeNull();
     // JSON.stringify writes the integer-like key first (JS object order); the body, and so extra, has it there too.
-    expect(cols.extra[0]).toBe('{"2":"integer-like key","campaign":"spring","n":2,"received_at":"client says","extra":{"x":null}}');
+    expect(cols.extra[0]).toBe(
+      '{"2":"integer-like key","campaign":"spring","n":2,"received_at":"client says","extra":{"x":null}}',
+    );
   });
 
   it('keeps keys and values of extra as sent: escapes, digits, order', () => {
@@ -143,7 +151,9 @@ describe('column text', () => {
   });
 
   it('keeps a __proto__ key as a plain key and pollutes nothing', () => {
-    const r = parseBatchColumns('{"data":{"events":[{"__proto__":{"polluted":true},"properties":{"__proto__":{"polluted":1}}}]}}');
+    const r = parseBatchColumns(
+      '{"data":{"events":[{"__proto__":{"polluted":true},"properties":{"__proto__":{"polluted":1}}}]}}',
+    );
     if (!r.ok) throw new Error(r.reason);
     expect(columnValues(r.columns.extra)).toEqual(['{"__proto__":{"polluted":true}}']);
     expect(columnValues(r.columns.properties)).toEqual(['{"__proto__":{"polluted":1}}']);
@@ -203,7 +213,9 @@ describe('columnsToIpcStream', () => {
     return {
       fields: table.schema.fields.map((f) => [f.name, String(f.type), f.nullable]),
       rows: table.numRows,
-      columns: table.schema.fields.map((f) => [...(table.getChild(f.name) ?? [])].map((v: unknown) => (typeof v === 'bigint' ? Number(v) : v))),
+      columns: table.schema.fields.map((f) =>
+        [...(table.getChild(f.name) ?? [])].map((v: unknown) => (typeof v === 'bigint' ? Number(v) : v)),
+      ),
       nullCounts: table.schema.fields.map((f) => table.getChild(f.name)?.nullCount),
     };
   }
@@ -212,8 +224,18 @@ describe('columnsToIpcStream', () => {
     ['no events', []],
     ['one event without unknown fields (extra all null)', [{ event: 'a', distinct_id: 'd' }]],
     ['one event with an unknown field (extra never null)', [{ event: 'a', campaign: 'c' }]],
-    ['99 realistic events, some with extra (bitmap past one byte)', Array.from({ length: 99 }, (_, i) => realisticEvent(i))],
-    ['non-ASCII and long values', ['🎉', '中文', 'a'.repeat(5000), ''].map((event, i) => ({ event, properties: { i }, ...(i % 2 ? { x: event } : {}) }))],
+    [
+      '99 realistic events, some with extra (bitmap past one byte)',
+      Array.from({ length: 99 }, (_, i) => realisticEvent(i)),
+    ],
+    [
+      'non-ASCII and long values',
+      ['🎉', '中文', 'a'.repeat(5000), ''].map((event, i) => ({
+        event,
+        properties: { i },
+        ...(i % 2 ? { x: event } : {}),
+      })),
+    ],
   ];
 
   it.each(batches)('holds what apache-arrow would write for %s', (_, events) => {
@@ -250,7 +272,14 @@ describe('prepareBatch (the API scans a body once and encodes its file itself)',
     ['no events', []],
     ['one event', [{ event: 'a', distinct_id: 'd' }]],
     ['300 realistic events, some with extra', Array.from({ length: 300 }, (_, i) => realisticEvent(i))],
-    ['non-ASCII and long values', ['🎉', '中文', 'a'.repeat(5000), ''].map((event, i) => ({ event, properties: { i }, ...(i % 2 ? { x: event } : {}) }))],
+    [
+      'non-ASCII and long values',
+      ['🎉', '中文', 'a'.repeat(5000), ''].map((event, i) => ({
+        event,
+        properties: { i },
+        ...(i % 2 ? { x: event } : {}),
+      })),
+    ],
   ])('gives the very bytes encodeBatch gives, for %s', (_, events) => {
     const body = bytesOf(events);
     const prepared = prepareBatch(body);
@@ -267,14 +296,15 @@ describe('prepareBatch (the API scans a body once and encodes its file itself)',
     const prepared = prepareBatch(first);
     if (!prepared.ok) throw new Error(prepared.reason);
     // Other pushes scan into the same staging buffers while this one waits for its id.
-    for (let k = 0; k < 3; k++) expect(prepareBatch(bytesOf([{ event: `other-${k}`, campaign: 'x'.repeat(3000) }])).ok).toBe(true);
+    for (let k = 0; k < 3; k++)
+      expect(prepareBatch(bytesOf([{ event: `other-${k}`, campaign: 'x'.repeat(3000) }])).ok).toBe(true);
     expect(encodeBatch(bytesOf([{ event: 'and another' }]), RECEIVED_AT).ok).toBe(true);
     const encoded = encodeBatch(first, RECEIVED_AT + 1);
     if (!encoded.ok) throw new Error(encoded.reason);
     expect(Buffer.from(prepared.batch.toParquet(RECEIVED_AT + 1)).equals(Buffer.from(encoded.bytes))).toBe(true);
   });
 
-  it('stamps the instant it is given each time (a push that mints again gets its new id\'s instant)', async () => {
+  it("stamps the instant it is given each time (a push that mints again gets its new id's instant)", async () => {
     const prepared = prepareBatch(bytesOf([{ event: 'a' }, { event: 'b' }]));
     if (!prepared.ok) throw new Error(prepared.reason);
     const dir = await mkdtemp(join(tmpdir(), 'prepare-stamp-'));
@@ -282,7 +312,9 @@ describe('prepareBatch (the API scans a body once and encodes its file itself)',
       for (const [i, at] of [RECEIVED_AT, RECEIVED_AT + 86_400_000].entries()) {
         const path = join(dir, `${i}.parquet`);
         await writeFile(path, prepared.batch.toParquet(at));
-        const rows = await duckQuery(`SELECT DISTINCT epoch_ms(received_at)::BIGINT AS at FROM read_parquet(${sqlString(path)})`);
+        const rows = await duckQuery(
+          `SELECT DISTINCT epoch_ms(received_at)::BIGINT AS at FROM read_parquet(${sqlString(path)})`,
+        );
         expect(rows).toEqual([{ at: String(at) }]);
       }
     } finally {
@@ -296,7 +328,9 @@ describe('prepareBatch (the API scans a body once and encodes its file itself)',
       const body = bytesOf(events);
       const [before, after] = [encodeBatch(body, RECEIVED_AT), encodeBatch(body, RECEIVED_AT + 5_000)];
       if (!before.ok || !after.ok) throw new Error('encode failed');
-      expect(Buffer.from(restampParquet(before.bytes, RECEIVED_AT + 5_000)).equals(Buffer.from(after.bytes))).toBe(true);
+      expect(Buffer.from(restampParquet(before.bytes, RECEIVED_AT + 5_000)).equals(Buffer.from(after.bytes))).toBe(
+        true,
+      );
     }
     expect(() => restampParquet(new Uint8Array(8), RECEIVED_AT)).toThrow();
   });
@@ -306,10 +340,14 @@ describe('prepareBatch (the API scans a body once and encodes its file itself)',
     ['malformed JSON', Buffer.from('{"data":{"events":[')],
     ['a wrong envelope', Buffer.from('{"data":{"events":[1]},"baseHash":null}')],
     ['bytes that are not UTF-8', Buffer.from([0x7b, 0xc3, 0x7d])],
-  ])('refuses %s with the words of the API\'s check', (_, body) => {
+  ])("refuses %s with the words of the API's check", (_, body) => {
     const check = checkEnvelope(body);
     expect(check.ok).toBe(false);
-    expect(prepareBatch(body)).toEqual({ ok: false, reason: check.ok ? '' : check.error, code: check.ok ? '' : check.code });
+    expect(prepareBatch(body)).toEqual({
+      ok: false,
+      reason: check.ok ? '' : check.error,
+      code: check.ok ? '' : check.code,
+    });
   });
 });
 

@@ -15,16 +15,32 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FIELD_IDS } from '../../shared/iceberg/schema.js';
 import { ParquetSchemaEditError, withFieldIds } from '../../shared/parquet/field-ids.js';
 import { encodeBatchToIpc } from '../../shared/parquet/encode.js';
-import { EVENTS_ARROW_SCHEMA, arrowToParquet, encodeBatch, prepareBatch, restampParquet } from '../../shared/parquet/index.js';
+import {
+  EVENTS_ARROW_SCHEMA,
+  arrowToParquet,
+  encodeBatch,
+  prepareBatch,
+  restampParquet,
+} from '../../shared/parquet/index.js';
 import { duckQuery, sqlString } from '../helpers/duckdb.js';
 
 const RECEIVED_AT = 1782933157690; // 2026-07-01T19:12:37.690Z
 const EVENTS = [
-  { event_type: 'track', event: 'open', distinct_id: 'u1', ts: '2026-07-01T19:12:00Z', message_id: 'm-1', properties: { n: 'BIG', s: 'é\u0000"' }, context: { ip: '1' }, dt: '2026-07-01' },
+  {
+    event_type: 'track',
+    event: 'open',
+    distinct_id: 'u1',
+    ts: '2026-07-01T19:12:00Z',
+    message_id: 'm-1',
+    properties: { n: 'BIG', s: 'é\u0000"' },
+    context: { ip: '1' },
+    dt: '2026-07-01',
+  },
   { event: 'click', distinct_id: 'u2', custom: [1, 2], received_at: 'client-sent' },
 ];
 /** The push body, with a number no JS value can hold (`1e400`) kept as sent. */
-const body = (events: unknown[] = EVENTS): string => JSON.stringify({ data: { events }, baseHash: null }).replace('"n":"BIG"', '"n":1e400');
+const body = (events: unknown[] = EVENTS): string =>
+  JSON.stringify({ data: { events }, baseHash: null }).replace('"n":"BIG"', '"n":1e400');
 
 const ab = (b: Uint8Array): ArrayBuffer => b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength) as ArrayBuffer;
 
@@ -63,7 +79,9 @@ describe('Iceberg field ids in batch files', () => {
 
     const file = join(dir, 'batch.parquet');
     await writeFile(file, r.bytes);
-    const rows = await duckQuery(`SELECT name, field_id FROM parquet_schema(${sqlString(file)}) WHERE name <> 'arrow_schema'`);
+    const rows = await duckQuery(
+      `SELECT name, field_id FROM parquet_schema(${sqlString(file)}) WHERE name <> 'arrow_schema'`,
+    );
     expect(Object.fromEntries(rows.map((x) => [x.name, Number(x.field_id)]))).toEqual(expected);
   });
 
@@ -93,7 +111,11 @@ describe('Iceberg field ids in batch files', () => {
     const [a, b] = await Promise.all([plain, stamped].map((f) => parquetReadObjects({ file: ab(f), compressors })));
     expect(b).toEqual(a);
     expect(b[0]).toMatchObject({ event: 'open', properties: '{"n":1e400,"s":"é\\u0000\\""}', extra: null });
-    expect(b[1]).toMatchObject({ event: 'click', event_type: '', extra: '{"custom":[1,2],"received_at":"client-sent"}' });
+    expect(b[1]).toMatchObject({
+      event: 'click',
+      event_type: '',
+      extra: '{"custom":[1,2],"received_at":"client-sent"}',
+    });
     const files = await Promise.all(
       [plain, stamped].map(async (f, i) => {
         const p = join(dir, `values-${i}.parquet`);
@@ -101,10 +123,16 @@ describe('Iceberg field ids in batch files', () => {
         return p;
       }),
     );
-    const [da, db] = await Promise.all(files.map((f) => duckQuery(`SELECT *, epoch_ms(received_at) AS ms FROM read_parquet(${sqlString(f)})`)));
+    const [da, db] = await Promise.all(
+      files.map((f) => duckQuery(`SELECT *, epoch_ms(received_at) AS ms FROM read_parquet(${sqlString(f)})`)),
+    );
     expect(db).toEqual(da);
     expect(db.map((x) => Number(x.ms))).toEqual([RECEIVED_AT, RECEIVED_AT]);
-    const wasm = (f: Uint8Array): unknown[] => arrow.tableFromIPC(readParquet(f).intoIPCStream()).toArray().map((row) => ({ ...row.toJSON() }));
+    const wasm = (f: Uint8Array): unknown[] =>
+      arrow
+        .tableFromIPC(readParquet(f).intoIPCStream())
+        .toArray()
+        .map((row) => ({ ...row.toJSON() }));
     expect(wasm(stamped)).toEqual(wasm(plain));
   });
 
@@ -136,7 +164,10 @@ describe('Iceberg field ids in batch files', () => {
     const again = encodeBatch(body(), RECEIVED_AT);
     if (!again.ok) throw new Error(again.reason);
     expect(hyparquetIds(again.bytes)).toEqual(hyparquetIds(r.bytes));
-    const fewer = new arrow.Table({ event: arrow.vectorFromArray(['open'], utf8), extra: arrow.vectorFromArray(['{}'], utf8) });
+    const fewer = new arrow.Table({
+      event: arrow.vectorFromArray(['open'], utf8),
+      extra: arrow.vectorFromArray(['{}'], utf8),
+    });
     expect(hyparquetIds(arrowToParquet(fewer))).toEqual({ event: FIELD_IDS.event, extra: FIELD_IDS.extra });
     const third = encodeBatch(body(), RECEIVED_AT);
     if (!third.ok) throw new Error(third.reason);

@@ -24,7 +24,14 @@ import { outcomeAnswer } from '../../services/api/error-map.js';
 import { pushResultOf } from '../../services/api/plugin.js';
 import { InlinePush } from '../../services/api/push/inline.js';
 import type { PushOutcome, PushRequest } from '../../services/api/push/outcome.js';
-import { type BatchFiles, type Clock, EnqueueRefused, type EnqueueTicket, type JobSink, type Ledger } from '../../services/api/push/ports.js';
+import {
+  type BatchFiles,
+  type Clock,
+  EnqueueRefused,
+  type EnqueueTicket,
+  type JobSink,
+  type Ledger,
+} from '../../services/api/push/ports.js';
 import { PushService, type PushServiceOptions } from '../../services/api/push/service.js';
 
 const T0 = 1_782_933_157_000;
@@ -68,7 +75,12 @@ class FakeLedger implements Ledger {
     if (this.mintFails === 'reject') throw new Error('connect ECONNREFUSED');
     if (this.mintFails === 'hang') return new Promise(() => undefined);
     const seen = claim && claim.windowSeconds > 0 ? this.claims.get(this.slot(claim)) : undefined;
-    if (seen) return { batchId: seen.batchId, deduplicated: seen.bodyHash === claim?.bodyHash, conflict: seen.bodyHash !== claim?.bodyHash };
+    if (seen)
+      return {
+        batchId: seen.batchId,
+        deduplicated: seen.bodyHash === claim?.bodyHash,
+        conflict: seen.bodyHash !== claim?.bodyHash,
+      };
     const batchId = `${this.clock.ms}-${String(this.counter++).padStart(4, '0')}-000000`;
     let set = this.pending.get(prefix);
     if (!set) this.pending.set(prefix, (set = new Set()));
@@ -80,7 +92,13 @@ class FakeLedger implements Ledger {
   async lookup(_prefix: string, claim: IdempotencyClaim): Promise<MintResult | null> {
     if (this.mintFails === 'reject') throw new Error('connect ECONNREFUSED');
     const seen = this.claims.get(this.slot(claim));
-    return seen ? { batchId: seen.batchId, deduplicated: seen.bodyHash === claim.bodyHash, conflict: seen.bodyHash !== claim.bodyHash } : null;
+    return seen
+      ? {
+          batchId: seen.batchId,
+          deduplicated: seen.bodyHash === claim.bodyHash,
+          conflict: seen.bodyHash !== claim.bodyHash,
+        }
+      : null;
   }
 
   async release(prefix: string, batchId: string, forget?: IdempotencyClaim): Promise<boolean> {
@@ -125,7 +143,11 @@ class FakeSink implements JobSink {
         this.jobs.set(job.batchId, job);
         return { done: Promise.resolve(), group, withdraw: () => false };
       case 'refused':
-        return { done: Promise.reject(new EnqueueRefused(new Error('OOM command not allowed'))), group, withdraw: () => false };
+        return {
+          done: Promise.reject(new EnqueueRefused(new Error('OOM command not allowed'))),
+          group,
+          withdraw: () => false,
+        };
       case 'late':
         this.jobs.set(job.batchId, job);
         return { done: new Promise(() => undefined), group, withdraw: () => false };
@@ -206,10 +228,23 @@ describe('PushService.accept: every outcome of the push path', () => {
     const { service, jobs, ledger, seen } = setup();
     const req = request([{ event: 'a' }, { event: 'b' }]);
     const out = await service.accept(req);
-    expect(out).toEqual({ kind: 'accepted', batchId: expect.stringMatching(/^\d{13}-\d{4}-/), hash: req.hash, events: 2 });
+    expect(out).toEqual({
+      kind: 'accepted',
+      batchId: expect.stringMatching(/^\d{13}-\d{4}-/),
+      hash: req.hash,
+      events: 2,
+    });
     if (out.kind !== 'accepted') return;
     const job = jobs.jobs.get(out.batchId);
-    expect(job).toMatchObject({ v: 1, collection: 'events', key: `${PREFIX}${out.batchId}.parquet`, prefix: PREFIX, params: { app: 'app1' }, batchId: out.batchId, events: 2 });
+    expect(job).toMatchObject({
+      v: 1,
+      collection: 'events',
+      key: `${PREFIX}${out.batchId}.parquet`,
+      prefix: PREFIX,
+      params: { app: 'app1' },
+      batchId: out.batchId,
+      events: 2,
+    });
     expect(job?.receivedAt).toBe(batchIdMs(out.batchId));
     expect((await unpackBody(job as BatchJob)).equals(req.body)).toBe(true);
     expect(ledger.inFlight(PREFIX)).toEqual([out.batchId]);
@@ -277,7 +312,12 @@ describe('PushService.accept: every outcome of the push path', () => {
     for (const mode of ['reject', 'hang'] as const) {
       const { service, ledger, jobs } = setup();
       ledger.mintFails = mode;
-      expect(await service.accept(request([{ event: 'a' }]))).toEqual({ kind: 'unavailable', maybeQueued: false, reason: 'queue unavailable (Redis)', retryAfter: 1 });
+      expect(await service.accept(request([{ event: 'a' }]))).toEqual({
+        kind: 'unavailable',
+        maybeQueued: false,
+        reason: 'queue unavailable (Redis)',
+        retryAfter: 1,
+      });
       expect(jobs.jobs.size).toBe(0);
     }
   });
@@ -286,7 +326,12 @@ describe('PushService.accept: every outcome of the push path', () => {
     const { service, ledger, jobs } = setup();
     jobs.mode = 'refused';
     const req = request([{ event: 'a' }], { key: 'k-3' });
-    expect(await service.accept(req)).toEqual({ kind: 'unavailable', maybeQueued: false, reason: 'queue unavailable (Redis)', retryAfter: 1 });
+    expect(await service.accept(req)).toEqual({
+      kind: 'unavailable',
+      maybeQueued: false,
+      reason: 'queue unavailable (Redis)',
+      retryAfter: 1,
+    });
     expect(ledger.inFlight(PREFIX)).toEqual([]);
     expect(ledger.claims.size).toBe(0);
     jobs.mode = 'ok';
@@ -310,7 +355,8 @@ describe('PushService.accept: every outcome of the push path', () => {
     expect(out).toEqual({
       kind: 'unavailable',
       maybeQueued: true,
-      reason: 'queue did not answer in time (Redis), so this batch may still be queued: send the same body (and Idempotency-Key) again to get its id',
+      reason:
+        'queue did not answer in time (Redis), so this batch may still be queued: send the same body (and Idempotency-Key) again to get its id',
       retryAfter: 1,
     });
     expect(seen.unknown).toBe(1);
@@ -338,7 +384,12 @@ describe('PushService.accept: every outcome of the push path', () => {
     const { service, jobs } = setup();
     jobs.replicas = 'timeout';
     const req = request([{ event: 'a' }], { key: 'k-5' });
-    expect(await service.accept(req)).toEqual({ kind: 'unavailable', maybeQueued: true, reason: 'batch not yet replicated (REDIS_WAIT_REPLICAS)', retryAfter: 1 });
+    expect(await service.accept(req)).toEqual({
+      kind: 'unavailable',
+      maybeQueued: true,
+      reason: 'batch not yet replicated (REDIS_WAIT_REPLICAS)',
+      retryAfter: 1,
+    });
     expect(jobs.jobs.size).toBe(1);
     const [queuedId] = [...jobs.jobs.keys()];
     // A retry while replicas still lag is not answered either.
@@ -352,7 +403,12 @@ describe('PushService.accept: every outcome of the push path', () => {
     const { service, ledger, jobs } = setup();
     const req = request([{ event: 'a' }], { key: 'k-6' });
     // The first push minted (and claimed the key), then its API died; the reaper released the id.
-    const first = await ledger.mint(PREFIX, { family: 'key', scope: `events\n${PREFIX}\nk-6`, bodyHash: req.decodedHash, windowSeconds: 3600 });
+    const first = await ledger.mint(PREFIX, {
+      family: 'key',
+      scope: `events\n${PREFIX}\nk-6`,
+      bodyHash: req.decodedHash,
+      windowSeconds: 3600,
+    });
     ledger.reap(PREFIX, first.batchId);
     const out = await service.accept(req);
     expect(out.kind).toBe('accepted');
@@ -368,11 +424,21 @@ describe('PushService.accept: every outcome of the push path', () => {
     const counter = bestEffortCounter(registry);
     const { service, ledger, jobs, seen } = setup({ bestEffort: { counter } });
     const req = request([{ event: 'a' }], { key: 'k-7' });
-    const first = await ledger.mint(PREFIX, { family: 'key', scope: `events\n${PREFIX}\nk-7`, bodyHash: req.decodedHash, windowSeconds: 3600 });
+    const first = await ledger.mint(PREFIX, {
+      family: 'key',
+      scope: `events\n${PREFIX}\nk-7`,
+      bodyHash: req.decodedHash,
+      windowSeconds: 3600,
+    });
     ledger.reap(PREFIX, first.batchId);
     ledger.releaseFails = true;
     const mintsBefore = seen.mints;
-    expect(await service.accept(req)).toEqual({ kind: 'unavailable', maybeQueued: false, reason: 'an earlier push with this idempotency key was lost before it was queued', retryAfter: 1 });
+    expect(await service.accept(req)).toEqual({
+      kind: 'unavailable',
+      maybeQueued: false,
+      reason: 'an earlier push with this idempotency key was lost before it was queued',
+      retryAfter: 1,
+    });
     expect(seen.mints - mintsBefore).toBe(2);
     expect(jobs.jobs.size).toBe(0);
     expect((await counter.get()).values.find((v) => v.labels.what === 'push_release')?.value).toBe(2);
@@ -392,13 +458,23 @@ describe('PushService.accept: every outcome of the push path', () => {
     expect(jobs.jobs.size).toBe(0);
     // The store unreachable then: unavailable (the batch may exist).
     files.down = true;
-    expect(await service.accept(req)).toEqual({ kind: 'unavailable', maybeQueued: true, reason: 'store unavailable', retryAfter: 1 });
+    expect(await service.accept(req)).toEqual({
+      kind: 'unavailable',
+      maybeQueued: true,
+      reason: 'store unavailable',
+      retryAfter: 1,
+    });
   });
 
   it('a retry while the first push is between mint and enqueue waits for its job, then is a duplicate', async () => {
     const { service, ledger, jobs, clock } = setup();
     const req = request([{ event: 'a' }], { key: 'k-8' });
-    const first = await ledger.mint(PREFIX, { family: 'key', scope: `events\n${PREFIX}\nk-8`, bodyHash: req.decodedHash, windowSeconds: 3600 });
+    const first = await ledger.mint(PREFIX, {
+      family: 'key',
+      scope: `events\n${PREFIX}\nk-8`,
+      bodyHash: req.decodedHash,
+      windowSeconds: 3600,
+    });
     let sleeps = 0;
     clock.onSleep = () => {
       // The first push enqueues after a few polls.
@@ -412,7 +488,12 @@ describe('PushService.accept: every outcome of the push path', () => {
   it('a retry finds the first push in a group job through the ledger', async () => {
     const { service, ledger, jobs } = setup();
     const req = request([{ event: 'a' }], { key: 'k-9' });
-    const first = await ledger.mint(PREFIX, { family: 'key', scope: `events\n${PREFIX}\nk-9`, bodyHash: req.decodedHash, windowSeconds: 3600 });
+    const first = await ledger.mint(PREFIX, {
+      family: 'key',
+      scope: `events\n${PREFIX}\nk-9`,
+      bodyHash: req.decodedHash,
+      windowSeconds: 3600,
+    });
     ledger.groups.set(first.batchId, `g-${first.batchId}`);
     jobs.jobs.set(`g-${first.batchId}`, { batchId: first.batchId } as BatchJob);
     expect(await service.accept(req)).toMatchObject({ kind: 'duplicate', batchId: first.batchId });
@@ -421,10 +502,20 @@ describe('PushService.accept: every outcome of the push path', () => {
   it('a retry while the first push is still in flight past the wait: unavailable, maybeQueued; within the bounded polls', async () => {
     const { service, ledger, clock } = setup();
     const req = request([{ event: 'a' }], { key: 'k-10' });
-    await ledger.mint(PREFIX, { family: 'key', scope: `events\n${PREFIX}\nk-10`, bodyHash: req.decodedHash, windowSeconds: 3600 });
+    await ledger.mint(PREFIX, {
+      family: 'key',
+      scope: `events\n${PREFIX}\nk-10`,
+      bodyHash: req.decodedHash,
+      windowSeconds: 3600,
+    });
     let sleeps = 0;
     clock.onSleep = () => sleeps++;
-    expect(await service.accept(req)).toEqual({ kind: 'unavailable', maybeQueued: true, reason: 'an earlier push with this idempotency key is still being accepted', retryAfter: 1 });
+    expect(await service.accept(req)).toEqual({
+      kind: 'unavailable',
+      maybeQueued: true,
+      reason: 'an earlier push with this idempotency key is still being accepted',
+      retryAfter: 1,
+    });
     // Polls every 50 ms until enqueueTimeoutMs has passed.
     expect(sleeps).toBe(ENQUEUE_TIMEOUT_MS / 50);
   });
@@ -432,7 +523,12 @@ describe('PushService.accept: every outcome of the push path', () => {
   it('a first push abandoned between mint and enqueue (its API died) is taken over: this body goes under its id', async () => {
     const { service, ledger, jobs, clock } = setup();
     const req = request([{ event: 'a' }], { key: 'k-11' });
-    const first = await ledger.mint(PREFIX, { family: 'key', scope: `events\n${PREFIX}\nk-11`, bodyHash: req.decodedHash, windowSeconds: 3600 });
+    const first = await ledger.mint(PREFIX, {
+      family: 'key',
+      scope: `events\n${PREFIX}\nk-11`,
+      bodyHash: req.decodedHash,
+      windowSeconds: 3600,
+    });
     // Long after the first push must have enqueued or given up: 2 × enqueueTimeoutMs + 1 s.
     clock.ms += 2 * ENQUEUE_TIMEOUT_MS + 1001;
     expect(await service.accept(req)).toEqual({ kind: 'duplicate', batchId: first.batchId, hash: req.hash, events: 1 });
@@ -442,9 +538,19 @@ describe('PushService.accept: every outcome of the push path', () => {
   it('Redis failing while a retry polls for the first push: unavailable, maybeQueued', async () => {
     const { service, ledger } = setup();
     const req = request([{ event: 'a' }], { key: 'k-12' });
-    await ledger.mint(PREFIX, { family: 'key', scope: `events\n${PREFIX}\nk-12`, bodyHash: req.decodedHash, windowSeconds: 3600 });
+    await ledger.mint(PREFIX, {
+      family: 'key',
+      scope: `events\n${PREFIX}\nk-12`,
+      bodyHash: req.decodedHash,
+      windowSeconds: 3600,
+    });
     ledger.pollFails = true;
-    expect(await service.accept(req)).toEqual({ kind: 'unavailable', maybeQueued: true, reason: 'queue unavailable (Redis)', retryAfter: 1 });
+    expect(await service.accept(req)).toEqual({
+      kind: 'unavailable',
+      maybeQueued: true,
+      reason: 'queue unavailable (Redis)',
+      retryAfter: 1,
+    });
   });
 
   it('build payload: a prepared body goes as its Parquet file; a failed encode falls back to the JSON and is observed', async () => {
@@ -459,7 +565,9 @@ describe('PushService.accept: every outcome of the push path', () => {
     if (a.kind !== 'accepted') throw new Error(a.kind);
     expect(plain.jobs.jobs.get(a.batchId)).toMatchObject({ encoding: 'parquet', jsonBytes: body.length });
 
-    const broken = { encode: () => Promise.reject(new Error('encode thread closed')) } as unknown as ParquetEncodeThread;
+    const broken = {
+      encode: () => Promise.reject(new Error('encode thread closed')),
+    } as unknown as ParquetEncodeThread;
     const failing = setup({ encodeThread: () => broken });
     const b = await failing.service.accept(prep());
     if (b.kind !== 'accepted') throw new Error(b.kind);
@@ -478,13 +586,19 @@ describe('PushService.accept: every outcome of the push path', () => {
     // Another body under the key is claimed too (the push then gets its conflict).
     expect(await service.keyClaimed(req.params, 'k-13', 'other')).toBe(true);
     ledger.mintFails = 'reject';
-    expect(await service.keyClaimed(req.params, 'k-13', req.decodedHash)).toMatchObject({ kind: 'unavailable', reason: 'queue unavailable (Redis)' });
+    expect(await service.keyClaimed(req.params, 'k-13', req.decodedHash)).toMatchObject({
+      kind: 'unavailable',
+      reason: 'queue unavailable (Redis)',
+    });
     expect(await setup({ keyWindowSeconds: 0 }).service.keyClaimed(req.params, 'k-13', req.decodedHash)).toBe(false);
   });
 });
 
 describe('InlinePush (no queue)', () => {
-  const inline = (store = new MemoryObjectStore()) => ({ store, push: new InlinePush({ template: TEMPLATE, store, ledger: new MemoryLedger() }) });
+  const inline = (store = new MemoryObjectStore()) => ({
+    store,
+    push: new InlinePush({ template: TEMPLATE, store, ledger: new MemoryLedger() }),
+  });
   const withText = (r: PushRequest): PushRequest => ({ ...r, text: r.body.toString('utf8') });
 
   it('accepted: the file is written under the new id; empty stores nothing', async () => {
@@ -499,17 +613,34 @@ describe('InlinePush (no queue)', () => {
     const store = new MemoryObjectStore();
     store.putBytes = () => Promise.reject(new StoreError('down', { retriable: true }));
     const { push } = inline(store);
-    expect(await push.accept(withText(request([{ event: 'a' }])))).toEqual({ kind: 'unavailable', maybeQueued: false, reason: 'store unavailable', retryAfter: 1 });
+    expect(await push.accept(withText(request([{ event: 'a' }])))).toEqual({
+      kind: 'unavailable',
+      maybeQueued: false,
+      reason: 'store unavailable',
+      retryAfter: 1,
+    });
     const bad = { ...request([{ event: 'a' }]), text: '{"data":{"events":[1]}}' };
-    expect(await inline().push.accept(bad)).toEqual({ kind: 'rejected', reason: 'data.events[0] must be a JSON object, got a number' });
+    expect(await inline().push.accept(bad)).toEqual({
+      kind: 'rejected',
+      reason: 'data.events[0] must be a JSON object, got a number',
+    });
   });
 });
 
 describe('outcomes to HTTP: the error map (services/api/error-map.ts)', () => {
   it.each<[PushOutcome, object]>([
-    [{ kind: 'accepted', batchId: 'b1', hash: 'h', events: 1 }, { hash: 'h', batchId: 'b1', events: 1, deduplicated: false }],
-    [{ kind: 'duplicate', batchId: 'b1', hash: 'h', events: 1 }, { hash: 'h', batchId: 'b1', events: 1, deduplicated: true }],
-    [{ kind: 'empty', hash: 'h' }, { hash: 'h', batchId: null, events: 0, deduplicated: false }],
+    [
+      { kind: 'accepted', batchId: 'b1', hash: 'h', events: 1 },
+      { hash: 'h', batchId: 'b1', events: 1, deduplicated: false },
+    ],
+    [
+      { kind: 'duplicate', batchId: 'b1', hash: 'h', events: 1 },
+      { hash: 'h', batchId: 'b1', events: 1, deduplicated: true },
+    ],
+    [
+      { kind: 'empty', hash: 'h' },
+      { hash: 'h', batchId: null, events: 0, deduplicated: false },
+    ],
   ])('success %o has no error answer', (outcome, result) => {
     expect(outcomeAnswer(outcome)).toBeNull();
     expect(pushResultOf(outcome)).toEqual(result);
@@ -518,8 +649,18 @@ describe('outcomes to HTTP: the error map (services/api/error-map.ts)', () => {
   it.each<[PushOutcome, number, Record<string, string>, object]>([
     [{ kind: 'conflict', batchId: 'b1', reason: 'used' }, 422, {}, { error: 'used', code: 'idempotency_conflict' }],
     [{ kind: 'rejected', reason: 'bad' }, 400, {}, { error: 'bad', code: 'bad_envelope' }],
-    [{ kind: 'unavailable', maybeQueued: true, reason: 'queue unavailable (Redis)', retryAfter: 1 }, 503, { 'Retry-After': '1' }, { error: 'queue unavailable (Redis); retry later', code: 'unavailable' }],
-    [{ kind: 'unavailable', maybeQueued: false, reason: 'x', retryAfter: 7 }, 503, { 'Retry-After': '7' }, { error: 'x; retry later', code: 'unavailable' }],
+    [
+      { kind: 'unavailable', maybeQueued: true, reason: 'queue unavailable (Redis)', retryAfter: 1 },
+      503,
+      { 'Retry-After': '1' },
+      { error: 'queue unavailable (Redis); retry later', code: 'unavailable' },
+    ],
+    [
+      { kind: 'unavailable', maybeQueued: false, reason: 'x', retryAfter: 7 },
+      503,
+      { 'Retry-After': '7' },
+      { error: 'x; retry later', code: 'unavailable' },
+    ],
   ])('%o → %i', (outcome, status, headers, body) => {
     expect(outcomeAnswer(outcome)).toEqual({ status, headers, body });
     expect(pushResultOf(outcome)).toBeNull();
@@ -531,7 +672,9 @@ describe('outcomes to HTTP: the error map (services/api/error-map.ts)', () => {
     expect(files.length).toBeGreaterThanOrEqual(18);
     for (const f of files) {
       const src = readFileSync(join(dir, f), 'utf8');
-      expect(src, f).not.toMatch(/from 'express'|HttpError|ApiError|error-map|\/body\.js'|\/http\.js'|\b(?:200|400|404|408|410|413|415|416|422|429|500|503)\b/);
+      expect(src, f).not.toMatch(
+        /from 'express'|HttpError|ApiError|error-map|\/body\.js'|\/http\.js'|\b(?:200|400|404|408|410|413|415|416|422|429|500|503)\b/,
+      );
     }
   });
 });

@@ -2,17 +2,30 @@ import { createRequire } from 'node:module';
 import { Command, Redis, ReplyError } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import { RedisUnavailable, TimeoutError } from '../../shared/errors.js';
-import { asRedisUnavailable, commandNeverRan, isRedisUnavailable, redisCall, waitReady } from '../../shared/redis/connection.js';
+import {
+  asRedisUnavailable,
+  commandNeverRan,
+  isRedisUnavailable,
+  redisCall,
+  waitReady,
+} from '../../shared/redis/connection.js';
 import { withTimeout } from '../../shared/timeout.js';
 
 // ioredis' own error classes, as it builds them (built/errors; redis-errors is its dependency).
 const require = createRequire(import.meta.url);
-const { MaxRetriesPerRequestError } = require('ioredis/built/errors/index.js') as { MaxRetriesPerRequestError: new (n: number) => Error };
-const ClusterAllFailedError = (require('ioredis/built/errors/ClusterAllFailedError.js') as { default: new (message: string, last: Error) => Error }).default;
-const { AbortError } = require(require.resolve('redis-errors', { paths: [require.resolve('ioredis')] })) as { AbortError: new (message: string) => Error };
+const { MaxRetriesPerRequestError } = require('ioredis/built/errors/index.js') as {
+  MaxRetriesPerRequestError: new (n: number) => Error;
+};
+const ClusterAllFailedError = (
+  require('ioredis/built/errors/ClusterAllFailedError.js') as { default: new (message: string, last: Error) => Error }
+).default;
+const { AbortError } = require(require.resolve('redis-errors', { paths: [require.resolve('ioredis')] })) as {
+  AbortError: new (message: string) => Error;
+};
 
 /** A socket error as Node makes it (net.js: message, errno, code, syscall). */
-const sockErr = (code: string, syscall = 'connect'): Error => Object.assign(new Error(`${syscall} ${code} 127.0.0.1:6379`), { code, errno: -1, syscall });
+const sockErr = (code: string, syscall = 'connect'): Error =>
+  Object.assign(new Error(`${syscall} ${code} 127.0.0.1:6379`), { code, errno: -1, syscall });
 
 /** ioredis' "Connection is closed." from a client that has ended (no socket is opened). */
 async function connectionClosed(): Promise<unknown> {
@@ -99,7 +112,9 @@ describe('Redis errors are classified once, at the adapter', () => {
 
   it('redisCall rethrows a driver outage as RedisUnavailable and anything else unchanged', async () => {
     const closed = await connectionClosed();
-    await expect(redisCall(Promise.reject(closed))).rejects.toSatisfy((e: unknown) => e instanceof RedisUnavailable && e.cause === closed);
+    await expect(redisCall(Promise.reject(closed))).rejects.toSatisfy(
+      (e: unknown) => e instanceof RedisUnavailable && e.cause === closed,
+    );
     const script = new ReplyError('ERR bad script');
     await expect(redisCall(Promise.reject(script))).rejects.toBe(script);
     await expect(redisCall(Promise.resolve(7))).resolves.toBe(7);
@@ -126,7 +141,11 @@ describe('Redis errors are classified once, at the adapter', () => {
       (e: unknown) => e,
     );
     expect(err).toBeInstanceOf(TimeoutError);
-    expect(err).toMatchObject({ what: 'shard layout check', afterMs: 5, message: 'shard layout check timed out after 5 ms' });
+    expect(err).toMatchObject({
+      what: 'shard layout check',
+      afterMs: 5,
+      message: 'shard layout check timed out after 5 ms',
+    });
     const bare = await withTimeout(new Promise(() => undefined), 1).catch((e: unknown) => e);
     expect(bare).toMatchObject({ what: '', afterMs: 1, message: 'timed out after 1 ms' });
     expect(isRedisUnavailable(err)).toBe(false);

@@ -5,12 +5,20 @@ import { ioredisAddress, redisUrlProblem, unixSocketOf, unixSocketUrl } from '..
 describe('REDIS_URL forms', () => {
   it('hands ioredis the socket path (with its options) of a unix:// URL and any other URL as it is', () => {
     expect(ioredisAddress('unix:///run/redis/redis.sock')).toBe('/run/redis/redis.sock');
-    expect(ioredisAddress('unix:///run/redis/redis.sock?db=2&password=s%40cret')).toBe('/run/redis/redis.sock?db=2&password=s%40cret');
+    expect(ioredisAddress('unix:///run/redis/redis.sock?db=2&password=s%40cret')).toBe(
+      '/run/redis/redis.sock?db=2&password=s%40cret',
+    );
     expect(ioredisAddress('redis://10.0.0.5:6379/1')).toBe('redis://10.0.0.5:6379/1');
   });
 
   it('refuses a unix URL with a host, credentials or no absolute path', () => {
-    for (const bad of ['unix://run/redis.sock', 'unix://:pw@/run/redis.sock', 'unix://', 'unix:///', 'unix:/run/redis.sock']) {
+    for (const bad of [
+      'unix://run/redis.sock',
+      'unix://:pw@/run/redis.sock',
+      'unix://',
+      'unix:///',
+      'unix:/run/redis.sock',
+    ]) {
       expect(unixSocketOf(bad)).toBeUndefined();
       expect(redisUrlProblem(bad)).toMatch(/unix:\/\/\/absolute\/path\.sock/);
     }
@@ -27,7 +35,9 @@ describe('REDIS_URL forms', () => {
   });
 
   it('names a target in logs without its password', () => {
-    expect(describeTarget({ kind: 'single', url: 'unix:///run/redis.sock?password=hunter2' })).toBe('unix:/run/redis.sock');
+    expect(describeTarget({ kind: 'single', url: 'unix:///run/redis.sock?password=hunter2' })).toBe(
+      'unix:/run/redis.sock',
+    );
     expect(describeTarget({ kind: 'single', url: 'redis://:hunter2@10.0.0.5:6380' })).toBe('10.0.0.5:6380');
   });
 });

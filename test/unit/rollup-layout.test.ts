@@ -1,7 +1,14 @@
 import { describe, expect, it } from 'vitest';
 import { ConfigError, parseEnv } from '../../shared/config.js';
 import { parseStoragePath } from '../../shared/paths.js';
-import { batchIdOfKey, manifestKey, msKey, periodStart, rollupFileFirstId, rollupFileKey } from '../../shared/rollup/layout.js';
+import {
+  batchIdOfKey,
+  manifestKey,
+  msKey,
+  periodStart,
+  rollupFileFirstId,
+  rollupFileKey,
+} from '../../shared/rollup/layout.js';
 import { discoverPrefixes, prefixOfKey } from '../../shared/rollup/prefixes.js';
 import { MemoryObjectStore } from '../../shared/store/memory/index.js';
 
@@ -14,12 +21,21 @@ describe('rollup layout', () => {
     expect('1796112000000-0000-abcdef' >= msKey(1_796_112_000_000)).toBe(true);
     expect('1796111999999-9999-abcdef' < msKey(1_796_112_000_000)).toBe(true);
     expect(() => msKey(-1)).toThrow(RangeError);
-    const key = rollupFileKey('events/app/', Date.UTC(2026, 11, 1, 8), '1796112000000-0000-abcdef', '1796115599999-0001-123456');
-    expect(key).toBe('rollups/events/app/date=2026-12-01/hour=08/1796112000000-0000-abcdef_1796115599999-0001-123456.parquet');
+    const key = rollupFileKey(
+      'events/app/',
+      Date.UTC(2026, 11, 1, 8),
+      '1796112000000-0000-abcdef',
+      '1796115599999-0001-123456',
+    );
+    expect(key).toBe(
+      'rollups/events/app/date=2026-12-01/hour=08/1796112000000-0000-abcdef_1796115599999-0001-123456.parquet',
+    );
     expect(rollupFileFirstId(key)).toBe('1796112000000-0000-abcdef');
     expect(rollupFileFirstId('rollups/events/app/_manifest.json')).toBeNull();
     expect(manifestKey('events/app/')).toBe('rollups/events/app/_manifest.json');
-    expect(batchIdOfKey('events/app/', 'events/app/1796112000000-0000-abcdef.parquet')).toBe('1796112000000-0000-abcdef');
+    expect(batchIdOfKey('events/app/', 'events/app/1796112000000-0000-abcdef.parquet')).toBe(
+      '1796112000000-0000-abcdef',
+    );
     expect(batchIdOfKey('events/app/', 'events/app/.tmp-1234')).toBeNull();
   });
 
@@ -38,7 +54,11 @@ describe('rollup layout', () => {
     const store = new MemoryObjectStore();
     const t = parseStoragePath('events/{app}/{batchId}');
     for (const app of ['a', 'a-b', 'a0', 'zz']) {
-      for (let i = 0; i < 50; i++) await store.putBytes(`events/${app}/17961120000${String(i).padStart(2, '0')}-0000-abcdef.parquet`, new Uint8Array(1));
+      for (let i = 0; i < 50; i++)
+        await store.putBytes(
+          `events/${app}/17961120000${String(i).padStart(2, '0')}-0000-abcdef.parquet`,
+          new Uint8Array(1),
+        );
     }
     await store.putBytes('rollups/events/gone/_manifest.json', new Uint8Array(1));
     let calls = 0;

@@ -12,7 +12,14 @@ import type { Manifest } from '../../shared/rollup/manifest.js';
 import { planPeriod } from '../../services/rollup/plan.js';
 import { MemoryObjectStore } from '../../shared/store/memory/index.js';
 import type { RollupDeps } from '../../services/rollup/context.js';
-import { RollupPlanner, discoveryDue, discoveryIntervalMs, periodFinal, planIntervalMs, rerollStartMs } from '../../services/rollup/planner.js';
+import {
+  RollupPlanner,
+  discoveryDue,
+  discoveryIntervalMs,
+  periodFinal,
+  planIntervalMs,
+  rerollStartMs,
+} from '../../services/rollup/planner.js';
 import { retentionCutoffs, retentionDue, retentionOn } from '../../services/rollup/retention.js';
 
 const HOUR = 3_600_000;
@@ -25,13 +32,21 @@ describe('planPeriod: which period of a prefix is due', () => {
   const delay = 300_000;
 
   it('is the period holding the first unrolled batch, not due while the clock is inside it', () => {
-    expect(planPeriod(first, { horizonMs: T + 30 * 60_000, nowMs: T + 30 * 60_000 }, HOUR, delay)).toEqual({ nextStartMs: T, due: false, lagSeconds: 0 });
+    expect(planPeriod(first, { horizonMs: T + 30 * 60_000, nowMs: T + 30 * 60_000 }, HOUR, delay)).toEqual({
+      nextStartMs: T,
+      due: false,
+      lagSeconds: 0,
+    });
   });
 
   it('waits for the delay after the period ends, then is due', () => {
     const end = T + HOUR;
     expect(planPeriod(first, { horizonMs: end + delay - 1, nowMs: end + delay - 1 }, HOUR, delay).due).toBe(false);
-    expect(planPeriod(first, { horizonMs: end + delay, nowMs: end + delay }, HOUR, delay)).toEqual({ nextStartMs: T, due: true, lagSeconds: delay / 1000 });
+    expect(planPeriod(first, { horizonMs: end + delay, nowMs: end + delay }, HOUR, delay)).toEqual({
+      nextStartMs: T,
+      due: true,
+      lagSeconds: delay / 1000,
+    });
   });
 
   it('is not due while a batch id below its end is still in flight, whatever the clock says', () => {
@@ -46,14 +61,20 @@ describe('planPeriod: which period of a prefix is due', () => {
   });
 
   it('with no delay, is due the moment the period is closed and final', () => {
-    expect(planPeriod(T + HOUR - 1, { horizonMs: T + HOUR, nowMs: T + HOUR }, HOUR, 0)).toEqual({ nextStartMs: T, due: true, lagSeconds: 0 });
+    expect(planPeriod(T + HOUR - 1, { horizonMs: T + HOUR, nowMs: T + HOUR }, HOUR, 0)).toEqual({
+      nextStartMs: T,
+      due: true,
+      lagSeconds: 0,
+    });
   });
 });
 
 describe('planner timing', () => {
   it('plans every tenth of a period, between 1 s and 30 s; discovers once a period, between 5 s and 5 min', () => {
     expect([planIntervalMs(1), planIntervalMs(60), planIntervalMs(3600)]).toEqual([1000, 6000, 30_000]);
-    expect([discoveryIntervalMs(1), discoveryIntervalMs(60), discoveryIntervalMs(3600)]).toEqual([5000, 60_000, 300_000]);
+    expect([discoveryIntervalMs(1), discoveryIntervalMs(60), discoveryIntervalMs(3600)]).toEqual([
+      5000, 60_000, 300_000,
+    ]);
   });
 
   it('discovers on the first pass, then once the interval has passed since the last scan', () => {
@@ -78,15 +99,35 @@ describe('replay notes and finality', () => {
 });
 
 describe('retention decisions', () => {
-  const period = (startMs: number, rolledAt: number, rawDeletedThrough = '') => ({ startMs, endMs: startMs + HOUR, files: [], rolledAt, rawDeletedThrough });
-  const manifest = (periods: ReturnType<typeof period>[], watermarkMs: number): Manifest => ({ v: 1, prefix: 'events/app/', periodSeconds: 3600, watermarkMs, periods, updatedAt: 0 });
+  const period = (startMs: number, rolledAt: number, rawDeletedThrough = '') => ({
+    startMs,
+    endMs: startMs + HOUR,
+    files: [],
+    rolledAt,
+    rawDeletedThrough,
+  });
+  const manifest = (periods: ReturnType<typeof period>[], watermarkMs: number): Manifest => ({
+    v: 1,
+    prefix: 'events/app/',
+    periodSeconds: 3600,
+    watermarkMs,
+    periods,
+    updatedAt: 0,
+  });
 
   it('cuts raw files after RAW_RETENTION_SECONDS (grace at most a minute) and periods after RETENTION_DAYS, each only when on', () => {
     expect(retentionOn({ RAW_RETENTION_SECONDS: 0, RETENTION_DAYS: undefined })).toBe(false);
     expect(retentionOn({ RAW_RETENTION_SECONDS: 0, RETENTION_DAYS: 7 })).toBe(true);
     expect(retentionCutoffs({ RAW_RETENTION_SECONDS: 0, RETENTION_DAYS: undefined }, T)).toEqual({ graceMs: 0 });
-    expect(retentionCutoffs({ RAW_RETENTION_SECONDS: 30, RETENTION_DAYS: 2 }, T)).toEqual({ raw: T - 30_000, graceMs: 30_000, periods: T - 2 * 86_400_000 });
-    expect(retentionCutoffs({ RAW_RETENTION_SECONDS: 604_800, RETENTION_DAYS: undefined }, T)).toEqual({ raw: T - 604_800_000, graceMs: 60_000 });
+    expect(retentionCutoffs({ RAW_RETENTION_SECONDS: 30, RETENTION_DAYS: 2 }, T)).toEqual({
+      raw: T - 30_000,
+      graceMs: 30_000,
+      periods: T - 2 * 86_400_000,
+    });
+    expect(retentionCutoffs({ RAW_RETENTION_SECONDS: 604_800, RETENTION_DAYS: undefined }, T)).toEqual({
+      raw: T - 604_800_000,
+      graceMs: 60_000,
+    });
   });
 
   it('is due for a rolled period past the raw cutoff once its rollup is past the grace, and not after its files are gone', () => {
@@ -114,15 +155,33 @@ describe('RollupPlanner.planOne over in-memory ports', () => {
   function setup(bound: () => { bound: ListBound; nowMs: number }) {
     const store = new MemoryObjectStore();
     const added: { name: string; data: unknown; jobId: string | undefined }[] = [];
-    const queue = { add: async (name: string, data: unknown, opts?: { jobId?: string }) => void added.push({ name, data, jobId: opts?.jobId }) } as unknown as Queue;
-    const ledger = { namespace: 'q', listBoundAt: async () => bound(), prefixes: async () => [prefix] } as unknown as BatchLedger;
+    const queue = {
+      add: async (name: string, data: unknown, opts?: { jobId?: string }) =>
+        void added.push({ name, data, jobId: opts?.jobId }),
+    } as unknown as Queue;
+    const ledger = {
+      namespace: 'q',
+      listBoundAt: async () => bound(),
+      prefixes: async () => [prefix],
+    } as unknown as BatchLedger;
     const deps = {
-      env: { QUEUE_NAME: 'q', QUEUE_SHARDS: 1, ROLLUP_PERIOD_SECONDS: 3600, ROLLUP_DELAY_SECONDS: 300, RAW_RETENTION_SECONDS: 0, RETENTION_DAYS: undefined },
+      env: {
+        QUEUE_NAME: 'q',
+        QUEUE_SHARDS: 1,
+        ROLLUP_PERIOD_SECONDS: 3600,
+        ROLLUP_DELAY_SECONDS: 300,
+        RAW_RETENTION_SECONDS: 0,
+        RETENTION_DAYS: undefined,
+      },
       store,
       ledgers: [ledger],
       logger: createLogger({ level: 'silent', name: 'test' }),
     } as unknown as RollupDeps;
-    const planner = new RollupPlanner(deps, { templates: [{ name: 'events', template: parseStoragePath('events/{app}/{batchId}') }], queue, retain: async () => undefined });
+    const planner = new RollupPlanner(deps, {
+      templates: [{ name: 'events', template: parseStoragePath('events/{app}/{batchId}') }],
+      queue,
+      retain: async () => undefined,
+    });
     return { store, added, planner };
   }
 
@@ -135,7 +194,13 @@ describe('RollupPlanner.planOne over in-memory ports', () => {
     expect(added).toEqual([]);
     nowMs += 1;
     expect(await planner.planOne(prefix)).toBe(300);
-    expect(added).toEqual([{ name: 'roll-period', data: { v: 1, collection: 'events', prefix, startMs: T, kind: 'roll' }, jobId: `roll|${prefix}|${T}` }]);
+    expect(added).toEqual([
+      {
+        name: 'roll-period',
+        data: { v: 1, collection: 'events', prefix, startMs: T, kind: 'roll' },
+        jobId: `roll|${prefix}|${T}`,
+      },
+    ]);
   });
 
   it('queues nothing while an id of the period is in flight, and nothing for a prefix of no collection', async () => {

@@ -1,7 +1,13 @@
 import { describe, expect, it } from 'vitest';
 import { errorAnswer } from '../../services/api/error-map.js';
 import { retentionKey } from '../../shared/rollup/layout.js';
-import { CursorExpired, RAW_DELETED_HEADER, checkListCursor, raiseRetentionMark, readRetentionMark } from '../../shared/rollup/retention.js';
+import {
+  CursorExpired,
+  RAW_DELETED_HEADER,
+  checkListCursor,
+  raiseRetentionMark,
+  readRetentionMark,
+} from '../../shared/rollup/retention.js';
 import { MemoryObjectStore } from '../../shared/store/memory/index.js';
 
 const P = 'events/app/';

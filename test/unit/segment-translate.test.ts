@@ -16,19 +16,34 @@ const ok = (body: string, route: Parameters<typeof translateSegment>[1] = 'batch
 
 describe('translateSegment', () => {
   it('maps every documented member, keeps the rest (and values) as sent, and drops writeKey', () => {
-    const t = ok('{"batch":[{"type":"track","event":"E","userId":"u","anonymousId":"a","timestamp":"T","messageId":"m","properties":{"n":1e400},"context":{"c":1},"name":"x","integrations":{}}],"sentAt":"S","writeKey":"secret-key"}');
-    expect(t.bytes.toString()).toBe('{"data":{"events":[{"event_type":"track","event":"E","distinct_id":"u","anonymous_id":"a","ts":"T","message_id":"m","properties":{"n":1e400},"context":{"c":1},"name":"x","integrations":{},"sentAt":"S"}]}}');
+    const t = ok(
+      '{"batch":[{"type":"track","event":"E","userId":"u","anonymousId":"a","timestamp":"T","messageId":"m","properties":{"n":1e400},"context":{"c":1},"name":"x","integrations":{}}],"sentAt":"S","writeKey":"secret-key"}',
+    );
+    expect(t.bytes.toString()).toBe(
+      '{"data":{"events":[{"event_type":"track","event":"E","distinct_id":"u","anonymous_id":"a","ts":"T","message_id":"m","properties":{"n":1e400},"context":{"c":1},"name":"x","integrations":{},"sentAt":"S"}]}}',
+    );
     expect(t.writeKey).toBe('secret-key');
     expect(t.bytes.toString()).not.toContain('secret-key');
   });
 
   it('page and screen map name; identify and group map traits; a colliding member is kept as segment_<name>', () => {
-    expect(ok('{"name":"Home","properties":{},"event":"e"}', 'page').json.data.events[0]).toEqual({ event_type: 'page', event: 'Home', properties: {}, segment_event: 'e' });
-    expect(ok('{"traits":{"a":1},"properties":{"b":2},"type":"track"}', 'identify').json.data.events[0]).toEqual({ event_type: 'identify', properties: { a: 1 }, segment_properties: { b: 2 } });
+    expect(ok('{"name":"Home","properties":{},"event":"e"}', 'page').json.data.events[0]).toEqual({
+      event_type: 'page',
+      event: 'Home',
+      properties: {},
+      segment_event: 'e',
+    });
+    expect(ok('{"traits":{"a":1},"properties":{"b":2},"type":"track"}', 'identify').json.data.events[0]).toEqual({
+      event_type: 'identify',
+      properties: { a: 1 },
+      segment_properties: { b: 2 },
+    });
   });
 
   it('a batch member applies to each event that lacks it; the event keeps its own', () => {
-    const t = ok('{"batch":[{"type":"alias","previousId":"p","sentAt":"own"},{"type":"group","groupId":"g"}],"sentAt":"S","context":{"k":1}}');
+    const t = ok(
+      '{"batch":[{"type":"alias","previousId":"p","sentAt":"own"},{"type":"group","groupId":"g"}],"sentAt":"S","context":{"k":1}}',
+    );
     expect(t.json.data.events).toEqual([
       { event_type: 'alias', previousId: 'p', sentAt: 'own', context: { k: 1 } },
       { event_type: 'group', groupId: 'g', sentAt: 'S', context: { k: 1 } },
@@ -44,19 +59,42 @@ describe('translateSegment', () => {
   });
 
   it('refuses what an SDK must drop, naming the problem', () => {
-    const no = (body: string, route: Parameters<typeof translateSegment>[1] = 'batch') => translateSegment(Buffer.from(body), route, 1e6);
-    expect(no('{"batch":[{"type":"track",}]}')).toMatchObject({ ok: false, code: 'bad_json', error: expect.stringContaining('byte 26') });
-    expect(no('{"batch":{}}')).toMatchObject({ ok: false, code: 'bad_envelope', error: expect.stringContaining('"batch"') });
-    expect(no('{"batch":[{"event":"x"}]}')).toMatchObject({ ok: false, code: 'bad_envelope', error: expect.stringContaining('batch[0].type') });
-    expect(no('{"batch":[{"type":"track","a":1,"a":2}]}')).toMatchObject({ ok: false, code: 'bad_envelope', error: expect.stringContaining('batch[0]') });
+    const no = (body: string, route: Parameters<typeof translateSegment>[1] = 'batch') =>
+      translateSegment(Buffer.from(body), route, 1e6);
+    expect(no('{"batch":[{"type":"track",}]}')).toMatchObject({
+      ok: false,
+      code: 'bad_json',
+      error: expect.stringContaining('byte 26'),
+    });
+    expect(no('{"batch":{}}')).toMatchObject({
+      ok: false,
+      code: 'bad_envelope',
+      error: expect.stringContaining('"batch"'),
+    });
+    expect(no('{"batch":[{"event":"x"}]}')).toMatchObject({
+      ok: false,
+      code: 'bad_envelope',
+      error: expect.stringContaining('batch[0].type'),
+    });
+    expect(no('{"batch":[{"type":"track","a":1,"a":2}]}')).toMatchObject({
+      ok: false,
+      code: 'bad_envelope',
+      error: expect.stringContaining('batch[0]'),
+    });
     expect(no('[]', 'track')).toMatchObject({ ok: false, code: 'bad_envelope' });
     expect(no('', 'track')).toMatchObject({ ok: false, code: 'bad_json' });
     expect(no(Buffer.from([0x7b, 0xff, 0x7d]).toString('latin1'), 'track')).toMatchObject({ ok: false });
   });
 
   it('bounds the output: batch members copied into many events past the cap are too_large', () => {
-    const body = JSON.stringify({ batch: Array.from({ length: 1000 }, () => ({ type: 'track' })), context: { pad: 'x'.repeat(1000) } });
-    expect(translateSegment(Buffer.from(body), 'batch', 2 * body.length)).toMatchObject({ ok: false, code: 'too_large' });
+    const body = JSON.stringify({
+      batch: Array.from({ length: 1000 }, () => ({ type: 'track' })),
+      context: { pad: 'x'.repeat(1000) },
+    });
+    expect(translateSegment(Buffer.from(body), 'batch', 2 * body.length)).toMatchObject({
+      ok: false,
+      code: 'too_large',
+    });
   });
 });
 
@@ -66,11 +104,20 @@ describe('write keys', () => {
     const keys = parseWriteKeys({ 'key-0123456789': { app: 'web' } }, collections, 'file');
     expect(keys.lookup('key-0123456789')).toEqual({ app: 'web', collection: 'events' });
     expect(keys.lookup('key-012345678')).toBeUndefined();
-    expect(() => parseWriteKeys({ 'key-0123456789': { app: 'web', collection: 'nope' } }, collections, 'file')).toThrow(/no collection "nope"/);
+    expect(() => parseWriteKeys({ 'key-0123456789': { app: 'web', collection: 'nope' } }, collections, 'file')).toThrow(
+      /no collection "nope"/,
+    );
     expect(() => parseWriteKeys({ 'key-0123456789': { app: '..' } }, collections, 'file')).toThrow(ConfigError);
-    expect(() => parseWriteKeys({ 'key-0123456789': { app: 'a', extra: 1 } }, collections, 'file')).toThrow(ConfigError);
-    const twoParams = parseSyncConfig({ version: 1, collections: [{ ...DEFAULT_SYNC_CONFIG.collections[0], name: 'e2', storagePath: 'e2/{org}/{app}/{batchId}' }] }).collections;
-    expect(() => parseWriteKeys({ 'key-0123456789': { app: 'a', collection: 'e2' } }, twoParams, 'file')).toThrow(/exactly one/);
+    expect(() => parseWriteKeys({ 'key-0123456789': { app: 'a', extra: 1 } }, collections, 'file')).toThrow(
+      ConfigError,
+    );
+    const twoParams = parseSyncConfig({
+      version: 1,
+      collections: [{ ...DEFAULT_SYNC_CONFIG.collections[0], name: 'e2', storagePath: 'e2/{org}/{app}/{batchId}' }],
+    }).collections;
+    expect(() => parseWriteKeys({ 'key-0123456789': { app: 'a', collection: 'e2' } }, twoParams, 'file')).toThrow(
+      /exactly one/,
+    );
     try {
       parseWriteKeys({ 'key-0123456789': { app: 'a', collection: 'nope' } }, collections, 'file');
     } catch (err) {

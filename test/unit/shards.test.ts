@@ -8,7 +8,16 @@ import { CLUSTER_SLOTS, LEGACY_QUEUE_PREFIX, shardIndex, shardLayouts } from '..
 
 describe('queue shards', () => {
   it('one shard on one Redis keeps the names of every earlier version', () => {
-    expect(shardLayouts('events-ingest', 1, false)).toEqual([{ index: 0, count: 1, queueName: 'events-ingest', queuePrefix: LEGACY_QUEUE_PREFIX, namespace: 'events-ingest', tag: 'events-ingest' }]);
+    expect(shardLayouts('events-ingest', 1, false)).toEqual([
+      {
+        index: 0,
+        count: 1,
+        queueName: 'events-ingest',
+        queuePrefix: LEGACY_QUEUE_PREFIX,
+        namespace: 'events-ingest',
+        tag: 'events-ingest',
+      },
+    ]);
   });
 
   it('tags each shard, spreading the tags evenly over the slot space (so over equal master ranges)', () => {
@@ -50,8 +59,12 @@ describe('queue shards', () => {
       { host: '10.0.0.1', port: 7000 },
       { host: '10.0.0.2', port: 7001 },
     ]);
-    expect(() => parseEnv({ REDIS_CLUSTER_NODES: 'redis://10.0.0.1:7000' })).toThrow(/REDIS_CLUSTER_NODES\.0: must be a comma list of host:port/);
-    expect(() => parseEnv({ REDIS_CLUSTER_NODES: '10.0.0.1:7000', REDIS_URL: 'redis://x:6379' })).toThrow(/REDIS_CLUSTER_NODES: set REDIS_URL .* or REDIS_CLUSTER_NODES .*, not both/);
+    expect(() => parseEnv({ REDIS_CLUSTER_NODES: 'redis://10.0.0.1:7000' })).toThrow(
+      /REDIS_CLUSTER_NODES\.0: must be a comma list of host:port/,
+    );
+    expect(() => parseEnv({ REDIS_CLUSTER_NODES: '10.0.0.1:7000', REDIS_URL: 'redis://x:6379' })).toThrow(
+      /REDIS_CLUSTER_NODES: set REDIS_URL .* or REDIS_CLUSTER_NODES .*, not both/,
+    );
     expect(() => parseEnv({ QUEUE_SHARDS: '0' })).toThrow(/QUEUE_SHARDS/);
     expect(() => parseEnv({ QUEUE_SHARDS: '257' })).toThrow(/QUEUE_SHARDS/);
     expect(() => parseEnv({ REDIS_WAIT_REPLICAS: '-1' })).toThrow(/REDIS_WAIT_REPLICAS/);

@@ -5,8 +5,12 @@ import { LoadShedder } from '../../services/api/shedder.js';
 
 /** A Redis that answers INFO memory with whatever `used` holds now. */
 function fakes(state: { used: number; max: number; waiting?: number }) {
-  const redis = { info: async () => `# Memory\r\nused_memory:${state.used}\r\nmaxmemory:${state.max}\r\n` } as unknown as Redis;
-  const queue = { getJobCounts: async () => ({ waiting: state.waiting ?? 0, prioritized: 0, delayed: 0 }) } as unknown as Queue;
+  const redis = {
+    info: async () => `# Memory\r\nused_memory:${state.used}\r\nmaxmemory:${state.max}\r\n`,
+  } as unknown as Redis;
+  const queue = {
+    getJobCounts: async () => ({ waiting: state.waiting ?? 0, prioritized: 0, delayed: 0 }),
+  } as unknown as Queue;
   return { redis, queue };
 }
 

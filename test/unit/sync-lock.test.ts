@@ -30,7 +30,9 @@ describe('sync lock', () => {
       handle.writeFile = async (...a: Parameters<typeof handle.writeFile>) => (await slow(), write(...a));
       return handle;
     });
-    vi.spyOn(fsp, 'writeFile').mockImplementation(async (...args: Parameters<typeof fsp.writeFile>) => (await slow(), realWriteFile(...args)));
+    vi.spyOn(fsp, 'writeFile').mockImplementation(
+      async (...args: Parameters<typeof fsp.writeFile>) => (await slow(), realWriteFile(...args)),
+    );
     try {
       await contend(50);
     } finally {
@@ -46,8 +48,12 @@ describe('sync lock', () => {
     const dir = freshDir();
     for (let round = 0; round < rounds; round++) {
       const results = await Promise.allSettled(Array.from({ length: 8 }, () => acquireLock(dir)));
-      const held = results.filter((r): r is PromiseFulfilledResult<HeldLock> => r.status === 'fulfilled').map((r) => r.value);
-      const refused = results.filter((r): r is PromiseRejectedResult => r.status === 'rejected').map((r) => r.reason as unknown);
+      const held = results
+        .filter((r): r is PromiseFulfilledResult<HeldLock> => r.status === 'fulfilled')
+        .map((r) => r.value);
+      const refused = results
+        .filter((r): r is PromiseRejectedResult => r.status === 'rejected')
+        .map((r) => r.reason as unknown);
       expect(held.length, `round ${round}`).toBe(1);
       for (const err of refused) {
         expect(err).toBeInstanceOf(CliError);

@@ -28,7 +28,9 @@ async function server(mark: () => number): Promise<{ url: string; lists: string[
     const url = new URL(req.url ?? '/', 'http://x');
     // Sync's erasure listing, empty here (before mark(): it does not count as a list call).
     if (url.pathname === '/list/events/app/rewritten') {
-      res.writeHead(200, { 'Content-Type': 'application/json' }).end(JSON.stringify({ items: [], next: null, hasMore: false }));
+      res
+        .writeHead(200, { 'Content-Type': 'application/json' })
+        .end(JSON.stringify({ items: [], next: null, hasMore: false }));
       return;
     }
     const m = mark();
@@ -37,12 +39,20 @@ async function server(mark: () => number): Promise<{ url: string; lists: string[
       const after = url.searchParams.get('after');
       lists.push(after ?? '');
       if (after !== null && m > 0 && after < id(m)) {
-        res.writeHead(410, { 'Content-Type': 'application/json', ...headers }).end(JSON.stringify({ error: `cursor ${after} is older than the raw retention` }));
+        res
+          .writeHead(410, { 'Content-Type': 'application/json', ...headers })
+          .end(JSON.stringify({ error: `cursor ${after} is older than the raw retention` }));
         return;
       }
       const limit = Number(url.searchParams.get('limit') ?? 100);
-      const items = Array.from({ length: 10 }, (_, i) => id(i + 1)).filter((x) => x > (after ?? '') && (m === 0 || x > id(m)));
-      res.writeHead(200, { 'Content-Type': 'application/json', ...headers }).end(JSON.stringify({ items: items.slice(0, limit).map((x) => `${x}.parquet`), hasMore: items.length > limit }));
+      const items = Array.from({ length: 10 }, (_, i) => id(i + 1)).filter(
+        (x) => x > (after ?? '') && (m === 0 || x > id(m)),
+      );
+      res
+        .writeHead(200, { 'Content-Type': 'application/json', ...headers })
+        .end(
+          JSON.stringify({ items: items.slice(0, limit).map((x) => `${x}.parquet`), hasMore: items.length > limit }),
+        );
       return;
     }
     if (url.pathname.startsWith('/pull/events/app/')) {
@@ -60,7 +70,12 @@ async function server(mark: () => number): Promise<{ url: string; lists: string[
 }
 
 const notes: string[] = [];
-const progress: SyncProgress = { listed: () => undefined, advanced: () => undefined, note: (l) => notes.push(l), stop: () => undefined };
+const progress: SyncProgress = {
+  listed: () => undefined,
+  advanced: () => undefined,
+  note: (l) => notes.push(l),
+  stop: () => undefined,
+};
 const dirs: string[] = [];
 const closers: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -69,8 +84,22 @@ afterEach(async () => {
   notes.length = 0;
 });
 
-async function sync(url: string, out: string, maxBatches = 0, limit = 1000): Promise<Awaited<ReturnType<typeof runSync>>> {
-  return runSync({ url, app: 'app', out, collectionPath: 'events', limit, retry: { ...DEFAULT_RETRY, maxRetries: 0 }, maxBatches, progress });
+async function sync(
+  url: string,
+  out: string,
+  maxBatches = 0,
+  limit = 1000,
+): Promise<Awaited<ReturnType<typeof runSync>>> {
+  return runSync({
+    url,
+    app: 'app',
+    out,
+    collectionPath: 'events',
+    limit,
+    retry: { ...DEFAULT_RETRY, maxRetries: 0 },
+    maxBatches,
+    progress,
+  });
 }
 
 async function failure(p: Promise<unknown>): Promise<CliError> {
@@ -98,7 +127,11 @@ describe('sync and the retention mark', () => {
     const r = await sync(s.url, out);
     expect(r.startedAfterRetention).toBe(id(4));
     expect(r.downloaded).toBe(6);
-    expect(readdirSync(out).filter((n) => n.endsWith('.parquet')).sort()).toEqual([5, 6, 7, 8, 9, 10].map((n) => `${id(n)}.parquet`));
+    expect(
+      readdirSync(out)
+        .filter((n) => n.endsWith('.parquet'))
+        .sort(),
+    ).toEqual([5, 6, 7, 8, 9, 10].map((n) => `${id(n)}.parquet`));
     expect(notes.join('\n')).toContain(`deleted batch files up to ${id(4)}`);
     expect(s.lists).toEqual(['', '', id(4)]);
   });

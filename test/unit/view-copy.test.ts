@@ -38,7 +38,15 @@ async function roll(store: MemoryObjectStore, app: string, body: string, rolledA
     prefix,
     periodSeconds: P / 1000,
     watermarkMs: T0 + P,
-    periods: [{ startMs: T0, endMs: T0 + P, files: [{ key, rows: 2, bytes: body.length, batches: 2, firstId: id(T0), lastId: id(T0 + 1) }], rolledAt, rawDeletedThrough: '' }],
+    periods: [
+      {
+        startMs: T0,
+        endMs: T0 + P,
+        files: [{ key, rows: 2, bytes: body.length, batches: 2, firstId: id(T0), lastId: id(T0 + 1) }],
+        rolledAt,
+        rawDeletedThrough: '',
+      },
+    ],
     updatedAt: rolledAt,
   };
   await writeManifest(store, m);
@@ -50,7 +58,8 @@ describe('view copy', () => {
     const store = new MemoryObjectStore();
     const dir = scratch();
     // Two batches below the watermark (rolled), two after it.
-    for (const ms of [T0, T0 + 1, T0 + P, T0 + P + 5]) await store.putBytes(`events/alpha/${id(ms)}.parquet`, Buffer.from(`batch ${ms}`));
+    for (const ms of [T0, T0 + 1, T0 + P, T0 + P + 5])
+      await store.putBytes(`events/alpha/${id(ms)}.parquet`, Buffer.from(`batch ${ms}`));
     const rollupKey = await roll(store, 'alpha', 'rolled-v1', 1);
     const copy = () => refreshViewCopy({ store, collection: STORAGE_PATH, params: { app: '*' }, dir });
 
@@ -79,7 +88,11 @@ describe('view copy', () => {
     await store.putBytes(`events/beta/${id(T0 + 3 * P)}.parquet`, Buffer.from('beta'));
     expect(await copy()).toMatchObject({ needed: 4, fetched: 1, prefixes: 2 });
     // --app alpha leaves beta's copy alone.
-    expect(await refreshViewCopy({ store, collection: STORAGE_PATH, params: { app: 'alpha' }, dir })).toMatchObject({ needed: 3, fetched: 0, removed: 0 });
+    expect(await refreshViewCopy({ store, collection: STORAGE_PATH, params: { app: 'alpha' }, dir })).toMatchObject({
+      needed: 3,
+      fetched: 0,
+      removed: 0,
+    });
     expect(existsSync(local(`events/beta/${id(T0 + 3 * P)}.parquet`))).toBe(true);
     // beta gone from the store: gone from the copy, so the view over the copy never reads it.
     await store.deleteKeys([`events/beta/${id(T0 + 3 * P)}.parquet`]);
@@ -97,6 +110,8 @@ describe('view copy', () => {
         return 's3://other-bucket';
       }
     }
-    await expect(refreshViewCopy({ store: new OtherStore(), collection: STORAGE_PATH, params: { app: '*' }, dir })).rejects.toThrow(/holds a copy of .*not of s3:\/\/other-bucket/);
+    await expect(
+      refreshViewCopy({ store: new OtherStore(), collection: STORAGE_PATH, params: { app: '*' }, dir }),
+    ).rejects.toThrow(/holds a copy of .*not of s3:\/\/other-bucket/);
   });
 });

@@ -9,7 +9,14 @@ import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import type { SyncConfig } from '../../../shared/config.js';
 import { ERROR_CODES, ERROR_CODE_LIST, type ErrorCode } from '../error-map.js';
-import { type Answer, type HeaderName, type JsonSchema, type RouteSpec, type RouteTableOptions, routeTable } from './routes.js';
+import {
+  type Answer,
+  type HeaderName,
+  type JsonSchema,
+  type RouteSpec,
+  type RouteTableOptions,
+  routeTable,
+} from './routes.js';
 
 /** Which credential kinds the deployment takes besides bearer tokens. */
 export interface DocumentOptions extends RouteTableOptions {
@@ -27,8 +34,14 @@ const HEADERS: Record<HeaderName, { description: string; schema: JsonSchema }> =
   ETag: { description: 'Strong entity tag of the representation', schema: { type: 'string' } },
   'Retry-After': { description: 'Seconds to wait before retrying', schema: { type: 'string', pattern: '^\\d+$' } },
   Allow: { description: 'The methods the path serves', schema: { type: 'string' } },
-  'Content-Range': { description: 'bytes start-end/size, or bytes */size on 416', schema: { type: 'string', pattern: '^bytes (\\d+-\\d+|\\*)/\\d+$' } },
-  'Raw-Deleted-Through': { description: 'The newest batch id raw retention deleted for this prefix', schema: { type: 'string' } },
+  'Content-Range': {
+    description: 'bytes start-end/size, or bytes */size on 416',
+    schema: { type: 'string', pattern: '^bytes (\\d+-\\d+|\\*)/\\d+$' },
+  },
+  'Raw-Deleted-Through': {
+    description: 'The newest batch id raw retention deleted for this prefix',
+    schema: { type: 'string' },
+  },
   'Cache-Control': { description: 'Caching of the answer', schema: { type: 'string' } },
   'WWW-Authenticate': { description: 'The scheme to authenticate with', schema: { type: 'string' } },
   'Accept-Ranges': { description: 'bytes', schema: { type: 'string' } },
@@ -47,18 +60,27 @@ const ERROR_HEADERS: Partial<Record<number, { name: HeaderName; required: boolea
 /** A zod schema (or a JSON Schema literal) as OpenAPI 3.1's schema object. */
 function jsonSchema(s: z.ZodType | JsonSchema, io: 'input' | 'output'): JsonSchema {
   if (!(s instanceof z.ZodType)) return s;
-  const { $schema: _drop, ...rest } = z.toJSONSchema(s, { target: 'draft-2020-12', io, unrepresentable: 'any' }) as JsonSchema;
+  const { $schema: _drop, ...rest } = z.toJSONSchema(s, {
+    target: 'draft-2020-12',
+    io,
+    unrepresentable: 'any',
+  }) as JsonSchema;
   return rest;
 }
 
-function headerObjects(headers: readonly { name: HeaderName; required?: boolean }[] | undefined): Record<string, unknown> | undefined {
+function headerObjects(
+  headers: readonly { name: HeaderName; required?: boolean }[] | undefined,
+): Record<string, unknown> | undefined {
   if (!headers?.length) return undefined;
   return Object.fromEntries(headers.map((h) => [h.name, { ...HEADERS[h.name], required: h.required === true }]));
 }
 
 function answerObject(a: Answer, head: boolean): Record<string, unknown> {
   const headers = headerObjects(a.headers);
-  const content = !head && a.content ? Object.fromEntries(Object.entries(a.content).map(([type, s]) => [type, { schema: jsonSchema(s, 'output') }])) : undefined;
+  const content =
+    !head && a.content
+      ? Object.fromEntries(Object.entries(a.content).map(([type, s]) => [type, { schema: jsonSchema(s, 'output') }]))
+      : undefined;
   return { description: a.description, ...(headers ? { headers } : {}), ...(content ? { content } : {}) };
 }
 
@@ -73,7 +95,12 @@ function errorAnswers(codes: readonly ErrorCode[], head: boolean): Record<string
   const out: Record<string, unknown> = {};
   for (const [status, list] of [...byStatus].sort((a, b) => a[0] - b[0])) {
     const headers = headerObjects(ERROR_HEADERS[status]);
-    const schema = { type: 'object', required: ['error', 'code'], additionalProperties: false, properties: { error: { type: 'string' }, code: { type: 'string', enum: list } } };
+    const schema = {
+      type: 'object',
+      required: ['error', 'code'],
+      additionalProperties: false,
+      properties: { error: { type: 'string' }, code: { type: 'string', enum: list } },
+    };
     out[String(status)] = {
       description: list.map((c) => `\`${c}\`: ${ERROR_CODES[c].description}`).join(' '),
       ...(headers ? { headers } : {}),
@@ -85,7 +112,12 @@ function errorAnswers(codes: readonly ErrorCode[], head: boolean): Record<string
 
 function parameters(r: RouteSpec): unknown[] {
   const each = (where: 'path' | 'query' | 'header', params: Record<string, z.ZodType> | undefined): unknown[] =>
-    Object.entries(params ?? {}).map(([name, s]) => ({ name, in: where, required: where === 'path', schema: jsonSchema(s, 'input') }));
+    Object.entries(params ?? {}).map(([name, s]) => ({
+      name,
+      in: where,
+      required: where === 'path',
+      schema: jsonSchema(s, 'input'),
+    }));
   return [...each('path', r.pathParams), ...each('query', r.query), ...each('header', r.headers)];
 }
 
@@ -97,7 +129,16 @@ function security(roles: readonly string[], o: DocumentOptions): Record<string, 
 function operation(r: RouteSpec, o: DocumentOptions, head: boolean): Record<string, unknown> {
   const params = parameters(r);
   const answers = Object.fromEntries(r.answers.map((a) => [String(a.status), answerObject(a, head)]));
-  const body = r.body ? { requestBody: { required: r.body.required, content: Object.fromEntries(Object.entries(r.body.content).map(([t, s]) => [t, { schema: jsonSchema(s, 'input') }])) } } : {};
+  const body = r.body
+    ? {
+        requestBody: {
+          required: r.body.required,
+          content: Object.fromEntries(
+            Object.entries(r.body.content).map(([t, s]) => [t, { schema: jsonSchema(s, 'input') }]),
+          ),
+        },
+      }
+    : {};
   return {
     operationId: head ? `${r.operationId}_head` : r.operationId,
     summary: r.summary,
@@ -123,7 +164,8 @@ export function openApiDocument(config: Pick<SyncConfig, 'collections'>, o: Docu
     info: {
       title: 'events-ingest',
       version: o.version ?? '0.1.0',
-      description: 'Events ingest over the Starfish sync protocol. Every error answer is {"error": "<sentence>", "code": "<code>"}; a path no route serves answers 404 `not_found`.',
+      description:
+        'Events ingest over the Starfish sync protocol. Every error answer is {"error": "<sentence>", "code": "<code>"}; a path no route serves answers 404 `not_found`.',
       license: { name: 'Apache-2.0', identifier: 'Apache-2.0' },
     },
     servers: [{ url: '/' }],
@@ -131,13 +173,30 @@ export function openApiDocument(config: Pick<SyncConfig, 'collections'>, o: Docu
     paths,
     components: {
       securitySchemes: {
-        bearerToken: { type: 'http', scheme: 'bearer', description: 'A token of ADMIN_TOKEN or TOKENS_FILE: Authorization: Bearer <token>' },
-        jwt: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT', description: 'A JWT signed by JWT_JWKS_URL or JWT_PUBLIC_KEY (when configured); roles from JWT_ROLES_CLAIM' },
-        starfishCap: { type: 'http', scheme: 'Cap', description: 'A Starfish v3 capability certificate (CAP_AUTH=on): Authorization: Cap <cert>' },
+        bearerToken: {
+          type: 'http',
+          scheme: 'bearer',
+          description: 'A token of ADMIN_TOKEN or TOKENS_FILE: Authorization: Bearer <token>',
+        },
+        jwt: {
+          type: 'http',
+          scheme: 'bearer',
+          bearerFormat: 'JWT',
+          description: 'A JWT signed by JWT_JWKS_URL or JWT_PUBLIC_KEY (when configured); roles from JWT_ROLES_CLAIM',
+        },
+        starfishCap: {
+          type: 'http',
+          scheme: 'Cap',
+          description: 'A Starfish v3 capability certificate (CAP_AUTH=on): Authorization: Cap <cert>',
+        },
       },
       schemas: {
         ErrorCode: { type: 'string', enum: [...ERROR_CODE_LIST] },
-        Error: { type: 'object', required: ['error', 'code'], properties: { error: { type: 'string' }, code: { $ref: '#/components/schemas/ErrorCode' } } },
+        Error: {
+          type: 'object',
+          required: ['error', 'code'],
+          properties: { error: { type: 'string' }, code: { $ref: '#/components/schemas/ErrorCode' } },
+        },
       },
     },
   };
@@ -159,5 +218,9 @@ export interface DocumentEnv {
 
 /** The document options `npm start` serves with, from its environment. */
 export function documentOptionsOf(env: DocumentEnv): DocumentOptions {
-  return { basePath: env.BASE_PATH ?? '', jwt: Boolean(env.JWT_JWKS_URL || env.JWT_PUBLIC_KEY), cap: env.CAP_AUTH === 'on' };
+  return {
+    basePath: env.BASE_PATH ?? '',
+    jwt: Boolean(env.JWT_JWKS_URL || env.JWT_PUBLIC_KEY),
+    cap: env.CAP_AUTH === 'on',
+  };
 }

@@ -10,14 +10,18 @@
  */
 export const PUSH_ENVELOPE_SCHEMA: Record<string, unknown> = {
   type: 'object',
-  description: 'A push envelope {"data":{"events":[...]},"baseHash":null}. Also refused: a duplicate key in an event (or data/events twice), nesting deeper than 64 levels, bytes that are not UTF-8. A leading UTF-8 byte order mark is ignored.',
+  description:
+    'A push envelope {"data":{"events":[...]},"baseHash":null}. Also refused: a duplicate key in an event (or data/events twice), nesting deeper than 64 levels, bytes that are not UTF-8. A leading UTF-8 byte order mark is ignored.',
   required: ['data'],
   properties: {
     data: {
       type: 'object',
       required: ['events'],
       properties: {
-        events: { type: 'array', items: { type: 'object', additionalProperties: true, description: 'One event: any JSON object' } },
+        events: {
+          type: 'array',
+          items: { type: 'object', additionalProperties: true, description: 'One event: any JSON object' },
+        },
       },
     },
     baseHash: { description: 'Ignored (the Starfish envelope has it)' },

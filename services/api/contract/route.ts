@@ -13,7 +13,10 @@ export function createOpenApiRouter(doc: OpenApiDocument): Router {
     res.setHeader('ETag', etag);
     res.setHeader('Cache-Control', 'public, max-age=60');
     const inm = req.headers['if-none-match'];
-    if (typeof inm === 'string' && inm.split(',').some((v) => v.trim() === '*' || v.trim().replace(/^W\//, '') === etag)) {
+    if (
+      typeof inm === 'string' &&
+      inm.split(',').some((v) => v.trim() === '*' || v.trim().replace(/^W\//, '') === etag)
+    ) {
       res.status(304).end();
       return;
     }

@@ -18,7 +18,15 @@ import * as S from './schemas.js';
 export type JsonSchema = Record<string, unknown>;
 
 /** A response header a route may send. */
-export type HeaderName = 'ETag' | 'Retry-After' | 'Allow' | 'Content-Range' | 'Raw-Deleted-Through' | 'Cache-Control' | 'WWW-Authenticate' | 'Accept-Ranges';
+export type HeaderName =
+  | 'ETag'
+  | 'Retry-After'
+  | 'Allow'
+  | 'Content-Range'
+  | 'Raw-Deleted-Through'
+  | 'Cache-Control'
+  | 'WWW-Authenticate'
+  | 'Accept-Ranges';
 
 /** One success (or non-error) answer of a route. */
 export interface Answer {
@@ -93,8 +101,28 @@ function collectionRoutes(c: CollectionConfig, base: string): RouteSpec[] {
       pathParams: paramsOf(t.segments),
       headers: { 'Idempotency-Key': S.IdempotencyKey, 'Content-Encoding': S.ContentEncodingHeader },
       body: { required: true, content: json },
-      answers: [{ status: 200, description: 'Accepted (or a duplicate of an accepted batch)', content: { 'application/json': S.PushAnswer } }],
-      codes: [...SYNC, ...authCodes(c.writeRoles), 'bad_param', 'bad_header', 'bad_json', 'bad_envelope', 'bad_encoding', 'bad_request', 'too_large', 'content_type', 'content_encoding', 'idempotency_conflict', 'overloaded'],
+      answers: [
+        {
+          status: 200,
+          description: 'Accepted (or a duplicate of an accepted batch)',
+          content: { 'application/json': S.PushAnswer },
+        },
+      ],
+      codes: [
+        ...SYNC,
+        ...authCodes(c.writeRoles),
+        'bad_param',
+        'bad_header',
+        'bad_json',
+        'bad_envelope',
+        'bad_encoding',
+        'bad_request',
+        'too_large',
+        'content_type',
+        'content_encoding',
+        'idempotency_conflict',
+        'overloaded',
+      ],
     },
     {
       method: 'get',
@@ -111,10 +139,21 @@ function collectionRoutes(c: CollectionConfig, base: string): RouteSpec[] {
         {
           status: 200,
           description: 'The batch file; for a batch that does not exist, the empty Starfish document (JSON)',
-          content: { [PARQUET_MIME_TYPE]: { type: 'string', contentMediaType: PARQUET_MIME_TYPE }, 'application/json': S.PullMissingAnswer },
+          content: {
+            [PARQUET_MIME_TYPE]: { type: 'string', contentMediaType: PARQUET_MIME_TYPE },
+            'application/json': S.PullMissingAnswer,
+          },
           headers: [{ name: 'ETag' }, { name: 'Cache-Control' }, { name: 'Accept-Ranges' }],
         },
-        { status: 206, description: 'A byte range of the batch file', content: { [PARQUET_MIME_TYPE]: { type: 'string', contentMediaType: PARQUET_MIME_TYPE } }, headers: [{ name: 'Content-Range', required: true }, { name: 'ETag', required: true }] },
+        {
+          status: 206,
+          description: 'A byte range of the batch file',
+          content: { [PARQUET_MIME_TYPE]: { type: 'string', contentMediaType: PARQUET_MIME_TYPE } },
+          headers: [
+            { name: 'Content-Range', required: true },
+            { name: 'ETag', required: true },
+          ],
+        },
         { status: 304, description: 'Not modified (If-None-Match)', headers: [{ name: 'ETag', required: true }] },
       ],
       codes: [...SYNC, ...authCodes(c.readRoles), 'bad_param', 'range_not_satisfiable'],
@@ -131,7 +170,14 @@ function collectionRoutes(c: CollectionConfig, base: string): RouteSpec[] {
     head: true,
     pathParams: paramsOf(t.segments.slice(0, -1)),
     query: { limit: S.ListLimit, after: S.BatchRef },
-    answers: [{ status: 200, description: 'A page of batch ids, oldest first', content: { 'application/json': S.ListAnswer }, headers: [{ name: 'Raw-Deleted-Through' }, { name: 'Cache-Control' }] }],
+    answers: [
+      {
+        status: 200,
+        description: 'A page of batch ids, oldest first',
+        content: { 'application/json': S.ListAnswer },
+        headers: [{ name: 'Raw-Deleted-Through' }, { name: 'Cache-Control' }],
+      },
+    ],
     codes: [...SYNC, ...authCodes(c.readRoles), 'bad_param', 'cursor_expired'],
   });
   if (t.prefixParams.length === 1) {
@@ -146,7 +192,14 @@ function collectionRoutes(c: CollectionConfig, base: string): RouteSpec[] {
       head: true,
       pathParams: paramsOf(t.segments.slice(0, -1)),
       query: { limit: S.RewrittenLimit, after: S.RewrittenCursor },
-      answers: [{ status: 200, description: 'A page of the rewritten log', content: { 'application/json': S.RewrittenAnswer }, headers: [{ name: 'Cache-Control' }] }],
+      answers: [
+        {
+          status: 200,
+          description: 'A page of the rewritten log',
+          content: { 'application/json': S.RewrittenAnswer },
+          headers: [{ name: 'Cache-Control' }],
+        },
+      ],
       codes: [...SYNC, ...authCodes(roles), 'bad_param'],
     });
   }
@@ -180,7 +233,12 @@ function healthRoutes(base: string): RouteSpec[] {
       head: true,
       answers: [
         { status: 200, description: 'Ready', content: { 'application/json': S.ReadyAnswer } },
-        { status: 503, description: 'Not ready: what is down', content: { 'application/json': S.ReadyAnswer }, headers: [{ name: 'Retry-After', required: true }] },
+        {
+          status: 503,
+          description: 'Not ready: what is down',
+          content: { 'application/json': S.ReadyAnswer },
+          headers: [{ name: 'Retry-After', required: true }],
+        },
       ],
       codes: SERVER,
     },
@@ -200,7 +258,12 @@ function healthRoutes(base: string): RouteSpec[] {
 
 /** `GET /config` and `GET /openapi.json`. */
 function manifestRoutes(base: string, configAuth: 'public' | 'role-filtered'): RouteSpec[] {
-  const cached = (status: number, description: string, content?: Answer['content']): Answer => ({ status, description, ...(content ? { content } : {}), headers: [{ name: 'ETag', required: true }, { name: 'Cache-Control' }] });
+  const cached = (status: number, description: string, content?: Answer['content']): Answer => ({
+    status,
+    description,
+    ...(content ? { content } : {}),
+    headers: [{ name: 'ETag', required: true }, { name: 'Cache-Control' }],
+  });
   return [
     {
       method: 'get',
@@ -223,7 +286,10 @@ function manifestRoutes(base: string, configAuth: 'public' | 'role-filtered'): R
       roles: ['public'],
       head: true,
       headers: { 'If-None-Match': S.Text },
-      answers: [cached(200, 'The OpenAPI 3.1 document', { 'application/json': { type: 'object' } }), cached(304, 'Not modified')],
+      answers: [
+        cached(200, 'The OpenAPI 3.1 document', { 'application/json': { type: 'object' } }),
+        cached(304, 'Not modified'),
+      ],
       codes: SERVER,
     },
   ];
@@ -266,7 +332,9 @@ function adminRoutes(base: string): RouteSpec[] {
       roles: admin,
       pathParams: { batchId: S.ReplayId },
       query: { reissue: S.Reissue },
-      answers: [{ status: 200, description: 'What happened to it', content: { 'application/json': S.ReplayOutcomeAnswer } }],
+      answers: [
+        { status: 200, description: 'What happened to it', content: { 'application/json': S.ReplayOutcomeAnswer } },
+      ],
       codes: [...codes, 'bad_param', 'not_found'],
     },
     {
@@ -290,7 +358,9 @@ function adminRoutes(base: string): RouteSpec[] {
       roles: admin,
       head: true,
       pathParams: { id: S.ErasureId },
-      answers: [{ status: 200, description: 'Its state and counts', content: { 'application/json': S.EraseStatusAnswer } }],
+      answers: [
+        { status: 200, description: 'Its state and counts', content: { 'application/json': S.EraseStatusAnswer } },
+      ],
       codes: [...codes, 'bad_param', 'not_found'],
     },
   ];
@@ -299,5 +369,10 @@ function adminRoutes(base: string): RouteSpec[] {
 /** Every route the product serves for `config`, in a stable order. */
 export function routeTable(config: Pick<SyncConfig, 'collections'>, o: RouteTableOptions = {}): RouteSpec[] {
   const base = o.basePath ?? '';
-  return [...healthRoutes(base), ...manifestRoutes(base, o.configAuth ?? 'public'), ...config.collections.flatMap((c) => collectionRoutes(c, base)), ...adminRoutes(base)];
+  return [
+    ...healthRoutes(base),
+    ...manifestRoutes(base, o.configAuth ?? 'public'),
+    ...config.collections.flatMap((c) => collectionRoutes(c, base)),
+    ...adminRoutes(base),
+  ];
 }

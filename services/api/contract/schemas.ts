@@ -21,7 +21,10 @@ export const PathParam = z
   .meta({ description: '1-128 characters of [A-Za-z0-9._~-], not "." or ".."' });
 
 /** A batch id (`1782933157690-0000-735223`), with or without `.parquet`. */
-export const BatchRef = z.string().regex(new RegExp(`^${inner(BATCH_ID_RE)}(\\.parquet)?$`)).meta({ description: 'A batch id like 1782933157690-0000-735223, with or without .parquet' });
+export const BatchRef = z
+  .string()
+  .regex(new RegExp(`^${inner(BATCH_ID_RE)}(\\.parquet)?$`))
+  .meta({ description: 'A batch id like 1782933157690-0000-735223, with or without .parquet' });
 
 /** A batch id or a group job id (`g-<batch id>`), as `POST /admin/replay/{batchId}` takes it. */
 export const ReplayId = z.string().regex(new RegExp(`^(g-)?${inner(BATCH_ID_RE)}$`));
@@ -36,7 +39,9 @@ export const ErasureId = z.string().regex(ERASURE_ID_RE);
 export const IdempotencyKey = z.string().regex(/^[\x21-\x7e]{1,255}$/);
 
 /** `Content-Encoding` of a push: one coding at most (gzip, x-gzip, deflate, br), `identity` ignored. Checked by push/admission/content.ts. */
-export const ContentEncodingHeader = z.string().meta({ description: 'gzip, x-gzip, deflate, br or identity; at most one real coding' });
+export const ContentEncodingHeader = z
+  .string()
+  .meta({ description: 'gzip, x-gzip, deflate, br or identity; at most one real coding' });
 
 /** `limit` of the batch listing. */
 export const ListLimit = z.int().min(1).max(1000).default(100);
@@ -56,16 +61,35 @@ export function fits(schema: z.ZodType, value: unknown): boolean {
 
 // ---- answers ----
 
-export const PushAnswer = z.object({ hash: z.string(), batchId: z.string().nullable() }).meta({ description: 'The batch id (null for an empty events array) and the body hash' });
+export const PushAnswer = z
+  .object({ hash: z.string(), batchId: z.string().nullable() })
+  .meta({ description: 'The batch id (null for an empty events array) and the body hash' });
 export const ListAnswer = z.object({ items: z.array(z.string()), hasMore: z.boolean() });
-export const RewrittenAnswer = z.object({ items: z.array(z.object({ cursor: z.string(), batchIds: z.array(z.string()) })), next: z.string().nullable(), hasMore: z.boolean() });
+export const RewrittenAnswer = z.object({
+  items: z.array(z.object({ cursor: z.string(), batchIds: z.array(z.string()) })),
+  next: z.string().nullable(),
+  hasMore: z.boolean(),
+});
 /** Pull of a batch that does not exist: the Starfish reference's empty document. */
 export const PullMissingAnswer = z.object({ data: z.object({}), hash: z.literal(''), timestamp: z.number() });
 export const ConfigAnswer = z.object({
-  collections: z.array(z.object({ name: z.string(), maxBodyBytes: z.int(), encryption: z.string(), allowedMimeTypes: z.array(z.string()), maxEventsPerBatch: z.int() })),
+  collections: z.array(
+    z.object({
+      name: z.string(),
+      maxBodyBytes: z.int(),
+      encryption: z.string(),
+      allowedMimeTypes: z.array(z.string()),
+      maxEventsPerBatch: z.int(),
+    }),
+  ),
 });
 export const AliveAnswer = z.object({ ok: z.literal(true) });
-export const ReadyAnswer = z.object({ ok: z.boolean(), checks: z.record(z.string(), z.string()), watermarkLagSeconds: z.number().nullable(), shedding: z.string().nullable() });
+export const ReadyAnswer = z.object({
+  ok: z.boolean(),
+  checks: z.record(z.string(), z.string()),
+  watermarkLagSeconds: z.number().nullable(),
+  shedding: z.string().nullable(),
+});
 const FailedBatch = z.object({
   batchId: z.string(),
   key: z.string().nullable(),
@@ -76,7 +100,12 @@ const FailedBatch = z.object({
   members: z.array(z.string()).optional(),
 });
 export const FailedAnswer = z.object({ total: z.int(), items: z.array(FailedBatch) });
-export const ReplayOutcomeAnswer = z.object({ batchId: z.string(), outcome: z.enum(['replayed', 'reissued', 'not-failed', 'bad-job']), newBatchId: z.string().optional(), detail: z.string().optional() });
+export const ReplayOutcomeAnswer = z.object({
+  batchId: z.string(),
+  outcome: z.enum(['replayed', 'reissued', 'not-failed', 'bad-job']),
+  newBatchId: z.string().optional(),
+  detail: z.string().optional(),
+});
 export const ReplayAllAnswer = z.object({ replayed: z.int(), results: z.array(ReplayOutcomeAnswer) });
 export const EraseQueuedAnswer = z.object({ id: z.string(), state: z.literal('queued') });
 export const EraseStatusAnswer = z

@@ -36,7 +36,8 @@ export function audit(action: AuditEntry['action'], collection: string | null, l
     const t0 = performance.now();
     // Read now: Express resets params and route once the request leaves the router.
     const params: Record<string, string> = {};
-    for (const [k, v] of Object.entries((req.params ?? {}) as Record<string, string | undefined>)) if (typeof v === 'string' && SAFE_PARAM.test(v)) params[k] = v;
+    for (const [k, v] of Object.entries((req.params ?? {}) as Record<string, string | undefined>))
+      if (typeof v === 'string' && SAFE_PARAM.test(v)) params[k] = v;
     const route = `${req.baseUrl}${req.route ? String((req.route as { path: unknown }).path) : req.path}`;
     let done = false;
     const record = (): void => {

@@ -96,7 +96,21 @@ export interface CapAuthObserver {
   loadFailed?(err: unknown): void;
 }
 
-export const CAP_OUTCOMES = ['ok', 'too_large', 'malformed', 'bad_headers', 'skew', 'invalid_cap', 'expired', 'kind', 'method', 'bad_signature', 'revoked', 'replay', 'store_unavailable'] as const;
+export const CAP_OUTCOMES = [
+  'ok',
+  'too_large',
+  'malformed',
+  'bad_headers',
+  'skew',
+  'invalid_cap',
+  'expired',
+  'kind',
+  'method',
+  'bad_signature',
+  'revoked',
+  'replay',
+  'store_unavailable',
+] as const;
 export type CapOutcome = (typeof CAP_OUTCOMES)[number];
 
 export interface CapAuthOptions {
@@ -147,7 +161,10 @@ interface RouteShape {
 }
 
 /** The collection and op a sync path (`/pull/events/app/id`, relative to the router) addresses, or null. */
-function routeOf(path: string, shapes: readonly RouteShape[]): { op: Op; collection: string; storagePath: string } | null {
+function routeOf(
+  path: string,
+  shapes: readonly RouteShape[],
+): { op: Op; collection: string; storagePath: string } | null {
   const parts = path.split('/').filter((s) => s !== '');
   const action = parts[0];
   if (action !== 'pull' && action !== 'list' && action !== 'push') return null;
@@ -171,7 +188,12 @@ function decodeSegment(seg: string): string {
 }
 
 /** `scope.paths` as the reference reads them: `!` entries deny the path and what is under it; no entries allow all. */
-function pathInScope(p: Protocol, storagePath: string, paths: readonly string[] | undefined, identity: string): boolean {
+function pathInScope(
+  p: Protocol,
+  storagePath: string,
+  paths: readonly string[] | undefined,
+  identity: string,
+): boolean {
   if (!paths || paths.length === 0) return true;
   const expanded = paths.map((x) => x.split('{identity}').join(identity));
   const allows = expanded.filter((x) => !x.startsWith('!'));
@@ -200,7 +222,13 @@ export function scopeRoles(cert: Pick<CapCert, 'scope'>, collectionNames: readon
 
 function fullScope(cert: Pick<CapCert, 'scope'>): boolean {
   const ops = new Set<string>(cert.scope.ops);
-  return cert.scope.collections.includes('*') && ops.has('read') && ops.has('list') && ops.has('write') && (cert.scope.paths ?? ['**']).includes('**');
+  return (
+    cert.scope.collections.includes('*') &&
+    ops.has('read') &&
+    ops.has('list') &&
+    ops.has('write') &&
+    (cert.scope.paths ?? ['**']).includes('**')
+  );
 }
 
 class CapRefused extends AuthError {
@@ -213,7 +241,10 @@ class CapRefused extends AuthError {
 }
 
 /** The revocation lists whose signature verifies against their issuer, indexed for O(1) lookups. */
-function loadRevocations(p: Protocol, lists: readonly unknown[]): { isRevoked(iss: string, sub: string, capNonce: string): boolean } {
+function loadRevocations(
+  p: Protocol,
+  lists: readonly unknown[],
+): { isRevoked(iss: string, sub: string, capNonce: string): boolean } {
   const pairs = new Set<string>();
   const subjects = new Set<string>();
   lists.forEach((raw, i) => {
@@ -253,23 +284,43 @@ export function createCapRoleResolver(opts: CapAuthOptions): RoleResolver {
   // revocation list that does not verify fails each cap request (500, logged), not the process.
   let loaded: Promise<Loaded> | undefined;
   const load = (): Promise<Loaded> =>
-    (loaded ??= import('@drakkar.software/starfish-protocol').then((p) => ({ p, revoked: loadRevocations(p, opts.revocations ?? []) })));
+    (loaded ??= import('@drakkar.software/starfish-protocol').then((p) => ({
+      p,
+      revoked: loadRevocations(p, opts.revocations ?? []),
+    })));
   const certs = new VerifiedCerts();
   load().catch((err: unknown) => opts.observer?.loadFailed?.(err));
 
   async function verify(req: Request): Promise<AuthResult> {
     // Before any signature work: a public push that carries a cap costs no Ed25519 verification.
-    if (req.method !== 'GET') throw new CapRefused('method', `cap-signed ${req.method} requests are not supported (GET only); push with a Bearer token or without credentials`);
+    if (req.method !== 'GET')
+      throw new CapRefused(
+        'method',
+        `cap-signed ${req.method} requests are not supported (GET only); push with a Bearer token or without credentials`,
+      );
     const { p, revoked } = await load();
     const header = req.headers.authorization ?? '';
     const cert = parseCapHeader(header, maxHeader);
     const { sig, ts, nonce } = signatureHeaders(req);
     const now = Date.now();
-    if (!p.isWithinClockSkew(ts, now, maxSkewMs)) throw new CapRefused('skew', `request timestamp outside the allowed clock skew (±${Math.round(maxSkewMs / 1000)} s)`);
+    if (!p.isWithinClockSkew(ts, now, maxSkewMs))
+      throw new CapRefused(
+        'skew',
+        `request timestamp outside the allowed clock skew (±${Math.round(maxSkewMs / 1000)} s)`,
+      );
     await certs.verify(p, header, cert, now, maxSkewMs);
-    if (cert.kind !== 'device' || typeof cert.sub !== 'string') throw new CapRefused('kind', 'cap-cert kind is not accepted (device caps only)');
-    const signed = await p.verifyRequestSignature({ method: 'GET', pathAndQuery: req.url, body: undefined, host: req.headers.host ?? '' }, { sig, ts, nonce }, cert.sub);
-    if (!signed) throw new CapRefused('bad_signature', 'bad request signature: it does not sign this request (method, host, path and query, body)');
+    if (cert.kind !== 'device' || typeof cert.sub !== 'string')
+      throw new CapRefused('kind', 'cap-cert kind is not accepted (device caps only)');
+    const signed = await p.verifyRequestSignature(
+      { method: 'GET', pathAndQuery: req.url, body: undefined, host: req.headers.host ?? '' },
+      { sig, ts, nonce },
+      cert.sub,
+    );
+    if (!signed)
+      throw new CapRefused(
+        'bad_signature',
+        'bad request signature: it does not sign this request (method, host, path and query, body)',
+      );
     if (revoked.isRevoked(cert.iss, cert.sub, cert.nonce)) throw new CapRefused('revoked', 'cap-cert revoked');
     await claimNonce(opts, cert.sub, nonce, maxSkewMs);
     return { identity: `cap:${cert.issUserId}`, roles: capRoles(p, cert, req.path, scope) };
@@ -292,14 +343,23 @@ function capScope(opts: Pick<CapAuthOptions, 'collections' | 'identityRoles'>): 
     const t = parseStoragePath(c.storagePath);
     return { name: c.name, full: t.segments, prefix: t.segments.slice(0, -1) };
   });
-  return { shapes, names: shapes.map((s) => s.name), identityRoles: opts.identityRoles ?? new Map<string, readonly string[]>() };
+  return {
+    shapes,
+    names: shapes.map((s) => s.name),
+    identityRoles: opts.identityRoles ?? new Map<string, readonly string[]>(),
+  };
 }
 
 /** The cert of the `Authorization: Cap …` header, or a refusal (too large, malformed). */
 function parseCapHeader(header: string, maxHeader: number): CapCert {
-  if (Buffer.byteLength(header) > maxHeader) throw new CapRefused('too_large', `Cap header is ${Buffer.byteLength(header)} bytes; at most ${maxHeader}`);
+  if (Buffer.byteLength(header) > maxHeader)
+    throw new CapRefused('too_large', `Cap header is ${Buffer.byteLength(header)} bytes; at most ${maxHeader}`);
   const cert = parseCap(header);
-  if (!cert) throw new CapRefused('malformed', 'malformed cap-cert in the Authorization header (base64 of a JSON object expected)');
+  if (!cert)
+    throw new CapRefused(
+      'malformed',
+      'malformed cap-cert in the Authorization header (base64 of a JSON object expected)',
+    );
   return cert;
 }
 
@@ -309,9 +369,13 @@ function signatureHeaders(req: Request): { sig: string; ts: number; nonce: strin
   const tsHeader = req.headers['x-starfish-ts'];
   const nonce = req.headers['x-starfish-nonce'];
   if (typeof sig !== 'string' || typeof tsHeader !== 'string' || typeof nonce !== 'string' || !sig || !nonce) {
-    throw new CapRefused('bad_headers', 'missing request signature headers (X-Starfish-Sig, X-Starfish-Ts, X-Starfish-Nonce)');
+    throw new CapRefused(
+      'bad_headers',
+      'missing request signature headers (X-Starfish-Sig, X-Starfish-Ts, X-Starfish-Nonce)',
+    );
   }
-  if (!/^-?\d{1,16}$/.test(tsHeader)) throw new CapRefused('bad_headers', 'invalid X-Starfish-Ts (integer milliseconds expected)');
+  if (!/^-?\d{1,16}$/.test(tsHeader))
+    throw new CapRefused('bad_headers', 'invalid X-Starfish-Ts (integer milliseconds expected)');
   return { sig, ts: Number(tsHeader), nonce };
 }
 
@@ -330,7 +394,11 @@ class VerifiedCerts {
     if (goodUntil !== undefined && now <= goodUntil) return;
     const skewSec = Math.round(maxSkewMs / 1000);
     const certOk = await p.verifyCapCert(cert, { now: Math.floor(now / 1000), clockSkewSec: skewSec });
-    if (!certOk.ok) throw new CapRefused(certOk.reason === 'expired' ? 'expired' : 'invalid_cap', `cap-cert ${certOk.reason ?? 'invalid'}`);
+    if (!certOk.ok)
+      throw new CapRefused(
+        certOk.reason === 'expired' ? 'expired' : 'invalid_cap',
+        `cap-cert ${certOk.reason ?? 'invalid'}`,
+      );
     this.remember(key, (cert.exp + skewSec) * 1000);
   }
 
@@ -344,13 +412,20 @@ class VerifiedCerts {
 }
 
 /** Claims the request's nonce for `sub`: a replay is refused (401), an unreachable store is a 503. */
-async function claimNonce(opts: Pick<CapAuthOptions, 'nonceStore' | 'observer'>, sub: string, nonce: string, maxSkewMs: number): Promise<void> {
+async function claimNonce(
+  opts: Pick<CapAuthOptions, 'nonceStore' | 'observer'>,
+  sub: string,
+  nonce: string,
+  maxSkewMs: number,
+): Promise<void> {
   let fresh: boolean;
   try {
     fresh = await withTimeout(opts.nonceStore.claim(sub, nonce, 2 * maxSkewMs), NONCE_TIMEOUT_MS, 'nonce store');
   } catch {
     opts.observer?.outcome?.('store_unavailable');
-    throw new ApiError('unavailable', 'cannot check the request nonce (Redis unavailable); retry later', { 'Retry-After': '1' });
+    throw new ApiError('unavailable', 'cannot check the request nonce (Redis unavailable); retry later', {
+      'Retry-After': '1',
+    });
   }
   if (!fresh) throw new CapRefused('replay', 'nonce replay: this signed request was already used');
 }
@@ -363,7 +438,8 @@ function capRoles(p: Protocol, cert: CapCert, path: string, scope: CapScope): st
   const listed = scope.identityRoles.get(cert.issUserId);
   if (listed) {
     const covers = route
-      ? (cert.scope.ops as string[]).includes(route.op) && (cert.scope.collections.includes('*') || cert.scope.collections.includes(route.collection))
+      ? (cert.scope.ops as string[]).includes(route.op) &&
+        (cert.scope.collections.includes('*') || cert.scope.collections.includes(route.collection))
       : fullScope(cert);
     if (covers) roles.push(...listed);
   }
@@ -371,7 +447,10 @@ function capRoles(p: Protocol, cert: CapCert, path: string, scope: CapScope): st
 }
 
 /** `verify` as a RoleResolver that reports each outcome and the time it took. */
-function observedResolver(verify: (req: Request) => Promise<AuthResult>, observer: CapAuthOptions['observer']): RoleResolver {
+function observedResolver(
+  verify: (req: Request) => Promise<AuthResult>,
+  observer: CapAuthOptions['observer'],
+): RoleResolver {
   return async function capResolver(req) {
     const t0 = performance.now();
     try {
@@ -395,7 +474,13 @@ function parseCap(header: string): CapCert | null {
     const v = JSON.parse(Buffer.from(m[1], 'base64').toString('utf8')) as unknown;
     if (typeof v !== 'object' || v === null || Array.isArray(v)) return null;
     const c = v as Partial<CapCert>;
-    if (typeof c.scope !== 'object' || c.scope === null || !Array.isArray(c.scope.ops) || !Array.isArray(c.scope.collections)) return null;
+    if (
+      typeof c.scope !== 'object' ||
+      c.scope === null ||
+      !Array.isArray(c.scope.ops) ||
+      !Array.isArray(c.scope.collections)
+    )
+      return null;
     return v as CapCert;
   } catch {
     return null;

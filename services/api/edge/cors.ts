@@ -17,9 +17,29 @@ export interface CorsOptions {
 
 export const DEFAULT_CORS_METHODS = ['GET', 'HEAD', 'POST', 'OPTIONS'];
 /** What a browser SDK sends: JSON or compressed bodies, retries with a key, tokens, conditional pulls. */
-export const DEFAULT_CORS_HEADERS = ['Content-Type', 'Content-Encoding', 'Idempotency-Key', 'Authorization', 'If-None-Match', 'Range', 'If-Range', 'X-Starfish-Sig', 'X-Starfish-Ts', 'X-Starfish-Nonce'];
+export const DEFAULT_CORS_HEADERS = [
+  'Content-Type',
+  'Content-Encoding',
+  'Idempotency-Key',
+  'Authorization',
+  'If-None-Match',
+  'Range',
+  'If-Range',
+  'X-Starfish-Sig',
+  'X-Starfish-Ts',
+  'X-Starfish-Nonce',
+];
 /** What a browser script may read back: the pull's ETag, and the limiter's answers. */
-export const DEFAULT_EXPOSE_HEADERS = ['ETag', 'Content-Range', 'Retry-After', 'RateLimit-Limit', 'RateLimit-Remaining', 'RateLimit-Reset', 'RateLimit-Policy', RAW_DELETED_HEADER];
+export const DEFAULT_EXPOSE_HEADERS = [
+  'ETag',
+  'Content-Range',
+  'Retry-After',
+  'RateLimit-Limit',
+  'RateLimit-Remaining',
+  'RateLimit-Reset',
+  'RateLimit-Policy',
+  RAW_DELETED_HEADER,
+];
 
 /** `CORS_ORIGINS` (already split) to the `cors` option; undefined keeps CORS off. */
 export function corsFromEnv(origins: readonly string[] | undefined): CorsOptions | undefined {
@@ -40,7 +60,8 @@ export function cors(option: true | CorsOptions): RequestHandler {
   const origins = o.origin === undefined ? ['*'] : typeof o.origin === 'string' ? [o.origin] : [...o.origin];
   if (origins.length === 0) throw new Error('cors: origin list is empty');
   const any = origins.includes('*');
-  if (o.credentials && any) throw new Error("CORS misconfiguration: credentials cannot be used with wildcard origin '*'; list the origins");
+  if (o.credentials && any)
+    throw new Error("CORS misconfiguration: credentials cannot be used with wildcard origin '*'; list the origins");
   const allowed = new Set(origins.map((x) => x.toLowerCase()));
   const methods = (o.methods ?? o.allowMethods ?? DEFAULT_CORS_METHODS).join(', ');
   const headers = (o.headers ?? o.allowHeaders ?? DEFAULT_CORS_HEADERS).join(', ');

@@ -38,7 +38,12 @@ export class RedisCounterStore implements CounterStore {
   }
 
   async admitEvents(key: string, windowMs: number, maxEvents: number, events: number): Promise<EventsHit> {
-    const [ok, count, resetMs] = await this.redis.ingestAppEvents(key, String(windowMs), String(maxEvents), String(events));
+    const [ok, count, resetMs] = await this.redis.ingestAppEvents(
+      key,
+      String(windowMs),
+      String(maxEvents),
+      String(events),
+    );
     return { admitted: ok === 1, count, resetMs };
   }
 }
@@ -82,7 +87,8 @@ export class MemoryCounterStore implements CounterStore {
   async admitEvents(key: string, windowMs: number, maxEvents: number, events: number): Promise<EventsHit> {
     const now = Date.now();
     const b = this.bucket(key, windowMs, now);
-    if (b.count > 0 && b.count + events > maxEvents) return { admitted: false, count: b.count, resetMs: b.endsAt - now };
+    if (b.count > 0 && b.count + events > maxEvents)
+      return { admitted: false, count: b.count, resetMs: b.endsAt - now };
     b.count += events;
     return { admitted: true, count: b.count, resetMs: b.endsAt - now };
   }

@@ -13,10 +13,15 @@ const escape = (s: string): string => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
  * chunked) gets `100 Continue` and the normal path, which checks the body as it streams.
  * Paths are matched like the router's push routes: `<basePath>/push/<storagePath>`.
  */
-export function pushLengthCheck(collections: readonly { name: string; storagePath: string; maxBodyBytes: number }[], basePath = ''): (req: IncomingMessage) => ContinueRefusal | null {
+export function pushLengthCheck(
+  collections: readonly { name: string; storagePath: string; maxBodyBytes: number }[],
+  basePath = '',
+): (req: IncomingMessage) => ContinueRefusal | null {
   const base = basePath.replace(/\/+$/, '');
   const routes = collections.map((c) => {
-    const parts = parseStoragePath(c.storagePath).segments.map((s) => (s.kind === 'literal' ? escape(s.value) : '[^/]+'));
+    const parts = parseStoragePath(c.storagePath).segments.map((s) =>
+      s.kind === 'literal' ? escape(s.value) : '[^/]+',
+    );
     return { re: new RegExp(`^${escape(base)}/push/${parts.join('/')}/?$`), collection: c };
   });
   return function checkPushLength(req) {
@@ -27,7 +32,10 @@ export function pushLengthCheck(collections: readonly { name: string; storagePat
     const path = (req.url ?? '').split('?')[0] ?? '';
     const route = routes.find((r) => r.re.test(path));
     if (!route || declared <= route.collection.maxBodyBytes) return null;
-    const a = refusalAnswer('too_large', `body of ${declared} bytes is over this collection's limit of ${route.collection.maxBodyBytes} bytes`);
+    const a = refusalAnswer(
+      'too_large',
+      `body of ${declared} bytes is over this collection's limit of ${route.collection.maxBodyBytes} bytes`,
+    );
     return { status: a.status, body: a.body };
   };
 }

@@ -6,7 +6,19 @@ import { JWT_ROLES_CLAIM_DEFAULT } from '../../../shared/config.js';
 import { AuthError, type RoleResolver, bearerToken } from '../auth.js';
 
 /** Signature algorithms a JWT may use: asymmetric only, so a public key can never double as an HMAC secret, and never `none`. */
-export const JWT_ALGORITHMS = ['RS256', 'RS384', 'RS512', 'PS256', 'PS384', 'PS512', 'ES256', 'ES384', 'ES512', 'EdDSA', 'Ed25519'];
+export const JWT_ALGORITHMS = [
+  'RS256',
+  'RS384',
+  'RS512',
+  'PS256',
+  'PS384',
+  'PS512',
+  'ES256',
+  'ES384',
+  'ES512',
+  'EdDSA',
+  'Ed25519',
+];
 
 export interface JwtResolverOptions {
   /** A JWKS endpoint (keys are fetched and cached, refreshed on an unknown `kid`; see {@link jwksKeySource}). */
@@ -132,7 +144,8 @@ function rolesFrom(payload: JWTPayload, claim: string): string[] {
 /** Why a token was refused, in words a client can act on (never the token). */
 function reasonOf(err: unknown): string {
   if (err instanceof errors.JWTExpired) return 'token expired';
-  if (err instanceof errors.JWTClaimValidationFailed && err.claim === 'exp' && err.reason === 'missing') return 'token has no "exp" claim (tokens must expire)';
+  if (err instanceof errors.JWTClaimValidationFailed && err.claim === 'exp' && err.reason === 'missing')
+    return 'token has no "exp" claim (tokens must expire)';
   if (err instanceof errors.JWTClaimValidationFailed) return `claim "${err.claim}" check failed (${err.reason})`;
   if (err instanceof errors.JOSEAlgNotAllowed) return 'signature algorithm not allowed';
   if (err instanceof errors.JWSSignatureVerificationFailed) return 'signature verification failed';
@@ -149,7 +162,11 @@ function reasonOf(err: unknown): string {
  */
 export function createJwtRoleResolver(opts: JwtResolverOptions): RoleResolver {
   if (!opts.jwksUrl && !opts.publicKey) throw new Error('the JWT resolver needs jwksUrl or publicKey');
-  const key = opts.jwksUrl ? jwksKeySource(new URL(opts.jwksUrl), opts.jwks) : typeof opts.publicKey === 'string' ? loadPublicKey(opts.publicKey) : (opts.publicKey as KeyObject);
+  const key = opts.jwksUrl
+    ? jwksKeySource(new URL(opts.jwksUrl), opts.jwks)
+    : typeof opts.publicKey === 'string'
+      ? loadPublicKey(opts.publicKey)
+      : (opts.publicKey as KeyObject);
   const rolesClaim = opts.rolesClaim ?? JWT_ROLES_CLAIM_DEFAULT;
   const verifyOptions = {
     algorithms: JWT_ALGORITHMS,
@@ -164,10 +181,15 @@ export function createJwtRoleResolver(opts: JwtResolverOptions): RoleResolver {
     let payload: JWTPayload;
     try {
       // Two calls because jose's overloads take a key or a key getter, not their union.
-      payload = (typeof key === 'function' ? await jwtVerify(token, key, verifyOptions) : await jwtVerify(token, key, verifyOptions)).payload;
+      payload = (
+        typeof key === 'function'
+          ? await jwtVerify(token, key, verifyOptions)
+          : await jwtVerify(token, key, verifyOptions)
+      ).payload;
     } catch (err) {
       // The key server being slow or down is not the client's fault.
-      if (err instanceof JwksUnavailableError) throw new ApiError('unavailable', err.message, { 'Retry-After': String(Math.max(1, err.retryAfterSeconds)) });
+      if (err instanceof JwksUnavailableError)
+        throw new ApiError('unavailable', err.message, { 'Retry-After': String(Math.max(1, err.retryAfterSeconds)) });
       throw new AuthError(reasonOf(err));
     }
     if (payload.sub === undefined) throw new AuthError('token has no "sub" claim');

@@ -11,6 +11,10 @@ export function methodNotAllowed(methods: readonly string[]): RequestHandler {
   const allow = methods.join(', ');
   return function methodNotAllowedMiddleware(req: Request, _res: Response, next: NextFunction): void {
     if (req.method === 'OPTIONS') return next();
-    next(new ApiError('method_not_allowed', `method ${req.method} not allowed on ${req.path}; allowed: ${allow}`, { Allow: allow }));
+    next(
+      new ApiError('method_not_allowed', `method ${req.method} not allowed on ${req.path}; allowed: ${allow}`, {
+        Allow: allow,
+      }),
+    );
   };
 }

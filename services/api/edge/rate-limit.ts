@@ -26,7 +26,10 @@ export interface RateCounter {
  * `rateLimit`. The flat fields alone make an implicit push rule, and so does a global
  * `rateLimit` (the reference's legacy form).
  */
-export function resolveCounters(collection: Pick<CollectionConfig, 'rateLimit'>, global: GlobalRateLimit | undefined): Record<RateAction, RateCounter[]> {
+export function resolveCounters(
+  collection: Pick<CollectionConfig, 'rateLimit'>,
+  global: GlobalRateLimit | undefined,
+): Record<RateAction, RateCounter[]> {
   const out: Record<RateAction, RateCounter[]> = { push: [], pull: [], list: [] };
   const rl = collection.rateLimit;
   if (!rl) return out;
@@ -35,7 +38,10 @@ export function resolveCounters(collection: Pick<CollectionConfig, 'rateLimit'>,
     const flat = rl.windowMs !== undefined || rl.maxRequests !== undefined || rl.bucket !== undefined;
     if (!rule && action === 'push' && (flat || global)) rule = { bucket: rl.bucket };
     if (!rule) continue;
-    const resolve = (dim?: { windowMs?: number; maxRequests?: number }): { windowMs: number; maxRequests: number } | null => {
+    const resolve = (dim?: {
+      windowMs?: number;
+      maxRequests?: number;
+    }): { windowMs: number; maxRequests: number } | null => {
       const windowMs = dim?.windowMs ?? rule.windowMs ?? rl.windowMs ?? global?.windowMs;
       const maxRequests = dim?.maxRequests ?? rule.maxRequests ?? rl.maxRequests ?? global?.maxRequests;
       return windowMs === undefined || maxRequests === undefined ? null : { windowMs, maxRequests };
@@ -134,7 +140,8 @@ export class RateLimiter {
       const ip = clientIp(req, o.trustedProxyHops);
       const t0 = performance.now();
       const checks = counters.map((c) => {
-        const bucket = c.mode === 'ip' ? `ip:${ip}` : c.mode === 'identity+ip' ? `${who ?? 'anonymous'}|${ip}` : (who ?? `ip:${ip}`);
+        const bucket =
+          c.mode === 'ip' ? `ip:${ip}` : c.mode === 'identity+ip' ? `${who ?? 'anonymous'}|${ip}` : (who ?? `ip:${ip}`);
         const key = rateLimitKey(o.keyPrefix, collection, c.action, c.kind, digest(bucket));
         return o.store.hit(key, c.windowMs).then((h) => ({ c, h }));
       });
@@ -143,14 +150,22 @@ export class RateLimiter {
           o.observer?.checkSeconds?.((performance.now() - t0) / 1000);
           const over = results.filter(({ c, h }) => h.count > c.maxRequests);
           // Tightest: an exceeded counter with the longest wait, else the one with least room.
-          const pick = (xs: { c: RateCounter; h: Hit }[], score: (x: { c: RateCounter; h: Hit }) => number) => xs.reduce((a, b) => (score(b) > score(a) ? b : a));
-          const head = over.length > 0 ? pick(over, (x) => x.h.resetMs) : pick(results, (x) => -(x.c.maxRequests - x.h.count));
+          const pick = (xs: { c: RateCounter; h: Hit }[], score: (x: { c: RateCounter; h: Hit }) => number) =>
+            xs.reduce((a, b) => (score(b) > score(a) ? b : a));
+          const head =
+            over.length > 0 ? pick(over, (x) => x.h.resetMs) : pick(results, (x) => -(x.c.maxRequests - x.h.count));
           setLimitHeaders(res, head.c.maxRequests, head.c.maxRequests - head.h.count, head.h.resetMs, head.c.windowMs);
           if (over.length === 0) return next();
           for (const { c } of over) o.observer?.limited?.(c.action, c.mode);
           const retry = Math.max(1, Math.ceil(head.h.resetMs / 1000));
           if (req.method === 'POST') req.resume();
-          next(new ApiError('rate_limited', `rate limit exceeded for ${head.c.action} (${head.c.maxRequests} per ${head.c.windowMs} ms per ${head.c.mode}); retry after ${retry} s`, { 'Retry-After': String(retry) }));
+          next(
+            new ApiError(
+              'rate_limited',
+              `rate limit exceeded for ${head.c.action} (${head.c.maxRequests} per ${head.c.windowMs} ms per ${head.c.mode}); retry after ${retry} s`,
+              { 'Retry-After': String(retry) },
+            ),
+          );
         },
         () => this.onStoreError(counters[0]?.action ?? 'push', req, next),
       );
@@ -162,7 +177,9 @@ export class RateLimiter {
     this.o.observer?.storeFailed?.(action, open ? 'open' : 'closed');
     if (open) return next();
     if (req.method === 'POST') req.resume();
-    next(new ApiError('unavailable', 'rate limiter unavailable (Redis unreachable); retry later', { 'Retry-After': '1' }));
+    next(
+      new ApiError('unavailable', 'rate limiter unavailable (Redis unreachable); retry later', { 'Retry-After': '1' }),
+    );
   }
 
   /**
@@ -171,22 +188,40 @@ export class RateLimiter {
    * open), else the refusal: `rate_limited` (its `RateLimit-*` headers set on `res`) or
    * `unavailable` (store down, push fails closed).
    */
-  async admitEvents(collection: string, prefix: string, limit: { windowMs: number; maxEvents: number }, events: number, res: Response): Promise<AppEventsRefusal | null> {
+  async admitEvents(
+    collection: string,
+    prefix: string,
+    limit: { windowMs: number; maxEvents: number },
+    events: number,
+    res: Response,
+  ): Promise<AppEventsRefusal | null> {
     if (events <= 0) return null;
     const key = appBudgetKey(this.o.keyPrefix, collection, digest(prefix));
     let r;
     try {
-      r = await withTimeout(this.o.store.admitEvents(key, limit.windowMs, limit.maxEvents, events), this.o.timeoutMs ?? 1000, 'app events check');
+      r = await withTimeout(
+        this.o.store.admitEvents(key, limit.windowMs, limit.maxEvents, events),
+        this.o.timeoutMs ?? 1000,
+        'app events check',
+      );
     } catch {
       const open = this.failOpen('push');
       this.o.observer?.storeFailed?.('push', open ? 'open' : 'closed');
       if (open) return null;
-      return { code: 'unavailable', detail: 'rate limiter unavailable (Redis unreachable); retry later', retryAfter: 1 };
+      return {
+        code: 'unavailable',
+        detail: 'rate limiter unavailable (Redis unreachable); retry later',
+        retryAfter: 1,
+      };
     }
     if (r.admitted) return null;
     this.o.observer?.limited?.('push', 'app_events');
     const retry = Math.max(1, Math.ceil(r.resetMs / 1000));
     setLimitHeaders(res, limit.maxEvents, limit.maxEvents - r.count, r.resetMs, limit.windowMs);
-    return { code: 'rate_limited', detail: `this app is over its push budget of ${limit.maxEvents} events per ${limit.windowMs} ms; retry after ${retry} s`, retryAfter: retry };
+    return {
+      code: 'rate_limited',
+      detail: `this app is over its push budget of ${limit.maxEvents} events per ${limit.windowMs} ms; retry after ${retry} s`,
+      retryAfter: retry,
+    };
   }
 }

@@ -37,7 +37,11 @@ export class BatchLister {
   constructor(private readonly opts: { store: ObjectStore; template: StoragePathTemplate; index: ListIndex }) {}
 
   /** The page, or unavailable when the watermark cannot be read and none was read before. */
-  async list(params: Readonly<Record<string, string>>, after: string | undefined, limit: number): Promise<ListResult | Unavailable> {
+  async list(
+    params: Readonly<Record<string, string>>,
+    after: string | undefined,
+    limit: number,
+  ): Promise<ListResult | Unavailable> {
     const { store, index } = this.opts;
     const prefix = listPrefix(this.opts.template, params);
     let bound: ListBound;
@@ -45,7 +49,11 @@ export class BatchLister {
       if (index.listWritten && after !== undefined) {
         // A poller that keeps up asks for ids after a recent cursor: Redis' index of written ids
         // answers that in O(log n), however many files the prefix holds.
-        const fromIndex = await withTimeout(index.listWritten(prefix, after, limit + 1), INDEX_TIMEOUT_MS, 'list index');
+        const fromIndex = await withTimeout(
+          index.listWritten(prefix, after, limit + 1),
+          INDEX_TIMEOUT_MS,
+          'list index',
+        );
         this.lastBounds.set(prefix, fromIndex.bound);
         if (fromIndex.ids) {
           const visible = fromIndex.ids.filter((id) => visibleUnder(fromIndex.bound, id));

@@ -1,7 +1,14 @@
 import type { Queue } from 'bullmq';
 import { GroupCommitter } from '../../../shared/group-commit.js';
 import type { BatchLedger } from '../../../shared/ledger/ledger.js';
-import { BATCH_JOB_OPTIONS, type BatchGroupJob, type BatchJob, GROUP_MAX_BODY_BYTES, JOB_NAME, groupJobId } from '../../../shared/redis/jobs/push.js';
+import {
+  BATCH_JOB_OPTIONS,
+  type BatchGroupJob,
+  type BatchJob,
+  GROUP_MAX_BODY_BYTES,
+  JOB_NAME,
+  groupJobId,
+} from '../../../shared/redis/jobs/push.js';
 import { asRedisUnavailable, commandNeverRan, redisCall } from '../../../shared/redis/connection.js';
 import type { Shard, ShardSet } from '../../../shared/redis/shards.js';
 import type { ObjectStore } from '../../../shared/store/types.js';
@@ -96,7 +103,10 @@ export class BullJobSink implements JobSink {
           // One round trip for both: the note and the add go out together on the producer's
           // connection. Only the reaper (after ORPHAN_GRACE_SECONDS) and a retried push (which
           // polls) read the note, so it need not land before the add, only with it.
-          const [noted, added] = await Promise.allSettled([ledger.noteGroup(id, members), bq.add(JOB_NAME, group, { ...BATCH_JOB_OPTIONS, jobId: id })]);
+          const [noted, added] = await Promise.allSettled([
+            ledger.noteGroup(id, members),
+            bq.add(JOB_NAME, group, { ...BATCH_JOB_OPTIONS, jobId: id }),
+          ]);
           if (added.status === 'rejected') throw added.reason;
           // The job is in the queue: its members must be findable before the reaper's grace ends.
           if (noted.status === 'rejected') await ledger.noteGroup(id, members);

@@ -11,7 +11,14 @@ import { type PushOutcome, type PushRequest, unavailable } from './outcome.js';
  * ledger, the file encoded and written inside the push. The same outcomes as {@link PushService}.
  */
 export class InlinePush {
-  constructor(private readonly opts: { template: StoragePathTemplate; store: ObjectStore; ledger: MemoryLedger; compression?: ParquetCompression }) {}
+  constructor(
+    private readonly opts: {
+      template: StoragePathTemplate;
+      store: ObjectStore;
+      ledger: MemoryLedger;
+      compression?: ParquetCompression;
+    },
+  ) {}
 
   async accept(req: PushRequest): Promise<PushOutcome> {
     if (req.events === 0) return { kind: 'empty', hash: req.hash };

@@ -1,7 +1,8 @@
 import type { PushOutcome } from './outcome.js';
 
 /** What a step gives the next one, or the path's end (`D`: the push's outcome, or an admission refusal). */
-export type StepResult<O, D = PushOutcome> = { readonly kind: 'next'; readonly value: O } | { readonly kind: 'done'; readonly outcome: D };
+export type StepResult<O, D = PushOutcome> =
+  { readonly kind: 'next'; readonly value: O } | { readonly kind: 'done'; readonly outcome: D };
 
 /** One named step of a path (./steps/ and ./admission/, in the order of their numbers). */
 export interface Step<I, O, D = PushOutcome> {

@@ -10,7 +10,11 @@ import { buildPayload } from './steps/2-build-payload.js';
 import { enqueue } from './steps/3-enqueue.js';
 import { durabilityWait } from './steps/4-durability-wait.js';
 
-export type PushServiceOptions = Omit<PushDeps, 'clock' | 'observe' | 'bestEffort'> & { clock?: Clock; observe?: PushObserver; bestEffort?: BestEffortSink };
+export type PushServiceOptions = Omit<PushDeps, 'clock' | 'observe' | 'bestEffort'> & {
+  clock?: Clock;
+  observe?: PushObserver;
+  bestEffort?: BestEffortSink;
+};
 
 /**
  * The queued push path: claim id → build payload → enqueue → durability wait (./steps/), over
@@ -22,8 +26,17 @@ export class PushService {
   private readonly steps: StepRunner<PushContext, PushOutcome>;
 
   constructor(opts: PushServiceOptions) {
-    this.deps = { ...opts, clock: opts.clock ?? systemClock, observe: opts.observe ?? {}, bestEffort: opts.bestEffort ?? {} };
-    this.steps = StepRunner.start<PushContext>().then(claimId(this.deps)).then(buildPayload(this.deps)).then(enqueue(this.deps)).then(durabilityWait(this.deps));
+    this.deps = {
+      ...opts,
+      clock: opts.clock ?? systemClock,
+      observe: opts.observe ?? {},
+      bestEffort: opts.bestEffort ?? {},
+    };
+    this.steps = StepRunner.start<PushContext>()
+      .then(claimId(this.deps))
+      .then(buildPayload(this.deps))
+      .then(enqueue(this.deps))
+      .then(durabilityWait(this.deps));
   }
 
   /** The steps' names, in the order they run. */
@@ -42,18 +55,33 @@ export class PushService {
    * True when the Idempotency-Key is claimed for this prefix within its window, so `accept` with
    * it stores nothing new (the first answer, or a conflict). Read-only; false with the window off.
    */
-  async keyClaimed(params: Readonly<Record<string, string>>, key: string, decodedHash: string): Promise<boolean | Unavailable> {
+  async keyClaimed(
+    params: Readonly<Record<string, string>>,
+    key: string,
+    decodedHash: string,
+  ): Promise<boolean | Unavailable> {
     if (this.deps.keyWindowSeconds <= 0) return false;
     const prefix = listPrefix(this.deps.template, params);
     try {
-      return (await this.deps.clock.within(this.deps.ledger.lookup(prefix, this.keyClaim(prefix, key, decodedHash)), this.deps.enqueueTimeoutMs, 'idempotency lookup')) !== null;
+      return (
+        (await this.deps.clock.within(
+          this.deps.ledger.lookup(prefix, this.keyClaim(prefix, key, decodedHash)),
+          this.deps.enqueueTimeoutMs,
+          'idempotency lookup',
+        )) !== null
+      );
     } catch {
       return unavailable('queue unavailable (Redis)', false);
     }
   }
 
   private keyClaim(prefix: string, key: string, decodedHash: string): IdempotencyClaim {
-    return { family: 'key', scope: `${this.deps.collection}\n${prefix}\n${key}`, bodyHash: decodedHash, windowSeconds: this.deps.keyWindowSeconds };
+    return {
+      family: 'key',
+      scope: `${this.deps.collection}\n${prefix}\n${key}`,
+      bodyHash: decodedHash,
+      windowSeconds: this.deps.keyWindowSeconds,
+    };
   }
 
   /**
@@ -65,7 +93,12 @@ export class PushService {
   private claimOf(prefix: string, req: PushRequest): IdempotencyClaim | undefined {
     if (req.idempotencyKey !== undefined) return this.keyClaim(prefix, req.idempotencyKey, req.decodedHash);
     if (this.deps.bodyWindowSeconds > 0 && req.everyEventHasMessageId) {
-      return { family: 'body', scope: `${this.deps.collection}\n${prefix}\n${req.decodedHash}`, bodyHash: req.decodedHash, windowSeconds: this.deps.bodyWindowSeconds };
+      return {
+        family: 'body',
+        scope: `${this.deps.collection}\n${prefix}\n${req.decodedHash}`,
+        bodyHash: req.decodedHash,
+        windowSeconds: this.deps.bodyWindowSeconds,
+      };
     }
     return undefined;
   }

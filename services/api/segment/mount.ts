@@ -5,7 +5,11 @@
  */
 import type { Router } from 'express';
 import type { ByteBudget } from '../../../shared/byte-budget.js';
-import { RATE_LIMIT_PUSH_ON_ERROR_DEFAULT, type SyncConfig, TRUSTED_PROXY_HOPS_DEFAULT } from '../../../shared/config.js';
+import {
+  RATE_LIMIT_PUSH_ON_ERROR_DEFAULT,
+  type SyncConfig,
+  TRUSTED_PROXY_HOPS_DEFAULT,
+} from '../../../shared/config.js';
 import { rateLimitKeyPrefix } from '../../../shared/redis/keyspace.js';
 import { MemoryCounterStore, RedisCounterStore } from '../edge/counters.js';
 import { RateLimiter, resolveCounters } from '../edge/rate-limit.js';
@@ -30,11 +34,22 @@ export interface SegmentDoorOptions {
 /** The `/v1/*` router; throws ConfigError (at start) for a bad write keys file. */
 export function createSegmentDoor(o: SegmentDoorOptions): Router {
   const writeKeys = loadWriteKeys(o.file, o.config.collections, o.appPattern);
-  return createSegmentRouter({ writeKeys, config: o.config, plugins: o.plugins, limiter: limiterOf(o), cors: o.edge.cors === true ? {} : o.edge.cors || undefined, shedReason: o.shedReason, inflightBudget: o.inflightBudget, observer: o.observer });
+  return createSegmentRouter({
+    writeKeys,
+    config: o.config,
+    plugins: o.plugins,
+    limiter: limiterOf(o),
+    cors: o.edge.cors === true ? {} : o.edge.cors || undefined,
+    shedReason: o.shedReason,
+    inflightBudget: o.inflightBudget,
+    observer: o.observer,
+  });
 }
 
 function limiterOf(o: SegmentDoorOptions): RateLimiter | null {
-  const limited = o.config.collections.some((c) => c.rateLimit?.appEvents || resolveCounters(c, o.config.rateLimit).push.length > 0);
+  const limited = o.config.collections.some(
+    (c) => c.rateLimit?.appEvents || resolveCounters(c, o.config.rateLimit).push.length > 0,
+  );
   if (!limited) return null;
   const store = o.edge.rateLimitStore;
   const observer = o.observer;
@@ -43,6 +58,10 @@ function limiterOf(o: SegmentDoorOptions): RateLimiter | null {
     keyPrefix: o.edge.rateLimitKeyPrefix ?? rateLimitKeyPrefix(),
     trustedProxyHops: o.edge.trustedProxyHops ?? TRUSTED_PROXY_HOPS_DEFAULT,
     pushOnError: o.edge.rateLimitPushOnError ?? RATE_LIMIT_PUSH_ON_ERROR_DEFAULT,
-    observer: { limited: observer?.rateLimited, storeFailed: observer?.rateLimitStoreFailed, checkSeconds: observer?.rateLimitCheckSeconds },
+    observer: {
+      limited: observer?.rateLimited,
+      storeFailed: observer?.rateLimitStoreFailed,
+      checkSeconds: observer?.rateLimitCheckSeconds,
+    },
   });
 }

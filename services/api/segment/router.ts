@@ -102,16 +102,29 @@ function run(mw: RequestHandler, req: Request, res: Response): Promise<void> {
 }
 
 /** The translated body of a request read by the push path's reader: what admission's step 4 gets. */
-function translated(raw: ReadBody, route: SegmentRoute, o: Parameters<BodySource['read']>[0], keyOut?: { writeKey?: string }): ReadBody | BodyRefusal {
+function translated(
+  raw: ReadBody,
+  route: SegmentRoute,
+  o: Parameters<BodySource['read']>[0],
+  keyOut?: { writeKey?: string },
+): ReadBody | BodyRefusal {
   const t = translateSegment(raw.bytes, route, o.maxBytes * 2);
   if (!t.ok) return { reason: t.code === 'too_large' ? 'too_large' : 'unreadable', code: t.code, detail: t.error };
   if (keyOut) keyOut.writeKey = t.writeKey;
   if (o.budget) {
-    if (!o.budget.tryTake(t.bytes.length, o.held.bytes)) return { reason: 'over_budget', detail: 'overloaded: the memory budget for pushes in flight (MAX_INFLIGHT_BYTES) is spent; retry later', retryAfter: 1 };
+    if (!o.budget.tryTake(t.bytes.length, o.held.bytes))
+      return {
+        reason: 'over_budget',
+        detail: 'overloaded: the memory budget for pushes in flight (MAX_INFLIGHT_BYTES) is spent; retry later',
+        retryAfter: 1,
+      };
     o.held.bytes += t.bytes.length;
   }
   // Idempotency by messageId: the same messageIds are the same batch (SDKs resend them with a new sentAt).
-  const key = t.messageIdsHash === undefined ? {} : { idempotencyKey: `segment-${t.messageIdsHash}`, decodedHash: t.messageIdsHash };
+  const key =
+    t.messageIdsHash === undefined
+      ? {}
+      : { idempotencyKey: `segment-${t.messageIdsHash}`, decodedHash: t.messageIdsHash };
   return { bytes: t.bytes, hash: raw.hash, decodedHash: raw.decodedHash, sentBytes: raw.sentBytes, ...key };
 }
 
@@ -140,7 +153,8 @@ function unauthorized(message: string): ApiError {
 function handler(opts: SegmentRouterOptions, doors: Map<string, Door>, route: SegmentRoute): RequestHandler {
   return async function segment(req: Request, res: Response): Promise<void> {
     const user = basicUser(req.headers.authorization);
-    if (user === null) return refuse(req, res, opts, unauthorized('Authorization must be Basic with the write key as user name'));
+    if (user === null)
+      return refuse(req, res, opts, unauthorized('Authorization must be Basic with the write key as user name'));
     if (user !== undefined) {
       const target = opts.writeKeys.lookup(user);
       if (!target) return refuse(req, res, opts, unauthorized('unknown write key'));
@@ -161,7 +175,14 @@ async function refuse(req: Request, res: Response, opts: SegmentRouterOptions, e
 }
 
 /** The push path for a write key's app: rate limits, admission, `PushService.accept`, Segment's answer. */
-async function admit(opts: SegmentRouterOptions, doors: Map<string, Door>, target: WriteKeyTarget, req: Request, res: Response, body: BodySource): Promise<void> {
+async function admit(
+  opts: SegmentRouterOptions,
+  doors: Map<string, Door>,
+  target: WriteKeyTarget,
+  req: Request,
+  res: Response,
+  body: BodySource,
+): Promise<void> {
   const door = doors.get(target.collection);
   if (!door) throw new Error(`segment: no door for "${target.collection}"`);
   if (door.limit) await run(door.limit, req, res);
@@ -169,7 +190,10 @@ async function admit(opts: SegmentRouterOptions, doors: Map<string, Door>, targe
   const limiter = opts.limiter;
   await door.admission.admit(
     {
-      params: { ...Object.fromEntries(door.plugin.template.prefixParams.map((p) => [p, target.app])), [door.plugin.template.batchParam]: MINTED },
+      params: {
+        ...Object.fromEntries(door.plugin.template.prefixParams.map((p) => [p, target.app])),
+        [door.plugin.template.batchParam]: MINTED,
+      },
       // Read as JSON whatever the type says: analytics.js sends text/plain (no preflight), RudderStack's
       // node SDK a gzip Buffer under axios' default type; the body is validated as UTF-8 JSON anyway.
       contentType: 'application/json',
@@ -177,7 +201,12 @@ async function admit(opts: SegmentRouterOptions, doors: Map<string, Door>, targe
       idempotencyKey: undefined,
       body,
       ...(limiter && appEvents
-        ? { appEvents: async (prefix: string, events: number): Promise<Refused | null> => (await limiter.admitEvents(door.collection.name, prefix, appEvents, events, res).then((r) => r && { kind: 'refused' as const, ...r })) }
+        ? {
+            appEvents: async (prefix: string, events: number): Promise<Refused | null> =>
+              await limiter
+                .admitEvents(door.collection.name, prefix, appEvents, events, res)
+                .then((r) => r && { kind: 'refused' as const, ...r }),
+          }
         : {}),
     },
     async (r) => {
@@ -186,7 +215,11 @@ async function admit(opts: SegmentRouterOptions, doors: Map<string, Door>, targe
       if (outcome.kind === 'unavailable') opts.observer?.unavailable?.();
       if (outcome.kind === 'conflict') opts.observer?.rejected?.('idempotency_conflict');
       const result = pushResultOf(outcome);
-      if (!result) return sendError(res, outcomeAnswer(outcome) ?? errorAnswer(new Error(`push outcome ${outcome.kind} has no answer`)));
+      if (!result)
+        return sendError(
+          res,
+          outcomeAnswer(outcome) ?? errorAnswer(new Error(`push outcome ${outcome.kind} has no answer`)),
+        );
       opts.observer?.pushed?.(result, r.sentBytes);
       res.status(200).json({ success: true });
     },
@@ -198,7 +231,13 @@ async function admit(opts: SegmentRouterOptions, doors: Map<string, Door>, targe
  * body is read first, within the largest maxBodyBytes of the keyed collections and the in-flight
  * budget, then handed to the key's door (which checks its own collection's limit again).
  */
-async function admitByBodyKey(opts: SegmentRouterOptions, doors: Map<string, Door>, route: SegmentRoute, req: Request, res: Response): Promise<void> {
+async function admitByBodyKey(
+  opts: SegmentRouterOptions,
+  doors: Map<string, Door>,
+  route: SegmentRoute,
+  req: Request,
+  res: Response,
+): Promise<void> {
   const coding = parseContentEncoding(req.headers['content-encoding']);
   if (!coding.ok) return refuse(req, res, opts, new ApiError('content_encoding', coding.error));
   const maxBytes = Math.max(...[...doors.values()].map((d) => d.collection.maxBodyBytes));
@@ -206,7 +245,22 @@ async function admitByBodyKey(opts: SegmentRouterOptions, doors: Map<string, Doo
   try {
     const o = { maxBytes, coding: coding.coding, budget: opts.inflightBudget, held };
     const raw = await reading(req, o);
-    if (!('bytes' in raw)) return sendError(res, refusalAnswer(raw.reason === 'too_large' ? 'too_large' : raw.reason === 'over_budget' ? 'overloaded' : raw.reason === 'bad_encoding' ? 'bad_encoding' : 'bad_request', raw.detail, raw.retryAfter, raw.headers));
+    if (!('bytes' in raw))
+      return sendError(
+        res,
+        refusalAnswer(
+          raw.reason === 'too_large'
+            ? 'too_large'
+            : raw.reason === 'over_budget'
+              ? 'overloaded'
+              : raw.reason === 'bad_encoding'
+                ? 'bad_encoding'
+                : 'bad_request',
+          raw.detail,
+          raw.retryAfter,
+          raw.headers,
+        ),
+      );
     const found: { writeKey?: string } = {};
     const t = translated(raw, route, o, found);
     if (!('bytes' in t)) return sendError(res, refusalAnswer(t.code ?? 'bad_request', t.detail, t.retryAfter));
@@ -215,7 +269,16 @@ async function admitByBodyKey(opts: SegmentRouterOptions, doors: Map<string, Doo
     if (!target) {
       opts.observer?.authDenied?.(401);
       opts.observer?.rejected?.('unauthorized');
-      return sendError(res, errorAnswer(unauthorized(key === undefined ? 'no write key: send it as the Basic user name or the body\'s writeKey' : 'unknown write key')));
+      return sendError(
+        res,
+        errorAnswer(
+          unauthorized(
+            key === undefined
+              ? "no write key: send it as the Basic user name or the body's writeKey"
+              : 'unknown write key',
+          ),
+        ),
+      );
     }
     const given = t;
     const body: BodySource = {
@@ -223,7 +286,11 @@ async function admitByBodyKey(opts: SegmentRouterOptions, doors: Map<string, Doo
         // The budget this request holds moves to admission, which gives it back once answered.
         inner.held.bytes += held.bytes;
         held.bytes = 0;
-        if (raw.bytes.length > inner.maxBytes) return { reason: 'too_large', detail: `body is ${raw.bytes.length} bytes (decoded); this collection's maxBodyBytes is ${inner.maxBytes}` };
+        if (raw.bytes.length > inner.maxBytes)
+          return {
+            reason: 'too_large',
+            detail: `body is ${raw.bytes.length} bytes (decoded); this collection's maxBodyBytes is ${inner.maxBytes}`,
+          };
         return given;
       },
       discard: async () => ({}),

@@ -42,7 +42,13 @@ export type Translation =
   | { ok: false; code: 'bad_json' | 'bad_envelope' | 'too_large'; error: string };
 
 /** The members a type maps (beyond the common ones) to our columns. */
-const COMMON: Readonly<Record<string, string>> = { userId: 'distinct_id', anonymousId: 'anonymous_id', timestamp: 'ts', messageId: 'message_id', context: 'context' };
+const COMMON: Readonly<Record<string, string>> = {
+  userId: 'distinct_id',
+  anonymousId: 'anonymous_id',
+  timestamp: 'ts',
+  messageId: 'message_id',
+  context: 'context',
+};
 const BY_TYPE: Readonly<Record<SegmentType, Readonly<Record<string, string>>>> = {
   track: { ...COMMON, event: 'event', properties: 'properties' },
   page: { ...COMMON, name: 'event', properties: 'properties' },
@@ -85,7 +91,9 @@ function keyOf(buf: Uint8Array, start: number, end: number, escaped: boolean): s
 }
 
 function stringOf(buf: Buffer, m: Member): string {
-  return m.escaped ? (JSON.parse(buf.toString('utf8', m.valueStart, m.valueEnd)) as string) : buf.toString('utf8', m.valueStart + 1, m.valueEnd - 1);
+  return m.escaped
+    ? (JSON.parse(buf.toString('utf8', m.valueStart, m.valueEnd)) as string)
+    : buf.toString('utf8', m.valueStart + 1, m.valueEnd - 1);
 }
 
 /** Collects the members of each object the scanner reports; `onEvent` gets them once an object ends. */
@@ -101,7 +109,15 @@ class MemberSink implements EventSink {
     this.members = [];
   }
   member(ks: number, ke: number, keyEscaped: boolean, vs: number, ve: number, kind: ValueKind, escaped: boolean): void {
-    this.members.push({ key: keyOf(this.buf, ks, ke, keyEscaped), keyStart: ks, keyEnd: ke, valueStart: vs, valueEnd: ve, kind, escaped });
+    this.members.push({
+      key: keyOf(this.buf, ks, ke, keyEscaped),
+      keyStart: ks,
+      keyEnd: ke,
+      valueStart: vs,
+      valueEnd: ve,
+      kind,
+      escaped,
+    });
   }
   endEvent(): void {
     this.onEvent(this.index, this.members);
@@ -121,7 +137,11 @@ class Writer {
   private ensure(n: number): void {
     const need = this.at + n;
     if (need <= this.buf.length) return;
-    if (need > this.max) throw new Refusal('too_large', `the translated batch would pass ${this.max} bytes (twice the collection's maxBodyBytes): the batch-level members copied into each event make it too large`);
+    if (need > this.max)
+      throw new Refusal(
+        'too_large',
+        `the translated batch would pass ${this.max} bytes (twice the collection's maxBodyBytes): the batch-level members copied into each event make it too large`,
+      );
     const next = Buffer.allocUnsafe(Math.min(this.max, Math.max(need, this.buf.length * 2)));
     this.buf.copy(next, 0, 0, this.at);
     this.buf = next;
@@ -185,7 +205,13 @@ function renamed(map: Readonly<Record<string, string>>, key: string): Buffer | u
 }
 
 /** Writes one event: `event_type`, its members mapped, then the batch-level defaults it lacks. */
-function writeEvent(run: Run, buf: Buffer, members: Member[], type: SegmentType, defaults: readonly { key: string; value: Buffer }[]): void {
+function writeEvent(
+  run: Run,
+  buf: Buffer,
+  members: Member[],
+  type: SegmentType,
+  defaults: readonly { key: string; value: Buffer }[],
+): void {
   const { out } = run;
   const map = BY_TYPE[type];
   out.text(run.events === 0 ? `{"event_type":"${type}"` : `,{"event_type":"${type}"`);
@@ -233,8 +259,17 @@ export function translateSegment(body: Uint8Array, route: SegmentRoute, maxOutBy
   const run: Run = { out: new Writer(outer.length + 256, maxOutBytes), events: 0, messageIds: [] };
   try {
     let top: Member[] = [];
-    const n = scanOrRefuse(outer, new MemberSink(outer, (_i, ms) => (top = ms)), OUTER_PREFIX.length - start, 'the body');
-    if (n !== 1) throw new Refusal('bad_json', n === 0 ? 'empty body: expected one JSON object' : 'the body must be one JSON object');
+    const n = scanOrRefuse(
+      outer,
+      new MemberSink(outer, (_i, ms) => (top = ms)),
+      OUTER_PREFIX.length - start,
+      'the body',
+    );
+    if (n !== 1)
+      throw new Refusal(
+        'bad_json',
+        n === 0 ? 'empty body: expected one JSON object' : 'the body must be one JSON object',
+      );
     const key = top.find((m) => m.key === 'writeKey' && m.kind === VALUE_STRING);
     const writeKey = key ? stringOf(outer, key) : undefined;
     run.out.text('{"data":{"events":[');
@@ -242,7 +277,13 @@ export function translateSegment(body: Uint8Array, route: SegmentRoute, maxOutBy
     else writeEvent(run, outer, top, route, []);
     run.out.text(']}}');
     const ids = run.messageIds;
-    return { ok: true, bytes: run.out.done(), events: run.events, ...(ids && run.events > 0 ? { messageIdsHash: messageIdsHash(ids) } : {}), ...(writeKey !== undefined ? { writeKey } : {}) };
+    return {
+      ok: true,
+      bytes: run.out.done(),
+      events: run.events,
+      ...(ids && run.events > 0 ? { messageIdsHash: messageIdsHash(ids) } : {}),
+      ...(writeKey !== undefined ? { writeKey } : {}),
+    };
   } catch (err) {
     if (err instanceof Refusal) return { ok: false, code: err.code, error: err.message };
     throw err;
@@ -252,10 +293,18 @@ export function translateSegment(body: Uint8Array, route: SegmentRoute, maxOutBy
 /** `{"batch": [...], …}`: each event of the array, with the batch's other members as defaults. */
 function translateBatch(run: Run, outer: Buffer, top: Member[], start: number): void {
   const batch = top.find((m) => m.key === 'batch');
-  if (!batch || batch.kind !== VALUE_ARRAY) throw new Refusal('bad_envelope', 'the body must be {"batch": [ {…}, … ]}: "batch" is missing or not an array');
-  const defaults = top.filter((m) => m.key !== 'batch' && m.key !== 'writeKey').map((m) => ({ key: m.key, value: outer.subarray(m.valueStart, m.valueEnd) }));
+  if (!batch || batch.kind !== VALUE_ARRAY)
+    throw new Refusal('bad_envelope', 'the body must be {"batch": [ {…}, … ]}: "batch" is missing or not an array');
+  const defaults = top
+    .filter((m) => m.key !== 'batch' && m.key !== 'writeKey')
+    .map((m) => ({ key: m.key, value: outer.subarray(m.valueStart, m.valueEnd) }));
   const inner = Buffer.concat([INNER_PREFIX, outer.subarray(batch.valueStart, batch.valueEnd), INNER_SUFFIX]);
   // Offsets in `inner` told as offsets in the body as sent.
   const offset = INNER_PREFIX.length - (batch.valueStart - OUTER_PREFIX.length + start);
-  scanOrRefuse(inner, new MemberSink(inner, (i, ms) => writeEvent(run, inner, ms, typeOf(inner, ms, i), defaults)), offset, 'batch');
+  scanOrRefuse(
+    inner,
+    new MemberSink(inner, (i, ms) => writeEvent(run, inner, ms, typeOf(inner, ms, i), defaults)),
+    offset,
+    'batch',
+  );
 }

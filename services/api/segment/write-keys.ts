@@ -48,11 +48,18 @@ export class WriteKeys {
  * parameter (and match APP_PATTERN when set). Throws ConfigError naming the key's position (never
  * the key) and the problem.
  */
-export function parseWriteKeys(value: unknown, collections: readonly CollectionConfig[], source: string, appPattern?: RegExp): WriteKeys {
+export function parseWriteKeys(
+  value: unknown,
+  collections: readonly CollectionConfig[],
+  source: string,
+  appPattern?: RegExp,
+): WriteKeys {
   const r = FileSchema.safeParse(value);
   if (!r.success) {
     const issue = r.error.issues[0];
-    throw new ConfigError(`${source}: expected {"<writeKey>": {"app": "<app>", "collection": "<collection, default events>"}}: ${issue?.message ?? 'invalid'}`);
+    throw new ConfigError(
+      `${source}: expected {"<writeKey>": {"app": "<app>", "collection": "<collection, default events>"}}: ${issue?.message ?? 'invalid'}`,
+    );
   }
   const out = new Map<string, WriteKeyTarget>();
   let n = 0;
@@ -60,12 +67,19 @@ export function parseWriteKeys(value: unknown, collections: readonly CollectionC
     n++;
     const where = `${source}: write key #${n} (app "${t.app}")`;
     const c = collections.find((x) => x.name === t.collection);
-    if (!c) throw new ConfigError(`${where}: no collection "${t.collection}" in the config (collections: ${collections.map((x) => x.name).join(', ')})`);
+    if (!c)
+      throw new ConfigError(
+        `${where}: no collection "${t.collection}" in the config (collections: ${collections.map((x) => x.name).join(', ')})`,
+      );
     const params = parseStoragePath(c.storagePath).prefixParams;
-    if (params.length !== 1) throw new ConfigError(`${where}: collection "${c.name}" has storagePath "${c.storagePath}" with ${params.length} list parameters; a write key needs exactly one (the app)`);
+    if (params.length !== 1)
+      throw new ConfigError(
+        `${where}: collection "${c.name}" has storagePath "${c.storagePath}" with ${params.length} list parameters; a write key needs exactly one (the app)`,
+      );
     const problem = checkParamValue(t.app);
     if (problem) throw new ConfigError(`${where}: app ${problem}`);
-    if (appPattern && !appPattern.test(t.app)) throw new ConfigError(`${where}: app does not match APP_PATTERN (${appPattern.source})`);
+    if (appPattern && !appPattern.test(t.app))
+      throw new ConfigError(`${where}: app does not match APP_PATTERN (${appPattern.source})`);
     out.set(key, { app: t.app, collection: c.name });
   }
   if (out.size === 0) throw new ConfigError(`${source}: no write keys`);
@@ -74,7 +88,12 @@ export function parseWriteKeys(value: unknown, collections: readonly CollectionC
 
 /** `SEGMENT_WRITE_KEYS_FILE`, read and validated at start. */
 export function loadWriteKeys(path: string, collections: readonly CollectionConfig[], appPattern?: RegExp): WriteKeys {
-  return parseWriteKeys(readJsonFile(path, 'SEGMENT_WRITE_KEYS_FILE'), collections, `SEGMENT_WRITE_KEYS_FILE ${path}`, appPattern);
+  return parseWriteKeys(
+    readJsonFile(path, 'SEGMENT_WRITE_KEYS_FILE'),
+    collections,
+    `SEGMENT_WRITE_KEYS_FILE ${path}`,
+    appPattern,
+  );
 }
 
 /**

@@ -82,7 +82,8 @@ export interface ErasePass {
 
 /** SQL predicate: the row belongs to the person. NULL ids never match (coalesce), so NOT(...) keeps such rows. */
 export function personPredicate(ids: ErasureIds): string {
-  const inList = (col: string, vals: readonly string[]): string => (vals.length === 0 ? 'false' : `coalesce("${col}" IN (${vals.map(sqlStringLiteral).join(', ')}), false)`);
+  const inList = (col: string, vals: readonly string[]): string =>
+    vals.length === 0 ? 'false' : `coalesce("${col}" IN (${vals.map(sqlStringLiteral).join(', ')}), false)`;
   return `(${inList('distinct_id', ids.distinctIds)} OR ${inList('anonymous_id', ids.anonymousIds)})`;
 }
 
@@ -129,7 +130,11 @@ class Stage {
 }
 
 /** Rows of the person per key, for the keys holding any (DuckDB over the files; see the module comment). */
-export async function findHits(ctx: EraseContext, keys: readonly string[], ids: ErasureIds): Promise<Map<string, number>> {
+export async function findHits(
+  ctx: EraseContext,
+  keys: readonly string[],
+  ids: ErasureIds,
+): Promise<Map<string, number>> {
   const hits = new Map<string, number>();
   if (keys.length === 0 || (ids.distinctIds.length === 0 && ids.anonymousIds.length === 0)) return hits;
   const pred = personPredicate(ids);
@@ -163,7 +168,13 @@ async function nonEmpty(paths: readonly string[]): Promise<string[]> {
 }
 
 /** Rewrites one batch file without the person's rows under its own key; null when it holds none (or is gone). */
-export async function rewriteBatchFile(store: ObjectStore, key: string, ids: ErasureIds, dryRun: boolean, before?: (rowsErased: number) => Promise<void>): Promise<RewrittenFile | null> {
+export async function rewriteBatchFile(
+  store: ObjectStore,
+  key: string,
+  ids: ErasureIds,
+  dryRun: boolean,
+  before?: (rowsErased: number) => Promise<void>,
+): Promise<RewrittenFile | null> {
   const got = await store.getBytes(key);
   if (!got) return null;
   const r = eraseRowsFromParquet(got.body, ids);
@@ -177,7 +188,10 @@ export async function rewriteBatchFile(store: ObjectStore, key: string, ids: Era
 
 /** The new key of a rewritten rollup file: the period's folder, its first and last batch ids, and a random tag. */
 export function rewrittenRollupKey(prefix: string, startMs: number, firstId: string, lastId: string): string {
-  return rollupFileKey(prefix, startMs, firstId, lastId).replace(/\.parquet$/, `~${randomBytes(4).toString('hex')}.parquet`);
+  return rollupFileKey(prefix, startMs, firstId, lastId).replace(
+    /\.parquet$/,
+    `~${randomBytes(4).toString('hex')}.parquet`,
+  );
 }
 
 /**
@@ -185,26 +199,36 @@ export function rewrittenRollupKey(prefix: string, startMs: number, firstId: str
  * old file's deletion. Runs under the prefix lock; re-reads the manifest under it, so a file a roll
  * job replaced meanwhile is skipped (the final pass scans the manifest again).
  */
-async function rewriteRollupFile(ctx: EraseContext, prefix: string, oldKey: string, ids: ErasureIds, assertLocked: () => Promise<void>): Promise<RewrittenFile | null> {
+async function rewriteRollupFile(
+  ctx: EraseContext,
+  prefix: string,
+  oldKey: string,
+  ids: ErasureIds,
+  assertLocked: () => Promise<void>,
+): Promise<RewrittenFile | null> {
   const manifest = await readManifest(ctx.store, prefix);
   const period = manifest?.periods.find((p) => p.files.some((f) => f.key === oldKey));
   if (!manifest || !period) return null;
   const stage = new Stage(ctx);
-  const tmp = path.join(ctx.tmpDir ?? tmpdir(), `events-ingest-erase-${process.pid}-${randomBytes(6).toString('hex')}.parquet`);
+  const tmp = path.join(
+    ctx.tmpDir ?? tmpdir(),
+    `events-ingest-erase-${process.pid}-${randomBytes(6).toString('hex')}.parquet`,
+  );
   try {
     const [src] = await stage.paths([oldKey]);
     const from = `read_parquet(${sqlStringLiteral(src as string)})`;
-    const before = Number(((await ctx.duck.runAndReadAll(`SELECT count(*)::BIGINT FROM ${from}`)).getRows()[0] as [bigint])[0]);
+    const before = Number(
+      ((await ctx.duck.runAndReadAll(`SELECT count(*)::BIGINT FROM ${from}`)).getRows()[0] as [bigint])[0],
+    );
     const order = ROLLUP_SORT.map((c) => `"${c}"`).join(', ');
     await ctx.duck.run(
       `COPY (SELECT * FROM ${from} WHERE NOT ${personPredicate(ids)} ORDER BY ${order}) TO ${sqlStringLiteral(tmp)} (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE ${ROLLUP_ROW_GROUP_ROWS}, ${ROLLUP_FIELD_IDS_SQL})`,
     );
-    const [rows, batches, firstId, lastId] = (await ctx.duck.runAndReadAll(`SELECT count(*)::BIGINT, count(DISTINCT batch_id)::BIGINT, min(batch_id), max(batch_id) FROM read_parquet(${sqlStringLiteral(tmp)})`)).getRows()[0] as [
-      bigint,
-      bigint,
-      string | null,
-      string | null,
-    ];
+    const [rows, batches, firstId, lastId] = (
+      await ctx.duck.runAndReadAll(
+        `SELECT count(*)::BIGINT, count(DISTINCT batch_id)::BIGINT, min(batch_id), max(batch_id) FROM read_parquet(${sqlStringLiteral(tmp)})`,
+      )
+    ).getRows()[0] as [bigint, bigint, string | null, string | null];
     const erased = before - Number(rows);
     if (erased === 0) return null;
     let entry: RollupFile | null = null;
@@ -218,7 +242,10 @@ async function rewriteRollupFile(ctx: EraseContext, prefix: string, oldKey: stri
     const next: Manifest = {
       ...manifest,
       // A period left without rows leaves the manifest (the view skips its batch files below the watermark anyway).
-      periods: files.length === 0 ? manifest.periods.filter((p) => p !== period) : manifest.periods.map((p) => (p === period ? { ...p, files } : p)),
+      periods:
+        files.length === 0
+          ? manifest.periods.filter((p) => p !== period)
+          : manifest.periods.map((p) => (p === period ? { ...p, files } : p)),
       updatedAt: Date.now(),
     };
     await assertLocked();
@@ -227,7 +254,14 @@ async function rewriteRollupFile(ctx: EraseContext, prefix: string, oldKey: stri
       const go = ctx.mayDelete ? await ctx.mayDelete([oldKey]) : [oldKey];
       if (go.length > 0) await ctx.store.deleteKeys(go);
     }
-    return { kind: 'rollup', key: oldKey, newKey: entry?.key ?? null, rowsBefore: before, rowsErased: erased, bytes: entry?.bytes ?? 0 };
+    return {
+      kind: 'rollup',
+      key: oldKey,
+      newKey: entry?.key ?? null,
+      rowsBefore: before,
+      rowsErased: erased,
+      bytes: entry?.bytes ?? 0,
+    };
   } finally {
     await rm(tmp, { force: true });
     await stage.close();
@@ -270,7 +304,12 @@ export interface PassOptions {
  * `skip`), under the prefix lock (no roll job runs meanwhile). With `dryRun`, finds and counts
  * what it would change and changes nothing.
  */
-export async function erasePass(ctx: EraseContext, prefix: string, ids: ErasureIds, o: PassOptions = {}): Promise<ErasePass> {
+export async function erasePass(
+  ctx: EraseContext,
+  prefix: string,
+  ids: ErasureIds,
+  o: PassOptions = {},
+): Promise<ErasePass> {
   const counts: EraseCounts = { ...(o.counts ?? { filesScanned: 0, filesRewritten: 0, rowsErased: 0 }) };
   const skip = o.skip ?? new Set<string>();
   const files: RewrittenFile[] = [];
@@ -289,7 +328,15 @@ export async function erasePass(ctx: EraseContext, prefix: string, ids: ErasureI
     for (const key of batchKeys) {
       if (!hits.has(key)) continue;
       const batchId = batchIdOfKey(prefix, key) as string;
-      const r = await rewriteBatchFile(ctx.store, key, ids, o.dryRun ?? false, ctx.onBatchRewriting ? (n) => (ctx.onBatchRewriting as NonNullable<EraseContext['onBatchRewriting']>)(batchId, n) : undefined);
+      const r = await rewriteBatchFile(
+        ctx.store,
+        key,
+        ids,
+        o.dryRun ?? false,
+        ctx.onBatchRewriting
+          ? (n) => (ctx.onBatchRewriting as NonNullable<EraseContext['onBatchRewriting']>)(batchId, n)
+          : undefined,
+      );
       if (!r) continue;
       files.push(r);
       counts.filesRewritten++;
@@ -308,7 +355,12 @@ export async function erasePass(ctx: EraseContext, prefix: string, ids: ErasureI
       const n = rollupHits.get(key);
       if (n === undefined) continue;
       if (o.dryRun) {
-        files.push({ kind: 'rollup', key, rowsBefore: manifest?.periods.flatMap((p) => p.files).find((f) => f.key === key)?.rows ?? 0, rowsErased: n });
+        files.push({
+          kind: 'rollup',
+          key,
+          rowsBefore: manifest?.periods.flatMap((p) => p.files).find((f) => f.key === key)?.rows ?? 0,
+          rowsErased: n,
+        });
         counts.filesRewritten++;
         counts.rowsErased += n;
         continue;

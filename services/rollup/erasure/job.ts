@@ -46,7 +46,12 @@ export interface EraseDeps extends RollupDeps {
 }
 
 /** Waits for the prefix's lock, runs `fn` under it, releases it. */
-async function withLock<T>(deps: EraseDeps, prefix: string, owner: string, fn: (assertLocked: () => Promise<void>) => Promise<T>): Promise<T> {
+async function withLock<T>(
+  deps: EraseDeps,
+  prefix: string,
+  owner: string,
+  fn: (assertLocked: () => Promise<void>) => Promise<T>,
+): Promise<T> {
   const deadline = Date.now() + LOCK_WAIT_MS;
   for (;;) {
     const lock = await takePrefixLock(deps, prefix, owner);
@@ -88,7 +93,9 @@ class EraseRun {
     prior: EraseProgress | null,
   ) {
     this.ids = { distinctIds: data.distinctIds, anonymousIds: data.anonymousIds };
-    this.counts = prior ? { filesScanned: prior.files_scanned, filesRewritten: prior.files_rewritten, rowsErased: prior.rows_erased } : { filesScanned: 0, filesRewritten: 0, rowsErased: 0 };
+    this.counts = prior
+      ? { filesScanned: prior.files_scanned, filesRewritten: prior.files_rewritten, rowsErased: prior.rows_erased }
+      : { filesScanned: 0, filesRewritten: 0, rowsErased: 0 };
     this.pending = prior?.pending ?? [];
     this.pendingRows = prior?.pending_rows ?? 0;
   }
@@ -100,7 +107,16 @@ class EraseRun {
   async report(extra: Partial<EraseProgress> = {}): Promise<void> {
     const c = this.counts;
     const pending = this.pending.length > 0 ? { pending: this.pending, pending_rows: this.pendingRows } : {};
-    await this.job.updateProgress({ state: this.state, step: this.step, files_scanned: c.filesScanned, files_rewritten: c.filesRewritten, rows_erased: c.rowsErased, dry_run: this.data.dryRun, ...pending, ...extra } satisfies EraseProgress);
+    await this.job.updateProgress({
+      state: this.state,
+      step: this.step,
+      files_scanned: c.filesScanned,
+      files_rewritten: c.filesRewritten,
+      rows_erased: c.rowsErased,
+      dry_run: this.data.dryRun,
+      ...pending,
+      ...extra,
+    } satisfies EraseProgress);
   }
 
   /**
@@ -113,7 +129,11 @@ class EraseRun {
     const key = `${this.data.prefix}${this.pending[0] as string}.parquet`;
     const got = await this.deps.store.getBytes(key);
     if (got && eraseRowsFromParquet(got.body, this.ids).erased === 0) {
-      this.counts = { ...this.counts, filesRewritten: this.counts.filesRewritten + 1, rowsErased: this.counts.rowsErased + this.pendingRows };
+      this.counts = {
+        ...this.counts,
+        filesRewritten: this.counts.filesRewritten + 1,
+        rowsErased: this.counts.rowsErased + this.pendingRows,
+      };
     }
     await recordRewritten(this.deps.store, this.data.collection, this.data.app, this.pending);
     this.setPending([], 0);
@@ -168,9 +188,26 @@ class EraseRun {
 
   async finishDryRun(): Promise<EraseProgress> {
     const c = this.counts;
-    const out: EraseProgress = { state: 'completed', step: 'done', files_scanned: c.filesScanned, files_rewritten: c.filesRewritten, rows_erased: c.rowsErased, dry_run: true, files: this.files.slice(0, 1000).map((f) => ({ key: f.key, rows: f.rowsErased })) };
+    const out: EraseProgress = {
+      state: 'completed',
+      step: 'done',
+      files_scanned: c.filesScanned,
+      files_rewritten: c.filesRewritten,
+      rows_erased: c.rowsErased,
+      dry_run: true,
+      files: this.files.slice(0, 1000).map((f) => ({ key: f.key, rows: f.rowsErased })),
+    };
     await this.job.updateProgress(out);
-    this.deps.logger.info({ erasure: this.data.id, dryRun: true, filesScanned: c.filesScanned, files: c.filesRewritten, rows: c.rowsErased }, 'erasure dry run done');
+    this.deps.logger.info(
+      {
+        erasure: this.data.id,
+        dryRun: true,
+        filesScanned: c.filesScanned,
+        files: c.filesRewritten,
+        rows: c.rowsErased,
+      },
+      'erasure dry run done',
+    );
     return out;
   }
 
@@ -197,13 +234,31 @@ class EraseRun {
 
   async complete(snapshots: { overwrite: string[]; expired: string[] }): Promise<EraseProgress> {
     const c = this.counts;
-    const out: EraseProgress = { state: 'completed', step: 'done', files_scanned: c.filesScanned, files_rewritten: c.filesRewritten, rows_erased: c.rowsErased, dry_run: false, snapshots };
+    const out: EraseProgress = {
+      state: 'completed',
+      step: 'done',
+      files_scanned: c.filesScanned,
+      files_rewritten: c.filesRewritten,
+      rows_erased: c.rowsErased,
+      dry_run: false,
+      snapshots,
+    };
     await this.job.updateProgress(out);
     // The ids leave Redis with the job's completion: only the record's hashes remain.
     await this.job.updateData({ ...this.data, distinctIds: [], anonymousIds: [] });
     const seconds = (performance.now() - this.t0) / 1000;
     this.deps.eraseMetrics.duration.observe(seconds);
-    this.deps.logger.info({ erasure: this.data.id, filesScanned: c.filesScanned, files: c.filesRewritten, rows: c.rowsErased, snapshotsExpired: snapshots.expired.length, seconds: Math.round(seconds * 10) / 10 }, 'erasure completed');
+    this.deps.logger.info(
+      {
+        erasure: this.data.id,
+        filesScanned: c.filesScanned,
+        files: c.filesRewritten,
+        rows: c.rowsErased,
+        snapshotsExpired: snapshots.expired.length,
+        seconds: Math.round(seconds * 10) / 10,
+      },
+      'erasure completed',
+    );
     return out;
   }
 }
@@ -233,7 +288,9 @@ export async function runEraseJob(deps: EraseDeps, job: Job): Promise<EraseProgr
 
   await run.at('iceberg');
   const rewrittenBatches = new Set(run.files.filter((f) => f.kind === 'batch').map((f) => f.key));
-  const snapshots = await icebergStep(deps, data.prefix, run.jobId, rewrittenBatches, () => testStepDelay(deps, run.jobId, 'iceberg'));
+  const snapshots = await icebergStep(deps, data.prefix, run.jobId, rewrittenBatches, () =>
+    testStepDelay(deps, run.jobId, 'iceberg'),
+  );
 
   await run.at('log');
   await run.writeRecord(snapshots);
@@ -258,7 +315,8 @@ async function waitForWatermark(deps: EraseDeps, prefix: string, requestedAt: nu
   for (;;) {
     const { horizonMs } = await finalHorizon(ledgerOf(deps, prefix), prefix);
     if (horizonMs > requestedAt) return;
-    if (Date.now() > deadline) throw new Error(`list watermark of ${prefix} did not pass the erasure's instant within ${WATERMARK_WAIT_MS} ms`);
+    if (Date.now() > deadline)
+      throw new Error(`list watermark of ${prefix} did not pass the erasure's instant within ${WATERMARK_WAIT_MS} ms`);
     await new Promise((r) => setTimeout(r, 500));
   }
 }
@@ -271,7 +329,13 @@ async function waitForWatermark(deps: EraseDeps, prefix: string, requestedAt: nu
  * retry finds the table matching the store and commits nothing, and expiry of a table with one
  * snapshot does nothing.
  */
-async function icebergStep(deps: EraseDeps, prefix: string, owner: string, rewritten: ReadonlySet<string>, afterOverwrite: () => Promise<void>): Promise<{ overwrite: string[]; expired: string[] }> {
+async function icebergStep(
+  deps: EraseDeps,
+  prefix: string,
+  owner: string,
+  rewritten: ReadonlySet<string>,
+  afterOverwrite: () => Promise<void>,
+): Promise<{ overwrite: string[]; expired: string[] }> {
   const table = deps.env.ICEBERG === 'on' ? (deps.tableOf?.(prefix) ?? null) : null;
   const out = { overwrite: [] as string[], expired: [] as string[] };
   if (!table) return out;
@@ -314,7 +378,10 @@ async function icebergStep(deps: EraseDeps, prefix: string, owner: string, rewri
       await assertLocked();
       const r = await table.overwrite(removed, added);
       out.overwrite.push(String(r.snapshotId));
-      deps.logger.info({ prefix, removed: removed.length, added: added.length }, 'erasure: iceberg overwrite committed');
+      deps.logger.info(
+        { prefix, removed: removed.length, added: added.length },
+        'erasure: iceberg overwrite committed',
+      );
     }
     await afterOverwrite();
     await assertLocked();
@@ -336,7 +403,10 @@ async function icebergStep(deps: EraseDeps, prefix: string, owner: string, rewri
 export function redacted(err: unknown, job: Job): Error {
   const e = err instanceof Error ? err : new Error(String(err));
   const data = job.data as Partial<EraseJob>;
-  const ids = [...(Array.isArray(data.distinctIds) ? data.distinctIds : []), ...(Array.isArray(data.anonymousIds) ? data.anonymousIds : [])].filter((i) => typeof i === 'string' && i !== '');
+  const ids = [
+    ...(Array.isArray(data.distinctIds) ? data.distinctIds : []),
+    ...(Array.isArray(data.anonymousIds) ? data.anonymousIds : []),
+  ].filter((i) => typeof i === 'string' && i !== '');
   let msg = e.message;
   for (const id of ids.sort((a, b) => b.length - a.length)) msg = msg.split(id).join('<id>');
   if (msg === e.message) return e;
@@ -353,12 +423,17 @@ export interface EraseWorkerOptions {
 /** Starts the worker that runs erasure jobs one at a time, with retries and dead-letter accounting. */
 export function startEraseWorker(deps: EraseDeps, o: EraseWorkerOptions): Worker {
   const { eraseMetrics: metrics, logger } = deps;
-  const worker = openWorker({ name: o.queueName, prefix: o.prefix }, (job) => runEraseJob(deps, job).catch((err: unknown) => Promise.reject(redacted(err, job))), o.connection, {
-    concurrency: 1,
-    lockDuration: ERASE_JOB_LOCK_MS,
-    stalledInterval: 5000,
-    maxStalledCount: 20,
-  });
+  const worker = openWorker(
+    { name: o.queueName, prefix: o.prefix },
+    (job) => runEraseJob(deps, job).catch((err: unknown) => Promise.reject(redacted(err, job))),
+    o.connection,
+    {
+      concurrency: 1,
+      lockDuration: ERASE_JOB_LOCK_MS,
+      stalledInterval: 5000,
+      maxStalledCount: 20,
+    },
+  );
   worker.on('active', () => metrics.jobs.inc({ state: 'running' }));
   worker.on('completed', () => metrics.jobs.inc({ state: 'completed' }));
   worker.on('failed', (job, err) => {

@@ -26,7 +26,9 @@ export const EraseRequestSchema = z
     dry_run: z.boolean().default(false),
   })
   .strict()
-  .refine((b) => b.distinct_ids.length + b.anonymous_ids.length > 0, { message: 'name at least one id in distinct_ids or anonymous_ids' });
+  .refine((b) => b.distinct_ids.length + b.anonymous_ids.length > 0, {
+    message: 'name at least one id in distinct_ids or anonymous_ids',
+  });
 export type EraseRequest = z.infer<typeof EraseRequestSchema>;
 
 export const EraseJobSchema = z.object({

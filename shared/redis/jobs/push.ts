@@ -109,9 +109,11 @@ export const outputChunk = (bytes: number): number => Math.min(OUTPUT_CHUNK_MAX,
 
 /** Packs a request body for the job payload (zlib off the event loop for large bodies). */
 export async function packBody(body: Buffer): Promise<Pick<BatchJob, 'encoding' | 'body' | 'bodyBytes'>> {
-  if (body.length < COMPRESS_MIN_BYTES) return { encoding: 'identity', body: body.toString('utf8'), bodyBytes: body.length };
+  if (body.length < COMPRESS_MIN_BYTES)
+    return { encoding: 'identity', body: body.toString('utf8'), bodyBytes: body.length };
   const options = { ...DEFLATE_OPTIONS, chunkSize: outputChunk(body.length >> 2) };
-  const packed = body.length <= INLINE_ZLIB_MAX_BYTES ? deflateRawSync(body, options) : await deflateRawAsync(body, options);
+  const packed =
+    body.length <= INLINE_ZLIB_MAX_BYTES ? deflateRawSync(body, options) : await deflateRawAsync(body, options);
   return { encoding: 'deflate-raw', body: packed.toString('base64'), bodyBytes: body.length };
 }
 
@@ -128,8 +130,16 @@ export async function packBody(body: Buffer): Promise<Pick<BatchJob, 'encoding' 
 export const API_ENCODE_MIN_BYTES = 128 * 1024;
 
 /** The payload of a batch whose Parquet file the API encoded: the file's bytes, and the JSON body's size. */
-export function packParquet(file: Uint8Array, jsonBytes: number | undefined): Pick<BatchJob, 'encoding' | 'body' | 'bodyBytes' | 'jsonBytes'> {
-  return { encoding: 'parquet', body: Buffer.from(file.buffer, file.byteOffset, file.byteLength).toString('base64'), bodyBytes: file.byteLength, ...(jsonBytes === undefined ? {} : { jsonBytes }) };
+export function packParquet(
+  file: Uint8Array,
+  jsonBytes: number | undefined,
+): Pick<BatchJob, 'encoding' | 'body' | 'bodyBytes' | 'jsonBytes'> {
+  return {
+    encoding: 'parquet',
+    body: Buffer.from(file.buffer, file.byteOffset, file.byteLength).toString('base64'),
+    bodyBytes: file.byteLength,
+    ...(jsonBytes === undefined ? {} : { jsonBytes }),
+  };
 }
 
 /** Parquet's magic number, at both ends of every file. */
@@ -148,12 +158,20 @@ export async function unpackBody(job: Pick<BatchJob, 'encoding' | 'body' | 'body
     body = Buffer.from(job.body, 'base64');
   } else {
     // The advertised size bounds inflation, so a corrupt payload cannot balloon memory.
-    const options = { maxOutputLength: Math.max(job.bodyBytes, 1), chunkSize: outputChunk(job.bodyBytes + INFLATE_CHUNK_MARGIN) };
+    const options = {
+      maxOutputLength: Math.max(job.bodyBytes, 1),
+      chunkSize: outputChunk(job.bodyBytes + INFLATE_CHUNK_MARGIN),
+    };
     const packed = Buffer.from(job.body, 'base64');
-    body = job.bodyBytes <= INLINE_ZLIB_MAX_BYTES ? inflateRawSync(packed, options) : await inflateRawAsync(packed, options);
+    body =
+      job.bodyBytes <= INLINE_ZLIB_MAX_BYTES ? inflateRawSync(packed, options) : await inflateRawAsync(packed, options);
   }
-  if (body.length !== job.bodyBytes) throw new Error(`the payload holds ${body.length} bytes, the job says ${job.bodyBytes}`);
-  if (job.encoding === 'parquet' && !(body.length >= 12 && body.subarray(0, 4).equals(PARQUET_MAGIC) && body.subarray(-4).equals(PARQUET_MAGIC))) {
+  if (body.length !== job.bodyBytes)
+    throw new Error(`the payload holds ${body.length} bytes, the job says ${job.bodyBytes}`);
+  if (
+    job.encoding === 'parquet' &&
+    !(body.length >= 12 && body.subarray(0, 4).equals(PARQUET_MAGIC) && body.subarray(-4).equals(PARQUET_MAGIC))
+  ) {
     throw new Error(`the payload of ${body.length} bytes is not a Parquet file (no PAR1 at both ends)`);
   }
   return body;

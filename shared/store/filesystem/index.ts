@@ -9,7 +9,15 @@ import { DirSyncGroup, errnoCode, type FileVersion, fsyncDir, unlinkQuietly, wri
 import { compareKeys, prefixCanMatchKeys, resolveListLimit, validateKey } from '../keys.js';
 import { checkOptionNames } from '../options.js';
 import type { Readable } from 'node:stream';
-import type { ByteRange, ListOptions, ObjectMeta, ObjectStore, PutOptions, StoreLocation, StoredObject } from '../types.js';
+import type {
+  ByteRange,
+  ListOptions,
+  ObjectMeta,
+  ObjectStore,
+  PutOptions,
+  StoreLocation,
+  StoredObject,
+} from '../types.js';
 import { createFileIfAbsent } from './create-if-absent.js';
 
 /**
@@ -78,7 +86,6 @@ const NON_RETRIABLE_CODES = new Set([
   'EBADF',
 ]);
 
-
 /**
  * Where the store keeps its objects: `root`, or `baseDir` as the Starfish reference server's
  * `FilesystemObjectStore` calls it (one of the two; both only when they name the same folder).
@@ -134,8 +141,14 @@ export class FilesystemObjectStore implements ObjectStore {
       // An empty root would silently resolve to the working directory.
       throw new StoreError('filesystem store needs a non-empty root (or baseDir)', { retriable: false });
     }
-    if (root !== undefined && baseDir !== undefined && (typeof baseDir !== 'string' || path.resolve(baseDir) !== path.resolve(dir))) {
-      throw new StoreError('filesystem store got both root and baseDir naming different folders; give one of them', { retriable: false });
+    if (
+      root !== undefined &&
+      baseDir !== undefined &&
+      (typeof baseDir !== 'string' || path.resolve(baseDir) !== path.resolve(dir))
+    ) {
+      throw new StoreError('filesystem store got both root and baseDir naming different folders; give one of them', {
+        retriable: false,
+      });
     }
     this.root = path.resolve(dir);
   }
@@ -170,7 +183,15 @@ export class FilesystemObjectStore implements ObjectStore {
         written = await put();
       }
       try {
-        if (written) await writeSidecar(file, { v: 1, ino: String(written.ino), mtimeNs: String(written.mtimeNs), size: body.byteLength, sha256, ...(opts.contentType === undefined ? {} : { contentType: opts.contentType }) });
+        if (written)
+          await writeSidecar(file, {
+            v: 1,
+            ino: String(written.ino),
+            mtimeNs: String(written.mtimeNs),
+            size: body.byteLength,
+            sha256,
+            ...(opts.contentType === undefined ? {} : { contentType: opts.contentType }),
+          });
         await fs.rename(tmp, file);
       } catch (err) {
         await unlinkQuietly(tmp);
@@ -264,7 +285,14 @@ export class FilesystemObjectStore implements ObjectStore {
       const st = await handle.stat({ bigint: true });
       const hash = createHash('sha256');
       for await (const chunk of handle.createReadStream({ autoClose: false })) hash.update(chunk as Buffer);
-      side = { v: 1, ino: String(st.ino), mtimeNs: String(st.mtimeNs), size: Number(st.size), sha256: hash.digest('hex'), ...(contentType === undefined ? {} : { contentType }) };
+      side = {
+        v: 1,
+        ino: String(st.ino),
+        mtimeNs: String(st.mtimeNs),
+        size: Number(st.size),
+        sha256: hash.digest('hex'),
+        ...(contentType === undefined ? {} : { contentType }),
+      };
     } finally {
       // A read-only handle: a failed close loses nothing.
       await handle.close().catch(() => undefined);
@@ -380,15 +408,20 @@ export class FilesystemObjectStore implements ObjectStore {
     const segments = key.split('/');
     const last = segments[segments.length - 1];
     if (last.startsWith(TEMP_PREFIX) || last.startsWith(META_PREFIX)) {
-      throw new StoreError(`invalid object key ${JSON.stringify(key)}: "${TEMP_PREFIX}" and "${META_PREFIX}" names are reserved`, {
-        retriable: false,
-      });
+      throw new StoreError(
+        `invalid object key ${JSON.stringify(key)}: "${TEMP_PREFIX}" and "${META_PREFIX}" names are reserved`,
+        {
+          retriable: false,
+        },
+      );
     }
     const file = path.resolve(this.root, ...segments);
     // validateKey already rules out escapes; this guards the invariant itself against future edits.
     const rootWithSep = this.root.endsWith(path.sep) ? this.root : this.root + path.sep;
     if (!file.startsWith(rootWithSep)) {
-      throw new StoreError(`invalid object key ${JSON.stringify(key)}: resolves outside the root`, { retriable: false });
+      throw new StoreError(`invalid object key ${JSON.stringify(key)}: resolves outside the root`, {
+        retriable: false,
+      });
     }
     return file;
   }
@@ -412,7 +445,10 @@ export class FilesystemObjectStore implements ObjectStore {
     // at or before `startAfter` are a leading part of the list: binary search skips both.
     let i = lowerBound(entries, (c) => compareKeys(c.sortName, namePrefix) < 0);
     if (startAfter !== undefined) {
-      i = Math.max(i, lowerBound(entries, (c) => isWhollyAtOrBefore(dirKey + c.sortName, c.kind, startAfter)));
+      i = Math.max(
+        i,
+        lowerBound(entries, (c) => isWhollyAtOrBefore(dirKey + c.sortName, c.kind, startAfter)),
+      );
     }
     for (; i < entries.length && out.length < limit; i++) {
       const candidate = entries[i] as ListCandidate;
@@ -478,7 +514,8 @@ export class FilesystemObjectStore implements ObjectStore {
     entries.sort((a, b) => compareKeys(a.sortName, b.sortName));
     if (entries.length >= DIR_CACHE_MIN_ENTRIES && BigInt(Date.now()) * 1_000_000n - before.mtimeNs > QUIET_NS) {
       const after = await fs.stat(dirPath, { bigint: true }).catch(() => null);
-      if (after && sameDirVersion(versionOf(before), after)) this.remember(dirPath, { version: versionOf(before), entries });
+      if (after && sameDirVersion(versionOf(before), after))
+        this.remember(dirPath, { version: versionOf(before), entries });
     }
     return entries;
   }
@@ -555,7 +592,13 @@ function isWhollyAtOrBefore(key: string, kind: EntryKind, startAfter: string): b
 function direntKind(entry: Dirent): EntryKind | 'other' | 'unknown' {
   if (entry.isFile()) return 'file';
   if (entry.isDirectory()) return 'dir';
-  if (entry.isSymbolicLink() || entry.isFIFO() || entry.isSocket() || entry.isBlockDevice() || entry.isCharacterDevice()) {
+  if (
+    entry.isSymbolicLink() ||
+    entry.isFIFO() ||
+    entry.isSocket() ||
+    entry.isBlockDevice() ||
+    entry.isCharacterDevice()
+  ) {
     return 'other';
   }
   return 'unknown';
@@ -616,7 +659,15 @@ async function writeSidecar(file: string, side: Sidecar): Promise<void> {
 async function readSidecar(file: string): Promise<Sidecar | null> {
   try {
     const side = JSON.parse(await fs.readFile(sidecarPath(file), 'utf8')) as Partial<Sidecar>;
-    if (side.v !== 1 || typeof side.ino !== 'string' || typeof side.mtimeNs !== 'string' || typeof side.size !== 'number' || typeof side.sha256 !== 'string' || !/^[0-9a-f]{64}$/.test(side.sha256)) return null;
+    if (
+      side.v !== 1 ||
+      typeof side.ino !== 'string' ||
+      typeof side.mtimeNs !== 'string' ||
+      typeof side.size !== 'number' ||
+      typeof side.sha256 !== 'string' ||
+      !/^[0-9a-f]{64}$/.test(side.sha256)
+    )
+      return null;
     return side as Sidecar;
   } catch {
     return null;
@@ -634,7 +685,6 @@ function isMissing(err: unknown): boolean {
   return code === 'ENOENT' || code === 'ENOTDIR' || code === 'EISDIR';
 }
 
-
 /** A Uint8Array over the same memory when the Buffer owns its whole ArrayBuffer, else a copy (never expose a shared pool). */
 function asPlainBytes(buf: Buffer): Uint8Array {
   if (buf.byteOffset === 0 && buf.byteLength === buf.buffer.byteLength) {
@@ -642,7 +692,6 @@ function asPlainBytes(buf: Buffer): Uint8Array {
   }
   return new Uint8Array(buf);
 }
-
 
 function toStoreError(op: string, target: string, err: unknown): StoreError {
   if (err instanceof StoreError) return err;

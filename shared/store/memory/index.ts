@@ -1,7 +1,15 @@
 import { createHash } from 'node:crypto';
 import { Readable } from 'node:stream';
 import { randomHex } from '../../ids.js';
-import type { ByteRange, ListOptions, ObjectMeta, ObjectStore, PutOptions, StoreLocation, StoredObject } from '../types.js';
+import type {
+  ByteRange,
+  ListOptions,
+  ObjectMeta,
+  ObjectStore,
+  PutOptions,
+  StoreLocation,
+  StoredObject,
+} from '../types.js';
 import { compareKeys, prefixCanMatchKeys, resolveListLimit, validateKey } from '../keys.js';
 
 interface MemoryEntry {

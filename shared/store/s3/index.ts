@@ -13,7 +13,16 @@ import {
 import { StoreError } from '../../errors.js';
 import { checkOptionNames } from '../options.js';
 import { isValidKey, prefixCanMatchKeys, resolveListLimit, validateKey } from '../keys.js';
-import type { ByteRange, ListOptions, ObjectMeta, ObjectStore, PutOptions, StoreCredentials, StoreLocation, StoredObject } from '../types.js';
+import type {
+  ByteRange,
+  ListOptions,
+  ObjectMeta,
+  ObjectStore,
+  PutOptions,
+  StoreCredentials,
+  StoreLocation,
+  StoredObject,
+} from '../types.js';
 
 /**
  * Few attempts with the SDK's backoff: enough to ride out a blip, short enough
@@ -98,18 +107,38 @@ export interface S3ObjectStoreOptions {
   client?: S3Client;
 }
 
-const S3_OPTIONS = ['bucket', 'prefix', 'endpoint', 'region', 'forcePathStyle', 'credentials', 'accessKeyId', 'secretAccessKey', 'client'] as const;
+const S3_OPTIONS = [
+  'bucket',
+  'prefix',
+  'endpoint',
+  'region',
+  'forcePathStyle',
+  'credentials',
+  'accessKeyId',
+  'secretAccessKey',
+  'client',
+] as const;
 
 /** The credentials to hand the SDK: `credentials`, the flat pair, or undefined (the SDK's chain). */
 function resolveCredentials(opts: S3ObjectStoreOptions): S3ObjectStoreOptions['credentials'] {
   const flat = opts.accessKeyId !== undefined || opts.secretAccessKey !== undefined;
   if (!flat) return opts.credentials;
   if (opts.credentials !== undefined) {
-    throw new StoreError('S3 store got both credentials and accessKeyId/secretAccessKey; give one of them', { retriable: false });
+    throw new StoreError('S3 store got both credentials and accessKeyId/secretAccessKey; give one of them', {
+      retriable: false,
+    });
   }
-  if (typeof opts.accessKeyId !== 'string' || opts.accessKeyId === '' || typeof opts.secretAccessKey !== 'string' || opts.secretAccessKey === '') {
+  if (
+    typeof opts.accessKeyId !== 'string' ||
+    opts.accessKeyId === '' ||
+    typeof opts.secretAccessKey !== 'string' ||
+    opts.secretAccessKey === ''
+  ) {
     const missing = typeof opts.accessKeyId !== 'string' || opts.accessKeyId === '' ? 'accessKeyId' : 'secretAccessKey';
-    throw new StoreError(`S3 store got ${missing === 'accessKeyId' ? 'secretAccessKey' : 'accessKeyId'} without a non-empty ${missing}`, { retriable: false });
+    throw new StoreError(
+      `S3 store got ${missing === 'accessKeyId' ? 'secretAccessKey' : 'accessKeyId'} without a non-empty ${missing}`,
+      { retriable: false },
+    );
   }
   return { accessKeyId: opts.accessKeyId, secretAccessKey: opts.secretAccessKey };
 }
@@ -267,7 +296,8 @@ export class S3ObjectStore implements ObjectStore {
         const obj = await this.getBytes(key);
         if (obj === null) return null;
         sha256 = createHash('sha256').update(obj.body).digest('hex');
-        if (this.legacyHashes.size >= LEGACY_HASH_CACHE_ENTRIES) this.legacyHashes.delete(this.legacyHashes.keys().next().value as string);
+        if (this.legacyHashes.size >= LEGACY_HASH_CACHE_ENTRIES)
+          this.legacyHashes.delete(this.legacyHashes.keys().next().value as string);
         this.legacyHashes.set(cacheKey, sha256);
       }
     }
@@ -281,9 +311,18 @@ export class S3ObjectStore implements ObjectStore {
     validateKey(key);
     try {
       const res = await this.client.send(
-        new GetObjectCommand({ Bucket: this.bucket, Key: this.prefix + key, Range: range === undefined ? undefined : `bytes=${range.start}-${range.end}` }),
+        new GetObjectCommand({
+          Bucket: this.bucket,
+          Key: this.prefix + key,
+          Range: range === undefined ? undefined : `bytes=${range.start}-${range.end}`,
+        }),
       );
-      const body = res.Body === undefined ? Readable.from([]) : res.Body instanceof Readable ? res.Body : Readable.from([await res.Body.transformToByteArray()]);
+      const body =
+        res.Body === undefined
+          ? Readable.from([])
+          : res.Body instanceof Readable
+            ? res.Body
+            : Readable.from([await res.Body.transformToByteArray()]);
       if (range === undefined) return body;
       // A server that ignored or widened the Range (s3rver sends the whole object for `bytes=0-0`): cut it here.
       const sent = /^bytes (\d+)-(\d+)\//.exec(res.ContentRange ?? '');
@@ -332,9 +371,12 @@ export class S3ObjectStore implements ObjectStore {
         if (res.IsTruncated !== true) return out;
         const next = res.NextContinuationToken;
         if (next === undefined || next === '' || next === token) {
-          throw new StoreError(`S3 list of ${JSON.stringify(prefix)}: truncated page without a new continuation token`, {
-            retriable: false,
-          });
+          throw new StoreError(
+            `S3 list of ${JSON.stringify(prefix)}: truncated page without a new continuation token`,
+            {
+              retriable: false,
+            },
+          );
         }
         token = next;
       }
@@ -351,14 +393,20 @@ export class S3ObjectStore implements ObjectStore {
       let res;
       try {
         res = await this.client.send(
-          new DeleteObjectsCommand({ Bucket: this.bucket, Delete: { Objects: chunk.map((k) => ({ Key: this.prefix + k })), Quiet: true } }),
+          new DeleteObjectsCommand({
+            Bucket: this.bucket,
+            Delete: { Objects: chunk.map((k) => ({ Key: this.prefix + k })), Quiet: true },
+          }),
         );
       } catch (err) {
         throw toStoreError('delete', chunk[0] ?? '', err);
       }
       const failed = (res.Errors ?? []).filter((e) => e.Code !== 'NoSuchKey');
       if (failed.length > 0) {
-        throw new StoreError(`S3 delete of ${failed.length} key(s) failed (first: ${JSON.stringify(failed[0]?.Key)}: ${failed[0]?.Code ?? 'error'})`, { retriable: true });
+        throw new StoreError(
+          `S3 delete of ${failed.length} key(s) failed (first: ${JSON.stringify(failed[0]?.Key)}: ${failed[0]?.Code ?? 'error'})`,
+          { retriable: true },
+        );
       }
     }
   }

@@ -16,7 +16,9 @@ export function shed(deps: AdmissionDeps): Step<Admitting, Admitting, Refused> {
       if (!reason) return next(c);
       deps.observer?.shed?.('high_water');
       const headers = await c.input.body.discard();
-      return done(refused('overloaded', `overloaded: ${reason}; retry later`, { retryAfter: SHED_RETRY_AFTER_SECONDS, headers }));
+      return done(
+        refused('overloaded', `overloaded: ${reason}; retry later`, { retryAfter: SHED_RETRY_AFTER_SECONDS, headers }),
+      );
     },
   };
 }

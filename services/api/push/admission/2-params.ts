@@ -24,7 +24,8 @@ export function params(deps: AdmissionDeps): Step<Admitting, WithParams, Refused
       }
       const pattern = deps.appPattern;
       const unmatched = pattern ? deps.template.prefixParams.find((n) => !pattern.test(out[n] ?? '')) : undefined;
-      if (pattern && unmatched !== undefined) return bad(`path parameter "${unmatched}" does not match APP_PATTERN (${pattern.source})`);
+      if (pattern && unmatched !== undefined)
+        return bad(`path parameter "${unmatched}" does not match APP_PATTERN (${pattern.source})`);
       return next({ ...c, params: out });
     },
   };

@@ -16,7 +16,9 @@ export function headers(deps: AdmissionDeps): Step<WithParams, WithHeaders, Refu
       const { input } = c;
       if (!contentTypeAllowed(input.contentType, collection.allowedMimeTypes)) {
         observer?.rejected?.('content_type');
-        return done(refused('content_type', `Content-Type must be ${collection.allowedMimeTypes.join(' or ')} (UTF-8)`));
+        return done(
+          refused('content_type', `Content-Type must be ${collection.allowedMimeTypes.join(' or ')} (UTF-8)`),
+        );
       }
       const coding = parseContentEncoding(input.contentEncoding);
       if (!coding.ok) {

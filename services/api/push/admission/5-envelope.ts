@@ -18,10 +18,15 @@ export function envelopeRejectReason(code: EnvelopeErrorCode): 'bad_json' | 'bad
  * inline encoder needs the text: a queued push never decodes its body (that string would double
  * every body in flight).
  */
-function scan(deps: AdmissionDeps, bytes: Buffer): Checked['check'] | { ok: false; error: string; code: EnvelopeErrorCode } {
+function scan(
+  deps: AdmissionDeps,
+  bytes: Buffer,
+): Checked['check'] | { ok: false; error: string; code: EnvelopeErrorCode } {
   if (deps.encodesBody(bytes.length)) {
     const r = prepareBatch(bytes);
-    return r.ok ? { events: r.batch.rows, everyEventHasMessageId: r.everyEventHasMessageId, prepared: r.batch } : { ok: false, error: r.reason, code: r.code };
+    return r.ok
+      ? { events: r.batch.rows, everyEventHasMessageId: r.everyEventHasMessageId, prepared: r.batch }
+      : { ok: false, error: r.reason, code: r.code };
   }
   const r = checkEnvelope(bytes, { text: deps.needsText });
   return r.ok ? { events: r.events, text: r.text, everyEventHasMessageId: r.everyEventHasMessageId } : r;
@@ -45,7 +50,12 @@ export function envelope(deps: AdmissionDeps): Step<WithBody, Checked, Refused> 
       }
       if (check.events > collection.maxEventsPerBatch) {
         observer?.rejected?.('too_large');
-        return done(refused('too_large', `data.events has ${check.events} events; this collection's maxEventsPerBatch is ${collection.maxEventsPerBatch}`));
+        return done(
+          refused(
+            'too_large',
+            `data.events has ${check.events} events; this collection's maxEventsPerBatch is ${collection.maxEventsPerBatch}`,
+          ),
+        );
       }
       if (inflightBudget) {
         const rowsCost = batchCost(check.events, 0, check.prepared ? API_ENCODED_ROW_BYTES : API_QUEUED_ROW_BYTES);

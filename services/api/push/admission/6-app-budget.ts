@@ -19,7 +19,10 @@ export function appBudget(deps: AdmissionDeps): Step<Checked, Checked, Refused> 
       delete prefixParams[template.batchParam];
       if (c.idempotencyKey !== undefined && deps.keyClaimed) {
         const claimed = await deps.keyClaimed(prefixParams, c.idempotencyKey, c.body.decodedHash);
-        if (typeof claimed !== 'boolean') return done(refused('unavailable', `${claimed.reason}; retry later`, { retryAfter: claimed.retryAfter ?? 1 }));
+        if (typeof claimed !== 'boolean')
+          return done(
+            refused('unavailable', `${claimed.reason}; retry later`, { retryAfter: claimed.retryAfter ?? 1 }),
+          );
         if (claimed) return next(c);
       }
       const refusal = await charge(template.prefixParams.map((n) => prefixParams[n]).join('/'), c.check.events);

@@ -12,7 +12,9 @@ export type ContentCoding = (typeof CONTENT_CODINGS)[number];
  * supported. `identity` entries are ignored; more than one real coding ("gzip, br") is refused:
  * each layer would multiply what a small body can inflate to, and no SDK sends them stacked.
  */
-export function parseContentEncoding(header: string | undefined): { ok: true; coding: ContentCoding } | { ok: false; error: string } {
+export function parseContentEncoding(
+  header: string | undefined,
+): { ok: true; coding: ContentCoding } | { ok: false; error: string } {
   const codings = (header ?? '')
     .split(',')
     .map((s) => s.trim().toLowerCase())
@@ -20,8 +22,13 @@ export function parseContentEncoding(header: string | undefined): { ok: true; co
     .map((s) => (s === 'x-gzip' ? 'gzip' : s));
   const supported = 'gzip, deflate, br or identity';
   const unknown = codings.find((c) => !(CONTENT_CODINGS as readonly string[]).includes(c));
-  if (unknown !== undefined) return { ok: false, error: `Content-Encoding "${printable(unknown)}" is not supported; use ${supported}` };
-  if (codings.length > 1) return { ok: false, error: `Content-Encoding "${printable(header ?? '')}" stacks ${codings.length} codings; send at most one of ${supported}` };
+  if (unknown !== undefined)
+    return { ok: false, error: `Content-Encoding "${printable(unknown)}" is not supported; use ${supported}` };
+  if (codings.length > 1)
+    return {
+      ok: false,
+      error: `Content-Encoding "${printable(header ?? '')}" stacks ${codings.length} codings; send at most one of ${supported}`,
+    };
   return { ok: true, coding: (codings[0] as ContentCoding | undefined) ?? 'identity' };
 }
 

@@ -9,7 +9,15 @@ import { appBudget } from './6-app-budget.js';
 import { pushRequestOf } from './request.js';
 import type { AdmissionDeps, AdmissionInput, Admitting, Checked, Refused } from './types.js';
 
-export type { AdmissionCode, AdmissionDeps, AdmissionInput, BodyRefusal, BodySource, ReadBody, Refused } from './types.js';
+export type {
+  AdmissionCode,
+  AdmissionDeps,
+  AdmissionInput,
+  BodyRefusal,
+  BodySource,
+  ReadBody,
+  Refused,
+} from './types.js';
 export { pushRequestOf } from './request.js';
 
 /** A push admitted: the typed request for `accept`, and the body's size as sent (for the metrics). */
@@ -60,7 +68,14 @@ export class Admission {
   private admitted(c: Checked): Admitted {
     const prefixParams = { ...c.params };
     delete prefixParams[this.deps.template.batchParam];
-    const request = pushRequestOf({ params: prefixParams, body: c.body.bytes, check: c.check, idempotencyKey: c.idempotencyKey, hash: c.body.hash, decodedHash: c.body.decodedHash });
+    const request = pushRequestOf({
+      params: prefixParams,
+      body: c.body.bytes,
+      check: c.check,
+      idempotencyKey: c.idempotencyKey,
+      hash: c.body.hash,
+      decodedHash: c.body.decodedHash,
+    });
     return { kind: 'admitted', request, sentBytes: c.body.sentBytes };
   }
 }

@@ -32,7 +32,11 @@ export interface Refused {
   readonly headers?: Readonly<Record<string, string>>;
 }
 
-export const refused = (code: AdmissionCode, detail: string, hints: { retryAfter?: number; headers?: Record<string, string> } = {}): Refused => ({ kind: 'refused', code, detail, ...hints });
+export const refused = (
+  code: AdmissionCode,
+  detail: string,
+  hints: { retryAfter?: number; headers?: Record<string, string> } = {},
+): Refused => ({ kind: 'refused', code, detail, ...hints });
 
 /** The body as read: decoded bytes, the hashes idempotency and the answer use, the size as sent. */
 export interface ReadBody {
@@ -57,7 +61,12 @@ export interface BodyRefusal {
 /** Where the request's body comes from; the router's adapter over the HTTP request. */
 export interface BodySource {
   /** Reads within `maxBytes` (as sent and decoded) and the budget, adding what it takes to `held.bytes`. */
-  read(o: { maxBytes: number; coding: ContentCoding; budget?: ByteBudget; held: { bytes: number } }): Promise<ReadBody | BodyRefusal>;
+  read(o: {
+    maxBytes: number;
+    coding: ContentCoding;
+    budget?: ByteBudget;
+    held: { bytes: number };
+  }): Promise<ReadBody | BodyRefusal>;
   /** Drops the rest of a refused body; resolves with what the answer must carry. */
   discard(): Promise<Record<string, string>>;
 }
@@ -95,7 +104,11 @@ export interface AdmissionDeps {
   /** The inline encoder needs the body as text; the queued path never decodes it. */
   readonly needsText: boolean;
   /** Whether an Idempotency-Key is already claimed (read-only): a keyed retry is answered before the app's budget is charged. */
-  readonly keyClaimed?: (params: Readonly<Record<string, string>>, key: string, decodedHash: string) => Promise<boolean | Unavailable>;
+  readonly keyClaimed?: (
+    params: Readonly<Record<string, string>>,
+    key: string,
+    decodedHash: string,
+  ) => Promise<boolean | Unavailable>;
   readonly observer?: AdmissionObserver;
 }
 

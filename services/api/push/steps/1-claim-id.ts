@@ -95,7 +95,8 @@ export function claimId(deps: PushDeps): Step<PushContext, Claimed> {
       if (typeof file !== 'boolean') return done(file);
       if (file) return done({ kind: 'duplicate', batchId, hash: ctx.req.hash, events: ctx.req.events });
       await bestEffort('push_release', ledger.release(ctx.prefix, batchId, ctx.claim), deps.bestEffort);
-      if (attempt >= MINT_ATTEMPTS) return done(unavailable('an earlier push with this idempotency key was lost before it was queued', false));
+      if (attempt >= MINT_ATTEMPTS)
+        return done(unavailable('an earlier push with this idempotency key was lost before it was queued', false));
     }
   }
 

@@ -12,7 +12,11 @@ import { type Step, next } from '../runner.js';
  * goes as JSON, and the encoder encodes it or dead-letters it with the reason.
  */
 export function buildPayload(deps: PushDeps): Step<Claimed, Built> {
-  async function payloadOf(body: Buffer, prepared: PreparedBatch | undefined, receivedAt: number): Promise<Pick<BatchJob, 'encoding' | 'body' | 'bodyBytes' | 'jsonBytes'>> {
+  async function payloadOf(
+    body: Buffer,
+    prepared: PreparedBatch | undefined,
+    receivedAt: number,
+  ): Promise<Pick<BatchJob, 'encoding' | 'body' | 'bodyBytes' | 'jsonBytes'>> {
     if (prepared) {
       const t0 = performance.now();
       try {
@@ -20,7 +24,16 @@ export function buildPayload(deps: PushDeps): Step<Claimed, Built> {
         const writer = deps.compression === undefined ? {} : { compression: deps.compression };
         // A thread that does not answer in time (stuck, or far behind) costs the push its shortcut, not its answer.
         // The stamped stream moves to the thread (no copy): a failure falls back to the JSON, not to it.
-        return packParquet(thread ? await deps.clock.within(thread.encode(prepared.stamp(receivedAt), { transfer: true, ...writer }), deps.enqueueTimeoutMs, 'Parquet encode') : prepared.toParquet(receivedAt, writer), body.length);
+        return packParquet(
+          thread
+            ? await deps.clock.within(
+                thread.encode(prepared.stamp(receivedAt), { transfer: true, ...writer }),
+                deps.enqueueTimeoutMs,
+                'Parquet encode',
+              )
+            : prepared.toParquet(receivedAt, writer),
+          body.length,
+        );
       } catch (err) {
         // Falls through to the JSON payload.
         deps.observe.encodeFailed?.(err as Error);

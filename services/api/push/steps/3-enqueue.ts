@@ -37,7 +37,9 @@ export function enqueue(deps: PushDeps): Step<Built, Claimed> {
         // A timed-out add may still have landed: then the batch is durable and must be answered as such.
         const group = ticket.group();
         const jobId = group && group[0] && group.length > 1 ? groupJobId(group[0].batchId) : job.batchId;
-        const landed = sent ? await clock.within(jobs.hasJob(b.prefix, jobId), JOB_STATE_TIMEOUT_MS, 'job state').catch(() => false) : false;
+        const landed = sent
+          ? await clock.within(jobs.hasJob(b.prefix, jobId), JOB_STATE_TIMEOUT_MS, 'job state').catch(() => false)
+          : false;
         if (landed) return next(claimed);
         if (sent && !(err instanceof EnqueueRefused)) {
           // The add went out and nobody knows whether it ran: a stalled Redis runs it later, and the
@@ -46,7 +48,12 @@ export function enqueue(deps: PushDeps): Step<Built, Claimed> {
           // step 1 finds the job, or takes the id over once it is abandoned). If no job ever
           // appears, the reaper releases the id after ORPHAN_GRACE_SECONDS.
           deps.observe.enqueueUnknown?.();
-          return done(unavailable('queue did not answer in time (Redis), so this batch may still be queued: send the same body (and Idempotency-Key) again to get its id', true));
+          return done(
+            unavailable(
+              'queue did not answer in time (Redis), so this batch may still be queued: send the same body (and Idempotency-Key) again to get its id',
+              true,
+            ),
+          );
         }
         // Not enqueued: take the id out of flight so it does not hold the list back, and forget
         // the claim so the client's retry is accepted. If Redis is unreachable this fails too;
