@@ -113,18 +113,19 @@ describe('the package as others install it', () => {
       files: { path: string }[];
     }[];
     const files = packed[0]!.files.map((f) => f.path);
-    // Only what a user needs: compiled code, declarations, maps, Lua, the bin, docs.
+    // Only what a user needs: compiled code, declarations, maps, Lua, the bin, docs and the OpenAPI document.
     expect(files).toContain('dist/index.js');
     expect(files).toContain('dist/index.d.ts');
     expect(files).toContain('dist/shared/redis/scripts/mint_batch-4.lua');
     expect(files).toContain('bin/events-ingest.mjs');
     expect(files).toContain('dist/cli/main.js');
+    expect(files).toContain('docs/openapi.json');
     // Apache-2.0: the licence and the notices travel with every copy.
     expect(files).toEqual(expect.arrayContaining(['LICENSE', 'NOTICE']));
     expect(
       files.filter(
         (f) =>
-          !/^(dist\/.*\.(js|d\.ts|js\.map|d\.ts\.map|lua)|bin\/events-ingest\.mjs|docs\/.*\.md|README\.md|LICENSE|NOTICE|package\.json)$/.test(
+          !/^(dist\/.*\.(js|d\.ts|js\.map|d\.ts\.map|lua)|bin\/events-ingest\.mjs|docs\/.*\.md|docs\/openapi\.json|README\.md|LICENSE|NOTICE|package\.json)$/.test(
             f,
           ),
       ),
