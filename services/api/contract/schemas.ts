@@ -111,8 +111,9 @@ export const EraseQueuedAnswer = z.object({ id: z.string(), state: z.literal('qu
 export const EraseStatusAnswer = z
   .object({
     id: z.string(),
-    collection: z.string(),
-    app: z.string(),
+    // Absent for a job whose data cannot be read (state failed, `error` says why).
+    collection: z.string().optional(),
+    app: z.string().optional(),
     dry_run: z.boolean(),
     state: z.enum(['queued', 'running', 'waiting', 'completed', 'failed']),
     files_scanned: z.int(),
