@@ -12,7 +12,7 @@ import { documentOptionsOf, openApiDocument, renderDocument } from '../services/
 export function openapiCommand(io: { stdout: NodeJS.WriteStream; env: NodeJS.ProcessEnv }): Command {
   return new Command('openapi')
     .description(
-      'print the OpenAPI 3.1 document of the server for CONFIG_FILE, BASE_PATH, JWT_*, CAP_AUTH and CORS_ORIGINS (e.g. events-ingest openapi > openapi.json)',
+      'print the OpenAPI 3.1 document of the server for CONFIG_FILE, BASE_PATH, JWT_*, CAP_AUTH, CORS_ORIGINS and SEGMENT_WRITE_KEYS_FILE (e.g. events-ingest openapi > openapi.json)',
     )
     .action(() => {
       const env = io.env;
@@ -25,6 +25,7 @@ export function openapiCommand(io: { stdout: NodeJS.WriteStream; env: NodeJS.Pro
           JWT_PUBLIC_KEY: env.JWT_PUBLIC_KEY,
           CAP_AUTH: env.CAP_AUTH,
           CORS_ORIGINS: env.CORS_ORIGINS,
+          SEGMENT_WRITE_KEYS_FILE: env.SEGMENT_WRITE_KEYS_FILE,
         }),
       );
       io.stdout.write(renderDocument(doc).body);

@@ -15,6 +15,7 @@ import {
   type JsonSchema,
   type RouteSpec,
   type RouteTableOptions,
+  SEGMENT_WRITE_KEY_ROLE,
   routeTable,
 } from './routes.js';
 
@@ -125,6 +126,8 @@ function parameters(r: RouteSpec): unknown[] {
 
 function security(roles: readonly string[], o: DocumentOptions): Record<string, string[]>[] {
   if (roles.includes('public')) return [];
+  // The write key is the Basic user name, or the body's `writeKey` (then no header at all).
+  if (roles.includes(SEGMENT_WRITE_KEY_ROLE)) return [{ segmentWriteKey: [] }, {}];
   return [{ bearerToken: [] }, ...(o.jwt ? [{ jwt: [] }] : []), ...(o.cap ? [{ starfishCap: [] }] : [])];
 }
 
@@ -154,7 +157,7 @@ function operation(r: RouteSpec, o: DocumentOptions, head: boolean): Record<stri
 }
 
 /** The prefixes (after BASE_PATH) the CORS middleware guards (router.ts: the sync paths and /config). */
-const CORS_PREFIXES = ['/push/', '/pull/', '/list/', '/config'];
+const CORS_PREFIXES = ['/push/', '/pull/', '/list/', '/config', '/v1/'];
 
 /**
  * A CORS preflight (`OPTIONS` with `Access-Control-Request-Method`), answered 204 before any route
@@ -224,6 +227,16 @@ export function openApiDocument(config: Pick<SyncConfig, 'collections'>, o: Docu
           scheme: 'Cap',
           description: 'A Starfish v3 capability certificate (CAP_AUTH=on): Authorization: Cap <cert>',
         },
+        ...(o.segment
+          ? {
+              segmentWriteKey: {
+                type: 'http',
+                scheme: 'basic',
+                description:
+                  "A Segment write key of SEGMENT_WRITE_KEYS_FILE as the Basic user name (empty password); or the body's writeKey",
+              },
+            }
+          : {}),
       },
       schemas: {
         ErrorCode: { type: 'string', enum: [...ERROR_CODE_LIST] },
@@ -249,6 +262,7 @@ export interface DocumentEnv {
   JWT_JWKS_URL?: string | undefined;
   JWT_PUBLIC_KEY?: string | undefined;
   CAP_AUTH?: string | undefined;
+  SEGMENT_WRITE_KEYS_FILE?: string | undefined;
   /** As parsed by shared/config.ts (a list), or as the environment gives it (comma-separated). */
   CORS_ORIGINS?: readonly string[] | string | undefined;
 }
@@ -259,6 +273,7 @@ export function documentOptionsOf(env: DocumentEnv): DocumentOptions {
     basePath: env.BASE_PATH ?? '',
     jwt: Boolean(env.JWT_JWKS_URL || env.JWT_PUBLIC_KEY),
     cap: env.CAP_AUTH === 'on',
+    segment: Boolean(env.SEGMENT_WRITE_KEYS_FILE),
     cors: typeof env.CORS_ORIGINS === 'string' ? env.CORS_ORIGINS.trim() !== '' : Boolean(env.CORS_ORIGINS?.length),
   };
 }
