@@ -81,6 +81,8 @@ export default defineConfig({
           include: ['test/integration/**/*.test.ts', ...UNIT_NOT_UNIT],
           exclude: SYSTEM,
           globalSetup: ['test/global-setup.ts'],
+          // Every answer of the product's API is checked against its own OpenAPI document.
+          setupFiles: ['test/helpers/openapi-hook.ts'],
         },
       },
       {

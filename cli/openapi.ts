@@ -12,7 +12,7 @@ import { documentOptionsOf, openApiDocument, renderDocument } from '../services/
 export function openapiCommand(io: { stdout: NodeJS.WriteStream; env: NodeJS.ProcessEnv }): Command {
   return new Command('openapi')
     .description(
-      'print the OpenAPI 3.1 document of the server for CONFIG_FILE, BASE_PATH, JWT_* and CAP_AUTH (e.g. events-ingest openapi > openapi.json)',
+      'print the OpenAPI 3.1 document of the server for CONFIG_FILE, BASE_PATH, JWT_*, CAP_AUTH, CORS_ORIGINS and SEGMENT_WRITE_KEYS_FILE (e.g. events-ingest openapi > openapi.json)',
     )
     .action(() => {
       const env = io.env;
@@ -24,6 +24,8 @@ export function openapiCommand(io: { stdout: NodeJS.WriteStream; env: NodeJS.Pro
           JWT_JWKS_URL: env.JWT_JWKS_URL,
           JWT_PUBLIC_KEY: env.JWT_PUBLIC_KEY,
           CAP_AUTH: env.CAP_AUTH,
+          CORS_ORIGINS: env.CORS_ORIGINS,
+          SEGMENT_WRITE_KEYS_FILE: env.SEGMENT_WRITE_KEYS_FILE,
         }),
       );
       io.stdout.write(renderDocument(doc).body);

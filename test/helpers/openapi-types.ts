@@ -2482,8 +2482,8 @@ export interface operations {
         content: {
           'application/json': {
             id: string;
-            collection: string;
-            app: string;
+            collection?: string;
+            app?: string;
             dry_run: boolean;
             /** @enum {string} */
             state: 'queued' | 'running' | 'waiting' | 'completed' | 'failed';

@@ -1,5 +1,6 @@
 import { type Service, spawnService, waitHttpOk } from '../../scripts/chaos-kit.js';
 import { startFlags } from './dist.js';
+import { registerProductOrigin } from './openapi-origins.js';
 
 export type ServiceProcess = Service;
 
@@ -14,6 +15,9 @@ export function startService(
   entry: 'services/main.ts' | 'services/api/main.ts' | 'services/encoder/main.ts' | DistEntry,
   env: Record<string, string>,
 ): ServiceProcess {
+  // The integration tier checks the API's answers against its own document (openapi-hook.ts).
+  if (!entry.includes('encoder') && /^\d+$/.test(env.PORT ?? '') && env.PORT !== '0')
+    registerProductOrigin(`http://127.0.0.1:${env.PORT}`, env.BASE_PATH ?? '');
   // A compiled entry runs with the node flags its package.json script gives it (npm start's).
   return spawnService(
     entry,

@@ -9,6 +9,7 @@ import { BatchLedger } from '../../shared/ledger/ledger.js';
 import { type Logger, createLogger } from '../../shared/logger.js';
 import { type RunningStack, type StackParts, startStack } from '../../services/stack.js';
 import { uniqueName } from './names.js';
+import { registerProductOrigin } from './openapi-origins.js';
 
 export const ADMIN_TOKEN = 'test-admin-token-0123456789';
 
@@ -43,6 +44,8 @@ export async function startTestStack(
     ...env,
   });
   const stack = await startStack(parsed, parts, logger ?? createLogger({ level: parsed.LOG_LEVEL, name: 'test' }));
+  // The integration tier checks this server's answers against its own document (openapi-hook.ts).
+  if (stack.api) registerProductOrigin(stack.api.server.url, parsed.BASE_PATH);
   return Object.assign(stack, {
     url: stack.api?.server.url ?? '',
     dataDir,

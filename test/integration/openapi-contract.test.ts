@@ -5,6 +5,9 @@
  * credentials in every wrong shape, none of whose bytes may come back in an answer or a log line.
  */
 import { generateKeyPairSync } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { gzipSync } from 'node:zlib';
 import { SignJWT } from 'jose';
@@ -22,6 +25,8 @@ let checker: ReturnType<typeof answerChecker>;
 const problems: string[] = [];
 const jwtKeys = generateKeyPairSync('ec', { namedCurve: 'P-256' });
 const otherKeys = generateKeyPairSync('ec', { namedCurve: 'P-256' });
+const WRITE_KEY = 'contract-write-key-0123456789';
+const keysDir = mkdtempSync(join(tmpdir(), 'openapi-keys-'));
 
 beforeAll(async () => {
   const sink = new Writable({
@@ -31,9 +36,13 @@ beforeAll(async () => {
     },
   });
   const logger = createLogger({ level: 'debug', name: 'openapi-test', destination: sink });
+  const keysFile = join(keysDir, 'write-keys.json');
+  writeFileSync(keysFile, JSON.stringify({ [WRITE_KEY]: { app: 'segment-app', collection: 'events' } }));
   stack = await startTestStack(
     {
       ROLLUP: 'off',
+      // The Segment door (/v1/*) is in the document when write keys are configured.
+      SEGMENT_WRITE_KEYS_FILE: keysFile,
       JWT_PUBLIC_KEY: jwtKeys.publicKey.export({ type: 'spki', format: 'pem' }).toString(),
       JWT_ISSUER: 'test',
       JWT_AUDIENCE: 'ingest',
@@ -46,6 +55,7 @@ beforeAll(async () => {
 }, 60_000);
 afterAll(async () => {
   await stack?.shutdown();
+  rmSync(keysDir, { recursive: true, force: true });
 });
 
 const admin = { authorization: `Bearer ${ADMIN_TOKEN}` };
@@ -209,6 +219,43 @@ describe('every route and method of the document, good and bad, answers as the d
     expect((await call('GET', '/no/such/route')).status).toBe(404);
   });
 
+  it('the Segment door: every call and short form, good and bad', async () => {
+    const basic = (key: string) => ({ authorization: `Basic ${Buffer.from(`${key}:`).toString('base64')}` });
+    const call1 = (type: string, n: number) => ({
+      type,
+      event: 'e',
+      name: 'n',
+      userId: 'u',
+      messageId: `m-${type}-${n}`,
+    });
+    const paths = Object.keys(doc.paths).filter((p) => p.startsWith('/v1/'));
+    expect(paths).toHaveLength(14);
+    let n = 0;
+    for (const p of paths) {
+      const route = p.slice('/v1/'.length);
+      const type =
+        { b: 'batch', t: 'track', i: 'identify', p: 'page', s: 'screen', g: 'group', a: 'alias' }[route] ?? route;
+      const one = type === 'batch' ? { batch: [call1('track', ++n)] } : call1(type, ++n);
+      const body = JSON.stringify(one);
+      expect((await call('POST', p, { headers: { ...basic(WRITE_KEY), ...json }, body })).status, p).toBe(200);
+      // The key in the body, no header (analytics.js in a browser).
+      const inBody = JSON.stringify({
+        ...(type === 'batch' ? { batch: [call1('track', ++n)] } : call1(type, ++n)),
+        writeKey: WRITE_KEY,
+      });
+      expect((await call('POST', p, { headers: json, body: inBody })).status, p).toBe(200);
+      expect((await call('POST', p, { headers: json, body })).status, p).toBe(401);
+      expect((await call('POST', p, { headers: { ...basic('not-a-key'), ...json }, body })).status, p).toBe(401);
+      expect((await call('POST', p, { headers: { ...basic(WRITE_KEY), ...json }, body: '{' })).status, p).toBe(400);
+      expect(
+        (await call('POST', p, { headers: { ...basic(WRITE_KEY), ...json, 'content-encoding': 'bogus' }, body }))
+          .status,
+        p,
+      ).toBe(415);
+      expect((await call('GET', p, { headers: basic(WRITE_KEY) })).status, p).toBe(405);
+    }
+  });
+
   it('no answer was outside the document, and every path and method of it was tried', () => {
     expect(problems).toEqual([]);
     const tried = new Set([...checker.seen].map((s) => s.split(' ').slice(0, 2).join(' ')));
@@ -257,6 +304,7 @@ describe('no answer or log line echoes a credential sent in a wrong shape', () =
       ['GET', '/admin/failed'],
       ['POST', '/admin/erase/events/secret-app', '{"distinct_ids":["u"]}'],
       ['GET', '/config'],
+      ['POST', '/v1/batch', '{"batch":[{"type":"track","event":"e","userId":"u"}]}'],
     ];
     const leaks: string[] = [];
     const distinct = (n: string): string[] => [n, n.slice(Math.floor(n.length / 3), Math.floor(n.length / 3) + 12)];

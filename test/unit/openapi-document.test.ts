@@ -8,8 +8,11 @@ import { ERROR_CODE_LIST } from '../../services/api/error-map.js';
 const defaults = parseSyncConfig(DEFAULT_SYNC_CONFIG);
 
 describe('the OpenAPI document', () => {
-  it('validates as OpenAPI 3.1 with an independent validator (default config, and with a base path, JWT and cap auth)', async () => {
-    for (const o of [{}, { basePath: '/ingest', jwt: true, cap: true, configAuth: 'role-filtered' as const }]) {
+  it('validates as OpenAPI 3.1 with an independent validator (default config, and with a base path, JWT, cap auth, CORS and the Segment door)', async () => {
+    for (const o of [
+      {},
+      { basePath: '/ingest', jwt: true, cap: true, configAuth: 'role-filtered' as const, cors: true, segment: true },
+    ]) {
       const res = await new Validator().validate(openApiDocument(defaults, o));
       expect(res.errors ?? []).toEqual([]);
       expect(res.valid).toBe(true);
@@ -38,5 +41,9 @@ describe('the OpenAPI document', () => {
     expect(sec('/admin/failed', 'get')).toEqual([{ bearerToken: [] }, { jwt: [] }]);
     expect(sec('/healthz', 'get')).toEqual([]);
     expect(Object.keys(openApiDocument(defaults, { basePath: '/x' }).paths)).toContain('/x/openapi.json');
+    expect(Object.keys(openApiDocument(defaults).paths).filter((p) => p.startsWith('/v1/'))).toEqual([]);
+    expect(openApiDocument(defaults, { basePath: '/x', segment: true }).paths['/x/v1/batch']?.post).toMatchObject({
+      security: [{ segmentWriteKey: [] }, {}],
+    });
   });
 });

@@ -15,6 +15,7 @@ import {
   type JsonSchema,
   type RouteSpec,
   type RouteTableOptions,
+  SEGMENT_WRITE_KEY_ROLE,
   routeTable,
 } from './routes.js';
 
@@ -24,6 +25,8 @@ export interface DocumentOptions extends RouteTableOptions {
   jwt?: boolean;
   /** CAP_AUTH=on. */
   cap?: boolean;
+  /** CORS_ORIGINS set: the sync paths and /config answer CORS preflights (OPTIONS). */
+  cors?: boolean;
   /** `info.version`; default the package's. */
   version?: string;
 }
@@ -123,6 +126,8 @@ function parameters(r: RouteSpec): unknown[] {
 
 function security(roles: readonly string[], o: DocumentOptions): Record<string, string[]>[] {
   if (roles.includes('public')) return [];
+  // The write key is the Basic user name, or the body's `writeKey` (then no header at all).
+  if (roles.includes(SEGMENT_WRITE_KEY_ROLE)) return [{ segmentWriteKey: [] }, {}];
   return [{ bearerToken: [] }, ...(o.jwt ? [{ jwt: [] }] : []), ...(o.cap ? [{ starfishCap: [] }] : [])];
 }
 
@@ -151,6 +156,35 @@ function operation(r: RouteSpec, o: DocumentOptions, head: boolean): Record<stri
   };
 }
 
+/** The prefixes (after BASE_PATH) the CORS middleware guards (router.ts: the sync paths and /config). */
+const CORS_PREFIXES = ['/push/', '/pull/', '/list/', '/config', '/v1/'];
+
+/**
+ * A CORS preflight (`OPTIONS` with `Access-Control-Request-Method`), answered 204 before any route
+ * by edge/cors.ts; an allowed origin gets the Access-Control-Allow-* headers, another none.
+ */
+function preflight(path: string): Record<string, unknown> {
+  const header = (description: string) => ({ description, required: false, schema: { type: 'string' } });
+  return {
+    operationId: `preflight_${path.replace(/[^A-Za-z0-9]+/g, '_').replace(/^_|_$/g, '')}`,
+    summary: 'CORS preflight (CORS_ORIGINS set)',
+    tags: ['cors'],
+    responses: {
+      '204': {
+        description: 'Preflight answered; the Allow headers only for an allowed origin',
+        headers: {
+          'Access-Control-Allow-Origin': header('The allowed origin, or *'),
+          'Access-Control-Allow-Methods': header('The methods a browser may use'),
+          'Access-Control-Allow-Headers': header('The headers a browser may send'),
+          'Access-Control-Max-Age': header('Seconds a browser may cache this answer'),
+        },
+      },
+    },
+    security: [],
+    'x-roles': ['public'],
+  };
+}
+
 /** The OpenAPI 3.1 document of every route the product serves for `config`. */
 export function openApiDocument(config: Pick<SyncConfig, 'collections'>, o: DocumentOptions = {}): OpenApiDocument {
   const paths: Record<string, Record<string, unknown>> = {};
@@ -158,6 +192,8 @@ export function openApiDocument(config: Pick<SyncConfig, 'collections'>, o: Docu
     const item = (paths[r.path] ??= {});
     item[r.method] = operation(r, o, false);
     if (r.head) item.head = operation(r, o, true);
+    const bare = r.path.slice((o.basePath ?? '').length);
+    if (o.cors && CORS_PREFIXES.some((p) => bare.startsWith(p))) item.options = preflight(r.path);
   }
   return {
     openapi: '3.1.0',
@@ -169,7 +205,9 @@ export function openApiDocument(config: Pick<SyncConfig, 'collections'>, o: Docu
       license: { name: 'Apache-2.0', identifier: 'Apache-2.0' },
     },
     servers: [{ url: '/' }],
-    tags: [...new Set(routeTable(config, o).map((r) => r.tag))].map((name) => ({ name })),
+    tags: [...new Set([...routeTable(config, o).map((r) => r.tag), ...(o.cors ? ['cors'] : [])])].map((name) => ({
+      name,
+    })),
     paths,
     components: {
       securitySchemes: {
@@ -189,6 +227,16 @@ export function openApiDocument(config: Pick<SyncConfig, 'collections'>, o: Docu
           scheme: 'Cap',
           description: 'A Starfish v3 capability certificate (CAP_AUTH=on): Authorization: Cap <cert>',
         },
+        ...(o.segment
+          ? {
+              segmentWriteKey: {
+                type: 'http',
+                scheme: 'basic',
+                description:
+                  "A Segment write key of SEGMENT_WRITE_KEYS_FILE as the Basic user name (empty password); or the body's writeKey",
+              },
+            }
+          : {}),
       },
       schemas: {
         ErrorCode: { type: 'string', enum: [...ERROR_CODE_LIST] },
@@ -214,6 +262,9 @@ export interface DocumentEnv {
   JWT_JWKS_URL?: string | undefined;
   JWT_PUBLIC_KEY?: string | undefined;
   CAP_AUTH?: string | undefined;
+  SEGMENT_WRITE_KEYS_FILE?: string | undefined;
+  /** As parsed by shared/config.ts (a list), or as the environment gives it (comma-separated). */
+  CORS_ORIGINS?: readonly string[] | string | undefined;
 }
 
 /** The document options `npm start` serves with, from its environment. */
@@ -222,5 +273,7 @@ export function documentOptionsOf(env: DocumentEnv): DocumentOptions {
     basePath: env.BASE_PATH ?? '',
     jwt: Boolean(env.JWT_JWKS_URL || env.JWT_PUBLIC_KEY),
     cap: env.CAP_AUTH === 'on',
+    segment: Boolean(env.SEGMENT_WRITE_KEYS_FILE),
+    cors: typeof env.CORS_ORIGINS === 'string' ? env.CORS_ORIGINS.trim() !== '' : Boolean(env.CORS_ORIGINS?.length),
   };
 }

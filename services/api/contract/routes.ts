@@ -64,7 +64,12 @@ export interface RouteTableOptions {
   basePath?: string;
   /** `GET /config` is public (npm start) or filtered by the caller's roles. */
   configAuth?: 'public' | 'role-filtered';
+  /** SEGMENT_WRITE_KEYS_FILE set: the Segment tracking API under /v1. */
+  segment?: boolean;
 }
+
+/** The role of the Segment routes: a write key (HTTP Basic user name, or the body's `writeKey`). */
+export const SEGMENT_WRITE_KEY_ROLE = 'segment-write-key';
 
 const SERVER: ErrorCode[] = ['internal', 'method_not_allowed'];
 const SYNC: ErrorCode[] = [...SERVER, 'unavailable', 'request_timeout', 'rate_limited'];
@@ -366,6 +371,51 @@ function adminRoutes(base: string): RouteSpec[] {
   ];
 }
 
+/** The Segment door's routes (services/api/segment/router.ts): each call type and its short form. */
+const SEGMENT_PATHS: readonly [string, string][] = [
+  ['batch', 'batch'],
+  ['b', 'batch'],
+  ['track', 'track'],
+  ['t', 'track'],
+  ['identify', 'identify'],
+  ['i', 'identify'],
+  ['page', 'page'],
+  ['p', 'page'],
+  ['screen', 'screen'],
+  ['s', 'screen'],
+  ['group', 'group'],
+  ['g', 'group'],
+  ['alias', 'alias'],
+  ['a', 'alias'],
+];
+
+function segmentRoutes(base: string): RouteSpec[] {
+  return SEGMENT_PATHS.map(([path, call]) => ({
+    method: 'post' as const,
+    path: `${base}/v1/${path}`,
+    operationId: `segment_${path}`,
+    summary: path === call ? `Segment ${call} (one request is one batch)` : `Segment ${call} (short form)`,
+    tag: 'segment',
+    roles: [SEGMENT_WRITE_KEY_ROLE],
+    headers: { 'Content-Encoding': S.ContentEncodingHeader },
+    // Read as JSON whatever Content-Type says (analytics.js sends text/plain).
+    body: { required: true, content: { 'application/json': call === 'batch' ? S.SegmentBatch : S.SegmentCall } },
+    answers: [{ status: 200, description: 'Durable', content: { 'application/json': S.SegmentAnswer } }],
+    codes: [
+      ...SYNC,
+      'unauthorized',
+      'bad_json',
+      'bad_envelope',
+      'bad_encoding',
+      'bad_request',
+      'too_large',
+      'content_encoding',
+      'idempotency_conflict',
+      'overloaded',
+    ],
+  }));
+}
+
 /** Every route the product serves for `config`, in a stable order. */
 export function routeTable(config: Pick<SyncConfig, 'collections'>, o: RouteTableOptions = {}): RouteSpec[] {
   const base = o.basePath ?? '';
@@ -374,5 +424,6 @@ export function routeTable(config: Pick<SyncConfig, 'collections'>, o: RouteTabl
     ...manifestRoutes(base, o.configAuth ?? 'public'),
     ...config.collections.flatMap((c) => collectionRoutes(c, base)),
     ...adminRoutes(base),
+    ...(o.segment ? segmentRoutes(base) : []),
   ];
 }

@@ -111,8 +111,9 @@ export const EraseQueuedAnswer = z.object({ id: z.string(), state: z.literal('qu
 export const EraseStatusAnswer = z
   .object({
     id: z.string(),
-    collection: z.string(),
-    app: z.string(),
+    // Absent for a job whose data cannot be read (state failed, `error` says why).
+    collection: z.string().optional(),
+    app: z.string().optional(),
     dry_run: z.boolean(),
     state: z.enum(['queued', 'running', 'waiting', 'completed', 'failed']),
     files_scanned: z.int(),
@@ -127,3 +128,29 @@ export const EraseStatusAnswer = z
 
 /** A header or parameter taken as any string (its rules are in the handler: If-None-Match, Range). */
 export const Text = z.string();
+
+/**
+ * One Segment call (services/api/segment/translate.ts maps it; docs/segment.md). Permissive: the
+ * translator validates the bytes (UTF-8, JSON, depth) and keeps every other member in `extra`.
+ */
+export const SegmentCall = z
+  .object({
+    type: z.enum(['track', 'identify', 'page', 'screen', 'group', 'alias']).optional().describe('→ event_type'),
+    event: z.string().optional().describe('track: → event'),
+    name: z.string().optional().describe('page, screen: → event'),
+    userId: z.unknown().optional().describe('→ distinct_id'),
+    anonymousId: z.unknown().optional().describe('→ anonymous_id'),
+    timestamp: z.unknown().optional().describe('→ ts'),
+    messageId: z.unknown().optional().describe('→ message_id; every call with one: the request is idempotent'),
+    properties: z.unknown().optional().describe('track, page, screen: → properties'),
+    traits: z.unknown().optional().describe('identify, group: → properties'),
+    context: z.unknown().optional().describe('→ context'),
+    writeKey: z.string().optional().describe('The write key when no Authorization header; never stored'),
+  })
+  .loose();
+
+/** `POST /v1/batch`: the calls, and members (sentAt, context, …) applied to each call without them. */
+export const SegmentBatch = z.object({ batch: z.array(SegmentCall), writeKey: z.string().optional() }).loose();
+
+/** What the Segment door answers once the batch is durable. */
+export const SegmentAnswer = z.object({ success: z.literal(true) });

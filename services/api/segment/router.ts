@@ -14,6 +14,7 @@ import { BodyError, discardRest, readBody } from '../body.js';
 import { type CorsOptions, cors } from '../edge/cors.js';
 import type { RateLimiter } from '../edge/rate-limit.js';
 import { resolveCounters } from '../edge/rate-limit.js';
+import { methodNotAllowed } from '../edge/methods.js';
 import { securityHeaders } from '../edge/security-headers.js';
 import { ApiError, errorAnswer, jsonErrorHandler, outcomeAnswer, refusalAnswer, sendError } from '../error-map.js';
 import { type EventsServerPlugin, pushResultOf } from '../plugin.js';
@@ -71,6 +72,8 @@ export function createSegmentRouter(opts: SegmentRouterOptions): Router {
   if (opts.cors) router.use('/v1', cors(opts.cors));
   router.use('/v1', securityHeaders(true));
   for (const [path, route] of ROUTES) router.post(`/v1/${path}`, handler(opts, doors, route));
+  // Another method answers 405 with Allow, as every other route does (it was a 404).
+  for (const [path] of ROUTES) router.all(`/v1/${path}`, methodNotAllowed(['POST']));
   router.use('/v1', jsonErrorHandler());
   return router;
 }
