@@ -19,6 +19,7 @@ import { ApiError, errorAnswer, jsonErrorHandler, outcomeAnswer, refusalAnswer, 
 import { type EventsServerPlugin, pushResultOf } from '../plugin.js';
 import { Admission, type BodyRefusal, type BodySource, type ReadBody, type Refused } from '../push/admission/index.js';
 import { parseContentEncoding } from '../push/admission/content.js';
+import type { PushOutcome } from '../push/outcome.js';
 import type { RouterObserver } from '../router.js';
 import { type SegmentRoute, translateSegment } from './translate.js';
 import { type WriteKeyTarget, type WriteKeys, basicUser } from './write-keys.js';
@@ -27,6 +28,8 @@ import { type WriteKeyTarget, type WriteKeys, basicUser } from './write-keys.js'
 const SEGMENT_MIME_TYPES = ['application/json'];
 /** The last path segment the push routes discard; the server mints the batch id. */
 const MINTED = 'segment';
+/** The least Retry-After of a 503 for Redis away (see segmentWait). */
+const UNAVAILABLE_RETRY_AFTER_SECONDS = 5;
 
 export interface SegmentRouterOptions {
   writeKeys: WriteKeys;
@@ -218,7 +221,7 @@ async function admit(
       if (!result)
         return sendError(
           res,
-          outcomeAnswer(outcome) ?? errorAnswer(new Error(`push outcome ${outcome.kind} has no answer`)),
+          outcomeAnswer(segmentWait(outcome)) ?? errorAnswer(new Error(`push outcome ${outcome.kind} has no answer`)),
         );
       opts.observer?.pushed?.(result, r.sentBytes);
       res.status(200).json({ success: true });
@@ -299,4 +302,15 @@ async function admitByBodyKey(
   } finally {
     opts.inflightBudget?.give(held.bytes);
   }
+}
+
+/**
+ * Redis away (or another `unavailable` outcome) asks a Segment client to wait at least
+ * {@link UNAVAILABLE_RETRY_AFTER_SECONDS}. RudderStack's node SDK honours Retry-After and retries 3
+ * times by default: at the push path's 1 s it gives up after about 3 s of outage, at 5 s it rides
+ * out about 15 s. Segment's own SDKs ignore the header on a 503 (their backoff: 0.5 s doubling).
+ */
+function segmentWait(outcome: PushOutcome): PushOutcome {
+  if (outcome.kind !== 'unavailable') return outcome;
+  return { ...outcome, retryAfter: Math.max(outcome.retryAfter ?? 1, UNAVAILABLE_RETRY_AFTER_SECONDS) };
 }
