@@ -15,6 +15,7 @@ import { type CorsOptions, cors } from '../edge/cors.js';
 import type { RateLimiter } from '../edge/rate-limit.js';
 import { resolveCounters } from '../edge/rate-limit.js';
 import { securityHeaders } from '../edge/security-headers.js';
+import { requestTimeout } from '../edge/timeout.js';
 import { ApiError, errorAnswer, jsonErrorHandler, outcomeAnswer, refusalAnswer, sendError } from '../error-map.js';
 import { type EventsServerPlugin, pushResultOf } from '../plugin.js';
 import { Admission, type BodyRefusal, type BodySource, type ReadBody, type Refused } from '../push/admission/index.js';
@@ -40,6 +41,8 @@ export interface SegmentRouterOptions {
   shedReason?: () => string | null;
   inflightBudget?: ByteBudget;
   observer?: RouterObserver;
+  /** REQUEST_TIMEOUT_MS, as on the sync routes (0 or unset: none). */
+  requestTimeoutMs?: number;
 }
 
 const ROUTES: readonly [string, SegmentRoute][] = [
@@ -73,6 +76,11 @@ export function createSegmentRouter(opts: SegmentRouterOptions): Router {
   const router = express.Router({ caseSensitive: true, strict: false });
   if (opts.cors) router.use('/v1', cors(opts.cors));
   router.use('/v1', securityHeaders(true));
+  if (opts.requestTimeoutMs && opts.requestTimeoutMs > 0)
+    router.use(
+      '/v1',
+      requestTimeout(opts.requestTimeoutMs, () => opts.observer?.timedOut?.()),
+    );
   for (const [path, route] of ROUTES) router.post(`/v1/${path}`, handler(opts, doors, route));
   router.use('/v1', jsonErrorHandler());
   return router;
@@ -157,10 +165,10 @@ function handler(opts: SegmentRouterOptions, doors: Map<string, Door>, route: Se
   return async function segment(req: Request, res: Response): Promise<void> {
     const user = basicUser(req.headers.authorization);
     if (user === null)
-      return refuse(req, res, opts, unauthorized('Authorization must be Basic with the write key as user name'));
+      return refuse(req, res, opts, doors, unauthorized('Authorization must be Basic with the write key as user name'));
     if (user !== undefined) {
       const target = opts.writeKeys.lookup(user);
-      if (!target) return refuse(req, res, opts, unauthorized('unknown write key'));
+      if (!target) return refuse(req, res, opts, doors, unauthorized('unknown write key'));
       return admit(opts, doors, target, req, res, bodySource(req, route));
     }
     return admitByBodyKey(opts, doors, route, req, res);
@@ -168,13 +176,42 @@ function handler(opts: SegmentRouterOptions, doors: Map<string, Door>, route: Se
 }
 
 /** Refuses before admission: drains the body so the answer arrives, counts it. */
-async function refuse(req: Request, res: Response, opts: SegmentRouterOptions, err: ApiError): Promise<void> {
-  if (err.code === 'unauthorized') {
-    opts.observer?.authDenied?.(401);
-    opts.observer?.rejected?.('unauthorized');
-  }
+async function refuse(
+  req: Request,
+  res: Response,
+  opts: SegmentRouterOptions,
+  doors: Map<string, Door>,
+  err: ApiError,
+): Promise<void> {
+  const answer = err.code === 'unauthorized' ? await deniedAnswer(req, res, opts, doors, err) : err;
   const headers = await discardRest(req);
-  sendError(res, errorAnswer(new ApiError(err.code, err.message, { ...err.headers, ...headers })));
+  sendError(res, errorAnswer(new ApiError(answer.code, answer.message, { ...answer.headers, ...headers })));
+}
+
+/**
+ * A refused write key, counted and held against the push rate limits of every collection the door
+ * serves, as the sync routes count refused credentials (an anonymous request, bucketed by its
+ * address): guessing keys is limited like any other request, so past the limit it is a 429.
+ */
+async function deniedAnswer(
+  req: Request,
+  res: Response,
+  opts: SegmentRouterOptions,
+  doors: Map<string, Door>,
+  err: ApiError,
+): Promise<ApiError> {
+  opts.observer?.authDenied?.(401);
+  opts.observer?.rejected?.('unauthorized');
+  for (const door of doors.values()) {
+    if (!door.limit) continue;
+    try {
+      await run(door.limit, req, res);
+    } catch (limited) {
+      if (limited instanceof ApiError) return limited;
+      throw limited;
+    }
+  }
+  return err;
 }
 
 /** The push path for a write key's app: rate limits, admission, `PushService.accept`, Segment's answer. */
@@ -242,7 +279,7 @@ async function admitByBodyKey(
   res: Response,
 ): Promise<void> {
   const coding = parseContentEncoding(req.headers['content-encoding']);
-  if (!coding.ok) return refuse(req, res, opts, new ApiError('content_encoding', coding.error));
+  if (!coding.ok) return refuse(req, res, opts, doors, new ApiError('content_encoding', coding.error));
   const maxBytes = Math.max(...[...doors.values()].map((d) => d.collection.maxBodyBytes));
   const held = { bytes: 0 };
   try {
@@ -270,18 +307,10 @@ async function admitByBodyKey(
     const key = found.writeKey;
     const target = key === undefined ? undefined : opts.writeKeys.lookup(key);
     if (!target) {
-      opts.observer?.authDenied?.(401);
-      opts.observer?.rejected?.('unauthorized');
-      return sendError(
-        res,
-        errorAnswer(
-          unauthorized(
-            key === undefined
-              ? "no write key: send it as the Basic user name or the body's writeKey"
-              : 'unknown write key',
-          ),
-        ),
+      const denied = unauthorized(
+        key === undefined ? "no write key: send it as the Basic user name or the body's writeKey" : 'unknown write key',
       );
+      return sendError(res, errorAnswer(await deniedAnswer(req, res, opts, doors, denied)));
     }
     const given = t;
     const body: BodySource = {
