@@ -31,6 +31,7 @@ export const SYSTEM = [
   'test/integration/helm-keda-cluster.test.ts',
   // Chromium.
   'test/integration/browser.test.ts',
+  'test/integration/segment-browser.test.ts',
   // Prometheus and promtool.
   'test/integration/observability.test.ts',
   // Short forms of npm run chaos, soak, bench and rollup-acceptance.

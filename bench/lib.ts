@@ -391,6 +391,8 @@ export interface LoadOptions {
   durationSec: number;
   /** Fixed offered load in requests/s across all connections; omit for saturation. */
   overallRate?: number;
+  /** More request headers (a Segment write key's Authorization). */
+  headers?: Record<string, string>;
 }
 
 /** One autocannon run of JSON pushes; each request gets a fresh body and path. */
@@ -406,7 +408,7 @@ export function loadTest(o: LoadOptions): Promise<AutocannonResult> {
         requests: [
           {
             method: 'POST',
-            headers: { 'content-type': 'application/json' },
+            headers: { 'content-type': 'application/json', ...o.headers },
             setupRequest: (req) => ({ ...req, path: o.path(), body: o.body() }),
           },
         ],

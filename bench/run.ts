@@ -25,6 +25,7 @@ const SCENARIOS: ScenarioEntry[] = [
   { name: 'iceberg', module: './scenarios/iceberg.js' },
   { name: 'erase', module: './scenarios/erase.js' },
   { name: 'codec', module: './scenarios/codec.js' },
+  { name: 'segment', module: './scenarios/segment.js' },
   // Written by another engineer; skipped when the file is not there.
   { name: 'list', module: './scenarios/list.js', optional: true },
   { name: 'rate-limit', module: './scenarios/rate-limit.js', optional: true },

@@ -51,7 +51,7 @@ describe('npm run bench -- --smoke', () => {
       expect(result.smoke).toBe(true);
       expect(result.failures).toEqual([]);
       const scenarios = new Set(result.rows.map((r) => r.scenario));
-      const expected = ['encoder', 'e2e', 'redis-memory', 'scaling'];
+      const expected = ['encoder', 'e2e', 'redis-memory', 'scaling', 'segment'];
       if (existsSync(join(ROOT, 'bench/scenarios/list.ts'))) expected.push('list');
       for (const s of expected) expect(scenarios, `scenario ${s} has rows`).toContain(s);
       for (const r of result.rows) {

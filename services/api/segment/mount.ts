@@ -43,6 +43,7 @@ export function createSegmentDoor(o: SegmentDoorOptions): Router {
     shedReason: o.shedReason,
     inflightBudget: o.inflightBudget,
     observer: o.observer,
+    requestTimeoutMs: o.edge.requestTimeoutMs,
   });
 }
 

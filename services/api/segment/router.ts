@@ -16,10 +16,12 @@ import type { RateLimiter } from '../edge/rate-limit.js';
 import { resolveCounters } from '../edge/rate-limit.js';
 import { methodNotAllowed } from '../edge/methods.js';
 import { securityHeaders } from '../edge/security-headers.js';
+import { requestTimeout } from '../edge/timeout.js';
 import { ApiError, errorAnswer, jsonErrorHandler, outcomeAnswer, refusalAnswer, sendError } from '../error-map.js';
 import { type EventsServerPlugin, pushResultOf } from '../plugin.js';
 import { Admission, type BodyRefusal, type BodySource, type ReadBody, type Refused } from '../push/admission/index.js';
 import { parseContentEncoding } from '../push/admission/content.js';
+import type { PushOutcome } from '../push/outcome.js';
 import type { RouterObserver } from '../router.js';
 import { type SegmentRoute, translateSegment } from './translate.js';
 import { type WriteKeyTarget, type WriteKeys, basicUser } from './write-keys.js';
@@ -28,6 +30,8 @@ import { type WriteKeyTarget, type WriteKeys, basicUser } from './write-keys.js'
 const SEGMENT_MIME_TYPES = ['application/json'];
 /** The last path segment the push routes discard; the server mints the batch id. */
 const MINTED = 'segment';
+/** The least Retry-After of a 503 for Redis away (see segmentWait). */
+const UNAVAILABLE_RETRY_AFTER_SECONDS = 5;
 
 export interface SegmentRouterOptions {
   writeKeys: WriteKeys;
@@ -38,6 +42,8 @@ export interface SegmentRouterOptions {
   shedReason?: () => string | null;
   inflightBudget?: ByteBudget;
   observer?: RouterObserver;
+  /** REQUEST_TIMEOUT_MS, as on the sync routes (0 or unset: none). */
+  requestTimeoutMs?: number;
 }
 
 const ROUTES: readonly [string, SegmentRoute][] = [
@@ -71,6 +77,11 @@ export function createSegmentRouter(opts: SegmentRouterOptions): Router {
   const router = express.Router({ caseSensitive: true, strict: false });
   if (opts.cors) router.use('/v1', cors(opts.cors));
   router.use('/v1', securityHeaders(true));
+  if (opts.requestTimeoutMs && opts.requestTimeoutMs > 0)
+    router.use(
+      '/v1',
+      requestTimeout(opts.requestTimeoutMs, () => opts.observer?.timedOut?.()),
+    );
   for (const [path, route] of ROUTES) router.post(`/v1/${path}`, handler(opts, doors, route));
   // Another method answers 405 with Allow, as every other route does (it was a 404).
   for (const [path] of ROUTES) router.all(`/v1/${path}`, methodNotAllowed(['POST']));
@@ -157,10 +168,10 @@ function handler(opts: SegmentRouterOptions, doors: Map<string, Door>, route: Se
   return async function segment(req: Request, res: Response): Promise<void> {
     const user = basicUser(req.headers.authorization);
     if (user === null)
-      return refuse(req, res, opts, unauthorized('Authorization must be Basic with the write key as user name'));
+      return refuse(req, res, opts, doors, unauthorized('Authorization must be Basic with the write key as user name'));
     if (user !== undefined) {
       const target = opts.writeKeys.lookup(user);
-      if (!target) return refuse(req, res, opts, unauthorized('unknown write key'));
+      if (!target) return refuse(req, res, opts, doors, unauthorized('unknown write key'));
       return admit(opts, doors, target, req, res, bodySource(req, route));
     }
     return admitByBodyKey(opts, doors, route, req, res);
@@ -168,13 +179,42 @@ function handler(opts: SegmentRouterOptions, doors: Map<string, Door>, route: Se
 }
 
 /** Refuses before admission: drains the body so the answer arrives, counts it. */
-async function refuse(req: Request, res: Response, opts: SegmentRouterOptions, err: ApiError): Promise<void> {
-  if (err.code === 'unauthorized') {
-    opts.observer?.authDenied?.(401);
-    opts.observer?.rejected?.('unauthorized');
-  }
+async function refuse(
+  req: Request,
+  res: Response,
+  opts: SegmentRouterOptions,
+  doors: Map<string, Door>,
+  err: ApiError,
+): Promise<void> {
+  const answer = err.code === 'unauthorized' ? await deniedAnswer(req, res, opts, doors, err) : err;
   const headers = await discardRest(req);
-  sendError(res, errorAnswer(new ApiError(err.code, err.message, { ...err.headers, ...headers })));
+  sendError(res, errorAnswer(new ApiError(answer.code, answer.message, { ...answer.headers, ...headers })));
+}
+
+/**
+ * A refused write key, counted and held against the push rate limits of every collection the door
+ * serves, as the sync routes count refused credentials (an anonymous request, bucketed by its
+ * address): guessing keys is limited like any other request, so past the limit it is a 429.
+ */
+async function deniedAnswer(
+  req: Request,
+  res: Response,
+  opts: SegmentRouterOptions,
+  doors: Map<string, Door>,
+  err: ApiError,
+): Promise<ApiError> {
+  opts.observer?.authDenied?.(401);
+  opts.observer?.rejected?.('unauthorized');
+  for (const door of doors.values()) {
+    if (!door.limit) continue;
+    try {
+      await run(door.limit, req, res);
+    } catch (limited) {
+      if (limited instanceof ApiError) return limited;
+      throw limited;
+    }
+  }
+  return err;
 }
 
 /** The push path for a write key's app: rate limits, admission, `PushService.accept`, Segment's answer. */
@@ -221,7 +261,7 @@ async function admit(
       if (!result)
         return sendError(
           res,
-          outcomeAnswer(outcome) ?? errorAnswer(new Error(`push outcome ${outcome.kind} has no answer`)),
+          outcomeAnswer(segmentWait(outcome)) ?? errorAnswer(new Error(`push outcome ${outcome.kind} has no answer`)),
         );
       opts.observer?.pushed?.(result, r.sentBytes);
       res.status(200).json({ success: true });
@@ -242,7 +282,7 @@ async function admitByBodyKey(
   res: Response,
 ): Promise<void> {
   const coding = parseContentEncoding(req.headers['content-encoding']);
-  if (!coding.ok) return refuse(req, res, opts, new ApiError('content_encoding', coding.error));
+  if (!coding.ok) return refuse(req, res, opts, doors, new ApiError('content_encoding', coding.error));
   const maxBytes = Math.max(...[...doors.values()].map((d) => d.collection.maxBodyBytes));
   const held = { bytes: 0 };
   try {
@@ -270,18 +310,10 @@ async function admitByBodyKey(
     const key = found.writeKey;
     const target = key === undefined ? undefined : opts.writeKeys.lookup(key);
     if (!target) {
-      opts.observer?.authDenied?.(401);
-      opts.observer?.rejected?.('unauthorized');
-      return sendError(
-        res,
-        errorAnswer(
-          unauthorized(
-            key === undefined
-              ? "no write key: send it as the Basic user name or the body's writeKey"
-              : 'unknown write key',
-          ),
-        ),
+      const denied = unauthorized(
+        key === undefined ? "no write key: send it as the Basic user name or the body's writeKey" : 'unknown write key',
       );
+      return sendError(res, errorAnswer(await deniedAnswer(req, res, opts, doors, denied)));
     }
     const given = t;
     const body: BodySource = {
@@ -302,4 +334,15 @@ async function admitByBodyKey(
   } finally {
     opts.inflightBudget?.give(held.bytes);
   }
+}
+
+/**
+ * Redis away (or another `unavailable` outcome) asks a Segment client to wait at least
+ * {@link UNAVAILABLE_RETRY_AFTER_SECONDS}. RudderStack's node SDK honours Retry-After and retries 3
+ * times by default: at the push path's 1 s it gives up after about 3 s of outage, at 5 s it rides
+ * out about 15 s. Segment's own SDKs ignore the header on a 503 (their backoff: 0.5 s doubling).
+ */
+function segmentWait(outcome: PushOutcome): PushOutcome {
+  if (outcome.kind !== 'unavailable') return outcome;
+  return { ...outcome, retryAfter: Math.max(outcome.retryAfter ?? 1, UNAVAILABLE_RETRY_AFTER_SECONDS) };
 }
