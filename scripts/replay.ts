@@ -9,7 +9,8 @@ import { ConfigError, parseEnv } from '../shared/config.js';
 import { isBatchId } from '../shared/ids.js';
 import { isGroupJobId } from '../shared/redis/jobs/push.js';
 import { closeRedis, createRedisClient, redisTarget, waitReady } from '../shared/redis/connection.js';
-import { ShardSet, shardLayouts } from '../shared/redis/shards.js';
+import { shardLayouts } from '../shared/redis/shards.js';
+import { ShardSet } from '../shared/ledger/shard-set.js';
 
 const program = new Command()
   .name('replay')

@@ -19,7 +19,8 @@ import {
   redisTarget,
   waitReady,
 } from './redis/connection.js';
-import { LEGACY_QUEUE_PREFIX, type ShardLayout, ensureShardLayout, shardLayouts } from './redis/shards.js';
+import { LEGACY_QUEUE_PREFIX, type ShardLayout, shardLayouts } from './redis/shards.js';
+import { ensureShardLayout } from './ledger/shard-set.js';
 import { withTimeout } from './timeout.js';
 import { applyHeapGrowth } from './runtime.js';
 import { storeFromEnv } from './store/from-env.js';

@@ -15,7 +15,8 @@ import { join } from 'node:path';
 import { openQueue, queueAddress } from '../../shared/redis/queues.js';
 import { Cluster, Redis } from 'ioredis';
 import { PRIVATE_REDIS_ARGS } from '../../shared/redis/private-server.js';
-import { ShardSet, shardLayouts } from '../../shared/redis/shards.js';
+import { shardLayouts } from '../../shared/redis/shards.js';
+import { ShardSet } from '../../shared/ledger/shard-set.js';
 import { startRedisCluster } from '../../test/helpers/redis-cluster.js';
 import { freePort, startRedisServer } from '../../test/helpers/redis-server.js';
 import {

@@ -1,7 +1,7 @@
 import express, { type NextFunction, type Request, type Response, type Router } from 'express';
 import type { Job, Queue } from 'bullmq';
 import { type RedisClient, asRedisUnavailable } from '../../shared/redis/connection.js';
-import type { ShardSet } from '../../shared/redis/shards.js';
+import type { ShardSet } from '../../shared/ledger/shard-set.js';
 import { RedisUnavailable, TimeoutError } from '../../shared/errors.js';
 import { ApiError } from './error-map.js';
 import { type BestEffortSink, bestEffort } from '../../shared/best-effort.js';

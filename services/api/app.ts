@@ -9,7 +9,7 @@ import express, {
 import type { IncomingMessage } from 'node:http';
 import type { Queue } from 'bullmq';
 import type { Registry } from 'prom-client';
-import { ShardSet } from '../../shared/redis/shards.js';
+import { ShardSet } from '../../shared/ledger/shard-set.js';
 import type { ApiSlice } from '../../shared/config-slices.js';
 import {
   API_ENCODE_MAX_BYTES_DEFAULT,

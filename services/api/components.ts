@@ -1,7 +1,7 @@
 import type http from 'node:http';
 import { type RunningServer, listen } from '../../shared/http.js';
 import { type Component, settled } from '../../shared/lifecycle.js';
-import { ShardSet } from '../../shared/redis/shards.js';
+import { ShardSet } from '../../shared/ledger/shard-set.js';
 import { withTimeout } from '../../shared/timeout.js';
 import { apiSlice, listenSlice, redisSlice } from '../../shared/config-slices.js';
 import type { StackContext } from '../../shared/stack-context.js';

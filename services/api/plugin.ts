@@ -19,7 +19,7 @@ import type { ParquetEncodeThread } from '../../shared/parquet/encode-thread-poo
 import { type StoragePathTemplate, batchKey, parseStoragePath } from '../../shared/paths.js';
 import { API_ENCODE_MIN_BYTES } from '../../shared/redis/jobs/push.js';
 import type { ObjectStore, StoredObject } from '../../shared/store/types.js';
-import type { ShardSet } from '../../shared/redis/shards.js';
+import type { ShardSet } from '../../shared/ledger/shard-set.js';
 import { BatchLister, type ListIndex, type ListResult } from './list/batch-lister.js';
 import { BullJobSink, redisLedger, routeOf, storeFiles } from './push/adapters.js';
 import type { PushObserver } from './push/context.js';

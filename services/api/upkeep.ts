@@ -3,7 +3,7 @@ import { bestEffort } from '../../shared/best-effort.js';
 import { reapOnce } from '../../shared/ledger/reaper.js';
 import { type Logger, type ThrottledWarn, throttledWarn } from '../../shared/logger.js';
 import { type RedisClient, redisAddress } from '../../shared/redis/connection.js';
-import type { Shard, ShardSet } from '../../shared/redis/shards.js';
+import type { Shard, ShardSet } from '../../shared/ledger/shard-set.js';
 import { withTimeout } from '../../shared/timeout.js';
 import { type ApiMetrics, QUEUE_STATES, SHARD_QUEUE_STATES, type UpkeepStep } from './metrics.js';
 

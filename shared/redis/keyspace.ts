@@ -142,7 +142,7 @@ export const KEY_FAMILIES: Readonly<Record<KeyFamilyName, KeyFamily>> = {
     bound: 'the backlog',
     sizedIn: `${SIZING}, \`{ns}:groups\``,
   },
-  /** The QUEUE_SHARDS the keys are laid out for (shared/redis/shards.ts, ensureShardLayout): one small string per deployment, no TTL. */
+  /** The QUEUE_SHARDS the keys are laid out for (shared/ledger/shard-set.ts, ensureShardLayout): one small string per deployment, no TTL. */
   shards: {
     pattern: '{<QUEUE_NAME>}:shards',
     type: 'string',
@@ -273,7 +273,7 @@ export const ledgerKeys = {
   idemUnused: (ns: string): string => `${hashTag(ns)}:idem:-`,
 } as const;
 
-/** Where the shard count the keys are laid out for is recorded (see shared/redis/shards.ts, ensureShardLayout). */
+/** Where the shard count the keys are laid out for is recorded (see shared/ledger/shard-set.ts, ensureShardLayout). */
 export function shardMarkerKey(queueName: string): string {
   return `${hashTag(queueName)}:shards`;
 }

@@ -22,7 +22,8 @@ import {
   waitForRetentionPast,
 } from '../helpers/rollup.js';
 import { reapOnce } from '../../shared/ledger/reaper.js';
-import { ShardSet, ensureShardLayout, shardIndex, shardLayouts } from '../../shared/redis/shards.js';
+import { shardIndex, shardLayouts } from '../../shared/redis/shards.js';
+import { ShardSet, ensureShardLayout } from '../../shared/ledger/shard-set.js';
 import { ADMIN_TOKEN, type TestStack, startTestStack } from '../helpers/stack.js';
 import { uniqueName } from '../helpers/names.js';
 import { batchBody, sampleEvent } from '../helpers/events.js';

@@ -7,7 +7,8 @@ import type { RedisClient } from '../../shared/redis/connection.js';
 import { BullJobSink } from '../../services/api/push/adapters.js';
 import { EnqueueRefused } from '../../services/api/push/ports.js';
 import type { BatchJob } from '../../shared/redis/jobs/push.js';
-import { ensureShardLayout, recordedShardCount, shardLayouts } from '../../shared/redis/shards.js';
+import { recordedShardCount, shardLayouts } from '../../shared/redis/shards.js';
+import { ensureShardLayout } from '../../shared/ledger/shard-set.js';
 
 /** A socket error as Node makes it. */
 const sockErr = (code: string): Error =>

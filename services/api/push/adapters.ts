@@ -10,7 +10,7 @@ import {
   groupJobId,
 } from '../../../shared/redis/jobs/push.js';
 import { asRedisUnavailable, commandNeverRan, redisCall } from '../../../shared/redis/connection.js';
-import type { Shard, ShardSet } from '../../../shared/redis/shards.js';
+import type { Shard, ShardSet } from '../../../shared/ledger/shard-set.js';
 import type { ObjectStore } from '../../../shared/store/types.js';
 import { type BatchFiles, EnqueueRefused, type EnqueueTicket, type JobSink, type Ledger } from './ports.js';
 
