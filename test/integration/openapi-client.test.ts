@@ -4,15 +4,23 @@
  * and openapi-fetch) pushes, lists, pulls and reads /config against the running product.
  */
 import createClient from 'openapi-fetch';
-import { describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { paths } from '../helpers/openapi-types.js';
-import { ADMIN_TOKEN, useApiOnlyStack } from '../helpers/stack.js';
+import { ADMIN_TOKEN, type TestStack, startTestStack } from '../helpers/stack.js';
+import { waitFor } from '../helpers/wait.js';
 
 describe('a client generated from the OpenAPI document', () => {
-  const { stack } = useApiOnlyStack({ ROLLUP: 'off' });
+  // The API and an encoder, as `npm start` runs them: the pushed batch is written, listed and pulled.
+  let stack: TestStack;
+  beforeAll(async () => {
+    stack = await startTestStack({ ROLLUP: 'off' });
+  });
+  afterAll(async () => {
+    await stack?.shutdown();
+  });
 
   it('pushes, lists, pulls and reads /config', async () => {
-    const client = createClient<paths>({ baseUrl: stack().url });
+    const client = createClient<paths>({ baseUrl: stack.url });
     const config = await client.GET('/config');
     expect(config.data?.collections.map((c) => c.name)).toEqual(['events']);
 
@@ -27,14 +35,20 @@ describe('a client generated from the OpenAPI document', () => {
     const auth = { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } };
     const refused = await client.GET('/list/events/{app}', { params: { path: { app: 'client-app' } } });
     expect(refused.error?.code).toBe('unauthorized');
-    // No encoder in this stack: the batch is queued, so the list shows it once an encoder wrote it;
-    // the listing and its typed answer are what is checked here.
-    const list = await client.GET('/list/events/{app}', {
-      params: { path: { app: 'client-app' }, query: { limit: 10 } },
-      ...auth,
-    });
+    // A batch is listed once the encoder has written its file.
+    const list = await waitFor(
+      async () => {
+        const r = await client.GET('/list/events/{app}', {
+          params: { path: { app: 'client-app' }, query: { limit: 10 } },
+          ...auth,
+        });
+        return r.data?.items.includes(`${String(batchId)}.parquet`) ? r : undefined;
+      },
+      30_000,
+      'the pushed batch in the list',
+    );
     expect(list.response.status).toBe(200);
-    expect(list.data?.hasMore).toBe(false);
+    expect(list.data).toEqual({ items: [`${String(batchId)}.parquet`], hasMore: false });
 
     const pull = await client.GET('/pull/events/{app}/{batchId}', {
       params: { path: { app: 'client-app', batchId: String(batchId) } },
@@ -42,7 +56,9 @@ describe('a client generated from the OpenAPI document', () => {
       ...auth,
     });
     expect(pull.response.status).toBe(200);
-    // Not encoded yet (no encoder): the Starfish empty document; encoded: the Parquet file.
-    expect(pull.response.headers.get('content-type')).toMatch(/^application\/(json|vnd\.apache\.parquet)/);
+    expect(pull.response.headers.get('content-type')).toBe('application/vnd.apache.parquet');
+    const bytes = Buffer.from(pull.data as ArrayBuffer);
+    expect(bytes.subarray(0, 4).toString()).toBe('PAR1');
+    expect(bytes.subarray(-4).toString()).toBe('PAR1');
   });
 });
