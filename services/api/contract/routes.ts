@@ -13,6 +13,7 @@ import { REWRITTEN_ROUTE, rewrittenRoles } from '../list/rewritten.js';
 import { PARQUET_MIME_TYPE } from '../plugin.js';
 import { PUSH_ENVELOPE_SCHEMA } from './envelope-schema.js';
 import * as S from './schemas.js';
+import { SEGMENT_PATHS } from '../segment/translate.js';
 
 /** A JSON Schema literal (the push envelope's, which the byte scanner validates). */
 export type JsonSchema = Record<string, unknown>;
@@ -370,24 +371,6 @@ function adminRoutes(base: string): RouteSpec[] {
     },
   ];
 }
-
-/** The Segment door's routes (services/api/segment/router.ts): each call type and its short form. */
-const SEGMENT_PATHS: readonly [string, string][] = [
-  ['batch', 'batch'],
-  ['b', 'batch'],
-  ['track', 'track'],
-  ['t', 'track'],
-  ['identify', 'identify'],
-  ['i', 'identify'],
-  ['page', 'page'],
-  ['p', 'page'],
-  ['screen', 'screen'],
-  ['s', 'screen'],
-  ['group', 'group'],
-  ['g', 'group'],
-  ['alias', 'alias'],
-  ['a', 'alias'],
-];
 
 function segmentRoutes(base: string): RouteSpec[] {
   return SEGMENT_PATHS.map(([path, call]) => ({

@@ -23,7 +23,7 @@ import { Admission, type BodyRefusal, type BodySource, type ReadBody, type Refus
 import { parseContentEncoding } from '../push/admission/content.js';
 import type { PushOutcome } from '../push/outcome.js';
 import type { RouterObserver } from '../router.js';
-import { type SegmentRoute, translateSegment } from './translate.js';
+import { SEGMENT_PATHS as ROUTES, type SegmentRoute, translateSegment } from './translate.js';
 import { type WriteKeyTarget, type WriteKeys, basicUser } from './write-keys.js';
 
 /** The door reads every body as JSON (see `admit`). */
@@ -45,23 +45,6 @@ export interface SegmentRouterOptions {
   /** REQUEST_TIMEOUT_MS, as on the sync routes (0 or unset: none). */
   requestTimeoutMs?: number;
 }
-
-const ROUTES: readonly [string, SegmentRoute][] = [
-  ['batch', 'batch'],
-  ['b', 'batch'],
-  ['track', 'track'],
-  ['t', 'track'],
-  ['identify', 'identify'],
-  ['i', 'identify'],
-  ['page', 'page'],
-  ['p', 'page'],
-  ['screen', 'screen'],
-  ['s', 'screen'],
-  ['group', 'group'],
-  ['g', 'group'],
-  ['alias', 'alias'],
-  ['a', 'alias'],
-];
 
 /** One collection's door: its admission (the push path's steps) and plugin. */
 interface Door {

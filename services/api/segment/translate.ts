@@ -308,3 +308,21 @@ function translateBatch(run: Run, outer: Buffer, top: Member[], start: number): 
     'batch',
   );
 }
+
+/** The door's paths under `/v1/`: each call type and analytics.js' one-letter short form. */
+export const SEGMENT_PATHS: readonly (readonly [string, SegmentRoute])[] = [
+  ['batch', 'batch'],
+  ['b', 'batch'],
+  ['track', 'track'],
+  ['t', 'track'],
+  ['identify', 'identify'],
+  ['i', 'identify'],
+  ['page', 'page'],
+  ['p', 'page'],
+  ['screen', 'screen'],
+  ['s', 'screen'],
+  ['group', 'group'],
+  ['g', 'group'],
+  ['alias', 'alias'],
+  ['a', 'alias'],
+];
