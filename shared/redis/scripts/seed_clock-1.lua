@@ -8,6 +8,10 @@
 
   Returns 1. A clock at or past ARGV[1] is left as it is; one behind it is set to ms = ARGV[1]
   and n = 9999 (the last counter of that ms), so the next mint moves to a later ms.
+
+  Bound: no TTL on purpose. The clock is one small hash per namespace (QUEUE_SHARDS of them), the same
+  key mint_batch-4.lua keeps; it must outlive idle spells so that ids never go backwards
+  (shared/redis/keyspace.ts `clock`; docs/reliability.md's sizing table).
 ]]
 if tonumber(redis.call('HGET', KEYS[1], 'ms') or '0') < tonumber(ARGV[1]) then
   redis.call('HSET', KEYS[1], 'ms', ARGV[1], 'n', 9999)
