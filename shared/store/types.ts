@@ -1,9 +1,13 @@
 import type { Readable } from 'node:stream';
 
-/** Result of a read: the bytes and the content type they were written with (if the store keeps it). */
+/** Result of a read: the bytes and their content type. */
+/** What a store answers for an object written without a content type (RFC 9110, 8.3). */
+export const DEFAULT_CONTENT_TYPE = 'application/octet-stream';
+
 export interface StoredObject {
   body: Uint8Array;
-  contentType?: string;
+  /** As written, or `application/octet-stream` where the backend keeps none (a Starfish store's contract). */
+  contentType: string;
 }
 
 export interface PutOptions {

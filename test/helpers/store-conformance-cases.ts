@@ -15,12 +15,11 @@ import { beforeEach, describe, expect, it } from 'vitest';
 import { StoreError } from '../../shared/errors.js';
 import { createStore } from '../../shared/store/create.js';
 import type { ObjectStore, StoreLocation } from '../../shared/store/types.js';
+import { StarfishDocuments } from '../../shared/store/documents.js';
 
 export const INVALID_KEYS = ['../x', 'a/../../b', '/abs', '', 'a//b', 'a/./b', 'a/', '.', '..', 'a\\b', 'a\0b'];
 
 export interface ConformanceTarget {
-  /** Whether `getBytes` returns the content type given to `putBytes`. */
-  keepsContentType: boolean;
   /**
    * Whether listing is in true byte order when one key's last segment extends
    * another's (`a` < `a-b` < `a/x` < `a0`). Real S3 does this; s3rver does not
@@ -138,14 +137,15 @@ export function describeObjectStoreConformance(name: string, target: Conformance
       expect(Array.from(second?.body ?? [])).toEqual([1, 2, 3]);
     });
 
-    it(
-      target.keepsContentType ? 'keeps the content type' : 'does not report a content type it does not keep',
-      async () => {
-        await store.putBytes('typed/a.parquet', bytesOf(1), { contentType: 'application/vnd.apache.parquet' });
-        const got = await store.getBytes('typed/a.parquet');
-        expect(got?.contentType).toBe(target.keepsContentType ? 'application/vnd.apache.parquet' : undefined);
-      },
-    );
+    it('reports the content type written (or the one its name implies), and a default for one written without', async () => {
+      await store.putBytes('typed/a.parquet', bytesOf(1), { contentType: 'application/vnd.apache.parquet' });
+      await store.putBytes('typed/b.json', bytesOf(1), { contentType: 'text/plain' });
+      await store.putBytes('typed/c', bytesOf(1));
+      expect((await store.getBytes('typed/a.parquet'))?.contentType).toBe('application/vnd.apache.parquet');
+      expect((await store.getBytes('typed/b.json'))?.contentType).toBe('text/plain');
+      // Starfish's ObjectStore contract: always a string (S3 servers answer their own default).
+      expect((await store.getBytes('typed/c'))?.contentType).toMatch(/^[a-z]+\/[a-z0-9.+-]+$/);
+    });
 
     it('overwrites in place: the new bytes replace the old and there is still one key', async () => {
       await store.putBytes('over/k', bytesOf(1, 1, 1, 1));
@@ -358,6 +358,21 @@ export function describeObjectStoreConformance(name: string, target: Conformance
     it('createIfAbsent refuses invalid keys like every other call', async () => {
       for (const key of INVALID_KEYS) await expectStoreError(store.createIfAbsent!(key, bytesOf(1)), false);
       expect(await store.listKeys('')).toEqual([]);
+    });
+
+    it('serves Starfish documents over its bytes: put and getString (UTF-8), delete and deleteMany', async () => {
+      // One store can back our router and a Starfish router mounted after it (docs/starfish.md).
+      expect(store).toBeInstanceOf(StarfishDocuments);
+      const docs = store as unknown as StarfishDocuments;
+      await docs.put('docs/a', '{"name":"Zoë","n":1}');
+      await docs.put('docs/b', '{}', { contentType: 'application/json; charset=utf-8' });
+      expect(await docs.getString('docs/a')).toBe('{"name":"Zoë","n":1}');
+      expect(await docs.getString('docs/none')).toBeNull();
+      await docs.delete('docs/a');
+      expect(await docs.getString('docs/a')).toBeNull();
+      await docs.put('docs/c', '[]');
+      await docs.deleteMany(['docs/b', 'docs/c', 'docs/missing']);
+      expect(await store.listKeys('docs/')).toEqual([]);
     });
 
     it('close resolves, and again when called twice', async () => {

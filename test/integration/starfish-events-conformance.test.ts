@@ -17,10 +17,7 @@ import type { Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { StarfishClient } from '@drakkar.software/starfish-client';
-import {
-  MemoryObjectStore as ReferenceMemoryStore,
-  createSyncRouter as createReferenceRouter,
-} from '@drakkar.software/starfish-server';
+import { createSyncRouter as createReferenceRouter } from '@drakkar.software/starfish-server';
 import { getRequestListener } from '@hono/node-server';
 import { Queue } from 'bullmq';
 import express from 'express';
@@ -73,13 +70,14 @@ const sampleEvent = {
   dt: '2024-06-01',
 };
 
-/** Our router for the events collection, in front of the reference's router for every other one (as a Starfish host would mount them). */
+/**
+ * Our router for the events collection, in front of the reference's router for every other one (as a
+ * Starfish host would mount them), both on one store: ours, which is also a Starfish `ObjectStore`.
+ */
 interface Host {
   url: string;
-  /** Our store (batch files). */
+  /** Batch files (our router) and documents (the reference's). */
   store: FilesystemObjectStore;
-  /** The reference's store (documents). */
-  documents: ReferenceMemoryStore;
 }
 
 const cleanups: (() => Promise<unknown> | void)[] = [];
@@ -125,16 +123,16 @@ async function startHost(): Promise<Host> {
     storagePath: EVENTS.storagePath,
     queue: { queue, ledger: new BatchLedger(producer, name) },
   });
-  const documents = new ReferenceMemoryStore();
+  // Our store as the reference's store, unconverted: the type check is part of the test.
   const reference = createReferenceRouter({
-    store: documents,
+    store,
     config: config as Parameters<typeof createReferenceRouter>[0]['config'],
     roleResolver: async () => ({ identity: 'u', roles: ['public'] }),
   });
   const app = express();
   app.use(createSyncRouter({ store, config, plugins: [plugin] }));
   app.use(getRequestListener(reference.fetch));
-  return { url: await listen(app), store, documents };
+  return { url: await listen(app), store };
 }
 
 function pushSample(app: string, clientBatchId: string, events: unknown[] = [sampleEvent]): Promise<Response> {
@@ -293,7 +291,7 @@ describe('the reference events plugin scenarios, against our library (real Redis
     const pull = await fetch(`${host.url}/pull/events/${app}/${pushed.batchId}`);
     expect(pull.headers.get('content-type')).toBe('application/vnd.apache.parquet');
     expect(await readRows(new Uint8Array(await pull.arrayBuffer()))).toHaveLength(1);
-    // Documents: the reference's own push and pull of a JSON document; our store is not touched.
+    // Documents: the reference's own push and pull of a JSON document, in the same store, no Parquet.
     const doc = await fetch(`${host.url}/push/other/123`, {
       method: 'POST',
       headers: { 'Content-Type': 'application/json' },
@@ -302,8 +300,8 @@ describe('the reference events plugin scenarios, against our library (real Redis
     expect(doc.status).toBe(200);
     const { hash } = (await doc.json()) as { hash: string };
     expect(hash).toBeTruthy();
-    expect(await host.documents.getString('other/123')).not.toBeNull();
-    expect(await host.store.listKeys('other/')).toEqual([]);
+    expect(await host.store.getString('other/123')).not.toBeNull();
+    expect(await host.store.getBytes('other/123.parquet')).toBeNull();
     const back = await fetch(`${host.url}/pull/other/123`);
     expect(back.status).toBe(200);
     expect(await back.json()).toMatchObject({ data: { foo: 'bar' }, hash });

@@ -22,7 +22,6 @@ import {
 
 describe('memory', () => {
   describeObjectStoreConformance('memory', {
-    keepsContentType: true,
     ordersKeysThatExtendEachOther: true,
     exclusiveCreate: true,
     locationKind: 'memory',
@@ -43,7 +42,6 @@ describe('filesystem', () => {
   const freshRoot = (): string => path.join(base, `root-${++counter}`);
 
   describeObjectStoreConformance('filesystem', {
-    keepsContentType: false,
     ordersKeysThatExtendEachOther: true,
     exclusiveCreate: true,
     locationKind: 'file',

@@ -42,7 +42,6 @@ describe('s3 (s3rver)', () => {
   }
 
   describeObjectStoreConformance('s3', {
-    keepsContentType: true,
     ordersKeysThatExtendEachOther: false,
     // s3rver ignores If-None-Match and overwrites: only "creates a missing key" is checked here.
     exclusiveCreate: false,
@@ -154,7 +153,6 @@ describe('s3 (Ceph RGW)', () => {
 
   // A real S3 implementation: nothing is skipped for it.
   describeObjectStoreConformance('s3 on Ceph RGW', {
-    keepsContentType: true,
     ordersKeysThatExtendEachOther: true,
     exclusiveCreate: true,
     locationKind: 's3',

@@ -9,16 +9,18 @@ import { DirSyncGroup, errnoCode, type FileVersion, fsyncDir, unlinkQuietly, wri
 import { compareKeys, prefixCanMatchKeys, resolveListLimit, validateKey } from '../keys.js';
 import { checkOptionNames } from '../options.js';
 import type { Readable } from 'node:stream';
-import type {
-  ByteRange,
-  ListOptions,
-  ObjectMeta,
-  ObjectStore,
-  PutOptions,
-  StoreLocation,
-  StoredObject,
+import {
+  DEFAULT_CONTENT_TYPE,
+  type ByteRange,
+  type ListOptions,
+  type ObjectMeta,
+  type ObjectStore,
+  type PutOptions,
+  type StoreLocation,
+  type StoredObject,
 } from '../types.js';
 import { createFileIfAbsent } from './create-if-absent.js';
+import { StarfishDocuments } from '../documents.js';
 
 /**
  * In-flight writes live next to their final file under this name prefix, so
@@ -120,7 +122,7 @@ interface ListCandidate {
  * content type of an object are kept in a sidecar next to it (see META_PREFIX), except for
  * small objects whose name implies their type (see SIDECAR_MIN_BYTES); `getBytes` returns bytes only.
  */
-export class FilesystemObjectStore implements ObjectStore {
+export class FilesystemObjectStore extends StarfishDocuments implements ObjectStore {
   readonly root: string;
   /** Sorted listings of large, quiet directories (see sortedEntries), least recently used first. */
   private readonly dirCache = new Map<string, CachedDir>();
@@ -134,6 +136,7 @@ export class FilesystemObjectStore implements ObjectStore {
   private readonly knownDirs = new Set<string>();
 
   constructor(opts: FilesystemObjectStoreOptions) {
+    super();
     checkOptionNames('FilesystemObjectStore', opts, FILESYSTEM_OPTIONS);
     const { root, baseDir } = opts as { root?: unknown; baseDir?: unknown };
     const dir = root ?? baseDir;
@@ -216,6 +219,8 @@ export class FilesystemObjectStore implements ObjectStore {
   async getBytes(key: string): Promise<StoredObject | null> {
     const file = this.pathFor(key);
     let buf: Buffer;
+    // The sidecar holds a content type other than the one the name implies (read beside the file).
+    const side = readSidecar(file);
     try {
       buf = await fs.readFile(file);
     } catch (err) {
@@ -223,7 +228,8 @@ export class FilesystemObjectStore implements ObjectStore {
       if (code === 'ENOENT' || code === 'ENOTDIR' || code === 'EISDIR') return null;
       throw toStoreError('get', key, err);
     }
-    return { body: asPlainBytes(buf) };
+    const contentType = (await side)?.contentType ?? impliedContentType(file) ?? DEFAULT_CONTENT_TYPE;
+    return { body: asPlainBytes(buf), contentType };
   }
 
   /**

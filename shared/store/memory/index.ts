@@ -1,16 +1,18 @@
 import { createHash } from 'node:crypto';
 import { Readable } from 'node:stream';
 import { randomHex } from '../../ids.js';
-import type {
-  ByteRange,
-  ListOptions,
-  ObjectMeta,
-  ObjectStore,
-  PutOptions,
-  StoreLocation,
-  StoredObject,
+import {
+  DEFAULT_CONTENT_TYPE,
+  type ByteRange,
+  type ListOptions,
+  type ObjectMeta,
+  type ObjectStore,
+  type PutOptions,
+  type StoreLocation,
+  type StoredObject,
 } from '../types.js';
 import { compareKeys, prefixCanMatchKeys, resolveListLimit, validateKey } from '../keys.js';
+import { StarfishDocuments } from '../documents.js';
 
 interface MemoryEntry {
   body: Uint8Array;
@@ -24,7 +26,7 @@ interface MemoryEntry {
  * caller mutating its buffer can never change what is stored, matching the
  * isolation a real backend gives.
  */
-export class MemoryObjectStore implements ObjectStore {
+export class MemoryObjectStore extends StarfishDocuments implements ObjectStore {
   private readonly objects = new Map<string, MemoryEntry>();
   /** Tells this store's URIs from another's (two memory stores in one process hold different objects). */
   private readonly rootUri = `memory://${randomHex(8)}/`;
@@ -51,9 +53,7 @@ export class MemoryObjectStore implements ObjectStore {
     validateKey(key);
     const entry = this.objects.get(key);
     if (entry === undefined) return null;
-    const result: StoredObject = { body: new Uint8Array(entry.body) };
-    if (entry.contentType !== undefined) result.contentType = entry.contentType;
-    return result;
+    return { body: new Uint8Array(entry.body), contentType: entry.contentType ?? DEFAULT_CONTENT_TYPE };
   }
 
   /** Size, sha256 (computed at put) and content type of the object under `key`, or null. */

@@ -13,16 +13,18 @@ import {
 import { StoreError } from '../../errors.js';
 import { checkOptionNames } from '../options.js';
 import { isValidKey, prefixCanMatchKeys, resolveListLimit, validateKey } from '../keys.js';
-import type {
-  ByteRange,
-  ListOptions,
-  ObjectMeta,
-  ObjectStore,
-  PutOptions,
-  StoreCredentials,
-  StoreLocation,
-  StoredObject,
+import {
+  DEFAULT_CONTENT_TYPE,
+  type ByteRange,
+  type ListOptions,
+  type ObjectMeta,
+  type ObjectStore,
+  type PutOptions,
+  type StoreCredentials,
+  type StoreLocation,
+  type StoredObject,
 } from '../types.js';
+import { StarfishDocuments } from '../documents.js';
 
 /**
  * Few attempts with the SDK's backoff: enough to ride out a blip, short enough
@@ -149,7 +151,7 @@ function resolveCredentials(opts: S3ObjectStoreOptions): S3ObjectStoreOptions['c
  * 4xx are not. The connection settings are exposed so DuckDB SQL for the
  * same objects can be built from them.
  */
-export class S3ObjectStore implements ObjectStore {
+export class S3ObjectStore extends StarfishDocuments implements ObjectStore {
   readonly bucket: string;
   /** `''` or a folder ending in `/`. */
   readonly prefix: string;
@@ -164,6 +166,7 @@ export class S3ObjectStore implements ObjectStore {
   private readonly legacyHashes = new Map<string, string>();
 
   constructor(opts: S3ObjectStoreOptions) {
+    super();
     checkOptionNames('S3ObjectStore', opts, S3_OPTIONS);
     if (typeof opts.bucket !== 'string' || opts.bucket.length === 0) {
       throw new StoreError('S3 store needs a bucket', { retriable: false });
@@ -268,9 +271,7 @@ export class S3ObjectStore implements ObjectStore {
         await new Promise((resolve) => setTimeout(resolve, BODY_RETRY_DELAY_MS * attempt));
         continue;
       }
-      const result: StoredObject = { body };
-      if (res.ContentType !== undefined) result.contentType = res.ContentType;
-      return result;
+      return { body, contentType: res.ContentType ?? DEFAULT_CONTENT_TYPE } satisfies StoredObject;
     }
   }
 
