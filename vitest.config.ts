@@ -29,6 +29,8 @@ export const SYSTEM = [
   'test/integration/cluster-failover.test.ts',
   // The Helm chart's ScaledObject against a 3-master Redis Cluster (issue 45, acceptance 2).
   'test/integration/helm-keda-cluster.test.ts',
+  // The chart's KEDA rule against real encoder processes started and SIGTERM'd (issue 45, acceptance 3 and 6).
+  'test/integration/encoder-autoscale.test.ts',
   // Chromium.
   'test/integration/browser.test.ts',
   'test/integration/segment-browser.test.ts',

@@ -90,9 +90,19 @@ export interface K8sObject {
 
 /** The parts of a rendered KEDA ScaledObject's spec the tests read. */
 export interface ScaledObjectSpec {
+  minReplicaCount?: number;
+  maxReplicaCount?: number;
+  pollingInterval?: number;
+  cooldownPeriod?: number;
   triggers: { type: string; name: string; metadata: Record<string, string> }[];
-  advanced: { scalingModifiers: { formula: string; target: string } };
+  advanced: {
+    scalingModifiers: { formula: string; target: string; activationTarget?: string; metricType?: string };
+    horizontalPodAutoscalerConfig?: { behavior?: { scaleDown?: { stabilizationWindowSeconds?: number } } };
+  };
 }
+
+/** A rendered ScaledObject. */
+export type RenderedScaledObject = K8sObject & { spec: ScaledObjectSpec };
 
 /**
  * `helm template` of the chart with a ci/ values file (or the defaults) and --set pairs, parsed
@@ -110,11 +120,61 @@ export async function render(valuesFile: string | undefined, sets: readonly stri
     .filter((o): o is K8sObject => o !== null);
 }
 
+/** The one rendered ScaledObject. */
+export function scaledObjectOf(objs: readonly K8sObject[]): RenderedScaledObject {
+  const so = objs.find((o) => o.kind === 'ScaledObject') as RenderedScaledObject | undefined;
+  if (!so) throw new Error('no ScaledObject rendered');
+  return so;
+}
+
 /** The key names of the rendered ScaledObject's Redis triggers. */
 export function scaledObjectKeys(objs: readonly K8sObject[]): string[] {
-  const so = objs.find((o) => o.kind === 'ScaledObject') as (K8sObject & { spec: ScaledObjectSpec }) | undefined;
-  if (!so) throw new Error('no ScaledObject rendered');
-  return so.spec.triggers.map((t) => t.metadata.listName ?? '');
+  return scaledObjectOf(objs).spec.triggers.map((t) => t.metadata.listName ?? '');
+}
+
+/**
+ * The value KEDA hands the HPA for a rendered ScaledObject with Redis triggers: each trigger's key
+ * read as KEDA's Redis scaler reads it ({@link kedaRead}), combined by
+ * `advanced.scalingModifiers.formula`. The chart's formula is a sum of trigger names; any other
+ * formula is an error here (this helper would not compute what KEDA computes).
+ */
+export async function kedaBacklog(
+  redis: Redis | Cluster,
+  so: RenderedScaledObject,
+  allowMissing: boolean,
+): Promise<number> {
+  const byName = new Map(so.spec.triggers.map((t) => [t.name, t.metadata.listName ?? '']));
+  const terms = so.spec.advanced.scalingModifiers.formula.split('+').map((t) => t.trim());
+  const keys = terms.map((t) => {
+    const key = byName.get(t);
+    if (key === undefined) throw new Error(`the formula term "${t}" is not a trigger name (only sums are read here)`);
+    return key;
+  });
+  const values = await Promise.all(keys.map((k) => kedaRead(redis, k, allowMissing)));
+  return values.reduce((a, b) => a + b, 0);
+}
+
+/** The plain `value` environment of a rendered Deployment's first container (secretKeyRef entries left out). */
+export function deploymentEnv(objs: readonly K8sObject[], component: string): Record<string, string> {
+  const d = objs.find(
+    (o) => o.kind === 'Deployment' && o.metadata.labels?.['app.kubernetes.io/component'] === component,
+  );
+  const spec = d?.spec as
+    { template: { spec: { containers: { env?: { name: string; value?: string }[] }[] } } } | undefined;
+  if (!spec) throw new Error(`no ${component} Deployment rendered`);
+  const env: Record<string, string> = {};
+  for (const e of spec.template.spec.containers[0]?.env ?? []) if (e.value !== undefined) env[e.name] = e.value;
+  return env;
+}
+
+/** A rendered Deployment's pod `terminationGracePeriodSeconds` (Kubernetes' default, 30, when unset). */
+export function terminationGraceSeconds(objs: readonly K8sObject[], component: string): number {
+  const d = objs.find(
+    (o) => o.kind === 'Deployment' && o.metadata.labels?.['app.kubernetes.io/component'] === component,
+  );
+  const spec = d?.spec as { template: { spec: { terminationGracePeriodSeconds?: number } } } | undefined;
+  if (!spec) throw new Error(`no ${component} Deployment rendered`);
+  return spec.template.spec.terminationGracePeriodSeconds ?? 30;
 }
 
 /**

@@ -13,6 +13,7 @@ import calculateSlot from 'cluster-key-slot';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { shardIndex, shardLayouts } from '../../shared/redis/shards.js';
 import { batchBody, sampleEvent } from '../helpers/events.js';
+import { listAllIds } from '../helpers/list.js';
 import { uniqueName } from '../helpers/names.js';
 import { type ServiceProcess, startService, waitFor, waitForHttp } from '../helpers/proc.js';
 import { type RedisCluster, clusterView, startRedisCluster } from '../helpers/redis-cluster.js';
@@ -25,24 +26,6 @@ const CLIENTS = 6;
 const WAIT = process.env.CLUSTER_FAILOVER_NO_WAIT === '1' ? 0 : 1;
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
-
-async function listAll(base: string, app: string): Promise<string[]> {
-  const out: string[] = [];
-  let after: string | undefined;
-  for (let page = 0; page < 100; page++) {
-    const q = new URLSearchParams({ limit: '1000' });
-    if (after !== undefined) q.set('after', after);
-    const r = await fetch(`${base}/list/events/${app}?${q.toString()}`, {
-      headers: { Authorization: `Bearer ${TOKEN}` },
-    });
-    if (r.status !== 200) throw new Error(`list ${app}: ${r.status}`);
-    const body = (await r.json()) as { items: string[]; hasMore: boolean };
-    out.push(...body.items.map((n) => n.replace(/\.parquet$/, '')));
-    after = out[out.length - 1];
-    if (!body.hasMore) break;
-  }
-  return out;
-}
 
 describe(`Redis Cluster failover under load (REDIS_WAIT_REPLICAS=${WAIT})`, () => {
   let cluster: RedisCluster | undefined;
@@ -182,7 +165,7 @@ describe(`Redis Cluster failover under load (REDIS_WAIT_REPLICAS=${WAIT})`, () =
       const want = (byApp.get(app) ?? []).sort();
       let listed: string[] = [];
       while (Date.now() < settle) {
-        listed = await listAll(api, app);
+        listed = await listAllIds(api, app, TOKEN);
         if (want.every((id) => listed.includes(id))) break;
         await sleep(500);
       }

@@ -19,7 +19,15 @@ import { ConfigMap, type IContainer, type IPodSpec, Secret, Service, ServiceAcco
 import { EnvSchema } from '../../shared/config.js';
 import { shardLayouts } from '../../shared/redis/shards.js';
 import { SHUTDOWN_GRACE_MS } from '../../services/stack.js';
-import { CHART_DIR, type K8sObject, type ScaledObjectSpec, helm, kedaRead, render } from '../helpers/helm.js';
+import {
+  CHART_DIR,
+  type K8sObject,
+  type RenderedScaledObject,
+  type ScaledObjectSpec,
+  helm,
+  kedaBacklog,
+  render,
+} from '../helpers/helm.js';
 import { batchBody, sampleEvent } from '../helpers/events.js';
 import { type TestStack, startTestStack } from '../helpers/stack.js';
 import { waitFor } from '../helpers/wait.js';
@@ -249,6 +257,11 @@ describe('Helm chart (deploy/helm/events-ingest)', { timeout: 180_000 }, () => {
     ['zero queue shards', ['queue.shards=0'], '/queue/shards'],
     ['a queue name BullMQ refuses', ['queue.name=a:b'], '/queue/name'],
     ['an unknown KEDA trigger', ['encoder.keda.trigger=cpu'], '/encoder/keda/trigger'],
+    [
+      "a scale-down window past the HPA's 3600 s",
+      ['encoder.keda.scaleDownStabilizationSeconds=3601'],
+      '/encoder/keda/scaleDownStabilizationSeconds',
+    ],
     ['a unix socket for REDIS_URL', ['redis.url=unix:///tmp/redis.sock'], '/redis/url'],
   ])('a bad value fails helm template via the schema: %s', async (_label, sets, path) => {
     const r = await helm(['template', 'rel', CHART_DIR, ...sets.flatMap((s) => ['--set', s])]);
@@ -309,6 +322,7 @@ describe.each([1, 3])(
     let api: TestStack | undefined;
     let redis: Redis | undefined;
     let keys: string[] = [];
+    let so: RenderedScaledObject | undefined;
 
     beforeAll(async () => {
       api = await startTestStack(
@@ -321,8 +335,8 @@ describe.each([1, 3])(
         `queue.name=${api.queueName}`,
         `queue.shards=${shards}`,
       ]);
-      const so = byKind(objs, 'ScaledObject')[0] as K8sObject & { spec: ScaledObjectSpec };
-      keys = so.spec.triggers.map((t) => t.metadata.listName);
+      so = byKind(objs, 'ScaledObject')[0] as RenderedScaledObject;
+      keys = so.spec.triggers.map((t) => t.metadata.listName ?? '');
     });
     afterAll(async () => {
       await api?.shutdown();
@@ -353,8 +367,8 @@ describe.each([1, 3])(
         const probes = layouts.map((l) => new Queue(s.queueName, { connection: conn, prefix: l.queuePrefix }));
         try {
           const probeJobs = await Promise.all(probes.map((q) => q.add('keda-probe', {}, { priority: 1 })));
-          const read = async (allowMissing: boolean): Promise<number> =>
-            (await Promise.all(keys.map((k) => kedaRead(r, k, allowMissing)))).reduce((a, b) => a + b, 0);
+          const read = (allowMissing: boolean): Promise<number> =>
+            kedaBacklog(r, so as RenderedScaledObject, allowMissing);
           expect(await read(false)).toBe(pushes + shards);
           // BullMQ's own count of waiting and prioritized jobs, shard by shard, agrees.
           const counts = await Promise.all(probes.map((q) => q.getJobCounts('wait', 'prioritized')));

@@ -9,7 +9,7 @@ import { createLogger } from '../../shared/logger.js';
 import { shardLayouts } from '../../shared/redis/shards.js';
 import { type RunningStack, type StackParts, startStack } from '../../services/stack.js';
 import { batchBody, sampleEvent } from '../helpers/events.js';
-import { kedaRead, render, scaledObjectKeys } from '../helpers/helm.js';
+import { kedaBacklog, render, scaledObjectKeys, scaledObjectOf } from '../helpers/helm.js';
 import { uniqueName } from '../helpers/names.js';
 import { type RedisCluster, startRedisCluster } from '../helpers/redis-cluster.js';
 import { waitFor } from '../helpers/wait.js';
@@ -94,8 +94,8 @@ describe('acceptance 2 on a Redis Cluster (3 masters, QUEUE_SHARDS=6): the rende
       );
       try {
         const probeJobs = await Promise.all(probes.map((q) => q.add('keda-probe', {}, { priority: 1 })));
-        const read = async (allowMissing: boolean): Promise<number> =>
-          (await Promise.all(keys.map((k) => kedaRead(c, k, allowMissing)))).reduce((a, b) => a + b, 0);
+        const so = scaledObjectOf(objs);
+        const read = (allowMissing: boolean): Promise<number> => kedaBacklog(c, so, allowMissing);
         expect(await read(false)).toBe(PUSHES + SHARDS);
         for (const j of probeJobs) await j.remove();
         expect(await read(true)).toBe(PUSHES);
