@@ -44,6 +44,8 @@ export const SYSTEM = [
   'test/integration/rollup-acceptance-faults.test.ts',
   // Short form of npm run iceberg-acceptance (real processes, kill -9, Ceph RGW).
   'test/integration/iceberg-acceptance.test.ts',
+  // Rolling replacement of three API processes behind a loopback load balancer, under pushes (issue 45, acceptance 5 and 6).
+  'test/integration/rollout.test.ts',
   // Erasure with real processes and two kill -9.
   'test/integration/erasure-kill.test.ts',
   // Short form of npm run erasure-acceptance (real processes, the CLI, two kill -9, Iceberg, sync).

@@ -1,12 +1,13 @@
 import { fileURLToPath } from 'node:url';
-import { parseEnv } from '../shared/config.js';
+import { parseEnv, shutdownDrainMs } from '../shared/config.js';
 import { redisSlice, storeSlice } from '../shared/config-slices.js';
 import { type Component, Lifecycle, runUntilSignal, splitStartStop } from '../shared/lifecycle.js';
 import { createLogger } from '../shared/logger.js';
 import { type RedisHandle, ensureRedis } from '../shared/redis/private-server.js';
 import { exitOnStartupError } from '../shared/runtime.js';
 import { SHUTDOWN_GRACE_MS, StackContext, redisConnections } from '../shared/stack-context.js';
-import { apiServer, apiUpkeep } from './api/components.js';
+import { apiDrain, apiServer, apiUpkeep } from './api/components.js';
+import { drainedStopGraceMs } from './api/drain.js';
 import { encoderWorkers } from './encoder/components.js';
 import { rollupService } from './rollup/components.js';
 import { encoderProcesses } from './encoder/processes.js';
@@ -69,6 +70,8 @@ async function main(): Promise<void> {
   const logger = createLogger({ level: parsed.LOG_LEVEL, name: 'ingest' });
   const ctx = new StackContext(parsed, { name: 'ingest', logger });
   let components: Component[];
+  // SHUTDOWN_DRAIN_MS: 0 unless set (one process, usually alone: nowhere for clients to move to).
+  const drainMs = shutdownDrainMs(parsed, 'single');
   if (storeSlice(parsed).STORE === 'memory') {
     // A memory store lives in one thread: keep the encoder (and the rollup service, which then
     // says it is off) beside the API.
@@ -80,6 +83,7 @@ async function main(): Promise<void> {
       encoderWorkers(ctx),
       api,
       apiUpkeep(api),
+      apiDrain(ctx, api, drainMs),
     ];
   } else {
     // Rollups (the planner's store listings, DuckDB's compaction) run in the first encoder
@@ -94,10 +98,18 @@ async function main(): Promise<void> {
     // The encoder processes start once the API answers, and close once it stopped taking pushes
     // (the stop runs in the reverse order): their stop is listed before the API, their start after.
     const { start: forkEncoders, stop: closeEncoders } = splitStartStop(encoders);
-    components = [privateRedis(ctx), redisConnections(ctx), closeEncoders, api, apiUpkeep(api), forkEncoders];
+    components = [
+      privateRedis(ctx),
+      redisConnections(ctx),
+      closeEncoders,
+      api,
+      apiUpkeep(api),
+      forkEncoders,
+      apiDrain(ctx, api, drainMs),
+    ];
   }
   const lifecycle = new Lifecycle(components, { logger });
-  await runUntilSignal(lifecycle, { logger, graceMs: SHUTDOWN_GRACE_MS });
+  await runUntilSignal(lifecycle, { logger, graceMs: drainedStopGraceMs(drainMs, SHUTDOWN_GRACE_MS) });
 }
 
 try {

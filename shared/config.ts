@@ -307,10 +307,36 @@ const positiveInt = z.coerce.number().int().positive();
 export const DEFAULT_IDEMPOTENCY_WINDOW_SECONDS = 3600;
 export const DEFAULT_BODY_DEDUP_WINDOW_SECONDS = 300;
 
+/**
+ * SHUTDOWN_DRAIN_MS when it is not set, by entry point (`shutdownDrainMs`). `start:api` runs
+ * behind a load balancer: for 5 s after SIGTERM it keeps serving while /readyz answers 503, so
+ * endpoints (Kubernetes removes a terminating pod from its Service at once; kube-proxy and ingress
+ * controllers follow within a few seconds) and load balancers that poll /readyz stop sending it
+ * new connections before it stops listening (docs/operations.md, "Draining"). `npm start` and
+ * `npm run dev` (one process, usually alone, with nowhere for clients to move) and the library's
+ * stack stop at once.
+ */
+export const SHUTDOWN_DRAIN_MS_DEFAULT = { api: 5000, single: 0 } as const;
+
+/** The API's drain window for an entry point: SHUTDOWN_DRAIN_MS, else that entry point's default. */
+export function shutdownDrainMs(
+  env: Pick<Env, 'SHUTDOWN_DRAIN_MS'>,
+  entry: keyof typeof SHUTDOWN_DRAIN_MS_DEFAULT,
+): number {
+  return env.SHUTDOWN_DRAIN_MS ?? SHUTDOWN_DRAIN_MS_DEFAULT[entry];
+}
+
 export const EnvSchema = z
   .object({
     PORT: port.default(8787),
     HOST: z.string().min(1).default('0.0.0.0'),
+    /**
+     * Shutdown: the API's drain window. From SIGTERM it keeps serving this long with /readyz
+     * answering 503 and every answer carrying `Connection: close`, then stops listening and
+     * finishes what is in flight. The whole stop is bounded by this plus SHUTDOWN_GRACE_MS (30 s,
+     * shared/stack-context.ts). Unset: SHUTDOWN_DRAIN_MS_DEFAULT for the entry point.
+     */
+    SHUTDOWN_DRAIN_MS: z.coerce.number().int().min(0).max(120_000).optional(),
     BASE_PATH: z
       .string()
       .regex(/^(\/[A-Za-z0-9._~-]+)*$/, 'must be empty or like /ingest (no trailing slash)')

@@ -67,6 +67,8 @@ export interface ApiDeps {
   logger: Logger;
   /** Extra registries to serve on /metrics (the embedded encoder's). */
   extraMetrics?: () => Promise<string>;
+  /** True once the process drains (./drain.ts): /readyz answers 503 and answers close their connections. Default never. */
+  draining?: () => boolean;
 }
 
 export interface ApiApp {
@@ -99,6 +101,7 @@ export function createApiApp(deps: ApiDeps): ApiApp {
   const inflight = inflightBudget(deps.env.MAX_INFLIGHT_BYTES ?? MAX_INFLIGHT_BYTES_DEFAULT, metrics);
   const observer: RouterObserver = { ...edge.observer, ...pushOutcomeObserver(metrics) };
   const shedReason = (): string | null => shedder.shedReason();
+  const draining = deps.draining ?? ((): boolean => false);
   const router = createSyncRouter({
     store,
     config,
@@ -135,6 +138,7 @@ export function createApiApp(deps: ApiDeps): ApiApp {
     extraMetrics: deps.extraMetrics,
     maxLagMs: () => upkeep.maxLagMs(),
     shedReason: () => shedder.shedReason(),
+    draining,
   });
   const admin = createAdminRouter({
     queue,
@@ -150,6 +154,7 @@ export function createApiApp(deps: ApiDeps): ApiApp {
     metrics,
     logger,
     redis,
+    draining,
     basePath: deps.env.BASE_PATH,
     health,
     openapi,
@@ -293,6 +298,7 @@ interface AppParts {
   metrics: ApiMetrics;
   logger: Logger;
   redis: RedisClient;
+  draining: () => boolean;
   basePath: string | undefined;
   /** /healthz, /readyz, /metrics (health-routes.ts). */
   health: Router;
@@ -306,12 +312,13 @@ interface AppParts {
   admin: RequestHandler[];
 }
 
-/** The middleware in its order: conditionals, access log, health, sync, admin, 404, then the error handlers. */
+/** The middleware in its order: drain, conditionals, access log, health, sync, admin, 404, then the error handlers. */
 function expressApp(p: AppParts): Express {
   const app = express();
   app.disable('x-powered-by');
   app.set('etag', false);
   app.set('query parser', 'simple');
+  app.use(closeWhileDraining(p.draining));
   // No empty 304 from Express for `If-None-Match: *` on /healthz, /readyz, /admin/*: only pull answers conditionals.
   app.use(noImplicitConditional);
   app.use(accessLog(p.metrics, p.logger));
@@ -323,6 +330,19 @@ function expressApp(p: AppParts): Express {
   app.use((req, _res, next) => next(new ApiError('not_found', `no route for ${req.method} ${req.path}`)));
   app.use(jsonErrorHandler(p.logger));
   return app;
+}
+
+/**
+ * While the process drains, every answer carries `Connection: close`: Node closes the socket once
+ * it is sent, so a keep-alive client (a load balancer's pool, an SDK's agent) opens its next
+ * connection through the load balancer, to an instance that stays, instead of reusing one that
+ * is about to stop listening.
+ */
+function closeWhileDraining(draining: () => boolean): RequestHandler {
+  return function closeWhileDraining(_req: Request, res: Response, next: NextFunction) {
+    if (draining()) res.setHeader('Connection', 'close');
+    next();
+  };
 }
 
 /** Times every request by route (never by path: a path can carry ids) and logs one line per answer. */

@@ -6,10 +6,13 @@ import { withTimeout } from '../../shared/timeout.js';
 import { apiSlice, listenSlice, redisSlice } from '../../shared/config-slices.js';
 import type { StackContext } from '../../shared/stack-context.js';
 import { type ApiApp, createApiApp } from './app.js';
+import { DrainState, drainWindowMs } from './drain.js';
 
 export interface ApiComponent extends Component {
   /** Set once started. */
   readonly api: { server: RunningServer; app: ApiApp } | undefined;
+  /** Its drain (./drain.ts): /readyz and `Connection: close` follow it; `apiDrain` starts it. */
+  readonly drain: DrainState;
 }
 
 /**
@@ -26,6 +29,7 @@ export function apiServer(
   let shards: ShardSet | undefined;
   let api: { server: RunningServer; app: ApiApp } | undefined;
   let starting: Promise<void> | undefined;
+  const drain = new DrainState();
   const start = async (): Promise<void> => {
     const { config, store, logger } = ctx;
     const redis = redisSlice(ctx.env);
@@ -49,6 +53,7 @@ export function apiServer(
       registry: ctx.registry,
       logger,
       extraMetrics: o.extraMetrics,
+      draining: () => drain.draining,
     });
     const server = await listen(app.app as http.RequestListener, PORT, HOST, {
       checkContinue: (req) => app.checkContinue(req),
@@ -81,13 +86,43 @@ export function apiServer(
     get api() {
       return api;
     },
+    drain,
     start: () => (starting ??= start()),
     async stop(graceMs) {
       const started = Date.now();
       await settled(starting);
+      drain.close();
       await api?.server.close(Math.min(ctx.stopBound(10_000, 1000), graceMs));
       const left = Math.max(0, graceMs - (Date.now() - started));
       if (shards) await withTimeout(shards.close(), Math.min(ctx.stopBound(5000, 250), left), 'queue close');
+    },
+  };
+}
+
+/**
+ * The API's drain window (./drain.ts), listed last so its stop runs first: on SIGTERM /readyz
+ * answers 503 and every answer carries `Connection: close` while the API keeps serving for
+ * `drainMs` (SHUTDOWN_DRAIN_MS; its upkeep and load shedder still run); then the api server's
+ * own stop closes the listener. The process's stop bound must include `drainMs`
+ * (drainedStopGraceMs).
+ */
+export function apiDrain(ctx: StackContext, api: ApiComponent, drainMs: number): Component {
+  return {
+    name: 'drain',
+    async start() {
+      return undefined;
+    },
+    async stop(graceMs) {
+      const first = api.drain.begin();
+      const ms = drainWindowMs({
+        drainMs,
+        graceMs,
+        elapsedMs: api.drain.elapsedMs,
+        listening: api.api !== undefined,
+        redisUp: ctx.stopBound(1, 0) === 1,
+      });
+      if (first) ctx.logger.info({ drainMs: ms }, 'draining: /readyz answers 503, answers close their connections');
+      if (ms > 0) await new Promise((r) => setTimeout(r, ms));
     },
   };
 }

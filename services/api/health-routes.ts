@@ -17,6 +17,8 @@ export interface HealthRoutesOptions {
   maxLagMs(): Promise<number>;
   /** Why pushes are shed now, or null (LoadShedder.shedReason). */
   shedReason(): string | null;
+  /** True once the process drains on SIGTERM (./drain.ts): not ready, whatever Redis and the store say. Default never. */
+  draining?: (() => boolean) | undefined;
 }
 
 /**
@@ -42,12 +44,15 @@ function alive(_req: Request, res: Response): void {
 
 /**
  * Names what is down (Redis by host:port, the store by its description) and nothing else:
- * driver error texts can carry internals and change between versions.
+ * driver error texts can carry internals and change between versions. A draining process
+ * (SIGTERM) answers 503 with `draining: true` and `checks.process: "draining"` while it still
+ * serves, so load balancers take it out before it stops listening; /healthz stays 200.
  */
 function readyz(opts: HealthRoutesOptions): (req: Request, res: Response) => Promise<void> {
   const { redis, store } = opts;
   const redisName = `redis ${redisAddress(redis)}`;
   const storeName = `store ${store.describe()}`;
+  const draining = opts.draining ?? ((): boolean => false);
   return async function readyz(_req, res) {
     const checks: Record<string, string> = {};
     const [redisOk, storeOk] = await Promise.all([
@@ -69,9 +74,12 @@ function readyz(opts: HealthRoutesOptions): (req: Request, res: Response) => Pro
         (ms) => ms / 1000,
         () => null,
       );
-    const ok = redisOk && storeOk;
+    // Read after the checks' awaits: a drain that began meanwhile is answered now.
+    const drain = draining();
+    if (drain) checks.process = 'draining';
+    const ok = redisOk && storeOk && !drain;
     if (!ok) res.set('Retry-After', '5');
-    res.status(ok ? 200 : 503).json({ ok, checks, watermarkLagSeconds, shedding: opts.shedReason() });
+    res.status(ok ? 200 : 503).json({ ok, checks, watermarkLagSeconds, shedding: opts.shedReason(), draining: drain });
   };
 }
 

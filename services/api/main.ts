@@ -1,17 +1,21 @@
-import { parseEnv } from '../../shared/config.js';
+import { parseEnv, shutdownDrainMs } from '../../shared/config.js';
 import { Lifecycle, runUntilSignal } from '../../shared/lifecycle.js';
 import { exitOnStartupError } from '../../shared/runtime.js';
 import { SHUTDOWN_GRACE_MS, StackContext, redisConnections } from '../../shared/stack-context.js';
-import { apiServer, apiUpkeep } from './components.js';
+import { apiDrain, apiServer, apiUpkeep } from './components.js';
+import { drainedStopGraceMs } from './drain.js';
 
 /** `npm run start:api`: the HTTP service alone (run any number, behind a load balancer). */
 try {
-  const ctx = new StackContext(parseEnv(), { name: 'api' });
+  const env = parseEnv();
+  const ctx = new StackContext(env, { name: 'api' });
   const api = apiServer(ctx);
-  await runUntilSignal(new Lifecycle([redisConnections(ctx), api, apiUpkeep(api)], { logger: ctx.logger }), {
+  // On SIGTERM the drain window comes first (its stop runs first), then the upkeep, the server and Redis.
+  const drainMs = shutdownDrainMs(env, 'api');
+  const lifecycle = new Lifecycle([redisConnections(ctx), api, apiUpkeep(api), apiDrain(ctx, api, drainMs)], {
     logger: ctx.logger,
-    graceMs: SHUTDOWN_GRACE_MS,
   });
+  await runUntilSignal(lifecycle, { logger: ctx.logger, graceMs: drainedStopGraceMs(drainMs, SHUTDOWN_GRACE_MS) });
 } catch (err) {
   exitOnStartupError(err);
 }

@@ -47,13 +47,13 @@ export interface paths {
       path?: never;
       cookie?: never;
     };
-    /** Readiness: Redis and the store reachable */
+    /** Readiness: Redis and the store reachable, the process not draining */
     get: operations['readyz'];
     put?: never;
     post?: never;
     delete?: never;
     options?: never;
-    /** Readiness: Redis and the store reachable */
+    /** Readiness: Redis and the store reachable, the process not draining */
     head: operations['readyz_head'];
     patch?: never;
     trace?: never;
@@ -497,11 +497,14 @@ export interface operations {
         content: {
           'application/json': {
             ok: boolean;
+            /** @description `redis` and `store`: `ok` or what is unreachable; `process`: `draining` once the process is stopping (absent otherwise) */
             checks: {
               [key: string]: string;
             };
             watermarkLagSeconds: number | null;
             shedding: string | null;
+            /** @description True from SIGTERM until the process exits: it still serves for SHUTDOWN_DRAIN_MS, then stops listening; send new requests elsewhere */
+            draining: boolean;
           };
         };
       };
@@ -533,7 +536,7 @@ export interface operations {
           };
         };
       };
-      /** @description Not ready: what is down */
+      /** @description Not ready: what is down, or the process is draining (SIGTERM) */
       503: {
         headers: {
           /** @description Seconds to wait before retrying */
@@ -543,11 +546,14 @@ export interface operations {
         content: {
           'application/json': {
             ok: boolean;
+            /** @description `redis` and `store`: `ok` or what is unreachable; `process`: `draining` once the process is stopping (absent otherwise) */
             checks: {
               [key: string]: string;
             };
             watermarkLagSeconds: number | null;
             shedding: string | null;
+            /** @description True from SIGTERM until the process exits: it still serves for SHUTDOWN_DRAIN_MS, then stops listening; send new requests elsewhere */
+            draining: boolean;
           };
         };
       };
@@ -585,7 +591,7 @@ export interface operations {
         };
         content?: never;
       };
-      /** @description Not ready: what is down */
+      /** @description Not ready: what is down, or the process is draining (SIGTERM) */
       503: {
         headers: {
           /** @description Seconds to wait before retrying */

@@ -16,7 +16,7 @@ import { HorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2';
 import { Ingress } from 'kubernetes-models/networking.k8s.io/v1';
 import { PodDisruptionBudget } from 'kubernetes-models/policy/v1';
 import { ConfigMap, type IContainer, type IPodSpec, Secret, Service, ServiceAccount } from 'kubernetes-models/v1';
-import { EnvSchema } from '../../shared/config.js';
+import { EnvSchema, shutdownDrainMs } from '../../shared/config.js';
 import { shardLayouts } from '../../shared/redis/shards.js';
 import { SHUTDOWN_GRACE_MS } from '../../services/stack.js';
 import {
@@ -228,15 +228,24 @@ describe('Helm chart (deploy/helm/events-ingest)', { timeout: 180_000 }, () => {
     }
   });
 
-  it("each Deployment's grace exceeds the process's own bounded stop (SHUTDOWN_GRACE_MS, after the API's preStop pause)", async () => {
-    for (const d of deployments(await render(undefined))) {
-      const pod = d.spec.template.spec;
-      const preStop = pod.containers[0]?.lifecycle?.preStop?.exec?.command ?? [];
-      const pauseS = preStop[0] === 'sleep' ? Number(preStop[1]) : 0;
-      // The log flush after the stop is bounded to 2 s (shared/lifecycle.ts): the grace keeps more than that over.
-      expect(pod.terminationGracePeriodSeconds ?? 30, d.metadata.name).toBeGreaterThan(
-        pauseS + SHUTDOWN_GRACE_MS / 1000 + 2,
-      );
+  it("each Deployment's grace exceeds the process's own bounded stop (the API's preStop pause and drain window, then SHUTDOWN_GRACE_MS)", async () => {
+    for (const sets of [[], ['api.shutdownDrainSeconds=12'], ['api.preStopSleepSeconds=3']]) {
+      const objs = await render(undefined, sets);
+      for (const d of deployments(objs)) {
+        const pod = d.spec.template.spec;
+        const container = pod.containers[0];
+        const preStop = container?.lifecycle?.preStop?.exec?.command ?? [];
+        const pauseS = preStop[0] === 'sleep' ? Number(preStop[1]) : 0;
+        const isApi = d.metadata.labels?.['app.kubernetes.io/component'] === 'api';
+        const drainEnv = container?.env?.find((e) => e.name === 'SHUTDOWN_DRAIN_MS')?.value;
+        // start:api drains for SHUTDOWN_DRAIN_MS (its default when unset); the other processes do not drain.
+        const drainS = isApi ? shutdownDrainMs(EnvSchema.parse({ SHUTDOWN_DRAIN_MS: drainEnv }), 'api') / 1000 : 0;
+        if (isApi) expect(drainEnv, sets.join()).toBe(sets[0]?.includes('shutdownDrainSeconds') ? '12000' : '5000');
+        // The log flush after the stop is bounded to 2 s (shared/lifecycle.ts): the grace keeps more than that over.
+        expect(pod.terminationGracePeriodSeconds ?? 30, `${d.metadata.name} ${sets.join()}`).toBeGreaterThan(
+          pauseS + drainS + SHUTDOWN_GRACE_MS / 1000 + 2,
+        );
+      }
     }
   });
 

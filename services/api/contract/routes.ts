@@ -233,7 +233,7 @@ function healthRoutes(base: string): RouteSpec[] {
       method: 'get',
       path: '/readyz',
       operationId: 'readyz',
-      summary: 'Readiness: Redis and the store reachable',
+      summary: 'Readiness: Redis and the store reachable, the process not draining',
       tag: 'health',
       roles: ['public'],
       head: true,
@@ -241,7 +241,7 @@ function healthRoutes(base: string): RouteSpec[] {
         { status: 200, description: 'Ready', content: { 'application/json': S.ReadyAnswer } },
         {
           status: 503,
-          description: 'Not ready: what is down',
+          description: 'Not ready: what is down, or the process is draining (SIGTERM)',
           content: { 'application/json': S.ReadyAnswer },
           headers: [{ name: 'Retry-After', required: true }],
         },

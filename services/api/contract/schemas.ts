@@ -86,9 +86,16 @@ export const ConfigAnswer = z.object({
 export const AliveAnswer = z.object({ ok: z.literal(true) });
 export const ReadyAnswer = z.object({
   ok: z.boolean(),
-  checks: z.record(z.string(), z.string()),
+  checks: z.record(z.string(), z.string()).meta({
+    description:
+      '`redis` and `store`: `ok` or what is unreachable; `process`: `draining` once the process is stopping (absent otherwise)',
+  }),
   watermarkLagSeconds: z.number().nullable(),
   shedding: z.string().nullable(),
+  draining: z.boolean().meta({
+    description:
+      'True from SIGTERM until the process exits: it still serves for SHUTDOWN_DRAIN_MS, then stops listening; send new requests elsewhere',
+  }),
 });
 const FailedBatch = z.object({
   batchId: z.string(),
