@@ -110,7 +110,7 @@ describe('rolling replacement of the API behind a load balancer, under steady pu
       ADMIN_TOKEN: TOKEN,
       ROLLUP: 'off',
       LOG_LEVEL: 'info',
-      ...(process.env.ROLLOUT_DRAIN_MS ? { SHUTDOWN_DRAIN_MS: String(DRAIN_MS) } : {}),
+      SHUTDOWN_DRAIN_MS: String(DRAIN_MS),
     };
     procs.push(
       startService('services/encoder/main.ts', {
