@@ -6,12 +6,21 @@
  * every event with its own `messageId`, so each request is also an idempotency key) and to
  * `/push/events/<app>/x`. Measured: durable events/s (until every accepted batch is a file,
  * counted from the written index as bench/scenarios/e2e.ts does). Target: Segment ≥ 0.9× Starfish.
+ *
+ * Both sides carry an idempotency claim, as their clients send them: the Segment body's messageIds
+ * make each request an Idempotency-Key (sha256 of the sorted ids), and every event of the Starfish
+ * body has a message_id, so each push is claimed by its body hash (BODY_DEDUP_WINDOW_SECONDS).
+ * Either claim is looked up and written inside the one id-minting script (mint_batch-4.lua), so
+ * neither costs a Redis round trip more; the rows below show the Redis calls per batch to prove it,
+ * and the CPU per batch of the API's event loop (where the Segment body is translated) and of the
+ * whole service.
  */
 import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PRIVATE_REDIS_ARGS } from '../../shared/redis/private-server.js';
+import { childNodePids } from '../../test/helpers/dist.js';
 import { sampleEvent } from '../../test/helpers/events.js';
 import { freePort, startRedisServer } from '../../test/helpers/redis-server.js';
 import {
@@ -20,9 +29,13 @@ import {
   loadTest,
   median,
   probeRedis,
+  redisCpuSeconds,
   row,
+  serviceCpuSeconds,
+  serviceThreadCpu,
   sleep,
   spawnService,
+  splitServiceCpu,
   waitForFiles,
   waitHttp,
   writtenIndexCounter,
@@ -70,6 +83,20 @@ function segmentBodyFactory(eventsPerBatch: number, distinct = 16): () => string
 interface Run {
   durableEventsPerSec: number;
   bad: number;
+  /** Per accepted batch: the API's event loop, the whole service (API, encoder), Redis; ms of CPU. */
+  apiLoopMs: number;
+  serviceMs: number;
+  redisMs: number;
+  /** Redis commands per accepted batch (INFO commandstats; scripts count as one EVALSHA). */
+  redisCalls: number;
+}
+
+/** Commands Redis has run so far (the sum of INFO commandstats' calls). */
+async function redisCommands(redis: ReturnType<typeof probeRedis>): Promise<number> {
+  const info = await redis.info('commandstats');
+  let n = 0;
+  for (const m of info.matchAll(/^cmdstat_[^:]+:calls=(\d+)/gm)) n += Number(m[1]);
+  return n;
 }
 
 export async function run(ctx: BenchContext): Promise<BenchRow[]> {
@@ -98,6 +125,7 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
     });
     ctx.progress('segment: starting npm start with a write keys file');
     await waitHttp(`${url}/healthz`, proc);
+    const apiPid = proc.pid;
 
     let runNo = 0;
     const oneRun = async (side: SideName, durationSec: number): Promise<Run> => {
@@ -105,6 +133,11 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
       if (n >= KEYS) throw new Error(`segment: more than ${KEYS} runs`);
       const app = side === 'segment' ? `seg-${n}` : `sf-${n}`;
       const auth = `Basic ${Buffer.from(`${keyOf(n)}:`).toString('base64')}`;
+      const pids = [apiPid, ...childNodePids(apiPid)];
+      const cpu0 = serviceCpuSeconds(pids);
+      const threads0 = serviceThreadCpu(pids);
+      const redisCpu0 = await redisCpuSeconds(redis);
+      const calls0 = await redisCommands(redis);
       const t0 = performance.now();
       const r = await loadTest({
         url,
@@ -124,9 +157,17 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
         (have) => ctx.progress(`segment: ${side} draining, ${have}/${accepted} files`),
         { count },
       );
+      const cpu = serviceCpuSeconds(pids) - cpu0;
+      const threads = splitServiceCpu(pids, threads0, serviceThreadCpu(pids), cpu);
+      const perBatch = (seconds: number): number => (seconds * 1000) / accepted;
       return {
         durableEventsPerSec: (accepted * EVENTS_PER_BATCH) / ((tDurable - t0) / 1000),
         bad: r.non2xx + r.errors + r.timeouts,
+        apiLoopMs: perBatch(threads.main),
+        serviceMs: perBatch(cpu),
+        redisMs: perBatch((await redisCpuSeconds(redis)) - redisCpu0),
+        // The probe's own ZCARD polls while draining are a few a second: noise next to thousands of batches.
+        redisCalls: ((await redisCommands(redis)) - calls0) / accepted,
       };
     };
 
@@ -143,17 +184,29 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
         await sleep(smoke ? 100 : 1000);
       }
     }
-    const m = (side: SideName): number => median(runs[side].map((x) => x.durableEventsPerSec));
+    const m = (side: SideName, of: (x: Run) => number = (x) => x.durableEventsPerSec): number =>
+      median(runs[side].map(of));
     const bad = (side: SideName): number => runs[side].reduce((s, x) => s + x.bad, 0);
+    const load = loadavg()[0] ?? Number.NaN;
+    const perBatch = (metric: string, unit: string, of: (x: Run) => number): BenchRow =>
+      row({ scenario: 'segment', metric, unit, ours: m('segment', of), reference: m('starfish', of) });
     return [
       row({
         scenario: 'segment',
-        metric: 'durable events/s, /v1/batch (ours) vs Starfish push (reference), 100-event batches, 32 conns',
+        metric: `durable events/s, /v1/batch (ours) vs Starfish push (reference), 100-event batches, 32 conns, both with an idempotency claim (messageIds key / body hash); load average ${load.toFixed(1)} at the end`,
         unit: 'events/s',
         ours: m('segment'),
         reference: m('starfish'),
         ratioTarget: { op: '>=', value: 0.9 },
       }),
+      perBatch(
+        'CPU of the API event loop per batch (translation included), /v1/batch vs Starfish',
+        'ms',
+        (x) => x.apiLoopMs,
+      ),
+      perBatch('CPU of the service (API + encoder) per batch, /v1/batch vs Starfish', 'ms', (x) => x.serviceMs),
+      perBatch('Redis CPU per batch, /v1/batch vs Starfish', 'ms', (x) => x.redisMs),
+      perBatch('Redis commands per batch (a script is one), /v1/batch vs Starfish', 'count', (x) => x.redisCalls),
       row({
         scenario: 'segment',
         metric: 'non-2xx/errors at saturation, /v1/batch (ours) vs Starfish push (reference)',

@@ -58,6 +58,32 @@ describe('translateSegment', () => {
     expect(ok('{"batch":[{"type":"track","messageId":"1"},{"type":"track"}]}').messageIdsHash).toBeUndefined();
   });
 
+  it('reads keys however they are escaped, keeps spacing valid, and copies unmapped members as sent', () => {
+    const t = ok(
+      '{"batch":[ { "t\\u0079pe" : "tr\\u0061ck" , "user\\u0049d" : "u" , "a" : [ 1 , 2 ] , "sent\\u0041t" : "own" , "b" : {"c" : null} } ],"sentAt":"S"}',
+    );
+    expect(t.json.data.events).toEqual([
+      { event_type: 'track', distinct_id: 'u', a: [1, 2], sentAt: 'own', b: { c: null } },
+    ]);
+    // An unmapped key keeps its bytes (escapes included); a mapped one is written under its column.
+    expect(t.bytes.toString()).toContain('"sent\\u0041t" : "own"');
+    expect(t.bytes.toString()).toContain('"distinct_id":"u"');
+  });
+
+  it('many batch-level members and many members per event: each event gets exactly the ones it lacks', () => {
+    const top = Object.fromEntries(Array.from({ length: 60 }, (_, i) => [`k${i}`, i]));
+    const events = Array.from({ length: 3 }, (_, e) => ({
+      type: 'track',
+      ...Object.fromEntries(Array.from({ length: 50 }, (_, i) => [`k${2 * i + e}`, `own-${e}`])),
+    }));
+    const t = ok(JSON.stringify({ batch: events, ...top }));
+    for (const [e, got] of t.json.data.events.entries()) {
+      const own = new Set(Array.from({ length: 50 }, (_, i) => `k${2 * i + e}`));
+      expect(Object.keys(got)).toHaveLength(1 + 50 + [...Object.keys(top)].filter((k) => !own.has(k)).length);
+      for (const k of Object.keys(top)) expect(got[k]).toBe(own.has(k) ? `own-${e}` : top[k]);
+    }
+  });
+
   it('refuses what an SDK must drop, naming the problem', () => {
     const no = (body: string, route: Parameters<typeof translateSegment>[1] = 'batch') =>
       translateSegment(Buffer.from(body), route, 1e6);
