@@ -122,23 +122,32 @@ export function describeTarget(t: RedisTarget): string {
   }
 }
 
+/** Longest wait between two reconnects of a Sentinel-mode connection. */
+export const SENTINEL_RECONNECT_MAX_MS = 500;
+
 /**
  * The ioredis options of a Sentinel target (see createRedisClient): the master of group `name`,
  * asked from the sentinels in turn; `role: 'master'` makes ioredis check the server's role after
- * each connect (a demoted master is left for the next one the sentinels name). The failover
- * detector subscribes to the sentinels' `+switch-master` and reconnects at once on a failover,
- * instead of at the next connection error (a demoted master that stays up would otherwise keep
- * the connection, answering writes with READONLY).
+ * each connect (a demoted master is left for the next one the sentinels name), and a READONLY
+ * reply (a master demoted while this connection stayed up) makes it reconnect, to the master the
+ * sentinels name then; the command itself fails (Redis refused it, so it did not run).
+ * ioredis' `failoverDetector` is left off: when its `+switch-master` message arrives while the
+ * connection is asking a sentinel for the master (a reconnect after the master died), ioredis 6
+ * ends the connection for good (SentinelConnector: "Connection is closed", status `end`); the
+ * failover test hit that, and the API answered 503 until it was restarted.
  */
 export function sentinelOptions(t: Extract<RedisTarget, { kind: 'sentinel' }>): RedisOptions {
   return {
     sentinels: t.sentinels.map((s) => ({ host: s.host, port: s.port })),
     name: t.name,
     role: 'master',
-    failoverDetector: true,
+    reconnectOnError: (err) => err.message.startsWith('READONLY'),
     // All sentinels unreachable: the same capped backoff as a connection to Redis.
     sentinelRetryStrategy: (times) => Math.min(100 * 2 ** Math.min(times, 5), 2000),
     sentinelCommandTimeout: 2000,
+    // A lost master is what a failover looks like: ask the sentinels again soon (each try is one
+    // command to a sentinel), instead of backing off to 2 s like a connection to one Redis.
+    retryStrategy: (times) => Math.min(100 * times, SENTINEL_RECONNECT_MAX_MS),
     ...(t.password !== undefined ? { password: t.password } : {}),
     ...(t.sentinelPassword !== undefined ? { sentinelPassword: t.sentinelPassword } : {}),
     ...(t.tls ? { tls: {}, enableTLSForSentinelMode: true, sentinelTLS: {} } : {}),

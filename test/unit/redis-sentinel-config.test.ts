@@ -2,7 +2,13 @@ import { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import { ConfigError, parseEnv } from '../../shared/config.js';
 import { redisSlice } from '../../shared/config-slices.js';
-import { describeTarget, redisAddress, redisTarget, sentinelOptions } from '../../shared/redis/connection.js';
+import {
+  SENTINEL_RECONNECT_MAX_MS,
+  describeTarget,
+  redisAddress,
+  redisTarget,
+  sentinelOptions,
+} from '../../shared/redis/connection.js';
 
 const SENTINEL_ENV = {
   REDIS_SENTINELS: '10.0.0.1:26379, 10.0.0.2:26380,sentinel-2.redis:26379',
@@ -64,7 +70,7 @@ describe('Redis Sentinel settings (REDIS_SENTINELS, REDIS_SENTINEL_NAME, REDIS_P
     expect(() => parseEnv({ ...SENTINEL_ENV, REDIS_SENTINELS: ' , ' })).toThrow(/REDIS_SENTINELS/);
   });
 
-  it('hands ioredis the master group, role master, the failover detector, both passwords and TLS for both legs', () => {
+  it('hands ioredis the master group, role master, reconnect on READONLY, both passwords and TLS for both legs', () => {
     const t = redisTarget(
       redisSlice(parseEnv({ ...SENTINEL_ENV, REDIS_PASSWORD: 'pw', REDIS_SENTINEL_PASSWORD: 'spw', REDIS_TLS: '1' })),
     );
@@ -73,7 +79,6 @@ describe('Redis Sentinel settings (REDIS_SENTINELS, REDIS_SENTINEL_NAME, REDIS_P
     expect(o).toMatchObject({
       name: 'mymaster',
       role: 'master',
-      failoverDetector: true,
       password: 'pw',
       sentinelPassword: 'spw',
       tls: {},
@@ -81,6 +86,13 @@ describe('Redis Sentinel settings (REDIS_SENTINELS, REDIS_SENTINEL_NAME, REDIS_P
       sentinelTLS: {},
     });
     expect(o.sentinels).toHaveLength(3);
+    // No failover detector (see sentinelOptions); a READONLY reply reconnects instead.
+    expect(o.failoverDetector).toBeUndefined();
+    expect(o.reconnectOnError?.(new Error("READONLY You can't write against a read only replica."))).toBe(true);
+    expect(o.reconnectOnError?.(new Error('OOM command not allowed'))).toBe(false);
+    // A lost master is asked for again soon: reconnects at most SENTINEL_RECONNECT_MAX_MS apart.
+    expect(o.retryStrategy?.(1)).toBe(100);
+    expect(o.retryStrategy?.(1000)).toBe(SENTINEL_RECONNECT_MAX_MS);
     const plain = sentinelOptions({ ...t, tls: false, password: undefined, sentinelPassword: undefined });
     expect('tls' in plain || 'password' in plain || 'sentinelPassword' in plain).toBe(false);
     // What /readyz names a connection by (a lazy one: no socket is opened).
