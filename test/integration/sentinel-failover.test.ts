@@ -264,4 +264,43 @@ describe('Redis Sentinel failover under load (REDIS_WAIT_REPLICAS=1)', () => {
       expect(p.output()).not.toContain(SENTINEL_PASSWORD);
     }
   }, 240_000);
+  it('npm start (API + encoder process) runs on the promoted master too, starting no private Redis', async () => {
+    const g = group as RedisSentinelGroup;
+    const dir = mkdtempSync(join(tmpdir(), 'ingest-sentinel-start-'));
+    const port = await freePort();
+    const proc = startService('services/main.ts', {
+      HOST: '127.0.0.1',
+      PORT: String(port),
+      METRICS_PORT: String(await freePort()),
+      REDIS_SENTINELS: g.sentinels,
+      REDIS_SENTINEL_NAME: g.name,
+      REDIS_PASSWORD: PASSWORD,
+      REDIS_SENTINEL_PASSWORD: SENTINEL_PASSWORD,
+      REDIS_WAIT_REPLICAS: '1',
+      QUEUE_NAME: uniqueName('sfstart'),
+      DATA_DIR: dir,
+      ADMIN_TOKEN: TOKEN,
+      LOG_LEVEL: 'info',
+    });
+    try {
+      const base = `http://127.0.0.1:${port}`;
+      await waitForHttp(`${base}/readyz`, 60_000, proc);
+      const r = await fetch(`${base}/push/events/start-app/x`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json' },
+        body: batchBody(3, sampleEvent),
+      });
+      expect(r.status).toBe(200);
+      const { batchId } = (await r.json()) as { batchId: string };
+      // The encoder child process follows the same sentinels to the same master.
+      await waitFor(async () => filesOf(dir, 'start-app').includes(batchId), 30_000, 'the batch written by npm start');
+      expect(await listAll(base, 'start-app')).toEqual([batchId]);
+      expect(proc.output()).not.toMatch(/private redis-server|using the Redis already running/);
+      expect(proc.output()).not.toContain(PASSWORD);
+      expect(proc.output()).not.toContain(SENTINEL_PASSWORD);
+    } finally {
+      await proc.stop('SIGTERM', 10_000);
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 120_000);
 });
