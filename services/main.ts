@@ -22,8 +22,8 @@ const ENCODER_CHILD = fileURLToPath(
 
 /**
  * The Redis `npm start` uses when REDIS_URL is not set: the one on the default port, or a private
- * `redis-server` it starts (shared/redis/private-server.ts) and stops last. A Redis Cluster is always the
- * operator's own.
+ * `redis-server` it starts (shared/redis/private-server.ts) and stops last. A Redis Cluster or a
+ * Sentinel group is always the operator's own.
  */
 function privateRedis(ctx: StackContext): Component {
   let starting: Promise<RedisHandle | undefined> | undefined;
@@ -32,7 +32,7 @@ function privateRedis(ctx: StackContext): Component {
     async start() {
       starting ??= (async () => {
         const redis = redisSlice(ctx.env);
-        if (redis.REDIS_CLUSTER_NODES) return undefined;
+        if (redis.REDIS_CLUSTER_NODES || redis.REDIS_SENTINELS) return undefined;
         const handle = await ensureRedis({
           redisUrl: redis.REDIS_URL,
           dataDir: storeSlice(ctx.env).DATA_DIR,

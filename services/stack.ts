@@ -46,7 +46,7 @@ export interface StackParts {
 export interface RunningStack {
   logger: Logger;
   store: ObjectStore;
-  /** Where Redis is, as logs name it: host:port, `unix:<socket>` or `cluster <seed nodes>` (never a password). */
+  /** Where Redis is, as logs name it: host:port, `unix:<socket>`, `sentinel <master name>` or `cluster <seed nodes>` (never a password). */
   redisName: string;
   registry: Registry;
   api?: { server: RunningServer; app: ApiApp };

@@ -18,6 +18,11 @@ function pick<K extends keyof Env>(env: Env, keys: readonly K[]): Pick<Env, K> {
 export const REDIS_KEYS = [
   'REDIS_URL',
   'REDIS_CLUSTER_NODES',
+  'REDIS_SENTINELS',
+  'REDIS_SENTINEL_NAME',
+  'REDIS_SENTINEL_PASSWORD',
+  'REDIS_PASSWORD',
+  'REDIS_TLS',
   'QUEUE_NAME',
   'QUEUE_SHARDS',
   'REDIS_WAIT_REPLICAS',

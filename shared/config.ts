@@ -299,6 +299,24 @@ const boolish = z
 const port = z.coerce.number().int().min(0).max(65535);
 const positiveInt = z.coerce.number().int().positive();
 
+/** A comma list of `host:port` (REDIS_CLUSTER_NODES, REDIS_SENTINELS) as `{ host, port }`s; `problem` says what it must be. */
+function hostPortList(problem: string) {
+  return z
+    .string()
+    .transform((v) =>
+      v
+        .split(',')
+        .map((n) => n.trim())
+        .filter(Boolean),
+    )
+    .pipe(z.array(z.string().regex(/^[A-Za-z0-9.-]+:\d{1,5}$/, problem)).min(1))
+    .transform((nodes) =>
+      nodes.map((n) => ({ host: n.slice(0, n.lastIndexOf(':')), port: Number(n.slice(n.lastIndexOf(':') + 1)) })),
+    )
+    .refine((nodes) => nodes.every((n) => n.port > 0 && n.port <= 65535), 'ports must be 1-65535')
+    .optional();
+}
+
 /** Environment of every service; parsed once at start and passed down as a value. */
 /**
  * Default idempotency windows, sized so a 1 GB Redis stays below the shedding mark at 500
@@ -350,31 +368,23 @@ export const EnvSchema = z
       })
       .optional(),
     /** Seed nodes of a Redis Cluster (`host:port,host:port,…`); switches every process to the Cluster client. */
-    REDIS_CLUSTER_NODES: z
+    REDIS_CLUSTER_NODES: hostPortList('must be a comma list of host:port seed nodes, like 10.0.0.1:7000,10.0.0.2:7000'),
+    /**
+     * The sentinels of a Redis Sentinel group (`host:port,host:port,…`): every connection goes to
+     * the master they name for REDIS_SENTINEL_NAME, and follows a failover to the promoted replica.
+     */
+    REDIS_SENTINELS: hostPortList('must be a comma list of host:port sentinels, like 10.0.0.1:26379,10.0.0.2:26379'),
+    /** The master group name the sentinels monitor (`sentinel monitor <name> …`); required with REDIS_SENTINELS. */
+    REDIS_SENTINEL_NAME: z
       .string()
-      .transform((v) =>
-        v
-          .split(',')
-          .map((n) => n.trim())
-          .filter(Boolean),
-      )
-      .pipe(
-        z
-          .array(
-            z
-              .string()
-              .regex(
-                /^[A-Za-z0-9.-]+:\d{1,5}$/,
-                'must be a comma list of host:port seed nodes, like 10.0.0.1:7000,10.0.0.2:7000',
-              ),
-          )
-          .min(1),
-      )
-      .transform((nodes) =>
-        nodes.map((n) => ({ host: n.slice(0, n.lastIndexOf(':')), port: Number(n.slice(n.lastIndexOf(':') + 1)) })),
-      )
-      .refine((nodes) => nodes.every((n) => n.port > 0 && n.port <= 65535), 'ports must be 1-65535')
+      .regex(/^[A-Za-z0-9._-]{1,128}$/, 'must be 1-128 characters of [A-Za-z0-9._-], as in `sentinel monitor <name>`')
       .optional(),
+    /** The password of the sentinels themselves (their `requirepass`), when they have one. */
+    REDIS_SENTINEL_PASSWORD: z.string().min(1).optional(),
+    /** The Redis password (`requirepass`) for every mode; a password in REDIS_URL wins over it. */
+    REDIS_PASSWORD: z.string().min(1).optional(),
+    /** `1`: TLS to Redis (with Sentinel: to the sentinels and the master; a Cluster: to every node). A `rediss://` REDIS_URL needs no switch. */
+    REDIS_TLS: boolish.default(false),
     /**
      * BullMQ queues the work is split into, each under its own hash tag so a Cluster spreads them
      * over its masters. A list prefix always maps to the same shard. Changing it needs a drained
@@ -568,6 +578,23 @@ export const EnvSchema = z
         path: ['REDIS_CLUSTER_NODES'],
         message: 'set REDIS_URL (one Redis) or REDIS_CLUSTER_NODES (a Redis Cluster), not both',
       });
+    if (e.REDIS_SENTINELS && (e.REDIS_URL || e.REDIS_CLUSTER_NODES))
+      ctx.addIssue({
+        code: 'custom',
+        path: ['REDIS_SENTINELS'],
+        message: `set one of REDIS_URL (one Redis), REDIS_SENTINELS (Redis Sentinel) or REDIS_CLUSTER_NODES (a Redis Cluster), not REDIS_SENTINELS and ${e.REDIS_URL ? 'REDIS_URL' : 'REDIS_CLUSTER_NODES'}`,
+      });
+    if (e.REDIS_SENTINELS && !e.REDIS_SENTINEL_NAME)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['REDIS_SENTINEL_NAME'],
+        message: 'is required with REDIS_SENTINELS: the master group name the sentinels monitor',
+      });
+    for (const only of ['REDIS_SENTINEL_NAME', 'REDIS_SENTINEL_PASSWORD'] as const)
+      if (e[only] && !e.REDIS_SENTINELS)
+        ctx.addIssue({ code: 'custom', path: [only], message: 'needs REDIS_SENTINELS (the sentinels host:port list)' });
+    if (e.REDIS_TLS && e.REDIS_URL?.startsWith('unix:'))
+      ctx.addIssue({ code: 'custom', path: ['REDIS_TLS'], message: 'is for TCP; REDIS_URL names a unix socket' });
     if (e.STORE === 's3' && !e.S3_BUCKET)
       ctx.addIssue({ code: 'custom', path: ['S3_BUCKET'], message: 'is required when STORE=s3' });
     if (e.JWT_JWKS_URL && e.JWT_PUBLIC_KEY)

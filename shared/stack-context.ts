@@ -91,7 +91,7 @@ export class StackContext {
     return this.redisTargetMemo;
   }
 
-  /** Where Redis is, as logs name it: host:port, `unix:<socket>` or `cluster <seed nodes>` (never a password). */
+  /** Where Redis is, as logs name it: host:port, `unix:<socket>`, `sentinel <master name>` or `cluster <seed nodes>` (never a password). */
   get redisName(): string {
     return describeTarget(this.target);
   }

@@ -1,5 +1,5 @@
 import { Cluster, type ClusterOptions, Redis, type RedisOptions } from 'ioredis';
-import { RedisUnavailable, TimeoutError } from '../errors.js';
+import { ConfigError, RedisUnavailable, TimeoutError } from '../errors.js';
 import { type Logger, type ThrottledWarn, throttledWarn } from '../logger.js';
 import { ioredisAddress, unixSocketOf } from './url.js';
 
@@ -21,13 +21,18 @@ export function createRedis(
   logger?: Logger,
 ): Redis {
   const client = new Redis(ioredisAddress(url), { ...baseOptions, ...roleOptions(role), ...extra });
-  // Without a listener ioredis would print each retry to stderr. With a logger, connection
-  // errors are logged at most every few seconds per Redis (all connections to it together).
+  return watchConnection(client, redisAddress(client), role, logger);
+}
+
+/**
+ * Without a listener ioredis would print each retry to stderr. With a logger, connection errors
+ * are logged at most every few seconds per Redis (all connections to it together).
+ */
+function watchConnection(client: Redis, where: string, role: string, logger: Logger | undefined): Redis {
   if (!logger) {
     client.on('error', () => undefined);
     return client;
   }
-  const where = redisAddress(client);
   const warn = connectionWarning(logger, where);
   client.on('error', (err: NodeJS.ErrnoException) => warn({ redis: where, role, code: err.code ?? err.name }));
   client.on('ready', () => warn.flush('redis reachable again', { redis: where }));
@@ -49,23 +54,64 @@ function roleOptions(role: 'producer' | 'worker'): RedisOptions {
 /** One Redis or a Redis Cluster: what every module that talks to Redis is handed. */
 export type RedisClient = Redis | Cluster;
 
-/** Where Redis is: one server (`url`) or a Redis Cluster reached through seed nodes. */
-export type RedisTarget =
-  { kind: 'single'; url: string } | { kind: 'cluster'; nodes: { host: string; port: number }[] };
-
-/** The target an environment names: REDIS_CLUSTER_NODES wins over REDIS_URL (config validation forbids both). */
-export function redisTarget(env: {
-  REDIS_URL?: string;
-  REDIS_CLUSTER_NODES?: { host: string; port: number }[];
-}): RedisTarget {
-  if (env.REDIS_CLUSTER_NODES && env.REDIS_CLUSTER_NODES.length > 0)
-    return { kind: 'cluster', nodes: env.REDIS_CLUSTER_NODES };
-  return { kind: 'single', url: env.REDIS_URL ?? DEFAULT_REDIS_URL };
+export interface HostPort {
+  host: string;
+  port: number;
 }
 
-/** What logs and /readyz name a target by: the URL's host:port, a unix socket's path, or `cluster` and the seed nodes (never a password). */
+/**
+ * Where Redis is: one server (`url`), the master of a Redis Sentinel group (`sentinels`, `name`),
+ * or a Redis Cluster reached through seed nodes. `password` (REDIS_PASSWORD) and `tls`
+ * (REDIS_TLS) apply to every mode; a password in REDIS_URL wins over `password`.
+ */
+export type RedisTarget = (
+  | { kind: 'single'; url: string }
+  | { kind: 'sentinel'; sentinels: HostPort[]; name: string; sentinelPassword?: string }
+  | { kind: 'cluster'; nodes: HostPort[] }
+) & { password?: string; tls?: boolean };
+
+/**
+ * The target an environment names: REDIS_CLUSTER_NODES, else REDIS_SENTINELS (with
+ * REDIS_SENTINEL_NAME), else REDIS_URL (config validation allows only one of them).
+ */
+export function redisTarget(env: {
+  REDIS_URL?: string;
+  REDIS_CLUSTER_NODES?: HostPort[];
+  REDIS_SENTINELS?: HostPort[];
+  REDIS_SENTINEL_NAME?: string;
+  REDIS_SENTINEL_PASSWORD?: string;
+  REDIS_PASSWORD?: string;
+  REDIS_TLS?: boolean;
+}): RedisTarget {
+  const common = {
+    ...(env.REDIS_PASSWORD ? { password: env.REDIS_PASSWORD } : {}),
+    ...(env.REDIS_TLS ? { tls: true } : {}),
+  };
+  if (env.REDIS_CLUSTER_NODES && env.REDIS_CLUSTER_NODES.length > 0)
+    return { kind: 'cluster', nodes: env.REDIS_CLUSTER_NODES, ...common };
+  if (env.REDIS_SENTINELS && env.REDIS_SENTINELS.length > 0) {
+    if (!env.REDIS_SENTINEL_NAME)
+      throw new ConfigError('environment variable REDIS_SENTINEL_NAME: is required with REDIS_SENTINELS');
+    return {
+      kind: 'sentinel',
+      sentinels: env.REDIS_SENTINELS,
+      name: env.REDIS_SENTINEL_NAME,
+      ...(env.REDIS_SENTINEL_PASSWORD ? { sentinelPassword: env.REDIS_SENTINEL_PASSWORD } : {}),
+      ...common,
+    };
+  }
+  return { kind: 'single', url: env.REDIS_URL ?? DEFAULT_REDIS_URL, ...common };
+}
+
+const hostPorts = (nodes: readonly HostPort[]): string => nodes.map((n) => `${n.host}:${n.port}`).join(',');
+
+/**
+ * What logs and /readyz name a target by: the URL's host:port, a unix socket's path, `sentinel
+ * <master name>`, or `cluster` and the seed nodes (never a password).
+ */
 export function describeTarget(t: RedisTarget): string {
-  if (t.kind === 'cluster') return `cluster ${t.nodes.map((n) => `${n.host}:${n.port}`).join(',')}`;
+  if (t.kind === 'cluster') return `cluster ${hostPorts(t.nodes)}`;
+  if (t.kind === 'sentinel') return `sentinel ${t.name}`;
   const socket = unixSocketOf(t.url);
   if (socket !== undefined) return `unix:${socket.split('?')[0]}`;
   try {
@@ -76,13 +122,57 @@ export function describeTarget(t: RedisTarget): string {
   }
 }
 
+/** Longest wait between two reconnects of a Sentinel-mode connection. */
+export const SENTINEL_RECONNECT_MAX_MS = 500;
+
 /**
- * A connection to `target` for `role` (see createRedis). On a Cluster the per-node connections
- * get the same role options; commands follow MOVED/ASK redirections and, after a failover, the
- * slot map is refreshed and the command retried on the promoted replica.
+ * The ioredis options of a Sentinel target (see createRedisClient): the master of group `name`,
+ * asked from the sentinels in turn; `role: 'master'` makes ioredis check the server's role after
+ * each connect (a demoted master is left for the next one the sentinels name), and a READONLY
+ * reply (a master demoted while this connection stayed up) makes it reconnect, to the master the
+ * sentinels name then; the command itself fails (Redis refused it, so it did not run).
+ * ioredis' `failoverDetector` is left off: when its `+switch-master` message arrives while the
+ * connection is asking a sentinel for the master (a reconnect after the master died), ioredis 6
+ * ends the connection for good (SentinelConnector: "Connection is closed", status `end`); the
+ * failover test hit that, and the API answered 503 until it was restarted.
+ */
+export function sentinelOptions(t: Extract<RedisTarget, { kind: 'sentinel' }>): RedisOptions {
+  return {
+    sentinels: t.sentinels.map((s) => ({ host: s.host, port: s.port })),
+    name: t.name,
+    role: 'master',
+    reconnectOnError: (err) => err.message.startsWith('READONLY'),
+    // All sentinels unreachable: the same capped backoff as a connection to Redis.
+    sentinelRetryStrategy: (times) => Math.min(100 * 2 ** Math.min(times, 5), 2000),
+    sentinelCommandTimeout: 2000,
+    // A lost master is what a failover looks like: ask the sentinels again soon (each try is one
+    // command to a sentinel), instead of backing off to 2 s like a connection to one Redis.
+    retryStrategy: (times) => Math.min(100 * times, SENTINEL_RECONNECT_MAX_MS),
+    ...(t.password !== undefined ? { password: t.password } : {}),
+    ...(t.sentinelPassword !== undefined ? { sentinelPassword: t.sentinelPassword } : {}),
+    ...(t.tls ? { tls: {}, enableTLSForSentinelMode: true, sentinelTLS: {} } : {}),
+  };
+}
+
+/** Options every mode adds from REDIS_PASSWORD and REDIS_TLS (a password in REDIS_URL wins: ioredis keeps the URL's). */
+function authOptions(t: RedisTarget): RedisOptions {
+  return { ...(t.password !== undefined ? { password: t.password } : {}), ...(t.tls ? { tls: {} } : {}) };
+}
+
+/**
+ * A connection to `target` for `role` (see createRedis). Every connection of the product and of
+ * its BullMQ queues and workers is made here (BullMQ's blocking connections are duplicates of
+ * these, with the same options). On a Cluster the per-node connections get the same role
+ * options; commands follow MOVED/ASK redirections and, after a failover, the slot map is
+ * refreshed and the command retried on the promoted replica. With Sentinel the connection goes
+ * to the master the sentinels name, and after a failover reconnects to the promoted replica.
  */
 export function createRedisClient(target: RedisTarget, role: 'producer' | 'worker', logger?: Logger): RedisClient {
-  if (target.kind === 'single') return createRedis(target.url, role, {}, logger);
+  if (target.kind === 'single') return createRedis(target.url, role, authOptions(target), logger);
+  if (target.kind === 'sentinel') {
+    const client = new Redis({ ...baseOptions, ...roleOptions(role), ...sentinelOptions(target) });
+    return watchConnection(client, describeTarget(target), role, logger);
+  }
   const byRole = roleOptions(role);
   const options: ClusterOptions = {
     // Every read goes to the master: the ledger's reads decide what the list may show.
@@ -94,7 +184,7 @@ export function createRedisClient(target: RedisTarget, role: 'producer' | 'worke
     retryDelayOnClusterDown: 200,
     retryDelayOnTryAgain: 100,
     slotsRefreshTimeout: 2000,
-    redisOptions: { ...baseOptions, ...byRole },
+    redisOptions: { ...baseOptions, ...byRole, ...authOptions(target) },
   };
   const client = new Cluster(target.nodes, options);
   const where = describeTarget(target);
@@ -127,10 +217,11 @@ function connectionWarning(logger: Logger, where: string): ThrottledWarn {
   return warn;
 }
 
-/** `host:port` of a connection (a unix socket: its path); what /readyz and logs name, never a password. */
+/** `host:port` of a connection (a unix socket: its path; Sentinel: `sentinel <master name>`); what /readyz and logs name, never a password. */
 export function redisAddress(client: RedisClient): string {
   if (client instanceof Cluster) return clusterNames.get(client) ?? 'cluster';
   const o = client.options;
+  if (o.sentinels && o.sentinels.length > 0) return `sentinel ${o.name ?? 'mymaster'}`;
   return o.path ? o.path : `${o.host ?? '127.0.0.1'}:${o.port ?? 6379}`;
 }
 
@@ -165,7 +256,7 @@ const UNREACHABLE_CODES = new Set(['ECONNRESET', 'ETIMEDOUT', 'EPIPE']);
  * Redis Cluster's mid-failover replies and ioredis' cluster errors.
  */
 const UNAVAILABLE_TEXT =
-  /Stream isn't writeable|Connection is closed|Command aborted due to connection close|Command timed out|connect ETIMEDOUT|Reached the max retries|CLUSTERDOWN|TRYAGAIN|Cluster isn't ready|Failed to refresh slots cache|None of startup nodes is available/i;
+  /Stream isn't writeable|Connection is closed|Command aborted due to connection close|Command timed out|connect ETIMEDOUT|Reached the max retries|CLUSTERDOWN|TRYAGAIN|Cluster isn't ready|Failed to refresh slots cache|None of startup nodes is available|All sentinels are unreachable/i;
 /** ioredis refusing to send: offline queue off and no connection, or no cluster slot map. */
 const NOT_SENT_TEXT =
   /^(Stream isn't writeable|Cluster isn't ready|None of startup nodes is available|Failed to refresh slots cache)/;

@@ -126,24 +126,41 @@ export interface RedisServerProcess {
  * The one way this project starts a `redis-server` (the embedded default above, the tests, the
  * bench and the chaos run): on 127.0.0.1:`port` with its files in `dir` plus `args`, resolving
  * once it answers PING (at most `ms`); throws (after killing it) when it exits or stays silent.
+ * `configFile` is read first (a sentinel needs one it can rewrite: pass `--sentinel` in `args`);
+ * `password`: the PING authenticates (a server with `requirepass`).
  */
 export async function spawnRedisServer(opts: {
   port: number;
   dir: string;
   args?: readonly string[];
   ms?: number;
+  configFile?: string;
+  password?: string;
 }): Promise<RedisServerProcess> {
   const url = `redis://127.0.0.1:${opts.port}`;
   const child: ChildProcess = spawn(
     'redis-server',
-    ['--port', String(opts.port), '--bind', '127.0.0.1', '--dir', opts.dir, '--daemonize', 'no', ...(opts.args ?? [])],
+    [
+      ...(opts.configFile !== undefined ? [opts.configFile] : []),
+      '--port',
+      String(opts.port),
+      '--bind',
+      '127.0.0.1',
+      '--dir',
+      opts.dir,
+      '--daemonize',
+      'no',
+      ...(opts.args ?? []),
+    ],
     { stdio: 'ignore' },
   );
   let exited = false;
   child.once('exit', () => (exited = true));
   child.once('error', () => (exited = true));
+  const probeUrl =
+    opts.password === undefined ? url : `redis://:${encodeURIComponent(opts.password)}@127.0.0.1:${opts.port}`;
   try {
-    await pollUntil(() => redisAnswers(url, 500), {
+    await pollUntil(() => redisAnswers(probeUrl, 500), {
       ms: opts.ms ?? 10_000,
       intervalMs: 50,
       what: `redis-server on ${url}`,

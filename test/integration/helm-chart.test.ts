@@ -110,15 +110,8 @@ function expectRestricted(pod: IPodSpec, where: string): void {
   }
 }
 
-/** The env names the product reads (EnvSchema), plus the AWS SDK's, REDIS_PASSWORD (spliced into REDIS_URL by Kubernetes) and the Sentinel support's of issue 45 (item 2). */
-const KNOWN_ENV = new Set([
-  ...Object.keys(EnvSchema.shape),
-  'AWS_ACCESS_KEY_ID',
-  'AWS_SECRET_ACCESS_KEY',
-  'REDIS_PASSWORD',
-  'REDIS_SENTINELS',
-  'REDIS_SENTINEL_NAME',
-]);
+/** The env names the product reads (EnvSchema: REDIS_PASSWORD and the Sentinel variables included), plus the AWS SDK's. */
+const KNOWN_ENV = new Set([...Object.keys(EnvSchema.shape), 'AWS_ACCESS_KEY_ID', 'AWS_SECRET_ACCESS_KEY']);
 
 /** Every value set the chart is rendered with: defaults and each ci/ file, KEDA and monitoring each on and off. */
 function valueSets(): { file: string | undefined; sets: string[]; label: string }[] {
@@ -160,6 +153,40 @@ describe('Helm chart (deploy/helm/events-ingest)', { timeout: 180_000 }, () => {
         'monitoring-values.yaml',
       ]),
     );
+  });
+
+  it('sentinel mode: the sentinels and master name as plain values, both passwords only by reference, and KEDA gets both', async () => {
+    const objs = await render('sentinel-values.yaml', ['encoder.keda.enabled=true']);
+    for (const d of deployments(objs)) {
+      const env = new Map((d.spec.template.spec.containers[0]?.env ?? []).map((e) => [e.name, e]));
+      expect(env.get('REDIS_SENTINELS')?.value, d.metadata.name).toBe(
+        'redis-sentinel-0.redis:26379,redis-sentinel-1.redis:26379,redis-sentinel-2.redis:26379',
+      );
+      expect(env.get('REDIS_SENTINEL_NAME')?.value, d.metadata.name).toBe('mymaster');
+      expect(env.get('REDIS_PASSWORD')?.valueFrom?.secretKeyRef, d.metadata.name).toEqual({
+        name: 'events-ingest-redis',
+        key: 'redis-password',
+      });
+      expect(env.get('REDIS_SENTINEL_PASSWORD')?.valueFrom?.secretKeyRef, d.metadata.name).toEqual({
+        name: 'events-ingest-redis',
+        key: 'sentinel-password',
+      });
+      expect(env.has('REDIS_URL'), d.metadata.name).toBe(false);
+    }
+    const [auth] = byKind(objs, 'TriggerAuthentication') as unknown as {
+      spec: { secretTargetRef: { parameter: string; name: string; key: string }[] };
+    }[];
+    expect(auth?.spec.secretTargetRef.map((r) => [r.parameter, r.key])).toEqual([
+      ['password', 'redis-password'],
+      ['sentinelPassword', 'sentinel-password'],
+    ]);
+    // The product parses what the chart renders (no ConfigError for the Redis settings).
+    const api = deployments(objs).find((d) => d.metadata.labels?.['app.kubernetes.io/component'] === 'api');
+    const plain = Object.fromEntries(
+      (api?.spec.template.spec.containers[0]?.env ?? []).map((e) => [e.name, e.value ?? 'from-secret']),
+    );
+    const parsed = EnvSchema.safeParse(plain);
+    expect(parsed.success ? [] : parsed.error.issues.filter((i) => String(i.path[0]).startsWith('REDIS'))).toEqual([]);
   });
 
   it('renders for every values set; every object validates against its schema and every pod meets PSS restricted', async () => {

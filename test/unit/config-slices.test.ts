@@ -49,6 +49,8 @@ const slices = [
 /** Every variable set, so every optional key is present in the parsed Env. */
 const FULL_ENV = {
   REDIS_URL: 'redis://127.0.0.1:6390',
+  REDIS_PASSWORD: 'redis-password',
+  REDIS_TLS: '1',
   S3_BUCKET: 'b',
   S3_ENDPOINT: 'http://127.0.0.1:9000',
   CONFIG_FILE: '/nonexistent.json',
@@ -69,11 +71,19 @@ const FULL_ENV = {
 
 describe('config slices', () => {
   it('each slice holds only its own keys, and all of them when every variable is set', () => {
-    // Two variables pairs exclude each other: JWT_JWKS_URL / JWT_PUBLIC_KEY, REDIS_URL / REDIS_CLUSTER_NODES.
+    // Variables that exclude each other: JWT_JWKS_URL / JWT_PUBLIC_KEY, and REDIS_URL /
+    // REDIS_CLUSTER_NODES / REDIS_SENTINELS (with its name and password).
     const { JWT_JWKS_URL: _jwks, REDIS_URL: _url, ...rest } = FULL_ENV;
     const envs = [
       parseEnv(FULL_ENV),
       parseEnv({ ...rest, JWT_PUBLIC_KEY: '/nonexistent.pem', REDIS_CLUSTER_NODES: '127.0.0.1:7000' }),
+      parseEnv({
+        ...rest,
+        JWT_PUBLIC_KEY: '/nonexistent.pem',
+        REDIS_SENTINELS: '127.0.0.1:26379',
+        REDIS_SENTINEL_NAME: 'mymaster',
+        REDIS_SENTINEL_PASSWORD: 'sentinel-password',
+      }),
     ];
     for (const [name, slice, keys] of slices) {
       const seen = new Set(envs.flatMap((env) => Object.keys(slice(env))));

@@ -171,6 +171,9 @@ seccompProfile:
   value: {{ join "," $r.sentinel.nodes | quote }}
 - name: REDIS_SENTINEL_NAME
   value: {{ $r.sentinel.masterName | quote }}
+{{- if and $r.auth.existingSecret $r.auth.sentinelPasswordKey }}
+{{ include "events-ingest.secretEnv" (dict "name" "REDIS_SENTINEL_PASSWORD" "secret" $r.auth.existingSecret "key" $r.auth.sentinelPasswordKey) }}
+{{- end }}
 {{- else if eq $r.mode "cluster" }}
 - name: REDIS_CLUSTER_NODES
   value: {{ join "," $r.cluster.nodes | quote }}
