@@ -216,3 +216,77 @@ export class RssSampler {
 }
 
 export const MiB = (bytes: number): string => `${(bytes / 2 ** 20).toFixed(0)} MiB`;
+
+/** What {@link LoopWatch} saw: the API's own event-loop delay and the answers of /healthz from this process. */
+export interface LoopFigures {
+  /** Largest `nodejs_eventloop_lag_max_seconds` the API reported over the watch, in ms (NaN: never scraped). */
+  loopMaxMs: number;
+  /** Slowest /healthz answer in ms (a poll that got no answer within its timeout counts as its timeout). */
+  healthzWorstMs: number;
+  /** /healthz polls made, and how many did not answer 200. */
+  polls: number;
+  failed: number;
+}
+
+/**
+ * Watches an API's responsiveness from another process (issue 47, acceptance 3): /healthz polled
+ * every `pollMs` (one poll at a time, each cut off at `timeoutMs`), and the API's own event-loop
+ * delay read from its /metrics every `scrapeMs`. prom-client's `nodejs_eventloop_lag_max_seconds`
+ * is the maximum since the previous scrape (its histogram is reset at each), so the maximum over
+ * the scrapes is the maximum over the watch. Bounded: it stops at `stop()` or after `maxMs`.
+ */
+export class LoopWatch {
+  private loopMax = Number.NaN;
+  private worst = 0;
+  private polls = 0;
+  private failed = 0;
+  private running = true;
+  private readonly loops: Promise<void>[];
+
+  constructor(
+    private readonly url: string,
+    opts: { pollMs?: number; scrapeMs?: number; timeoutMs?: number; maxMs?: number } = {},
+  ) {
+    const { pollMs = 25, scrapeMs = 1000, timeoutMs = 5000, maxMs = 900_000 } = opts;
+    const until = performance.now() + maxMs;
+    const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+    const alive = (): boolean => this.running && performance.now() < until;
+    // The scrape before the watch resets the API's histogram, so the figures are the watch's own.
+    const scrape = async (): Promise<void> => {
+      const text = await fetch(`${url}/metrics`, { signal: AbortSignal.timeout(timeoutMs) })
+        .then((r) => r.text())
+        .catch(() => '');
+      const m = /^nodejs_eventloop_lag_max_seconds(?:\{[^}]*\})? (\S+)$/m.exec(text);
+      if (m) this.loopMax = Math.max(Number.isNaN(this.loopMax) ? 0 : this.loopMax, Number(m[1]) * 1000);
+    };
+    this.loops = [
+      (async () => {
+        while (alive()) {
+          const t0 = performance.now();
+          const ok = await fetch(`${url}/healthz`, { signal: AbortSignal.timeout(timeoutMs) })
+            .then(async (r) => (await r.arrayBuffer(), r.status === 200))
+            .catch(() => false);
+          this.worst = Math.max(this.worst, performance.now() - t0);
+          this.polls++;
+          if (!ok) this.failed++;
+          await sleep(pollMs);
+        }
+      })(),
+      (async () => {
+        await scrape();
+        this.loopMax = Number.NaN;
+        while (alive()) {
+          await sleep(scrapeMs);
+          await scrape();
+        }
+      })(),
+    ];
+  }
+
+  /** Stops both loops (after one last scrape) and gives the figures. */
+  async stop(): Promise<LoopFigures> {
+    this.running = false;
+    await Promise.all(this.loops);
+    return { loopMaxMs: this.loopMax, healthzWorstMs: this.worst, polls: this.polls, failed: this.failed };
+  }
+}
