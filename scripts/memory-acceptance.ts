@@ -164,7 +164,7 @@ async function runShape(
   }
   const loop = await watch.stop();
   lines.push(
-    `  API event-loop delay max ${loop.loopMaxMs.toFixed(0)} ms (bound ${opts.loopLimitMs}); /healthz worst ${loop.healthzWorstMs.toFixed(0)} ms over ${loop.polls} polls, ${loop.failed} not 200 (bound ${opts.healthzLimitMs})`,
+    `  API event-loop delay max ${loop.loopMaxMs.toFixed(0)} ms (bound ${opts.loopLimitMs}); /healthz worst ${loop.healthzWorstMs.toFixed(0)} ms over ${loop.polls} polls, ${loop.failed} not 200 (bound ${opts.healthzLimitMs}); an idle process' loop delay max meanwhile ${loop.idleLoopMaxMs.toFixed(0)} ms (the machine's scheduling alone)`,
   );
   if (!(loop.loopMaxMs < opts.loopLimitMs))
     problems.push(`the API's event-loop delay reached ${loop.loopMaxMs.toFixed(0)} ms (bound ${opts.loopLimitMs})`);

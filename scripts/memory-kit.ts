@@ -4,6 +4,7 @@
  * the most memory per body byte, concurrent pushes that collect every answer, and the RSS of a
  * service's process tree (`npm start`'s process and its encoder processes), read from /proc.
  */
+import { spawn } from 'node:child_process';
 import { readFileSync, readdirSync } from 'node:fs';
 import http from 'node:http';
 import { MAX_EVENTS_PER_BATCH_DEFAULT } from '../shared/config.js';
@@ -226,7 +227,16 @@ export interface LoopFigures {
   /** /healthz polls made, and how many did not answer 200. */
   polls: number;
   failed: number;
+  /**
+   * The event-loop delay max, in ms, of an idle node process run alongside (it does nothing but
+   * measure): what the machine's scheduling alone costs any process, without the API's work.
+   */
+  idleLoopMaxMs: number;
 }
+
+/** The control of {@link LoopFigures.idleLoopMaxMs}: an idle process' event-loop delay max, printed when its stdin closes. */
+const IDLE_LOOP_PROBE = `const h = require('node:perf_hooks').monitorEventLoopDelay({ resolution: 10 }); h.enable();
+process.stdin.resume(); process.stdin.on('end', () => { h.disable(); process.stdout.write(String(h.max / 1e6)); });`;
 
 /**
  * Watches an API's responsiveness from another process (issue 47, acceptance 3): /healthz polled
@@ -242,6 +252,8 @@ export class LoopWatch {
   private failed = 0;
   private running = true;
   private readonly loops: Promise<void>[];
+  private readonly probe = spawn(process.execPath, ['-e', IDLE_LOOP_PROBE], { stdio: ['pipe', 'pipe', 'ignore'] });
+  private readonly probeOut: Promise<number>;
 
   constructor(
     private readonly url: string,
@@ -249,6 +261,14 @@ export class LoopWatch {
   ) {
     const { pollMs = 25, scrapeMs = 1000, timeoutMs = 5000, maxMs = 900_000 } = opts;
     const until = performance.now() + maxMs;
+    let out = '';
+    this.probe.stdout?.on('data', (c: Buffer) => (out += c.toString()));
+    this.probeOut = new Promise((resolve) => {
+      this.probe.once('exit', () => resolve(Number(out) || Number.NaN));
+      this.probe.once('error', () => resolve(Number.NaN));
+    });
+    const probeTimer = setTimeout(() => this.probe.kill(), maxMs);
+    probeTimer.unref();
     const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
     const alive = (): boolean => this.running && performance.now() < until;
     // The scrape before the watch resets the API's histogram, so the figures are the watch's own.
@@ -287,6 +307,16 @@ export class LoopWatch {
   async stop(): Promise<LoopFigures> {
     this.running = false;
     await Promise.all(this.loops);
-    return { loopMaxMs: this.loopMax, healthzWorstMs: this.worst, polls: this.polls, failed: this.failed };
+    this.probe.stdin?.end();
+    const kill = setTimeout(() => this.probe.kill(), 5000);
+    const idleLoopMaxMs = await this.probeOut;
+    clearTimeout(kill);
+    return {
+      loopMaxMs: this.loopMax,
+      healthzWorstMs: this.worst,
+      polls: this.polls,
+      failed: this.failed,
+      idleLoopMaxMs,
+    };
   }
 }
