@@ -25,8 +25,10 @@ const PUSHES = 200;
 const BODY_BYTES = 7_900_000;
 const GB = 1024 * 1024 * 1024;
 /** Bounds on the API's event-loop delay and the slowest /healthz during the costliest-shape burst (see that test). */
-const LOOP_BOUND_MS = 500;
+const LOOP_BOUND_MS = 250;
 const HEALTHZ_BOUND_MS = 1000;
+/** An idle process whose loop is held longer than this is on a machine too busy to judge the bounds above. */
+const QUIET_MACHINE_MS = 50;
 
 /** VmRSS and VmHWM (peak RSS) of a process, in bytes. */
 function memoryOf(pid: number): { rss: number; hwm: number } {
@@ -240,11 +242,14 @@ describe('memory budget of npm start', () => {
     );
     expect(loop.failed).toBe(0);
     expect(loop.polls).toBeGreaterThan(3);
-    // The acceptance's bounds are 250 ms and 1 s on a quiet machine; on a loaded one the process
-    // waits for a core besides. Before the scan thread (0030) these bursts held the loop for
-    // 0.78-0.91 s and /healthz for 1.5-1.6 s.
-    expect(loop.loopMaxMs).toBeLessThan(LOOP_BOUND_MS);
-    expect(loop.healthzWorstMs).toBeLessThan(HEALTHZ_BOUND_MS);
+    // The acceptance's bounds (250 ms, 1 s) judge the API, not the machine: on a machine so busy
+    // that an idle process' own loop is held past QUIET_MACHINE_MS, any process waits that long
+    // for a core and the figures are only printed. Before the scan thread (0030) a quiet machine
+    // saw 0.78-0.91 s of loop delay and 1.5-1.6 s /healthz answers from these bursts.
+    if (loop.idleLoopMaxMs < QUIET_MACHINE_MS) {
+      expect(loop.loopMaxMs).toBeLessThan(LOOP_BOUND_MS);
+      expect(loop.healthzWorstMs).toBeLessThan(HEALTHZ_BOUND_MS);
+    }
     for (const a of answers) expect(answerProblem(a), a.body).toBeUndefined();
     const ids = answers.filter((a) => a.status === 200).map((a) => (JSON.parse(a.body) as { batchId: string }).batchId);
     expect(ids.length).toBeGreaterThan(0);
