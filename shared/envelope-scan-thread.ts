@@ -15,7 +15,7 @@ import type { ScanReply, ScanRequest } from './envelope-thread.js';
 /** Bodies from this size are checked on the thread (a 256 KiB body scans in 1-3 ms on the loop). */
 export const SCAN_THREAD_MIN_BYTES = 256 * 1024;
 
-/** An idle thread is ended after this long (its isolate is ~5-10 MiB of RSS an idle API need not hold). */
+/** An idle thread is ended after this long (its isolate is ~10 MiB of RSS, measured, an idle API need not hold). */
 const RETIRE_IDLE_MS = 10_000;
 
 type Pending = { resolve(r: { check: EnvelopeCheck; body: Buffer }): void; reject(err: Error): void };
