@@ -10,7 +10,11 @@
  *   - every answer is 200, 503 + Retry-After with a reason, or 413 with a reason;
  *   - every 200 is a file in the store holding all of its events;
  *   - `--idle-seconds` after the last file, the RSS is within 20% of the idle baseline taken
- *     before the burst.
+ *     before the burst;
+ *   - from the first push until the last file is written, the API's own event-loop delay
+ *     (`nodejs_eventloop_lag_max_seconds`, its maximum over the scrapes) stays under
+ *     `--loop-limit-ms` (250) and /healthz, polled from this process, answers within
+ *     `--healthz-limit-ms` (1000): issue 47's acceptance 3 (`--pushes 60`), LoopWatch in memory-kit.ts.
  * Progress goes to stderr, the figures to stdout; the exit code is 1 when any check fails.
  * The short form is test/integration/memory-budget.test.ts.
  */
@@ -23,7 +27,17 @@ import { distEntry } from '../test/helpers/dist.js';
 import { duckQuery, sqlString } from '../test/helpers/duckdb.js';
 import { freePort, startRedisServer } from '../test/helpers/redis-server.js';
 import { startService, waitFor, waitForHttp } from '../test/helpers/proc.js';
-import { type Answer, MiB, RssSampler, SHAPES, type Shape, answerProblem, pushBody, shapedBody } from './memory-kit.js';
+import {
+  type Answer,
+  LoopWatch,
+  MiB,
+  RssSampler,
+  SHAPES,
+  type Shape,
+  answerProblem,
+  pushBody,
+  shapedBody,
+} from './memory-kit.js';
 
 const int =
   (min: number, max: number) =>
@@ -53,8 +67,18 @@ const opts = new Command()
     int(1024, 8_000_000),
     8_000_000,
   )
+  .option('--loop-limit-ms <n>', "the bound on the API's event-loop delay during the burst", int(1, 600_000), 250)
+  .option('--healthz-limit-ms <n>', 'the bound on the slowest /healthz answer during the burst', int(1, 600_000), 1000)
   .parse()
-  .opts<{ shape: Shape | 'all'; pushes: number; idleSeconds: number; limitMib: number; bodyBytes: number }>();
+  .opts<{
+    shape: Shape | 'all';
+    pushes: number;
+    idleSeconds: number;
+    limitMib: number;
+    bodyBytes: number;
+    loopLimitMs: number;
+    healthzLimitMs: number;
+  }>();
 
 const say = (msg: string): void =>
   void process.stderr.write(`[memory-acceptance ${new Date().toISOString().slice(11, 19)}] ${msg}\n`);
@@ -78,6 +102,7 @@ async function runShape(
   const body = shapedBody(shape, opts.bodyBytes);
   say(`${shape}: ${opts.pushes} concurrent pushes of ${(body.bytes / 1e6).toFixed(2)} MB, ${body.events} events each`);
   sampler.resetPeak();
+  const watch = new LoopWatch(url);
   const t0 = performance.now();
   let answered = 0;
   const progress = setInterval(
@@ -137,6 +162,16 @@ async function runShape(
   } finally {
     clearInterval(written);
   }
+  const loop = await watch.stop();
+  lines.push(
+    `  API event-loop delay max ${loop.loopMaxMs.toFixed(0)} ms (bound ${opts.loopLimitMs}); /healthz worst ${loop.healthzWorstMs.toFixed(0)} ms over ${loop.polls} polls, ${loop.failed} not 200 (bound ${opts.healthzLimitMs}); an idle process' loop delay max meanwhile ${loop.idleLoopMaxMs.toFixed(0)} ms (the machine's scheduling alone)`,
+  );
+  if (!(loop.loopMaxMs < opts.loopLimitMs))
+    problems.push(`the API's event-loop delay reached ${loop.loopMaxMs.toFixed(0)} ms (bound ${opts.loopLimitMs})`);
+  if (!(loop.healthzWorstMs < opts.healthzLimitMs) || loop.failed > 0)
+    problems.push(
+      `/healthz took up to ${loop.healthzWorstMs.toFixed(0)} ms, ${loop.failed} polls not 200 (bound ${opts.healthzLimitMs} ms)`,
+    );
   if (files.length > 0 && files.every((f) => existsSync(f))) {
     const [row] = await duckQuery(
       `SELECT count(*)::BIGINT AS n FROM read_parquet([${files.map(sqlString).join(', ')}])`,

@@ -4,6 +4,7 @@
  * the most memory per body byte, concurrent pushes that collect every answer, and the RSS of a
  * service's process tree (`npm start`'s process and its encoder processes), read from /proc.
  */
+import { spawn } from 'node:child_process';
 import { readFileSync, readdirSync } from 'node:fs';
 import http from 'node:http';
 import { MAX_EVENTS_PER_BATCH_DEFAULT } from '../shared/config.js';
@@ -216,3 +217,106 @@ export class RssSampler {
 }
 
 export const MiB = (bytes: number): string => `${(bytes / 2 ** 20).toFixed(0)} MiB`;
+
+/** What {@link LoopWatch} saw: the API's own event-loop delay and the answers of /healthz from this process. */
+export interface LoopFigures {
+  /** Largest `nodejs_eventloop_lag_max_seconds` the API reported over the watch, in ms (NaN: never scraped). */
+  loopMaxMs: number;
+  /** Slowest /healthz answer in ms (a poll that got no answer within its timeout counts as its timeout). */
+  healthzWorstMs: number;
+  /** /healthz polls made, and how many did not answer 200. */
+  polls: number;
+  failed: number;
+  /**
+   * The event-loop delay max, in ms, of an idle node process run alongside (it does nothing but
+   * measure): what the machine's scheduling alone costs any process, without the API's work.
+   */
+  idleLoopMaxMs: number;
+}
+
+/** The control of {@link LoopFigures.idleLoopMaxMs}: an idle process' event-loop delay max, printed when its stdin closes. */
+const IDLE_LOOP_PROBE = `const h = require('node:perf_hooks').monitorEventLoopDelay({ resolution: 10 }); h.enable();
+process.stdin.resume(); process.stdin.on('end', () => { h.disable(); process.stdout.write(String(h.max / 1e6)); });`;
+
+/**
+ * Watches an API's responsiveness from another process (issue 47, acceptance 3): /healthz polled
+ * every `pollMs` (one poll at a time, each cut off at `timeoutMs`), and the API's own event-loop
+ * delay read from its /metrics every `scrapeMs`. prom-client's `nodejs_eventloop_lag_max_seconds`
+ * is the maximum since the previous scrape (its histogram is reset at each), so the maximum over
+ * the scrapes is the maximum over the watch. Bounded: it stops at `stop()` or after `maxMs`.
+ */
+export class LoopWatch {
+  private loopMax = Number.NaN;
+  private worst = 0;
+  private polls = 0;
+  private failed = 0;
+  private running = true;
+  private readonly loops: Promise<void>[];
+  private readonly probe = spawn(process.execPath, ['-e', IDLE_LOOP_PROBE], { stdio: ['pipe', 'pipe', 'ignore'] });
+  private readonly probeOut: Promise<number>;
+
+  constructor(
+    private readonly url: string,
+    opts: { pollMs?: number; scrapeMs?: number; timeoutMs?: number; maxMs?: number } = {},
+  ) {
+    const { pollMs = 25, scrapeMs = 1000, timeoutMs = 5000, maxMs = 900_000 } = opts;
+    const until = performance.now() + maxMs;
+    let out = '';
+    this.probe.stdout?.on('data', (c: Buffer) => (out += c.toString()));
+    this.probeOut = new Promise((resolve) => {
+      this.probe.once('exit', () => resolve(Number(out) || Number.NaN));
+      this.probe.once('error', () => resolve(Number.NaN));
+    });
+    const probeTimer = setTimeout(() => this.probe.kill(), maxMs);
+    probeTimer.unref();
+    const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+    const alive = (): boolean => this.running && performance.now() < until;
+    // The scrape before the watch resets the API's histogram, so the figures are the watch's own.
+    const scrape = async (): Promise<void> => {
+      const text = await fetch(`${url}/metrics`, { signal: AbortSignal.timeout(timeoutMs) })
+        .then((r) => r.text())
+        .catch(() => '');
+      const m = /^nodejs_eventloop_lag_max_seconds(?:\{[^}]*\})? (\S+)$/m.exec(text);
+      if (m) this.loopMax = Math.max(Number.isNaN(this.loopMax) ? 0 : this.loopMax, Number(m[1]) * 1000);
+    };
+    this.loops = [
+      (async () => {
+        while (alive()) {
+          const t0 = performance.now();
+          const ok = await fetch(`${url}/healthz`, { signal: AbortSignal.timeout(timeoutMs) })
+            .then(async (r) => (await r.arrayBuffer(), r.status === 200))
+            .catch(() => false);
+          this.worst = Math.max(this.worst, performance.now() - t0);
+          this.polls++;
+          if (!ok) this.failed++;
+          await sleep(pollMs);
+        }
+      })(),
+      (async () => {
+        await scrape();
+        this.loopMax = Number.NaN;
+        while (alive()) {
+          await sleep(scrapeMs);
+          await scrape();
+        }
+      })(),
+    ];
+  }
+
+  /** Stops both loops (after one last scrape) and gives the figures. */
+  async stop(): Promise<LoopFigures> {
+    this.running = false;
+    await Promise.all(this.loops);
+    this.probe.stdin?.end();
+    const kill = setTimeout(() => this.probe.kill(), 5000);
+    const idleLoopMaxMs = await this.probeOut;
+    clearTimeout(kill);
+    return {
+      loopMaxMs: this.loopMax,
+      healthzWorstMs: this.worst,
+      polls: this.polls,
+      failed: this.failed,
+      idleLoopMaxMs,
+    };
+  }
+}

@@ -54,6 +54,7 @@ import { requestTimeout } from './edge/timeout.js';
 import { noImplicitConditional } from './edge/conditional.js';
 import { methodNotAllowed } from './edge/methods.js';
 import { BodyError, discardRest, readBody } from './body.js';
+import { envelopeScanThread } from '../../shared/envelope-scan-thread.js';
 import type { RejectReason, ShedReason } from './metrics.js';
 import type { ByteBudget } from '../../shared/byte-budget.js';
 import { contentRange, decideRange, ifRangeAllows, unsatisfiedRange } from './range.js';
@@ -278,6 +279,7 @@ function pushHandler(route: PushRoute): RequestHandler {
     inflightBudget: opts.inflightBudget,
     encodesBody: (bytes) => plugin.encodesBody(bytes),
     needsText: plugin.mode === 'inline',
+    scanThread: envelopeScanThread,
     keyClaimed: (params, key, decodedHash) => plugin.keyClaimed(params, key, decodedHash),
     observer: opts.observer,
   });

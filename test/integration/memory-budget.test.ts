@@ -19,11 +19,16 @@ import { freePort } from '../helpers/redis-server.js';
 import { childNodePids } from '../helpers/dist.js';
 import { type TestStack, startTestStack } from '../helpers/stack.js';
 import { ENCODER_MAX_INFLIGHT_BYTES_DEFAULT, MAX_EVENTS_PER_BATCH_DEFAULT } from '../../shared/config.js';
-import { RssSampler, answerProblem, pushBody, shapedBody } from '../../scripts/memory-kit.js';
+import { LoopWatch, RssSampler, answerProblem, pushBody, shapedBody } from '../../scripts/memory-kit.js';
 
 const PUSHES = 200;
 const BODY_BYTES = 7_900_000;
 const GB = 1024 * 1024 * 1024;
+/** Bounds on the API's event-loop delay and the slowest /healthz during the costliest-shape burst (see that test). */
+const LOOP_BOUND_MS = 250;
+const HEALTHZ_BOUND_MS = 1000;
+/** An idle process whose loop is held longer than this is on a machine too busy to judge the bounds above. */
+const QUIET_MACHINE_MS = 50;
 
 /** VmRSS and VmHWM (peak RSS) of a process, in bytes. */
 function memoryOf(pid: number): { rss: number; hwm: number } {
@@ -218,6 +223,9 @@ describe('memory budget of npm start', () => {
     // The idle RSS before any burst (the test above measured it; alone, this one measures it now).
     const idleBefore = baselineRss ?? serviceMemory(pids).rss;
     const sampler = new RssSampler(proc.pid, 50);
+    // Issue 47's acceptance 3 in short: the API's own event-loop delay and /healthz from this
+    // process while the burst is checked (the long form: memory-acceptance --pushes 60).
+    const watch = new LoopWatch(url);
     let answers;
     try {
       answers = await Promise.all(
@@ -227,6 +235,20 @@ describe('memory budget of npm start', () => {
       );
     } finally {
       sampler.stop();
+    }
+    const loop = await watch.stop();
+    console.log(
+      `worst shape: API event-loop delay max ${loop.loopMaxMs.toFixed(0)} ms, /healthz worst ${loop.healthzWorstMs.toFixed(0)} ms over ${loop.polls} polls; an idle process' loop delay max ${loop.idleLoopMaxMs.toFixed(0)} ms`,
+    );
+    expect(loop.failed).toBe(0);
+    expect(loop.polls).toBeGreaterThan(3);
+    // The acceptance's bounds (250 ms, 1 s) judge the API, not the machine: on a machine so busy
+    // that an idle process' own loop is held past QUIET_MACHINE_MS, any process waits that long
+    // for a core and the figures are only printed. Before the scan thread (0024) a quiet machine
+    // saw 0.78-0.91 s of loop delay and 1.5-1.6 s /healthz answers from these bursts.
+    if (loop.idleLoopMaxMs < QUIET_MACHINE_MS) {
+      expect(loop.loopMaxMs).toBeLessThan(LOOP_BOUND_MS);
+      expect(loop.healthzWorstMs).toBeLessThan(HEALTHZ_BOUND_MS);
     }
     for (const a of answers) expect(answerProblem(a), a.body).toBeUndefined();
     const ids = answers.filter((a) => a.status === 200).map((a) => (JSON.parse(a.body) as { batchId: string }).batchId);

@@ -1,5 +1,6 @@
 import { API_ENCODED_ROW_BYTES, API_QUEUED_ROW_BYTES, batchCost } from '../../../../shared/byte-budget.js';
 import { type EnvelopeErrorCode, checkEnvelope } from '../../../../shared/envelope.js';
+import { SCAN_THREAD_MIN_BYTES } from '../../../../shared/envelope-scan-thread.js';
 import { prepareBatch } from '../../../../shared/parquet/encode.js';
 import { type Step, done, next } from '../runner.js';
 import { type AdmissionDeps, type Checked, type Refused, type WithBody, refused } from './types.js';
@@ -12,24 +13,38 @@ export function envelopeRejectReason(code: EnvelopeErrorCode): 'bad_json' | 'bad
   return code === 'bad_json' || code === 'bad_utf8' ? 'bad_json' : 'bad_envelope';
 }
 
+type ScanResult = (Checked['check'] & { bytes: Buffer }) | { ok: false; error: string; code: EnvelopeErrorCode };
+
 /**
  * The body's scan: {@link prepareBatch} for a size the plugin encodes itself (the scan also takes
  * its columns), else {@link checkEnvelope}; the same errors in the same words either way. Only an
  * inline encoder needs the text: a queued push never decodes its body (that string would double
- * every body in flight).
+ * every body in flight). A large queued body is checked on the scan thread, off the event loop
+ * (shared/envelope-scan-thread.ts); it comes back as a new Buffer over the same memory.
  */
-function scan(
-  deps: AdmissionDeps,
-  bytes: Buffer,
-): Checked['check'] | { ok: false; error: string; code: EnvelopeErrorCode } {
+async function scan(deps: AdmissionDeps, bytes: Buffer): Promise<ScanResult | Refused> {
   if (deps.encodesBody(bytes.length)) {
     const r = prepareBatch(bytes);
     return r.ok
-      ? { events: r.batch.rows, everyEventHasMessageId: r.everyEventHasMessageId, prepared: r.batch }
+      ? { events: r.batch.rows, everyEventHasMessageId: r.everyEventHasMessageId, prepared: r.batch, bytes }
       : { ok: false, error: r.reason, code: r.code };
   }
+  if (deps.scanThread && !deps.needsText && bytes.length >= SCAN_THREAD_MIN_BYTES) {
+    const length = bytes.length;
+    try {
+      const { check: r, body } = await deps.scanThread().scan(bytes);
+      return r.ok ? { events: r.events, everyEventHasMessageId: r.everyEventHasMessageId, bytes: body } : r;
+    } catch {
+      // The thread is gone (or its scanner threw). A body it never took is checked here; one lost
+      // with the thread cannot be, and is refused for a retry: nothing was stored.
+      if (bytes.length !== length)
+        return refused('unavailable', 'the body could not be checked (scan thread failed); retry later', {
+          retryAfter: ROWS_RETRY_AFTER_SECONDS,
+        });
+    }
+  }
   const r = checkEnvelope(bytes, { text: deps.needsText });
-  return r.ok ? { events: r.events, text: r.text, everyEventHasMessageId: r.everyEventHasMessageId } : r;
+  return r.ok ? { events: r.events, text: r.text, everyEventHasMessageId: r.everyEventHasMessageId, bytes } : r;
 }
 
 /**
@@ -42,12 +57,15 @@ export function envelope(deps: AdmissionDeps): Step<WithBody, Checked, Refused> 
   return {
     name: 'envelope',
     async run(c) {
-      const check = scan(deps, c.body.bytes);
-      if ('ok' in check) {
+      const scanned = await scan(deps, c.body.bytes);
+      if ('kind' in scanned) return done(scanned);
+      if ('ok' in scanned) {
+        const check = scanned;
         const code = envelopeRejectReason(check.code);
         observer?.rejected?.(code);
         return done(refused(code, check.error));
       }
+      const { bytes, ...check } = scanned;
       if (check.events > collection.maxEventsPerBatch) {
         observer?.rejected?.('too_large');
         return done(
@@ -66,7 +84,7 @@ export function envelope(deps: AdmissionDeps): Step<WithBody, Checked, Refused> 
         }
         c.held.bytes += rowsCost;
       }
-      return next({ ...c, check });
+      return next({ ...c, body: { ...c.body, bytes }, check });
     },
   };
 }

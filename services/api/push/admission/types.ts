@@ -1,3 +1,4 @@
+import type { EnvelopeScanThread } from '../../../../shared/envelope-scan-thread.js';
 import type { ByteBudget } from '../../../../shared/byte-budget.js';
 import type { CollectionConfig } from '../../../../shared/config.js';
 import type { PreparedBatch } from '../../../../shared/parquet/encode.js';
@@ -101,6 +102,8 @@ export interface AdmissionDeps {
   readonly inflightBudget?: ByteBudget;
   /** Whether a body of this size is scanned by `prepareBatch` (the push encodes its file itself). */
   readonly encodesBody: (bytes: number) => boolean;
+  /** The thread large queued bodies are checked on (shared/envelope-scan-thread.ts); without it, the event loop. */
+  readonly scanThread?: () => EnvelopeScanThread;
   /** The inline encoder needs the body as text; the queued path never decodes it. */
   readonly needsText: boolean;
   /** Whether an Idempotency-Key is already claimed (read-only): a keyed retry is answered before the app's budget is charged. */
