@@ -6,11 +6,9 @@
  * An encoder process encodes its large batches in one too, so that the wasm memory they grow is
  * given back when the thread is retired (EncodeThreadOptions.retireAboveWasmBytes).
  */
-import { Worker as Thread } from 'node:worker_threads';
+import { RequestThread, ownsItsBuffer, threadEntry } from '../request-thread.js';
 import type { ParquetCompression } from './compression.js';
 import type { EncodeReply, EncodeRequest } from './encode-thread.js';
-
-type Pending = { resolve(file: Uint8Array): void; reject(err: Error): void };
 
 /**
  * The services' `retireAboveWasmBytes`: parquet-wasm's memory after batches of up to 1 MiB of
@@ -34,55 +32,23 @@ export interface EncodeThreadOptions {
 }
 
 export class ParquetEncodeThread {
-  private readonly worker: Thread;
-  private readonly pending = new Map<number, Pending>();
-  private readonly ready: Promise<void>;
-  private seq = 0;
-  /** Set once the thread is gone (closed, or crashed): every encode then fails at once. */
-  private failure: Error | undefined;
-  /** Set once the thread is retired (see EncodeThreadOptions.retireAboveWasmBytes). */
-  private retiring = false;
-  private retireTimer: NodeJS.Timeout | undefined;
+  private readonly thread: RequestThread<EncodeReply>;
   /** parquet-wasm's memory in the thread after its last encode. */
   private lastWasmBytes = 0;
 
   constructor(private readonly opts: EncodeThreadOptions = {}) {
-    // From dist/ the thread is plain JavaScript; under tsx or vitest it needs tsx's loader again.
-    const entry = import.meta.url.endsWith('.ts') ? './encode-thread-entry.mjs' : './encode-thread.js';
-    this.worker = new Thread(new URL(entry, import.meta.url));
-    // The API's process may exit with this thread running (its own shutdown closes it first).
-    this.worker.unref();
-    this.ready = new Promise((resolve, reject) => {
-      this.worker.once('message', () => resolve());
-      this.worker.once('error', reject);
-      this.worker.once('exit', (code) =>
-        reject(new Error(`the Parquet encode thread exited (${code}) before it was ready`)),
-      );
-    });
-    // A start that fails is reported by encode(); nothing else waits for `ready`.
-    this.ready.catch(() => undefined);
-    this.worker.on('message', (m: EncodeReply | { ready: true }) => {
-      if (!('id' in m)) return;
-      const p = this.pending.get(m.id);
-      if (!p) return;
-      this.pending.delete(m.id);
-      this.lastWasmBytes = m.wasmBytes;
-      if (m.ok) p.resolve(m.file);
-      else p.reject(new Error(m.error));
-      this.retireWhenIdle();
-    });
-    const fail = (err: Error): void => {
-      this.failure ??= err;
-      for (const p of this.pending.values()) p.reject(this.failure);
-      this.pending.clear();
-    };
-    this.worker.on('error', fail);
-    this.worker.on('exit', (code) => fail(new Error(`the Parquet encode thread exited (${code})`)));
+    this.thread = new RequestThread<EncodeReply>(
+      threadEntry(import.meta.url, 'encode-thread'),
+      'the Parquet encode thread',
+      (reply) => {
+        this.lastWasmBytes = reply.wasmBytes;
+      },
+    );
   }
 
   /** True once the thread is closed, has died, or is retired (see EncodeThreadOptions): make a new one to encode again. */
   get gone(): boolean {
-    return this.failure !== undefined || this.retiring;
+    return this.thread.gone;
   }
 
   /** parquet-wasm's memory in the thread after its last encode (0 before the first). */
@@ -92,7 +58,7 @@ export class ParquetEncodeThread {
 
   /** Batches sent to the thread and not yet answered. */
   get inFlight(): number {
-    return this.pending.size;
+    return this.thread.inFlight;
   }
 
   /**
@@ -104,48 +70,32 @@ export class ParquetEncodeThread {
     ipc: Uint8Array,
     opts: { transfer?: boolean; compression?: ParquetCompression } = {},
   ): Promise<Uint8Array> {
-    if (this.failure) throw this.failure;
-    await this.ready;
-    if (this.failure) throw this.failure;
-    clearTimeout(this.retireTimer);
-    const id = ++this.seq;
-    const movable =
-      opts.transfer === true &&
-      ipc.byteOffset === 0 &&
-      ipc.byteLength === ipc.buffer.byteLength &&
-      ipc.buffer instanceof ArrayBuffer;
-    return new Promise<Uint8Array>((resolve, reject) => {
-      this.pending.set(id, { resolve, reject });
-      this.worker.postMessage(
-        {
-          id,
-          ipc,
-          ...(opts.compression === undefined ? {} : { compression: opts.compression }),
-        } satisfies EncodeRequest,
-        movable ? [ipc.buffer as ArrayBuffer] : [],
+    const request: Omit<EncodeRequest, 'id'> = {
+      ipc,
+      ...(opts.compression === undefined ? {} : { compression: opts.compression }),
+    };
+    try {
+      const reply = await this.thread.request(
+        request,
+        opts.transfer === true && ownsItsBuffer(ipc) ? [ipc.buffer as ArrayBuffer] : [],
       );
-    });
+      if (!reply.ok) throw new Error(reply.error);
+      return reply.file;
+    } finally {
+      this.retireWhenIdle();
+    }
   }
 
   /** Once idle for retireIdleMs with its wasm memory over retireAboveWasmBytes, the thread ends. */
   private retireWhenIdle(): void {
     const limit = this.opts.retireAboveWasmBytes;
-    if (limit === undefined || this.lastWasmBytes <= limit || this.pending.size > 0 || this.failure) return;
-    clearTimeout(this.retireTimer);
-    this.retireTimer = setTimeout(() => {
-      if (this.pending.size > 0 || this.failure) return;
-      this.retiring = true;
-      // Retiring an idle thread: a close that fails leaves it to end with the process; the next encode starts a new one.
-      void this.close().catch(() => undefined);
-    }, this.opts.retireIdleMs ?? 1000);
-    this.retireTimer.unref();
+    if (limit === undefined || this.lastWasmBytes <= limit) return;
+    this.thread.retireWhenIdle(this.opts.retireIdleMs ?? 1000);
   }
 
   /** Stops the thread; encodes still waiting fail (their pushes fall back to the JSON payload). */
-  async close(): Promise<void> {
-    clearTimeout(this.retireTimer);
-    this.failure ??= new Error('the Parquet encode thread is closed');
-    await this.worker.terminate();
+  close(): Promise<void> {
+    return this.thread.close();
   }
 }
 
