@@ -19,6 +19,7 @@ import { SHUTDOWN_DRAIN_MS_DEFAULT } from '../../shared/config.js';
 import { SHUTDOWN_GRACE_MS } from '../../shared/stack-context.js';
 import { LoopbackBalancer } from '../helpers/balancer.js';
 import { batchBody, sampleEvent } from '../helpers/events.js';
+import { listAllIds } from '../helpers/list.js';
 import { uniqueName } from '../helpers/names.js';
 import { type ServiceProcess, startService, waitFor, waitForHttp } from '../helpers/proc.js';
 import { type RedisServer, freePort, startRedisServer } from '../helpers/redis-server.js';
@@ -62,24 +63,6 @@ function rawRequest(
     req.on('error', reject);
     req.end(init.body);
   });
-}
-
-async function listAll(base: string, app: string): Promise<string[]> {
-  const out: string[] = [];
-  let after: string | undefined;
-  for (let page = 0; page < 100; page++) {
-    const q = new URLSearchParams({ limit: '1000' });
-    if (after !== undefined) q.set('after', after);
-    const r = await fetch(`${base}/list/events/${app}?${q.toString()}`, {
-      headers: { Authorization: `Bearer ${TOKEN}` },
-    });
-    if (r.status !== 200) throw new Error(`list ${app}: ${r.status}`);
-    const body = (await r.json()) as { items: string[]; hasMore: boolean };
-    out.push(...body.items.map((n) => n.replace(/\.parquet$/, '')));
-    after = out[out.length - 1];
-    if (!body.hasMore) break;
-  }
-  return out;
 }
 
 describe('rolling replacement of the API behind a load balancer, under steady pushes', () => {
@@ -285,7 +268,7 @@ describe('rolling replacement of the API behind a load balancer, under steady pu
       const want = [...(byApp.get(app) ?? [])].sort();
       // Exactly the acknowledged batches: none missing, none twice (a retried key is one batch id).
       expect(files(app).sort()).toEqual(want);
-      const listed = await listAll(balancer.url, app);
+      const listed = await listAllIds(balancer.url, app, TOKEN);
       for (const id of want) if (!listed.includes(id)) unlisted.push(id);
       for (let i = 1; i < listed.length; i++) expect(listed[i - 1]! < listed[i]!).toBe(true);
       missing.push(...want.filter((id) => !files(app).includes(id)));
