@@ -5,7 +5,7 @@
  * `route(prefix, store)` adds a URL prefix. Also the Iceberg tests' stack env and a read-only table.
  */
 import { afterAll } from 'vitest';
-import { IcebergTable, storeRootUri } from '../../shared/iceberg/table.js';
+import { IcebergTable, THROUGH_BATCH_ID, currentSnapshot, storeRootUri } from '../../shared/iceberg/table.js';
 import type { ObjectStore } from '../../shared/store/types.js';
 
 export function serveStoreToIcebird(): { route: (prefix: string, store: ObjectStore) => void } {
@@ -63,4 +63,16 @@ export function readOnlyTable(store: ObjectStore, app: string, rootUri = storeRo
     rootUri,
     createIfAbsent: () => Promise.reject(new Error('read only')),
   });
+}
+
+/**
+ * Whether the table's current snapshot holds every batch up to `last` (its through-batch-id) and
+ * every data file it references is a rollup (every period replaced): false while the table is absent.
+ */
+export async function tableThroughRolled(table: IcebergTable, last: string): Promise<boolean> {
+  const loaded = await table.load();
+  const cur = loaded ? currentSnapshot(loaded.metadata) : undefined;
+  return (
+    (cur?.summary[THROUGH_BATCH_ID] ?? '') >= last && (await table.dataKeys()).every((k) => k.startsWith('rollups/'))
+  );
 }

@@ -14,9 +14,9 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { icebergRead } from 'icebird';
-import { type IcebergTable, THROUGH_BATCH_ID, currentSnapshot, storeRootUri } from '../../shared/iceberg/table.js';
+import { type IcebergTable, storeRootUri } from '../../shared/iceberg/table.js';
 import { serveFolder } from '../helpers/serve-folder.js';
-import { FAST_ICEBERG_ENV, readOnlyTable } from '../helpers/icebird-store.js';
+import { FAST_ICEBERG_ENV, readOnlyTable, tableThroughRolled } from '../helpers/icebird-store.js';
 import {
   ERASE_ANON,
   ERASE_DISTINCT,
@@ -394,18 +394,7 @@ describe('erasure with an Iceberg table (ICEBERG=on, 1 s commits)', () => {
         60_000,
         'every period rolled',
       );
-      await waitFor(
-        async () => {
-          const l = await table.load();
-          const snap = l ? currentSnapshot(l.metadata) : undefined;
-          return (
-            (snap?.summary[THROUGH_BATCH_ID] ?? '') >= last &&
-            (await table.dataKeys()).every((k) => k.startsWith('rollups/'))
-          );
-        },
-        60_000,
-        'the table holding every batch, rolled',
-      );
+      await waitFor(() => tableThroughRolled(table, last), 60_000, 'the table holding every batch, rolled');
       const before = (await table.load())?.metadata.snapshots.length ?? 0;
       expect(before).toBeGreaterThan(1);
       const readTable = async (): Promise<Record<string, unknown>[]> => {

@@ -32,7 +32,7 @@ import { runQuery } from '../../cli/query.js';
 import { parseEnv } from '../../shared/config.js';
 import { type TestStack, startTestStack } from '../helpers/stack.js';
 import { serveFolder } from '../helpers/serve-folder.js';
-import { FAST_ICEBERG_ENV, readOnlyTable } from '../helpers/icebird-store.js';
+import { FAST_ICEBERG_ENV, readOnlyTable, tableThroughRolled } from '../helpers/icebird-store.js';
 
 const APPS = ['ia', 'ib'];
 const PERIOD_MS = 2000;
@@ -180,9 +180,7 @@ describe('Iceberg tables committed by the rollup service (1 s commits, 2 s perio
         await waitFor(
           async () => {
             rethrow();
-            const keys = await table.dataKeys();
-            const cur = currentSnapshot((await table.load())!.metadata);
-            return (cur?.summary[THROUGH_BATCH_ID] ?? '') >= lastOfApp && keys.every((k) => k.startsWith('rollups/'));
+            return tableThroughRolled(table, lastOfApp);
           },
           30_000,
           `${app}'s table through ${lastOfApp}, every period replaced by its rollup`,
@@ -344,14 +342,7 @@ describe('the same committer on S3 (s3rver: it ignores If-None-Match, so the pre
       }
       const last = [...rows.keys()].sort().at(-1) as string;
       await waitFor(
-        async () => {
-          const loaded = await table.load();
-          const cur = loaded ? currentSnapshot(loaded.metadata) : undefined;
-          return (
-            (cur?.summary[THROUGH_BATCH_ID] ?? '') >= last &&
-            (await table.dataKeys()).every((k) => k.startsWith('rollups/'))
-          );
-        },
+        () => tableThroughRolled(table, last),
         30_000,
         'the S3 table through the last batch, every period replaced',
       );
