@@ -1,4 +1,10 @@
-/** Events for the erasure tests (issue 36): several users, one distinct id and one anonymous id to erase, JSON text in `properties` and `extra`. */
+/**
+ * Events for the erasure tests (issue 36): several users, one distinct id and one anonymous id to
+ * erase, JSON text in `properties` and `extra`; and the erasure API's calls (request, state, wait).
+ */
+import { expect } from 'vitest';
+import { waitFor } from './wait.js';
+
 const USERS = 8;
 export const ERASE_DISTINCT = 'user-3-ß"quote';
 export const ERASE_ANON = 'anon-5';
@@ -35,3 +41,49 @@ export function body(b: number, n: number, make: (b: number, i: number) => Recor
 }
 
 export const ROW = `event_type, event, distinct_id, anonymous_id, ts, message_id, properties, context, dt, epoch_ms(received_at)::BIGINT AS rat, extra`;
+
+/**
+ * `POST /admin/erase/events/<app>` naming the ids to erase, with `headers` (an admin token); the
+ * test fails unless the API accepts it (202). Returns the job's id.
+ */
+export async function requestErasure(
+  base: string,
+  app: string,
+  headers: Record<string, string>,
+  ids: { distinct_ids?: string[]; anonymous_ids?: string[] },
+): Promise<string> {
+  const r = await fetch(`${base}/admin/erase/events/${app}`, {
+    method: 'POST',
+    headers,
+    body: JSON.stringify(ids),
+  });
+  expect(r.status).toBe(202);
+  return String(((await r.json()) as { id: string }).id);
+}
+
+/** `GET /admin/erase/<id>`: the job's state as the API answers it. */
+export async function erasureState(
+  base: string,
+  id: string,
+  headers: Record<string, string>,
+): Promise<Record<string, unknown>> {
+  return (await (await fetch(`${base}/admin/erase/${id}`, { headers })).json()) as Record<string, unknown>;
+}
+
+/** Polls the job until it is `completed` or `failed` (bounded by `ms`) and returns that state. */
+export function erasureFinished(
+  base: string,
+  id: string,
+  headers: Record<string, string>,
+  ms: number,
+  what = 'the erasure',
+): Promise<Record<string, unknown>> {
+  return waitFor(
+    async () => {
+      const s = await erasureState(base, id, headers);
+      return s.state === 'completed' || s.state === 'failed' ? s : null;
+    },
+    ms,
+    what,
+  );
+}

@@ -14,9 +14,19 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { icebergRead } from 'icebird';
-import { IcebergTable, THROUGH_BATCH_ID, currentSnapshot, storeRootUri } from '../../shared/iceberg/table.js';
+import { type IcebergTable, storeRootUri } from '../../shared/iceberg/table.js';
 import { serveFolder } from '../helpers/serve-folder.js';
-import { ERASE_ANON, ERASE_DISTINCT, ROW, body, event } from '../helpers/erasure.js';
+import { FAST_ICEBERG_ENV, readOnlyTable, tableThroughRolled } from '../helpers/icebird-store.js';
+import {
+  ERASE_ANON,
+  ERASE_DISTINCT,
+  ROW,
+  body,
+  erasureFinished,
+  erasureState,
+  event,
+  requestErasure,
+} from '../helpers/erasure.js';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
@@ -66,15 +76,7 @@ describe('erasure (in process, 2 s periods)', () => {
     return { status: r.status, body: (await r.json()) as Record<string, unknown> };
   };
   const finished = (id: string): Promise<Record<string, unknown>> =>
-    waitFor(
-      async () => {
-        const r = await fetch(`${stack.url}/admin/erase/${id}`, { headers: auth });
-        const b = (await r.json()) as Record<string, unknown>;
-        return b.state === 'completed' || b.state === 'failed' ? b : null;
-      },
-      90_000,
-      `erasure ${id}`,
-    );
+    erasureFinished(stack.url, id, auth, 90_000, `erasure ${id}`);
   /** sha256 of every object under the app's batch and rollup folders. */
   const fingerprint = async (): Promise<Map<string, string>> => {
     const out = new Map<string, string>();
@@ -139,10 +141,7 @@ describe('erasure (in process, 2 s periods)', () => {
         const jobId = 'er-1782933157690-00000000000000aa';
         await queue.add('erase', { v: 2, distinctIds: ['secret-person'] }, { jobId, attempts: 1 });
         await waitFor(async () => (await queue.getJob(jobId))?.failedReason, 20_000, 'the bad job failing');
-        const got = (await (await fetch(`${stack.url}/admin/erase/${jobId}`, { headers: auth })).json()) as Record<
-          string,
-          unknown
-        >;
+        const got = await erasureState(stack.url, jobId, auth);
         expect(got).toMatchObject({ state: 'failed' });
         expect(String(got.error)).toMatch(/bad erase job/);
         const out = await new Promise<string>((done) => {
@@ -356,10 +355,7 @@ describe('erasure with an Iceberg table (ICEBERG=on, 1 s commits)', () => {
   const prefix = `events/${app}/`;
 
   beforeAll(async () => {
-    stack = await startTestStack(
-      { ICEBERG: 'on', ICEBERG_COMMIT_SECONDS: '1', ROLLUP_PERIOD_SECONDS: '2', ROLLUP_DELAY_SECONDS: '0' },
-      { api: true, encoder: true, rollup: true },
-    );
+    stack = await startTestStack(FAST_ICEBERG_ENV, { api: true, encoder: true, rollup: true });
     const rootUri = storeRootUri(stack.store);
     server = await serveFolder(path.resolve(stack.dataDir));
     httpBase = `http://127.0.0.1:${(server.address() as AddressInfo).port}/`;
@@ -368,13 +364,7 @@ describe('erasure with an Iceberg table (ICEBERG=on, 1 s commits)', () => {
       const url = typeof input === 'string' ? input : input instanceof URL ? input.href : input.url;
       return realFetch(url.startsWith(rootUri) ? httpBase + url.slice(rootUri.length) : url, init);
     }) as typeof fetch;
-    table = new IcebergTable({
-      store: stack.store,
-      collection: 'events',
-      app,
-      rootUri,
-      createIfAbsent: () => Promise.reject(new Error('read only')),
-    });
+    table = readOnlyTable(stack.store, app, rootUri);
   });
   afterAll(async () => {
     globalThis.fetch = realFetch;
@@ -404,18 +394,7 @@ describe('erasure with an Iceberg table (ICEBERG=on, 1 s commits)', () => {
         60_000,
         'every period rolled',
       );
-      await waitFor(
-        async () => {
-          const l = await table.load();
-          const snap = l ? currentSnapshot(l.metadata) : undefined;
-          return (
-            (snap?.summary[THROUGH_BATCH_ID] ?? '') >= last &&
-            (await table.dataKeys()).every((k) => k.startsWith('rollups/'))
-          );
-        },
-        60_000,
-        'the table holding every batch, rolled',
-      );
+      await waitFor(() => tableThroughRolled(table, last), 60_000, 'the table holding every batch, rolled');
       const before = (await table.load())?.metadata.snapshots.length ?? 0;
       expect(before).toBeGreaterThan(1);
       const readTable = async (): Promise<Record<string, unknown>[]> => {
@@ -434,24 +413,11 @@ describe('erasure with an Iceberg table (ICEBERG=on, 1 s commits)', () => {
         .map((r) => String(r.message_id))
         .sort();
 
-      const r = await fetch(`${stack.url}/admin/erase/events/${app}`, {
-        method: 'POST',
-        headers: auth,
-        body: JSON.stringify({ distinct_ids: [ERASE_DISTINCT], anonymous_ids: [ERASE_ANON] }),
+      const id = await requestErasure(stack.url, app, auth, {
+        distinct_ids: [ERASE_DISTINCT],
+        anonymous_ids: [ERASE_ANON],
       });
-      expect(r.status).toBe(202);
-      const id = String(((await r.json()) as { id: string }).id);
-      const done = await waitFor(
-        async () => {
-          const g = (await (await fetch(`${stack.url}/admin/erase/${id}`, { headers: auth })).json()) as Record<
-            string,
-            unknown
-          >;
-          return g.state === 'completed' || g.state === 'failed' ? g : null;
-        },
-        90_000,
-        'the erasure',
-      );
+      const done = await erasureFinished(stack.url, id, auth, 90_000);
       expect(done.state, String(done.error)).toBe('completed');
       const snaps = done.snapshots as { overwrite: string[]; expired: string[] };
       expect(snaps.overwrite.length).toBe(1);
@@ -499,15 +465,11 @@ describe('erasure of batches acknowledged before the request but not yet written
           acked.push(((await r.json()) as { batchId: string }).batchId);
         }
         expect(await store.listKeys(`events/${app}/`)).toEqual([]);
-        const req = await fetch(`${a.url}/admin/erase/events/${app}`, {
-          method: 'POST',
-          headers: auth,
-          body: JSON.stringify({ distinct_ids: [ERASE_DISTINCT], anonymous_ids: [ERASE_ANON] }),
+        const id = await requestErasure(a.url, app, auth, {
+          distinct_ids: [ERASE_DISTINCT],
+          anonymous_ids: [ERASE_ANON],
         });
-        expect(req.status).toBe(202);
-        const id = ((await req.json()) as { id: string }).id;
-        const state = async (): Promise<Record<string, unknown>> =>
-          (await (await fetch(`${a.url}/admin/erase/${id}`, { headers: auth })).json()) as Record<string, unknown>;
+        const state = (): Promise<Record<string, unknown>> => erasureState(a.url, id, auth);
         // The first scan found nothing; the job waits for the in-flight batches.
         const waiting = await waitFor(
           async () => {

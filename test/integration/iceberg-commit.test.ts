@@ -15,7 +15,7 @@ import { icebergRead } from 'icebird';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parquetFacts } from '../../shared/iceberg/parquet-footer.js';
 import {
-  IcebergTable,
+  type IcebergTable,
   THROUGH_BATCH_ID,
   type TableMetadata,
   currentSnapshot,
@@ -32,6 +32,7 @@ import { runQuery } from '../../cli/query.js';
 import { parseEnv } from '../../shared/config.js';
 import { type TestStack, startTestStack } from '../helpers/stack.js';
 import { serveFolder } from '../helpers/serve-folder.js';
+import { FAST_ICEBERG_ENV, readOnlyTable, tableThroughRolled } from '../helpers/icebird-store.js';
 
 const APPS = ['ia', 'ib'];
 const PERIOD_MS = 2000;
@@ -48,11 +49,8 @@ describe('Iceberg tables committed by the rollup service (1 s commits, 2 s perio
   beforeAll(async () => {
     stack = await startTestStack(
       {
-        ICEBERG: 'on',
-        ICEBERG_COMMIT_SECONDS: '1',
+        ...FAST_ICEBERG_ENV,
         ICEBERG_SNAPSHOT_RETENTION_SECONDS: '12',
-        ROLLUP_PERIOD_SECONDS: '2',
-        ROLLUP_DELAY_SECONDS: '0',
         RAW_RETENTION_SECONDS: '3',
         LIST_INDEX_SECONDS: '2',
       },
@@ -66,17 +64,7 @@ describe('Iceberg tables committed by the rollup service (1 s commits, 2 s perio
       const url = typeof input === 'string' ? input : input instanceof URL ? input.href : input.url;
       return realFetch(url.startsWith(rootUri) ? httpBase + url.slice(rootUri.length) : url, init);
     }) as typeof fetch;
-    for (const app of APPS)
-      tables.set(
-        app,
-        new IcebergTable({
-          store: stack.store,
-          collection: 'events',
-          app,
-          rootUri,
-          createIfAbsent: () => Promise.reject(new Error('read only')),
-        }),
-      );
+    for (const app of APPS) tables.set(app, readOnlyTable(stack.store, app, rootUri));
   });
 
   afterAll(async () => {
@@ -192,9 +180,7 @@ describe('Iceberg tables committed by the rollup service (1 s commits, 2 s perio
         await waitFor(
           async () => {
             rethrow();
-            const keys = await table.dataKeys();
-            const cur = currentSnapshot((await table.load())!.metadata);
-            return (cur?.summary[THROUGH_BATCH_ID] ?? '') >= lastOfApp && keys.every((k) => k.startsWith('rollups/'));
+            return tableThroughRolled(table, lastOfApp);
           },
           30_000,
           `${app}'s table through ${lastOfApp}, every period replaced by its rollup`,
@@ -320,10 +306,7 @@ describe('the same committer on S3 (s3rver: it ignores If-None-Match, so the pre
         S3_ENDPOINT: s3.endpoint,
         S3_FORCE_PATH_STYLE: 'true',
         S3_REGION: 'us-east-1',
-        ICEBERG: 'on',
-        ICEBERG_COMMIT_SECONDS: '1',
-        ROLLUP_PERIOD_SECONDS: '2',
-        ROLLUP_DELAY_SECONDS: '0',
+        ...FAST_ICEBERG_ENV,
       },
       { api: true, encoder: true, rollup: true },
     );
@@ -343,13 +326,7 @@ describe('the same committer on S3 (s3rver: it ignores If-None-Match, so the pre
     { timeout: 60_000 },
     async () => {
       const store = s3StoreFor(s3);
-      const table = new IcebergTable({
-        store,
-        collection: 'events',
-        app: 's3a',
-        rootUri: storeRootUri(store),
-        createIfAbsent: () => Promise.reject(new Error('read only')),
-      });
+      const table = readOnlyTable(store, 's3a');
       const rows = new Map<string, number>();
       const until = Date.now() + 3000;
       for (let i = 0; Date.now() < until; i++) {
@@ -365,14 +342,7 @@ describe('the same committer on S3 (s3rver: it ignores If-None-Match, so the pre
       }
       const last = [...rows.keys()].sort().at(-1) as string;
       await waitFor(
-        async () => {
-          const loaded = await table.load();
-          const cur = loaded ? currentSnapshot(loaded.metadata) : undefined;
-          return (
-            (cur?.summary[THROUGH_BATCH_ID] ?? '') >= last &&
-            (await table.dataKeys()).every((k) => k.startsWith('rollups/'))
-          );
-        },
+        () => tableThroughRolled(table, last),
         30_000,
         'the S3 table through the last batch, every period replaced',
       );

@@ -11,8 +11,9 @@ import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { IcebergTable, THROUGH_BATCH_ID, currentSnapshot, storeRootUri } from '../../shared/iceberg/table.js';
+import { THROUGH_BATCH_ID, currentSnapshot } from '../../shared/iceberg/table.js';
 import { batchBody, sampleEvent } from '../helpers/events.js';
+import { FAST_ICEBERG_ENV, readOnlyTable, tableThroughRolled } from '../helpers/icebird-store.js';
 import { waitFor } from '../helpers/proc.js';
 import { runCli } from '../helpers/rollup-deploy.js';
 import { S3RVER_CREDENTIALS, type S3TestServer, s3StoreFor, startS3Server } from '../helpers/s3.js';
@@ -41,11 +42,8 @@ describe('table and query --table on S3 (s3rver), through the real CLI', () => {
     stack = await startTestStack(
       {
         ...s3Env(),
-        ICEBERG: 'on',
-        ICEBERG_COMMIT_SECONDS: '1',
+        ...FAST_ICEBERG_ENV,
         ICEBERG_SNAPSHOT_RETENTION_SECONDS: '300',
-        ROLLUP_PERIOD_SECONDS: '2',
-        ROLLUP_DELAY_SECONDS: '0',
       },
       { api: true, encoder: true, rollup: true },
     );
@@ -66,13 +64,7 @@ describe('table and query --table on S3 (s3rver), through the real CLI', () => {
     { timeout: 120_000 },
     async () => {
       const store = s3StoreFor(s3);
-      const table = new IcebergTable({
-        store,
-        collection: 'events',
-        app: APP,
-        rootUri: storeRootUri(store),
-        createIfAbsent: () => Promise.reject(new Error('read only')),
-      });
+      const table = readOnlyTable(store, APP);
       /** Per acknowledged batch: its events' message id → event name. */
       const acked = new Map<string, Map<string, string>>();
       const until = Date.now() + 3000;
@@ -92,14 +84,7 @@ describe('table and query --table on S3 (s3rver), through the real CLI', () => {
       }
       const last = [...acked.keys()].sort().at(-1) as string;
       await waitFor(
-        async () => {
-          const loaded = await table.load();
-          const cur = loaded ? currentSnapshot(loaded.metadata) : undefined;
-          return (
-            (cur?.summary[THROUGH_BATCH_ID] ?? '') >= last &&
-            (await table.dataKeys()).every((k) => k.startsWith('rollups/'))
-          );
-        },
+        () => tableThroughRolled(table, last),
         30_000,
         'the S3 table through the last batch, every period replaced by its rollup',
       );

@@ -19,9 +19,11 @@ import { SHUTDOWN_DRAIN_MS_DEFAULT } from '../../shared/config.js';
 import { SHUTDOWN_GRACE_MS } from '../../shared/stack-context.js';
 import { LoopbackBalancer } from '../helpers/balancer.js';
 import { batchBody, sampleEvent } from '../helpers/events.js';
+import { listAllIds } from '../helpers/list.js';
 import { uniqueName } from '../helpers/names.js';
 import { type ServiceProcess, startService, waitFor, waitForHttp } from '../helpers/proc.js';
 import { type RedisServer, freePort, startRedisServer } from '../helpers/redis-server.js';
+import { startSteadyPushes } from '../helpers/steady-pushes.js';
 
 const TOKEN = 'rollout-admin-token-0123456789';
 const APPS = ['ro0', 'ro1', 'ro2', 'ro3'];
@@ -62,24 +64,6 @@ function rawRequest(
     req.on('error', reject);
     req.end(init.body);
   });
-}
-
-async function listAll(base: string, app: string): Promise<string[]> {
-  const out: string[] = [];
-  let after: string | undefined;
-  for (let page = 0; page < 100; page++) {
-    const q = new URLSearchParams({ limit: '1000' });
-    if (after !== undefined) q.set('after', after);
-    const r = await fetch(`${base}/list/events/${app}?${q.toString()}`, {
-      headers: { Authorization: `Bearer ${TOKEN}` },
-    });
-    if (r.status !== 200) throw new Error(`list ${app}: ${r.status}`);
-    const body = (await r.json()) as { items: string[]; hasMore: boolean };
-    out.push(...body.items.map((n) => n.replace(/\.parquet$/, '')));
-    after = out[out.length - 1];
-    if (!body.hasMore) break;
-  }
-  return out;
 }
 
 describe('rolling replacement of the API behind a load balancer, under steady pushes', () => {
@@ -136,59 +120,41 @@ describe('rolling replacement of the API behind a load balancer, under steady pu
     await waitFor(async () => balancer.ready().length === 2, 10_000, 'both APIs in the endpoint list');
 
     // ---- the push clients ----
-    const acked = new Map<string, { app: string; key: string }>();
     const keyToBatch = new Map<string, string>();
-    const statuses: Record<string, number> = {};
     const connectionErrors: string[] = [];
     const badAnswers: string[] = [];
-    let pushes = 0;
     let retried503 = 0;
-    let stop = false;
-    const pushDeadline = Date.now() + MAX_PUSH_MS;
-    const client = async (k: number): Promise<void> => {
-      for (let i = 0; i < MAX_PUSHES_PER_CLIENT && !stop && Date.now() < pushDeadline; i++) {
-        const app = APPS[(k + i) % APPS.length] as string;
-        const key = `c${k}-b${i}`;
-        const body = batchBody(1 + (i % 5), sampleEvent);
-        // One logical push: retried only on 503 + Retry-After, with the same key, a bounded number of times.
-        for (let attempt = 0; attempt < 20; attempt++) {
-          pushes++;
-          let r: Response;
-          try {
-            r = await fetch(`${balancer.url}/push/events/${app}/x`, {
-              method: 'POST',
-              headers: { 'Content-Type': 'application/json', 'Idempotency-Key': key },
-              body,
-              signal: AbortSignal.timeout(30_000),
-            });
-          } catch (err) {
-            const e = err as Error & { cause?: { code?: string; message?: string } };
-            connectionErrors.push(`${key}: ${e.cause?.code ?? e.cause?.message ?? e.message}`);
-            break;
-          }
-          const text = await r.text();
-          statuses[r.status] = (statuses[r.status] ?? 0) + 1;
-          if (r.status === 200) {
-            const batchId = (JSON.parse(text) as { batchId: string }).batchId;
-            const before = keyToBatch.get(key);
-            if (before !== undefined && before !== batchId) badAnswers.push(`${key}: two batch ids`);
-            keyToBatch.set(key, batchId);
-            acked.set(batchId, { app, key });
-            break;
-          }
-          const retryAfter = r.headers.get('retry-after');
-          if (r.status === 503 && retryAfter) {
-            retried503++;
-            await sleep(Math.min(1000, Number(retryAfter) * 1000));
-            continue;
-          }
-          badAnswers.push(`${key}: ${r.status} ${text.slice(0, 200)}`);
-          break;
+    // One logical push: retried only on 503 + Retry-After, with the same key, a bounded number of times.
+    const pushes = startSteadyPushes({
+      url: balancer.url,
+      apps: APPS,
+      clients: CLIENTS,
+      maxPushesPerClient: MAX_PUSHES_PER_CLIENT,
+      until: Date.now() + MAX_PUSH_MS,
+      attemptsPerBatch: 20,
+      batchMs: MAX_PUSH_MS,
+      requestTimeoutMs: 30_000,
+      pauseMs: 20,
+      onAck: ({ key }, batchId) => {
+        const before = keyToBatch.get(key);
+        if (before !== undefined && before !== batchId) badAnswers.push(`${key}: two batch ids`);
+        keyToBatch.set(key, batchId);
+      },
+      onFailure: ({ key, answer, error }) => {
+        if (!answer) {
+          connectionErrors.push(`${key}: ${error?.cause?.code ?? error?.cause?.message ?? error?.message}`);
+          return 'give-up';
         }
-        await sleep(20);
-      }
-    };
-    const clients = Array.from({ length: CLIENTS }, (_, k) => client(k));
+        const retryAfter = answer.headers.get('retry-after');
+        if (answer.status === 503 && retryAfter) {
+          retried503++;
+          return { retryInMs: Math.min(1000, Number(retryAfter) * 1000) };
+        }
+        badAnswers.push(`${key}: ${answer.status} ${answer.text.slice(0, 200)}`);
+        return 'give-up';
+      },
+    });
+    const { acked, statuses } = pushes;
     await waitFor(async () => acked.size >= 30, 60_000, 'pushes acknowledged before the rollout');
 
     /** During the window: not ready (a stable reason), alive, still serving, answers close their connection. */
@@ -212,7 +178,7 @@ describe('rolling replacement of the API behind a load balancer, under steady pu
       expect(direct.status, direct.body).toBe(200);
       expect(direct.headers.connection).toBe('close');
       const directId = (JSON.parse(direct.body) as { batchId: string }).batchId;
-      acked.set(directId, { app: APPS[0] as string, key: `direct-${n}` });
+      acked.set(directId, { app: APPS[0] as string, key: `direct-${n}`, events: 2 });
       keyToBatch.set(`direct-${n}`, directId);
     };
 
@@ -252,13 +218,12 @@ describe('rolling replacement of the API behind a load balancer, under steady pu
       await waitFor(async () => acked.size > ackedBefore + 10, 30_000, 'pushes acknowledged after the replacement');
     }
     await sleep(1000);
-    stop = true;
-    await Promise.all(clients);
+    await pushes.stop();
 
     // ---- what the client saw ----
     expect(connectionErrors, connectionErrors.slice(0, 10).join('\n')).toEqual([]);
     expect(badAnswers, badAnswers.slice(0, 10).join('\n')).toEqual([]);
-    expect(Object.keys(statuses).filter((s) => s !== '200' && s !== '503')).toEqual([]);
+    expect([...statuses.keys()].filter((s) => s !== 200 && s !== 503)).toEqual([]);
     expect(balancer.stats.noBackend).toBe(0);
     expect(balancer.stats.upstreamErrors).toEqual({});
 
@@ -285,7 +250,7 @@ describe('rolling replacement of the API behind a load balancer, under steady pu
       const want = [...(byApp.get(app) ?? [])].sort();
       // Exactly the acknowledged batches: none missing, none twice (a retried key is one batch id).
       expect(files(app).sort()).toEqual(want);
-      const listed = await listAll(balancer.url, app);
+      const listed = await listAllIds(balancer.url, app, TOKEN);
       for (const id of want) if (!listed.includes(id)) unlisted.push(id);
       for (let i = 1; i < listed.length; i++) expect(listed[i - 1]! < listed[i]!).toBe(true);
       missing.push(...want.filter((id) => !files(app).includes(id)));
@@ -303,8 +268,8 @@ describe('rolling replacement of the API behind a load balancer, under steady pu
     expect(idleMs).toBeLessThan(STOP_BOUND_MS);
 
     console.log(
-      `rollout: ${pushes} pushes, ${acked.size} acknowledged, ${retried503} 503 + Retry-After retried, ` +
-        `${connectionErrors.length} connection errors, statuses ${JSON.stringify(statuses)}; ` +
+      `rollout: ${pushes.requests()} pushes, ${acked.size} acknowledged, ${retried503} 503 + Retry-After retried, ` +
+        `${connectionErrors.length} connection errors, statuses ${JSON.stringify(Object.fromEntries(statuses))}; ` +
         `balancer routed ${balancer.stats.routed}, no backend ${balancer.stats.noBackend}, ` +
         `upstream errors ${JSON.stringify(balancer.stats.upstreamErrors)}, answers with Connection: close ${JSON.stringify(Object.values(balancer.stats.closedByBackend))}; ` +
         `SIGTERM to exit under pushes ${stopTimes.join(', ')} ms, idle ${idleMs} ms ` +

@@ -14,9 +14,10 @@ import { join } from 'node:path';
 import { Analytics } from '@segment/analytics-node';
 import { icebergRead } from 'icebird';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { IcebergTable, storeRootUri } from '../../shared/iceberg/table.js';
+import { type IcebergTable, storeRootUri } from '../../shared/iceberg/table.js';
 import { duckQuery, sqlString } from '../helpers/duckdb.js';
-import { canonical, serveStoreToIcebird } from '../helpers/icebird-store.js';
+import { erasureFinished, requestErasure } from '../helpers/erasure.js';
+import { FAST_ICEBERG_ENV, canonical, readOnlyTable, serveStoreToIcebird } from '../helpers/icebird-store.js';
 import { uniqueName } from '../helpers/names.js';
 import { ADMIN_TOKEN, type TestStack, startTestStack } from '../helpers/stack.js';
 import { waitFor } from '../helpers/wait.js';
@@ -106,22 +107,13 @@ describe('Segment rows in the Iceberg table, erased by userId and anonymousId (i
     stack = await startTestStack(
       {
         SEGMENT_WRITE_KEYS_FILE: keys,
-        ICEBERG: 'on',
-        ICEBERG_COMMIT_SECONDS: '1',
-        ROLLUP_PERIOD_SECONDS: '2',
-        ROLLUP_DELAY_SECONDS: '0',
+        ...FAST_ICEBERG_ENV,
       },
       { api: true, encoder: true, rollup: true },
     );
     const rootUri = storeRootUri(stack.store);
     icebird.route(rootUri, stack.store);
-    table = new IcebergTable({
-      store: stack.store,
-      collection: 'events',
-      app,
-      rootUri,
-      createIfAbsent: () => Promise.reject(new Error('read only')),
-    });
+    table = readOnlyTable(stack.store, app, rootUri);
   });
   afterAll(async () => {
     await stack?.shutdown();
@@ -186,24 +178,11 @@ describe('Segment rows in the Iceberg table, erased by userId and anonymousId (i
       for (const c of all) expectMapped(inTable.get(c.messageId) ?? {}, c);
 
       // Erase one user by userId and the visitor by anonymousId.
-      const r = await fetch(`${stack.url}/admin/erase/events/${app}`, {
-        method: 'POST',
-        headers: admin,
-        body: JSON.stringify({ distinct_ids: [ERASED_USER], anonymous_ids: [ERASED_ANON] }),
+      const id = await requestErasure(stack.url, app, admin, {
+        distinct_ids: [ERASED_USER],
+        anonymous_ids: [ERASED_ANON],
       });
-      expect(r.status).toBe(202);
-      const id = String(((await r.json()) as { id: string }).id);
-      const done = await waitFor(
-        async () => {
-          const g = (await (await fetch(`${stack.url}/admin/erase/${id}`, { headers: admin })).json()) as Record<
-            string,
-            unknown
-          >;
-          return g.state === 'completed' || g.state === 'failed' ? g : null;
-        },
-        120_000,
-        'the erasure',
-      );
+      const done = await erasureFinished(stack.url, id, admin, 120_000);
       expect(done.state, String(done.error)).toBe('completed');
 
       // Exactly the kept user's rows remain, unchanged, in the batch files and in the table.
