@@ -1,6 +1,4 @@
-import type { ChainableCommander } from 'ioredis';
 import type { RedisClient } from '../../shared/redis/connection.js';
-import { withScripts } from '../../shared/redis/scripts.js';
 
 /**
  * REDIS_WAIT_REPLICAS on the encoder's side (decision 0027): a job's file is written only once the
@@ -11,10 +9,13 @@ import { withScripts } from '../../shared/redis/scripts.js';
  * `WAIT n` counts the writes of the connection it is sent on, and the replication stream is one
  * ordered stream: a write made after the job was taken is replicated after the job's add (and
  * after the mint and the Idempotency-Key claim before it). So the step renews the job's lock
- * (shared/redis/scripts/lock_renew-1.lua: a write only where the lock holds this worker's token,
- * i.e. on a node that has the job), then sends `WAIT`, then reads the lock again, in one pipeline
- * on one connection. The last read catches a connection that moved to another node in between
- * (a reconnect resends unanswered commands there): a WAIT on a fresh connection counts nothing.
+ * (`PEXPIRE`: a write only where the lock exists), then sends `WAIT`, then reads the lock, in one
+ * pipeline on one connection; the job counts as replicated only when the renewal wrote, the
+ * replicas acknowledged, and the lock read after the WAIT holds this worker's token (a token is
+ * unique to one take of one job). That read also catches a connection that moved to another node
+ * in between (a reconnect resends unanswered commands there): a WAIT on a fresh connection counts
+ * nothing. No Lua here: a script loaded on the old master is unknown to the promoted replica, and
+ * a pipelined EVALSHA on a Cluster is not reloaded there (NOSCRIPT on every call).
  * On a Cluster the pipeline goes to the master of the lock's slot, the shard that holds the queue.
  */
 export interface ReplicaWait {
@@ -32,36 +33,36 @@ export type ReplicaOutcome =
   | 'replicated'
   /** fewer replicas acknowledged within the timeout */
   | 'timeout'
-  /** the node did not hold the job's lock under this worker's token (another master, or the lock expired) */
+  /** the node did not hold the job's lock under this worker's token (another master, or the lock expired or was taken over) */
   | 'lost'
   /** the pipeline failed (connection lost, node down) */
   | 'error';
 
 export const REPLICA_OUTCOMES: readonly ReplicaOutcome[] = ['replicated', 'timeout', 'lost', 'error'];
 
-type LockPipeline = ChainableCommander & {
-  ingestLockRenew(lock: string, token: string, ttlMs: string): LockPipeline;
-};
-
-/** Renews `lockKey` (if it holds `token`), WAITs for the replicas, reads the lock again: see {@link ReplicaWait}. */
+/** Renews `lockKey` (if it exists), WAITs for the replicas, reads the lock again: see {@link ReplicaWait}. */
 export async function confirmReplicated(
   w: ReplicaWait,
   lockKey: string,
   token: string,
   lockMs: number,
-): Promise<{ outcome: ReplicaOutcome; acked: number }> {
+): Promise<{ outcome: ReplicaOutcome; acked: number; error?: string }> {
   let res: [Error | null, unknown][] | null;
   try {
-    res = await (withScripts(w.connection).pipeline() as LockPipeline)
-      .ingestLockRenew(lockKey, token, String(lockMs))
+    res = await w.connection
+      .pipeline()
+      .pexpire(lockKey, lockMs)
       .call('WAIT', String(w.replicas), String(w.timeoutMs))
       .get(lockKey)
       .exec();
-  } catch {
-    return { outcome: 'error', acked: 0 };
+  } catch (err) {
+    return { outcome: 'error', acked: 0, error: (err as Error).message };
   }
   const [renewed, waited, after] = res ?? [];
-  if (!renewed || !waited || !after || renewed[0] || waited[0] || after[0]) return { outcome: 'error', acked: 0 };
+  if (!renewed || !waited || !after || renewed[0] || waited[0] || after[0]) {
+    const failed = [renewed, waited, after].find((r) => r?.[0])?.[0];
+    return { outcome: 'error', acked: 0, error: failed?.message ?? 'no reply' };
+  }
   const acked = Number(waited[1]);
   if (Number(renewed[1]) !== 1 || after[1] !== token) return { outcome: 'lost', acked };
   return { outcome: acked >= w.replicas ? 'replicated' : 'timeout', acked };

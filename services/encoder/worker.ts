@@ -475,12 +475,13 @@ async function ensureReplicated(job: Job, token: string | undefined, w: Worker, 
   const wait = o.replicaWait as ReplicaWait;
   const t0 = performance.now();
   const lockMs = o.lockDurationMs ?? ENCODER_LOCK_SECONDS_DEFAULT * 1000;
-  const { outcome, acked } = await confirmReplicated(wait, jobLockKey(w, job.id ?? ''), token ?? '', lockMs);
+  const { outcome, acked, error } = await confirmReplicated(wait, jobLockKey(w, job.id ?? ''), token ?? '', lockMs);
   metrics.replicaWaitSeconds.observe((performance.now() - t0) / 1000);
   metrics.replicaWaits.inc({ outcome });
   if (outcome === 'replicated') return;
   o.logger.warn(
-    { jobId: job.id, outcome, acked, replicas: wait.replicas },
+    // The Redis error's text (never event data) when the check itself failed.
+    { jobId: job.id, outcome, acked, replicas: wait.replicas, ...(error === undefined ? {} : { error }) },
     'job not yet on REDIS_WAIT_REPLICAS replicas: not written, taken again later',
   );
   // Where the lock is not this worker's (another master), this fails like any lost lock: the job

@@ -72,9 +72,9 @@ export function parseQueueKey(key: string, prefix: string): { queue: string; res
 /**
  * The lock of an active job: `<job hash>:lock` (`queue.toKey(id) + ':lock'`), a string holding
  * the token of the worker that took it (BullMQ's moveToActive sets it, the worker renews it),
- * there only while that worker holds the job. The encoder renews it itself once, with
- * shared/redis/scripts/lock_renew-1.lua, before it writes a file (services/encoder/replication.ts):
- * its write on a node that holds the job under this worker's token is what `WAIT` then covers.
+ * there only while that worker holds the job. The encoder renews it itself once (`PEXPIRE`)
+ * before it writes a file with REDIS_WAIT_REPLICAS > 0 (services/encoder/replication.ts): that
+ * write, on a node that holds the job, is what its `WAIT` then covers.
  */
 export function jobLockKey(queue: { toKey(part: string): string }, jobId: string): string {
   return `${queue.toKey(jobId)}:lock`;

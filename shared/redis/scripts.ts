@@ -26,7 +26,7 @@ export const SCRIPT_FILES = {
   // The API's rate limits (services/api/edge/counters.ts).
   ingestRateCheck: 'rate_check-1.lua',
   ingestAppEvents: 'app_events-1.lua',
-  // The rollup's per-prefix lock (./rollup-keys.ts); also a BullMQ job's lock (services/encoder/replication.ts).
+  // The rollup's per-prefix lock (./rollup-keys.ts).
   ingestLockRenew: 'lock_renew-1.lua',
   ingestLockRelease: 'lock_release-1.lua',
 } as const;

@@ -103,7 +103,7 @@ describe('the encoder and REDIS_WAIT_REPLICAS', () => {
       await sleep(300);
       expect(filesOf(s.dataDir, 'rwapp')).toHaveLength(1);
 
-      // The check itself: a lock that holds another token is `lost` and left as it was.
+      // The check itself: a lock that holds another token is `lost` (and keeps its value).
       await probe.set('rw:lock', 'someone-else', 'PX', 30_000);
       const lost = await confirmReplicated(
         { replicas: 1, timeoutMs: 500, connection: probe },

@@ -1,9 +1,7 @@
 --[[
-  Renew a lock's TTL, if the caller still holds it: the rollup's per-prefix lock, and a BullMQ
-  job's lock before the encoder writes its file with REDIS_WAIT_REPLICAS > 0 (its write is what
-  the WAIT after it covers: services/encoder/replication.ts).
+  Renew a lock's TTL, if the caller still holds it (the rollup's per-prefix lock).
 
-  KEYS[1] lock string     {<QUEUE_NAME>}:rollup:lock:<prefix>, or <job hash>:lock   value = the holder's token
+  KEYS[1] lock string     {<QUEUE_NAME>}:rollup:lock:<prefix>   value = the holder's token
 
   ARGV[1] the holder's token
   ARGV[2] the new TTL in ms
