@@ -1,3 +1,4 @@
+import { Cluster } from 'ioredis';
 import type { RedisClient } from '../../shared/redis/connection.js';
 
 /**
@@ -61,6 +62,11 @@ export async function confirmReplicated(
   const [renewed, waited, after] = res ?? [];
   if (!renewed || !waited || !after || renewed[0] || waited[0] || after[0]) {
     const failed = [renewed, waited, after].find((r) => r?.[0])?.[0];
+    // A Cluster pipeline with a keyless command (WAIT) is not redirected as a whole after a
+    // failover: the keyed commands answer MOVED. Refresh the slot map, so the next try (the job
+    // is delayed) goes to the slot's new master.
+    if (w.connection instanceof Cluster && failed && /^(MOVED|ASK) /.test(failed.message))
+      w.connection.refreshSlotsCache();
     return { outcome: 'error', acked: 0, error: failed?.message ?? 'no reply' };
   }
   const acked = Number(waited[1]);
