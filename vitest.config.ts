@@ -29,6 +29,8 @@ export const SYSTEM = [
   'test/integration/cluster-failover.test.ts',
   // Redis Sentinel: a master, two replicas and three sentinels (issue 45, acceptance 4).
   'test/integration/sentinel-failover.test.ts',
+  // A master and a replica started later: the encoder holds a job back until a replica has it (decision 0027).
+  'test/integration/encoder-replica-wait.test.ts',
   // The Helm chart's ScaledObject against a 3-master Redis Cluster (issue 45, acceptance 2).
   'test/integration/helm-keda-cluster.test.ts',
   // The chart's KEDA rule against real encoder processes started and SIGTERM'd (issue 45, acceptance 3 and 6).

@@ -1,7 +1,7 @@
 import { BatchLedger } from '../../shared/ledger/ledger.js';
 import { type HealthServer, healthServer } from '../../shared/health-server.js';
 import type { Component } from '../../shared/lifecycle.js';
-import { encoderSlice, processSlice } from '../../shared/config-slices.js';
+import { encoderSlice, processSlice, redisSlice } from '../../shared/config-slices.js';
 import { compressionOfCollections } from '../../shared/config.js';
 import type { StackContext } from '../../shared/stack-context.js';
 import { type BurstOptions, type Encoder, createEncoder } from './worker.js';
@@ -24,6 +24,7 @@ export function encoderWorkers(ctx: StackContext, o: { burst?: BurstOptions } = 
     async start() {
       const env = encoderSlice(ctx.env);
       const ledgerConn = ctx.connection('ledger');
+      const { REDIS_WAIT_REPLICAS, REDIS_WAIT_TIMEOUT_MS } = redisSlice(ctx.env);
       encoder = createEncoder({
         queueName: env.QUEUE_NAME,
         connection: ctx.connection('worker'),
@@ -42,6 +43,16 @@ export function encoderWorkers(ctx: StackContext, o: { burst?: BurstOptions } = 
         maxInflightBytes: env.ENCODER_MAX_INFLIGHT_BYTES,
         compressionOf: compressionOfCollections(ctx.config.collections),
         ...(o.burst ? { burst: o.burst } : {}),
+        // Decision 0027: a job is written only once it is on REDIS_WAIT_REPLICAS replicas.
+        ...(REDIS_WAIT_REPLICAS > 0
+          ? {
+              replicaWait: {
+                replicas: REDIS_WAIT_REPLICAS,
+                timeoutMs: REDIS_WAIT_TIMEOUT_MS,
+                connection: ledgerConn,
+              },
+            }
+          : {}),
       });
     },
     async stop(graceMs) {

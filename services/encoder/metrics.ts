@@ -1,5 +1,6 @@
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
-import { METRIC_PREFIX as P, SLOW_BUCKETS } from '../../shared/metrics.js';
+import { FAST_BUCKETS, METRIC_PREFIX as P, SLOW_BUCKETS } from '../../shared/metrics.js';
+import { REPLICA_OUTCOMES } from './replication.js';
 import { bestEffortCounter } from '../../shared/best-effort.js';
 
 /** Metrics of the encoder service (one set per registry). Labels are fixed small sets: never an app or batch id. */
@@ -98,6 +99,18 @@ export function createEncoderMetrics(registry: Registry) {
     // process that still answers scrapes but has stopped taking jobs (shutting down).
     /** `dead_letter_release`: a dead-lettered batch's id left in flight (the API's reaper frees it). */
     bestEffortFailures: bestEffortCounter(registry, ['dead_letter_release']),
+    replicaWaits: new Counter({
+      name: `${P}encoder_replica_waits_total`,
+      help: 'REDIS_WAIT_REPLICAS checks before a job is written, by outcome (replicated; timeout, lost, error: not written, delayed and taken again)',
+      labelNames: ['outcome'],
+      registers,
+    }),
+    replicaWaitSeconds: new Histogram({
+      name: `${P}encoder_replica_wait_seconds`,
+      help: 'Time of the REDIS_WAIT_REPLICAS check per job (lock renewal + WAIT + lock read, one round trip)',
+      buckets: FAST_BUCKETS,
+      registers,
+    }),
     workers: new Gauge({
       name: `${P}encoder_workers`,
       help: 'BullMQ workers taking jobs in this encoder process (1 while running, 0 once closing)',
@@ -107,6 +120,7 @@ export function createEncoderMetrics(registry: Registry) {
   for (const o of ['written', 'retried', 'failed']) m.batches.inc({ outcome: o }, 0);
   m.storeErrors.inc({ retriable: 'true' }, 0);
   m.storeErrors.inc({ retriable: 'false' }, 0);
+  for (const o of REPLICA_OUTCOMES) m.replicaWaits.inc({ outcome: o }, 0);
   return m;
 }
 export type EncoderMetrics = ReturnType<typeof createEncoderMetrics>;

@@ -1,9 +1,10 @@
-import { Job, type Queue, UnrecoverableError, type Worker, type WorkerOptions } from 'bullmq';
+import { DelayedError, Job, type Queue, UnrecoverableError, type Worker, type WorkerOptions } from 'bullmq';
 import type { Cluster, Redis } from 'ioredis';
 import type { Registry } from 'prom-client';
 import type { BatchLedger } from '../../shared/ledger/ledger.js';
 import { type Logger, type ThrottledWarn, throttledWarn } from '../../shared/logger.js';
 import { openQueue, openWorker, queueAddress } from '../../shared/redis/queues.js';
+import { jobLockKey } from '../../shared/redis/bullmq-keys.js';
 import {
   BATCH_JOB_OPTIONS,
   type BatchGroupJob,
@@ -30,6 +31,7 @@ import {
 } from '../../shared/parquet/encode-thread-pool.js';
 import type { ParquetCompression } from '../../shared/parquet/compression.js';
 import { type Step, decodeGroupJob, decodeJob, encodeOffThread, restoreBody, write } from './pipeline.js';
+import { type ReplicaWait, confirmReplicated } from './replication.js';
 
 export interface EncoderOptions {
   queueName: string;
@@ -77,6 +79,13 @@ export interface EncoderOptions {
    * A file the API encoded is written as it came (the API used the same setting).
    */
   compressionOf?: (collection: string) => ParquetCompression;
+  /**
+   * REDIS_WAIT_REPLICAS > 0 (decision 0027): before a job (or group job) is encoded and written,
+   * its lock is renewed and `WAIT`ed for on this connection (services/encoder/replication.ts);
+   * a job not yet on that many replicas is not written but delayed and taken again later
+   * (no attempt counted, never a dead letter). Default: no wait, no extra round trip.
+   */
+  replicaWait?: ReplicaWait;
 }
 
 /** See EncoderOptions.burst. */
@@ -109,6 +118,9 @@ export interface Encoder {
 
 /** A group's failed member, queued on its own, is first tried after this (the retry policy's first backoff). */
 const SPLIT_RETRY_DELAY_MS = 1000;
+
+/** A job not yet on REDIS_WAIT_REPLICAS replicas is taken again after this. */
+export const REPLICA_RETRY_DELAY_MS = 1000;
 
 /** An encoder's options as one shard's worker sees them: that shard's ledger, and the process' encode thread. */
 type ShardOptions = EncoderOptions & { ledger: BatchLedger; encodeThread: () => ParquetEncodeThread };
@@ -432,10 +444,11 @@ function startWorker(shard: EncoderShard, run: EncoderRun): Worker {
   const splitOff = splitter(shard, o.connection, run.splitQueues);
   const w = openWorker(
     addressOf(shard),
-    async (job) => {
+    async (job, token) => {
       if (gate) await gate.take(1);
       metrics.active.inc();
       try {
+        if (o.replicaWait) await ensureReplicated(job, token, w, run);
         return isGroupPayload(job.data)
           ? await processGroup(job, so, metrics, budget, reload, splitOff)
           : await processJob(job, so, metrics, budget, reload);
@@ -450,6 +463,31 @@ function startWorker(shard: EncoderShard, run: EncoderRun): Worker {
   w.on('failed', (job, err) => onFailed(run, shard, job, err));
   w.on('error', (err) => run.workerError({ err: err.message }));
   return w;
+}
+
+/**
+ * Step (REDIS_WAIT_REPLICAS > 0): returns once the job is known to be on that many replicas;
+ * otherwise the job goes back to the queue as delayed (no attempt counted) and the processor ends
+ * with BullMQ's DelayedError, so nothing of it is written now.
+ */
+async function ensureReplicated(job: Job, token: string | undefined, w: Worker, run: EncoderRun): Promise<void> {
+  const { o, metrics } = run;
+  const wait = o.replicaWait as ReplicaWait;
+  const t0 = performance.now();
+  const lockMs = o.lockDurationMs ?? ENCODER_LOCK_SECONDS_DEFAULT * 1000;
+  const { outcome, acked, error } = await confirmReplicated(wait, jobLockKey(w, job.id ?? ''), token ?? '', lockMs);
+  metrics.replicaWaitSeconds.observe((performance.now() - t0) / 1000);
+  metrics.replicaWaits.inc({ outcome });
+  if (outcome === 'replicated') return;
+  o.logger.warn(
+    // The Redis error's text (never event data) when the check itself failed.
+    { jobId: job.id, outcome, acked, replicas: wait.replicas, ...(error === undefined ? {} : { error }) },
+    'job not yet on REDIS_WAIT_REPLICAS replicas: not written, taken again later',
+  );
+  // Where the lock is not this worker's (another master), this fails like any lost lock: the job
+  // is the stalled check's (or gone with the old master).
+  await job.moveToDelayed(Date.now() + REPLICA_RETRY_DELAY_MS, token);
+  throw new DelayedError();
 }
 
 /** A shard's batch queue (BullMQ's default prefix `bull` when the shard names none). */

@@ -9,7 +9,9 @@
  *   prefix is the queue's `prefix` option, `bull` by default;
  * - a job's hash is `<prefix>:<queue name>:<job id>` (`queue.toKey('') + id`): it exists exactly
  *   while the job does, whatever its state;
- * - the failed set `queue.keys.failed` is a sorted set whose members are the failed jobs' ids.
+ * - the failed set `queue.keys.failed` is a sorted set whose members are the failed jobs' ids;
+ * - an active job's lock is `<job hash>:lock`, holding the token of the worker that took it
+ *   ({@link jobLockKey}; the encoder renews it before a write with REDIS_WAIT_REPLICAS > 0).
  *
  * shared/redis/scripts/scan_pending-2.lua (the reaper's one-call pass) reads the last two directly: it
  * checks `EXISTS <job hash>` and `ZSCORE <failed set> <id>` for each old in-flight id, with the
@@ -65,4 +67,15 @@ export function parseQueueKey(key: string, prefix: string): { queue: string; res
   if (cut <= 0) return undefined;
   const queue = tail.slice(0, cut);
   return QUEUE_NAME_RE.test(queue) ? { queue, rest: tail.slice(cut + 1) } : undefined;
+}
+
+/**
+ * The lock of an active job: `<job hash>:lock` (`queue.toKey(id) + ':lock'`), a string holding
+ * the token of the worker that took it (BullMQ's moveToActive sets it, the worker renews it),
+ * there only while that worker holds the job. The encoder renews it itself once (`PEXPIRE`)
+ * before it writes a file with REDIS_WAIT_REPLICAS > 0 (services/encoder/replication.ts): that
+ * write, on a node that holds the job, is what its `WAIT` then covers.
+ */
+export function jobLockKey(queue: { toKey(part: string): string }, jobId: string): string {
+  return `${queue.toKey(jobId)}:lock`;
 }
