@@ -1,7 +1,6 @@
 import { type Service, spawnService, waitHttpOk } from '../../scripts/chaos-kit.js';
 import { startFlags } from './dist.js';
 import { registerProductOrigin } from './openapi-origins.js';
-import { freePort } from './redis-server.js';
 
 export type ServiceProcess = Service;
 
@@ -32,34 +31,6 @@ export function startService(
 /** Polls `url` until it answers 200 (bounded by `ms`), failing at once if `proc` exits. */
 export function waitForHttp(url: string, ms = 20_000, proc?: ServiceProcess): Promise<void> {
   return waitHttpOk(url, ms, proc);
-}
-
-/**
- * One API process on a free port and `encoders` encoder processes (`ENCODER_CONCURRENCY`
- * `concurrency`, each its own `METRICS_PORT`), all with `env`; each is pushed onto `procs` as it
- * starts (the API first), so the caller stops them even when the start fails. Resolves with the
- * API's URL once its /readyz answers 200 (within `readyMs`).
- */
-export async function startApiAndEncoders(
-  env: Record<string, string>,
-  procs: ServiceProcess[],
-  opts: { encoders?: number; concurrency?: number; readyMs?: number } = {},
-): Promise<string> {
-  const { encoders = 2, concurrency = 2, readyMs = 60_000 } = opts;
-  const port = await freePort();
-  const api = startService('services/api/main.ts', { ...env, PORT: String(port) });
-  procs.push(api);
-  for (let i = 0; i < encoders; i++)
-    procs.push(
-      startService('services/encoder/main.ts', {
-        ...env,
-        ENCODER_CONCURRENCY: String(concurrency),
-        METRICS_PORT: String(await freePort()),
-      }),
-    );
-  const url = `http://127.0.0.1:${port}`;
-  await waitForHttp(`${url}/readyz`, readyMs, api);
-  return url;
 }
 
 // The wait helpers live in ./wait.js (no child processes there); tests import waitFor from here too.
