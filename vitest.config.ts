@@ -29,7 +29,7 @@ export const SYSTEM = [
   'test/integration/cluster-failover.test.ts',
   // Redis Sentinel: a master, two replicas and three sentinels (issue 45, acceptance 4).
   'test/integration/sentinel-failover.test.ts',
-  // A master and a replica started later: the encoder holds a job back until a replica has it (decision 0027).
+  // A master and a replica started later: the encoder holds a job back until a replica has it (decision 0025).
   'test/integration/encoder-replica-wait.test.ts',
   // The Helm chart's ScaledObject against a 3-master Redis Cluster (issue 45, acceptance 2).
   'test/integration/helm-keda-cluster.test.ts',

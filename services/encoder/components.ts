@@ -43,7 +43,7 @@ export function encoderWorkers(ctx: StackContext, o: { burst?: BurstOptions } = 
         maxInflightBytes: env.ENCODER_MAX_INFLIGHT_BYTES,
         compressionOf: compressionOfCollections(ctx.config.collections),
         ...(o.burst ? { burst: o.burst } : {}),
-        // Decision 0027: a job is written only once it is on REDIS_WAIT_REPLICAS replicas.
+        // Decision 0025: a job is written only once it is on REDIS_WAIT_REPLICAS replicas.
         ...(REDIS_WAIT_REPLICAS > 0
           ? {
               replicaWait: {

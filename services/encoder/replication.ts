@@ -2,7 +2,7 @@ import { Cluster } from 'ioredis';
 import type { RedisClient } from '../../shared/redis/connection.js';
 
 /**
- * REDIS_WAIT_REPLICAS on the encoder's side (decision 0027): a job's file is written only once the
+ * REDIS_WAIT_REPLICAS on the encoder's side (decision 0025): a job's file is written only once the
  * job is known to be on that many replicas, so a failover cannot leave a file for a job the
  * promoted replica never had (its push was answered 503, and the client's retry would become a
  * second batch with the same events).

@@ -80,7 +80,7 @@ export interface EncoderOptions {
    */
   compressionOf?: (collection: string) => ParquetCompression;
   /**
-   * REDIS_WAIT_REPLICAS > 0 (decision 0027): before a job (or group job) is encoded and written,
+   * REDIS_WAIT_REPLICAS > 0 (decision 0025): before a job (or group job) is encoded and written,
    * its lock is renewed and `WAIT`ed for on this connection (services/encoder/replication.ts);
    * a job not yet on that many replicas is not written but delayed and taken again later
    * (no attempt counted, never a dead letter). Default: no wait, no extra round trip.

@@ -196,7 +196,7 @@ describe(`Redis Cluster failover under load (REDIS_WAIT_REPLICAS=${WAIT})`, () =
     if (lost.length > 0 && process.env.CLUSTER_TRACE)
       for (const p of procs) console.info(p.output().split('\n').slice(-40).join('\n'));
     if (WAIT > 0) expect(lost).toEqual([]);
-    // Decision 0027: an encoder writes a job's file only once the job (and so its Idempotency-Key
+    // Decision 0025: an encoder writes a job's file only once the job (and so its Idempotency-Key
     // claim, written before it) is on a replica, so a key's retries never make a second written
     // batch. A file no client was acknowledged for can only be a batch whose client gave up: at
     // most one per given-up key. (Clients here give up after 3 s, so such files are not ruled out.)

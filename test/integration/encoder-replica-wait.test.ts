@@ -1,5 +1,5 @@
 /**
- * Decision 0027: with REDIS_WAIT_REPLICAS > 0 the encoder writes a job's file only once the job is
+ * Decision 0025: with REDIS_WAIT_REPLICAS > 0 the encoder writes a job's file only once the job is
  * known to be on that many replicas (services/encoder/replication.ts). A real master, a replica
  * started later, the product's stack in this process.
  */

@@ -219,7 +219,7 @@ describe('Redis Sentinel failover under load (REDIS_WAIT_REPLICAS=1)', () => {
       'every acknowledged batch written',
     );
     /**
-     * Files and listed ids no client was acknowledged for: none (decision 0027). An encoder writes
+     * Files and listed ids no client was acknowledged for: none (decision 0025). An encoder writes
      * a job's file only once a WAIT on its own connection, after a write it made on a node holding
      * the job's lock, saw a replica acknowledge it; that write comes after the job's add, and the
      * add after the mint and the Idempotency-Key claim, in the one replication stream. So a file
