@@ -34,3 +34,21 @@ export async function holdsFor(
     await new Promise((r) => setTimeout(r, intervalMs));
   }
 }
+
+/**
+ * A request retried the way an SDK retries a 503: after its `Retry-After` (which must be there),
+ * at most `attempts` times in all. Returns the first answer that is not 503 (or the last 503).
+ * For tests where a 503 is a correct answer on a busy machine (a replica's acknowledgement that
+ * came after `REDIS_WAIT_TIMEOUT_MS`) and the retry must then succeed without a second batch.
+ */
+export async function retryWhile503(send: () => Promise<Response>, attempts = 10): Promise<Response> {
+  let res = await send();
+  for (let i = 1; res.status === 503 && i < attempts; i++) {
+    const after = Number(res.headers.get('retry-after'));
+    if (!(after > 0)) throw new Error(`a 503 without a Retry-After (${res.headers.get('retry-after')})`);
+    await res.body?.cancel();
+    await new Promise((r) => setTimeout(r, after * 1000));
+    res = await send();
+  }
+  return res;
+}
