@@ -8,8 +8,8 @@
  * and starts or stops encoder processes to match. A stop is what the kubelet does: SIGTERM, then
  * SIGKILL after the rendered pod's terminationGracePeriodSeconds.
  *
- * Clients push 100-event batches at a steady rate (Idempotency-Key, 503 retried with the same
- * key), then stop. The backlog drains to 0, the replicas go above the minimum and back to it,
+ * Clients push 100-event batches, a burst and then a steady rate (Idempotency-Key, 503 retried
+ * with the same key), then stop. The backlog drains to 0, the replicas go above the minimum and back to it,
  * every acknowledged batch is one file (listed, and written by exactly one encoder, once), and
  * every SIGTERM'd encoder exits by itself, with code 0, within its grace.
  */
@@ -36,8 +36,15 @@ import { type RedisServer, freePort, startRedisServer } from '../helpers/redis-s
 
 const TOKEN = 'autoscale-admin-token-0123456789';
 const EVENTS_PER_BATCH = 100;
-/** Pushes per second, for PUSH_SECONDS; at most MAX_INFLIGHT at once. */
+/**
+ * Pushes per second, for PUSH_SECONDS; at most MAX_INFLIGHT at once. The first BURST_SECONDS
+ * go at BURST_RATE: a backlog one encoder cannot drain between two polls, whatever the machine's
+ * speed (at a steady 40/s alone, one encoder kept up on a quiet machine and the rule never asked
+ * for a second one).
+ */
 const RATE = 40;
+const BURST_RATE = 200;
+const BURST_SECONDS = 4;
 const PUSH_SECONDS = 25;
 const MAX_INFLIGHT = 8;
 const APPS = 4;
@@ -217,7 +224,7 @@ describe('encoder autoscaling with real processes: the rendered KEDA rule, SIGTE
       allEncoders.push(e);
     };
 
-    // Pushes: steady rate, bounded in flight, each retried with its key until acknowledged.
+    // Pushes: a burst, then a steady rate, bounded in flight, each retried with its key until acknowledged.
     const acked = new Map<string, string>();
     const statuses = new Map<number, number>();
     const failures: string[] = [];
@@ -250,12 +257,14 @@ describe('encoder autoscaling with real processes: the rendered KEDA rule, SIGTE
       }
       failures.push(`${key}: not acknowledged within ${PUSH_GIVE_UP_MS} ms`);
     };
-    const total = RATE * PUSH_SECONDS;
+    const burst = BURST_RATE * BURST_SECONDS;
+    const total = burst + RATE * (PUSH_SECONDS - BURST_SECONDS);
     const pushStart = Date.now();
     const pushes = (async () => {
       const inflight = new Set<Promise<void>>();
       for (let i = 0; i < total; i++) {
-        const due = pushStart + (i * 1000) / RATE;
+        const due =
+          pushStart + (i < burst ? (i * 1000) / BURST_RATE : BURST_SECONDS * 1000 + ((i - burst) * 1000) / RATE);
         if (due > Date.now()) await sleep(due - Date.now());
         while (inflight.size >= MAX_INFLIGHT) await Promise.race(inflight);
         const p = pushOne(i).finally(() => inflight.delete(p));

@@ -97,7 +97,10 @@ describe('the whole stop is bounded by the drain window plus the grace', () => {
       name: 'server',
       start: async () => undefined,
       stop: (graceMs) => {
-        order.push(`server after drain=${String(drain.draining)} grace<=${String(graceMs <= 100)}`);
+        // What is left of 160 after a 60 ms window: about 100. libuv's timer clock is cached per
+        // loop turn, so the window may end a fraction of a millisecond short by the clock the
+        // lifecycle reads (Node 24 in CI: 100.x); the point is that the window's time is not given twice.
+        order.push(`server after drain=${String(drain.draining)} grace<=${String(graceMs <= 105)}`);
         return new Promise(() => undefined);
       },
     };
