@@ -206,6 +206,8 @@ describe('encoder autoscaling with real processes: the rendered KEDA rule, SIGTE
     const model = new KedaHpaModel(rule);
     const stops: Promise<StopRecord>[] = [];
     const unexpectedExits: string[] = [];
+    /** Encoders that could not listen on their metrics port (see the control loop). */
+    const portCollisions: number[] = [];
     let started = 0;
     const startEncoder = async (): Promise<void> => {
       const metricsPort = await freePort();
@@ -286,7 +288,17 @@ describe('encoder autoscaling with real processes: the rendered KEDA rule, SIGTE
       const t = Date.now();
       for (const [i, e] of [...encoders.entries()].reverse())
         if (!e.stopping && (e.svc.child.exitCode !== null || e.svc.child.signalCode !== null)) {
-          unexpectedExits.push(`encoder ${e.n}: ${String(e.svc.child.exitCode ?? e.svc.child.signalCode)}`);
+          const output = e.svc.output();
+          // Another test file's process can take the metrics port between freePort() and the
+          // encoder's listen (test/helpers/rollup-deploy.ts has the same case): a harness
+          // collision, not the product; the kubelet would restart the pod, and the next decision
+          // here starts a replacement on another port.
+          if (e.svc.child.exitCode === 1 && output.includes('EADDRINUSE') && !output.includes('"encoder started"'))
+            portCollisions.push(e.n);
+          else
+            unexpectedExits.push(
+              `encoder ${e.n}: ${String(e.svc.child.exitCode ?? e.svc.child.signalCode)}; its last output:\n${output.slice(-3000)}`,
+            );
           encoders.splice(i, 1);
         }
       const live = encoders.filter(
@@ -354,12 +366,13 @@ describe('encoder autoscaling with real processes: the rendered KEDA rule, SIGTE
       return line ? [(JSON.parse(line) as { time: number }).time - e.startedAt] : [];
     });
     const stopMs = stopRecords.map((s) => s.ms);
-    const summary = `autoscale: max replicas ${maxReplicas} (min ${rule.minReplicas}, max ${rule.maxReplicas}); ${started} encoders started, ${stopRecords.length} SIGTERM'd: stop ms min/median/max ${Math.round(Math.min(...stopMs))}/${Math.round(quantile(stopMs, 0.5))}/${Math.round(Math.max(...stopMs))} (grace ${graceMs}), SIGKILLs ${stopRecords.filter((s) => s.killed).length}, stopped before taking jobs ${stopRecords.filter((s) => !s.wasRunning).length}, active jobs at SIGTERM ${stopRecords.map((s) => s.activeAtStop).join('/')}; spawn to taking jobs ms min/max ${Math.min(...readyMs)}/${Math.max(...readyMs)}; pushes ${total}, acked ${acked.size}, statuses ${JSON.stringify(Object.fromEntries(statuses))}; backlog 0 ${drainedAt && pushEndAt ? drainedAt - pushEndAt : -1} ms after the last push, back to ${rule.minReplicas} replicas ${backAtMinAt && pushEndAt ? backAtMinAt - pushEndAt : -1} ms after`;
+    const summary = `autoscale: max replicas ${maxReplicas} (min ${rule.minReplicas}, max ${rule.maxReplicas}); ${started} encoders started, ${stopRecords.length} SIGTERM'd: stop ms min/median/max ${Math.round(Math.min(...stopMs))}/${Math.round(quantile(stopMs, 0.5))}/${Math.round(Math.max(...stopMs))} (grace ${graceMs}), SIGKILLs ${stopRecords.filter((s) => s.killed).length}, stopped before taking jobs ${stopRecords.filter((s) => !s.wasRunning).length}, active jobs at SIGTERM ${stopRecords.map((s) => s.activeAtStop).join('/')}; spawn to taking jobs ms min/max ${Math.min(...readyMs)}/${Math.max(...readyMs)}; port collisions ${portCollisions.length}; pushes ${total}, acked ${acked.size}, statuses ${JSON.stringify(Object.fromEntries(statuses))}; backlog 0 ${drainedAt && pushEndAt ? drainedAt - pushEndAt : -1} ms after the last push, back to ${rule.minReplicas} replicas ${backAtMinAt && pushEndAt ? backAtMinAt - pushEndAt : -1} ms after`;
     console.info(summary);
 
     expect(failures).toEqual([]);
     expect(acked.size).toBe(total);
     expect(unexpectedExits).toEqual([]);
+    expect(portCollisions.length, 'port collisions, each restarted').toBeLessThanOrEqual(2);
     expect(drainedAt, 'the backlog drained to 0 after the pushes').toBeGreaterThan(0);
     expect(await kedaBacklog(r, scaled, true)).toBe(0);
     expect(maxReplicas).toBeGreaterThan(Math.max(rule.minReplicas, 1));
