@@ -9,6 +9,7 @@
  * about as much as the scan.
  */
 import type { EnvelopeCheck } from './envelope.js';
+import { type PrepareResult, preparedBatchOf } from './parquet/encode.js';
 import type { ScanReply, ScanRequest } from './envelope-thread.js';
 import { RequestThread, ownsItsBuffer, threadEntry } from './request-thread.js';
 
@@ -23,6 +24,13 @@ export interface ScannedBody {
   check: EnvelopeCheck;
   body: Buffer;
 }
+
+/**
+ * A body prepared on the thread (its check and Arrow IPC stream: `prepareBatch`), or only checked
+ * (`check`) when it has more events than the prepare's `maxRows`; and the body itself as in
+ * {@link ScannedBody}.
+ */
+export type PreparedBody = { prepared: PrepareResult; body: Buffer } | { check: EnvelopeCheck; body: Buffer };
 
 export class EnvelopeScanThread {
   private readonly thread: RequestThread<ScanReply>;
@@ -45,11 +53,29 @@ export class EnvelopeScanThread {
    * `body`. Rejects only when the thread is gone or the scanner itself threw (a bug, not bad data).
    */
   async scan(body: Buffer): Promise<ScannedBody> {
-    const request: Omit<ScanRequest, 'id'> = { body };
+    const reply = await this.request({ body });
+    if (!('check' in reply)) throw new Error('the scan thread answered a check with something else');
+    return { check: reply.check, body: bufferOf(reply.body) };
+  }
+
+  /**
+   * `prepareBatch(body)` on the thread: the same check as {@link scan}, and the columns copied
+   * into an Arrow IPC stream that moves back without a copy. A body of more than `maxRows` events
+   * is only checked (its columns are not built past that many rows). The body moves as in {@link scan}.
+   */
+  async prepare(body: Buffer, maxRows: number): Promise<PreparedBody> {
+    const reply = await this.request({ body, prepare: true, maxRows });
+    return 'prepared' in reply
+      ? { prepared: preparedBatchOf(reply.prepared), body: bufferOf(reply.body) }
+      : { check: reply.check, body: bufferOf(reply.body) };
+  }
+
+  private async request(request: Omit<ScanRequest, 'id'>): Promise<Extract<ScanReply, { ok: true }>> {
+    const body = request.body;
     try {
       const reply = await this.thread.request(request, ownsItsBuffer(body) ? [body.buffer as ArrayBuffer] : []);
       if (!reply.ok) throw new Error(reply.error);
-      return { check: reply.check, body: Buffer.from(reply.body.buffer, reply.body.byteOffset, reply.body.byteLength) };
+      return reply;
     } finally {
       this.thread.retireWhenIdle(this.retireIdleMs);
     }
@@ -67,4 +93,8 @@ let shared: EnvelopeScanThread | undefined;
 export function envelopeScanThread(): EnvelopeScanThread {
   if (!shared || shared.gone) shared = new EnvelopeScanThread();
   return shared;
+}
+
+function bufferOf(bytes: Uint8Array): Buffer {
+  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
 }

@@ -271,7 +271,10 @@ class ColumnSink implements EventSink {
   private extraOpen = false;
   private row = -1;
 
-  constructor(private readonly body: Uint8Array) {
+  constructor(
+    private readonly body: Uint8Array,
+    private readonly maxRows = Number.POSITIVE_INFINITY,
+  ) {
     this.fixed = FIXED_BUILDERS;
     this.extra = EXTRA_BUILDER;
     for (const column of this.fixed) column.reset();
@@ -279,6 +282,7 @@ class ColumnSink implements EventSink {
   }
 
   beginEvent(index: number): void {
+    if (index >= this.maxRows) throw ROW_CAP_REACHED;
     this.row = index;
     for (const column of this.fixed) column.startRow(index);
     this.extra.startRow(index);
@@ -368,10 +372,17 @@ export function parseBatchColumns(body: string | Uint8Array): ParseResult {
 /** A refused body: the scan's message and its {@link EnvelopeErrorCode}. */
 type ScanRefusal = { readonly ok: false; readonly reason: string; readonly code: EnvelopeErrorCode };
 
+/** Thrown by a {@link ColumnSink} given more events than its cap; caught by {@link prepareBatchData}. */
+const ROW_CAP_REACHED = Symbol('row cap reached');
+
 /** {@link parseBatchColumns}; with `borrow`, the columns are views valid until the next scan. */
-function scanColumns(body: string | Uint8Array, borrow: boolean): Exclude<ParseResult, { ok: false }> | ScanRefusal {
+function scanColumns(
+  body: string | Uint8Array,
+  borrow: boolean,
+  maxRows?: number,
+): Exclude<ParseResult, { ok: false }> | ScanRefusal {
   const bytes = typeof body === 'string' ? Buffer.from(body, 'utf8') : body;
-  const sink = new ColumnSink(bytes);
+  const sink = new ColumnSink(bytes, maxRows);
   const scan = scanEnvelope(bytes, sink);
   if (!scan.ok) return { ok: false, reason: scan.error, code: scan.code };
   return { ok: true, columns: sink.finish(scan.events, borrow), everyEventHasMessageId: scan.everyEventHasMessageId };
@@ -583,23 +594,56 @@ export type PrepareResult =
   | { ok: false; reason: string; code: EnvelopeErrorCode };
 
 /**
- * Validates a push body ({@link scanEnvelope}, the API's own check) and copies its columns into an
- * Arrow IPC stream in the same pass: the result owns its bytes, so other scans may run before it
- * is turned into Parquet.
+ * {@link prepareBatch}'s result as plain data (structured-cloneable; `ipc` owns its whole
+ * ArrayBuffer, so it can move between threads): the scan thread prepares large bodies off the
+ * API's event loop and sends this back (shared/envelope-thread.ts). {@link preparedBatchOf} turns it
+ * into the {@link PreparedBatch}.
  */
-export function prepareBatch(body: Uint8Array): PrepareResult {
+export type PreparedData =
+  | { ok: true; rows: number; everyEventHasMessageId: boolean; ipc: Uint8Array; stampAt: number }
+  | { ok: false; reason: string; code: EnvelopeErrorCode };
+
+/**
+ * {@link prepareBatch} up to its plain data. With `maxRows`, a body of more events is not
+ * prepared: its columns stop at that many rows and the result is `null`, and the caller answers
+ * it from the plain check (which counts every event and finds any error after them). A body of
+ * many tiny events would otherwise build columns many times its own size (48 bytes per row: a
+ * 1 MiB body of `{}` events, 17 MB) before its count could refuse it.
+ */
+export function prepareBatchData(body: Uint8Array, maxRows?: number): PreparedData | null {
   if (body.length === 0) return { ok: false, reason: `empty body: expected ${EXPECTED_ENVELOPE}`, code: 'empty' };
-  const parsed = scanColumns(body, true);
+  let parsed: ReturnType<typeof scanColumns>;
+  try {
+    parsed = scanColumns(body, true, maxRows);
+  } catch (err) {
+    releaseLargeBuilders();
+    if (err === ROW_CAP_REACHED) return null;
+    throw err;
+  }
   if (!parsed.ok) {
     releaseLargeBuilders();
     return parsed;
   }
-  const rows = parsed.columns.rows;
   const { bytes, stampAt } = writeIpcStream(parsed.columns, 0);
   releaseLargeBuilders();
   return {
     ok: true,
+    rows: parsed.columns.rows,
     everyEventHasMessageId: parsed.everyEventHasMessageId,
+    ipc: bytes,
+    stampAt,
+  };
+}
+
+/** The {@link PrepareResult} of prepared data (from this thread or the scan thread). */
+export function preparedBatchOf(data: PreparedData): PrepareResult {
+  if (!data.ok) return data;
+  const { rows, ipc: bytes, stampAt } = data;
+  if (!Number.isSafeInteger(stampAt) || stampAt < 0 || stampAt + rows * 8 > bytes.byteLength)
+    throw new RangeError(`prepared stream of ${bytes.byteLength} bytes cannot hold ${rows} stamps at ${stampAt}`);
+  return {
+    ok: true,
+    everyEventHasMessageId: data.everyEventHasMessageId,
     batch: {
       rows,
       ipcBytes: bytes.byteLength,
@@ -614,6 +658,15 @@ export function prepareBatch(body: Uint8Array): PrepareResult {
       },
     },
   };
+}
+
+/**
+ * Validates a push body ({@link scanEnvelope}, the API's own check) and copies its columns into an
+ * Arrow IPC stream in the same pass: the result owns its bytes, so other scans may run before it
+ * is turned into Parquet.
+ */
+export function prepareBatch(body: Uint8Array): PrepareResult {
+  return preparedBatchOf(prepareBatchData(body) as PreparedData);
 }
 
 /**

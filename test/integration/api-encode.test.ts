@@ -199,4 +199,22 @@ describe('API_ENCODE_MAX_BYTES: the API queues a large body as its Parquet file'
     // A non-string value is kept as its JSON text (as the encoder does), not refused.
     expect(await sample(stack, 'ingest_push_encode_duration_seconds_count')).toBe((before ?? 0) + 1);
   });
+
+  it('refuses a body of more events than maxEventsPerBatch by its count, prepared on the scan thread or not', async () => {
+    const stack = setup.stack();
+    const before = await sample(stack, 'ingest_push_encode_duration_seconds_count');
+    // 100,001 empty events: 300 KB, over the scan thread's 256 KiB, under API_ENCODE_MAX_BYTES.
+    const many = batchBody(100_001, () => ({}));
+    expect(Buffer.byteLength(many)).toBeGreaterThan(256 * 1024);
+    expect(Buffer.byteLength(many)).toBeLessThan(MAX);
+    const r = await push(many);
+    expect(r.status).toBe(413);
+    const answer = (await r.json()) as { code: string; error: string };
+    expect(answer.code).toBe('too_large');
+    expect(answer.error).toContain('data.events has 100001 events');
+    // One event fewer is prepared and queued as its file.
+    const r2 = await push(batchBody(100_000, () => ({})));
+    expect(r2.status).toBe(200);
+    expect(await sample(stack, 'ingest_push_encode_duration_seconds_count')).toBe((before ?? 0) + 1);
+  });
 });

@@ -1,7 +1,7 @@
 import { API_ENCODED_ROW_BYTES, API_QUEUED_ROW_BYTES, batchCost } from '../../../../shared/byte-budget.js';
 import { type EnvelopeErrorCode, checkEnvelope } from '../../../../shared/envelope.js';
 import { SCAN_THREAD_MIN_BYTES } from '../../../../shared/envelope-scan-thread.js';
-import { prepareBatch } from '../../../../shared/parquet/encode.js';
+import { type PrepareResult, prepareBatch } from '../../../../shared/parquet/encode.js';
 import { type Step, done, next } from '../runner.js';
 import { type AdmissionDeps, type Checked, type Refused, type WithBody, refused } from './types.js';
 
@@ -19,21 +19,20 @@ type ScanResult = (Checked['check'] & { bytes: Buffer }) | { ok: false; error: s
  * The body's scan: {@link prepareBatch} for a size the plugin encodes itself (the scan also takes
  * its columns), else {@link checkEnvelope}; the same errors in the same words either way. Only an
  * inline encoder needs the text: a queued push never decodes its body (that string would double
- * every body in flight). A large queued body is checked on the scan thread, off the event loop
- * (shared/envelope-scan-thread.ts); it comes back as a new Buffer over the same memory.
+ * every body in flight). A large queued body is checked, or prepared, on the scan thread, off the
+ * event loop (shared/envelope-scan-thread.ts); it comes back as a new Buffer over the same memory.
  */
 async function scan(deps: AdmissionDeps, bytes: Buffer): Promise<ScanResult | Refused> {
-  if (deps.encodesBody(bytes.length)) {
-    const r = prepareBatch(bytes);
-    return r.ok
-      ? { events: r.batch.rows, everyEventHasMessageId: r.everyEventHasMessageId, prepared: r.batch, bytes }
-      : { ok: false, error: r.reason, code: r.code };
-  }
+  const encodes = deps.encodesBody(bytes.length);
   if (deps.scanThread && !deps.needsText && bytes.length >= SCAN_THREAD_MIN_BYTES) {
     const length = bytes.length;
     try {
-      const { check: r, body } = await deps.scanThread().scan(bytes);
-      return r.ok ? { events: r.events, everyEventHasMessageId: r.everyEventHasMessageId, bytes: body } : r;
+      const thread = deps.scanThread();
+      // A body of more events than the collection takes is only checked there: it is refused once counted.
+      const done = encodes ? await thread.prepare(bytes, deps.collection.maxEventsPerBatch) : await thread.scan(bytes);
+      if ('prepared' in done) return prepared(done.prepared, done.body);
+      const r = done.check;
+      return r.ok ? { events: r.events, everyEventHasMessageId: r.everyEventHasMessageId, bytes: done.body } : r;
     } catch {
       // The thread is gone (or its scanner threw). A body it never took is checked here; one lost
       // with the thread cannot be, and is refused for a retry: nothing was stored.
@@ -43,8 +42,15 @@ async function scan(deps: AdmissionDeps, bytes: Buffer): Promise<ScanResult | Re
         });
     }
   }
+  if (encodes) return prepared(prepareBatch(bytes), bytes);
   const r = checkEnvelope(bytes, { text: deps.needsText });
   return r.ok ? { events: r.events, text: r.text, everyEventHasMessageId: r.everyEventHasMessageId, bytes } : r;
+}
+
+function prepared(r: PrepareResult, bytes: Buffer): ScanResult {
+  return r.ok
+    ? { events: r.batch.rows, everyEventHasMessageId: r.everyEventHasMessageId, prepared: r.batch, bytes }
+    : { ok: false, error: r.reason, code: r.code };
 }
 
 /**
