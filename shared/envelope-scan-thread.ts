@@ -32,8 +32,13 @@ export interface ScannedBody {
  */
 export type PreparedBody = { prepared: PrepareResult; body: Buffer } | { check: EnvelopeCheck; body: Buffer };
 
+/** A body the warm-up prepares: valid, no events. */
+const WARM_UP_BODY = '{"data":{"events":[]},"baseHash":null}';
+
 export class EnvelopeScanThread {
   private readonly thread: RequestThread<ScanReply>;
+  private warming: Promise<void> | undefined;
+  private warm = false;
 
   constructor(private readonly retireIdleMs = RETIRE_IDLE_MS) {
     this.thread = new RequestThread<ScanReply>(
@@ -68,6 +73,25 @@ export class EnvelopeScanThread {
     return 'prepared' in reply
       ? { prepared: preparedBatchOf(reply.prepared), body: bufferOf(reply.body) }
       : { check: reply.check, body: bufferOf(reply.body) };
+  }
+
+  /**
+   * True once this thread has loaded the prepare's module (apache-arrow, parquet-wasm: a few
+   * hundred ms on a new thread). Until then a caller should prepare on its own thread and call
+   * {@link warmPrepare}, so no push waits for that load (a new thread starts after each 10 s idle).
+   */
+  get prepareWarm(): boolean {
+    return this.warm;
+  }
+
+  /** Loads the prepare's module on the thread in the background (once); {@link prepareWarm} says when it is done. */
+  warmPrepare(): void {
+    this.warming ??= this.prepare(Buffer.from(WARM_UP_BODY), 1).then(
+      () => {
+        this.warm = true;
+      },
+      () => undefined,
+    );
   }
 
   private async request(request: Omit<ScanRequest, 'id'>): Promise<Extract<ScanReply, { ok: true }>> {

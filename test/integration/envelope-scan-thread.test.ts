@@ -11,6 +11,7 @@ import { checkEnvelope } from '../../shared/envelope.js';
 import { prepareBatch } from '../../shared/parquet/encode.js';
 import { EnvelopeScanThread, envelopeScanThread } from '../../shared/envelope-scan-thread.js';
 import { adversarialBody, plainBody } from '../helpers/adversarial-bodies.js';
+import { waitFor } from '../helpers/proc.js';
 
 const sha = (b: Uint8Array): string => createHash('sha256').update(b).digest('hex');
 
@@ -89,6 +90,20 @@ describe('EnvelopeScanThread', () => {
     const bad = await thread.prepare(owned(badAfter), 100);
     expect('check' in bad && bad.check).toEqual(checkEnvelope(Buffer.from(badAfter)));
     expect('check' in bad && bad.check.ok).toBe(false);
+  });
+
+  it('is not warm for prepares until warmPrepare has loaded their module there; warming twice sends one warm-up', async () => {
+    const fresh = new EnvelopeScanThread();
+    try {
+      expect(fresh.prepareWarm).toBe(false);
+      fresh.warmPrepare();
+      fresh.warmPrepare();
+      await waitFor(async () => fresh.prepareWarm, 10_000, 'the scan thread warm for prepares');
+      const p = await fresh.prepare(owned(plainBody(300_000)), 100_000);
+      expect('prepared' in p && p.prepared.ok).toBe(true);
+    } finally {
+      await fresh.close();
+    }
   });
 
   it('copies a body that does not fill its ArrayBuffer, and leaves it as it was', async () => {

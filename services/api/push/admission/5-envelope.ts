@@ -28,11 +28,18 @@ async function scan(deps: AdmissionDeps, bytes: Buffer): Promise<ScanResult | Re
     const length = bytes.length;
     try {
       const thread = deps.scanThread();
-      // A body of more events than the collection takes is only checked there: it is refused once counted.
-      const done = encodes ? await thread.prepare(bytes, deps.collection.maxEventsPerBatch) : await thread.scan(bytes);
-      if ('prepared' in done) return prepared(done.prepared, done.body);
-      const r = done.check;
-      return r.ok ? { events: r.events, everyEventHasMessageId: r.everyEventHasMessageId, bytes: done.body } : r;
+      // A new thread first loads the prepare's module (a few hundred ms): meanwhile bodies to
+      // prepare are prepared here, not queued behind that load.
+      if (encodes && !thread.prepareWarm) thread.warmPrepare();
+      else {
+        // A body of more events than the collection takes is only checked there: it is refused once counted.
+        const done = encodes
+          ? await thread.prepare(bytes, deps.collection.maxEventsPerBatch)
+          : await thread.scan(bytes);
+        if ('prepared' in done) return prepared(done.prepared, done.body);
+        const r = done.check;
+        return r.ok ? { events: r.events, everyEventHasMessageId: r.everyEventHasMessageId, bytes: done.body } : r;
+      }
     } catch {
       // The thread is gone (or its scanner threw). A body it never took is checked here; one lost
       // with the thread cannot be, and is refused for a retry: nothing was stored.
