@@ -31,6 +31,7 @@ import {
 } from '../envelope.js';
 import { FIELD_IDS } from '../iceberg/schema.js';
 import { EVENT_COLUMNS, type EventColumnName } from './columns.js';
+import { withoutArrowSchema } from './arrow-schema.js';
 import { withFieldIds } from './field-ids.js';
 import { PARQUET_COMPRESSION_DEFAULT, type ParquetCompression, parquetFileCompression } from './compression.js';
 
@@ -529,7 +530,7 @@ export function ipcToParquet(ipc: Uint8Array, opts: ParquetWriteOptions = {}): U
   }
   // Consumes both wasmTable and props (ownership moves into Rust, which drops them even when it
   // returns an error), so neither may be freed again here.
-  return withFieldIds(writeParquet(wasmTable, props), FIELD_IDS);
+  return withoutArrowSchema(withFieldIds(writeParquet(wasmTable, props), FIELD_IDS));
 }
 
 /**

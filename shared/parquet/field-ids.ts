@@ -19,7 +19,16 @@
  * moves; only the footer length before the closing `PAR1` changes.
  */
 
-import { CompactReader, T_BINARY, T_I32, T_LIST, T_STRUCT } from './thrift-compact.js';
+import {
+  CompactReader,
+  T_BINARY,
+  T_I32,
+  T_LIST,
+  T_STRUCT,
+  fieldHeader,
+  varintBytes,
+  zigzag,
+} from './thrift-compact.js';
 
 /** Thrown when bytes are not a Parquet file whose footer this module can edit. */
 export class ParquetSchemaEditError extends Error {
@@ -39,27 +48,6 @@ const utf8 = new TextDecoder('utf-8', { fatal: true });
 /** The compact-protocol reader over `file[at, end)`, throwing this module's error. */
 function footerReader(file: Uint8Array, at: number, end: number): CompactReader {
   return new CompactReader(file, at, end, (m) => new ParquetSchemaEditError(m));
-}
-
-function varintBytes(v: number, out: number[]): void {
-  while (v >= 0x80) {
-    out.push((v % 0x80) | 0x80);
-    v = Math.floor(v / 0x80);
-  }
-  out.push(v);
-}
-
-const zigzag = (v: number): number => (v >= 0 ? v * 2 : -v * 2 - 1);
-
-/** A compact-protocol field header for field `id` of type `t` after field `prevId`. */
-function fieldHeader(id: number, prevId: number, t: number, out: number[]): void {
-  const delta = id - prevId;
-  if (delta >= 1 && delta <= 15) {
-    out.push((delta << 4) | t);
-  } else {
-    out.push(t);
-    varintBytes(zigzag(id), out);
-  }
 }
 
 /** A footer edit: delete `del` bytes at `at`, insert `bytes` there. */

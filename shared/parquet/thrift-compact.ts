@@ -2,7 +2,8 @@
  * A reader of Thrift's compact protocol, the encoding of a Parquet footer (parquet-format's
  * parquet.thrift): field headers, varints, zigzag integers, and skipping any value by its type,
  * depth-bounded. Used by the footer's row-count reader (shared/iceberg/parquet-footer.ts) and the
- * field-id editor (./field-ids.ts); each passes the error type it throws.
+ * footer editors (./field-ids.ts, ./arrow-schema.ts); each passes the error type it throws. The
+ * writers at the end build the few field headers those editors insert.
  */
 
 /** Compact-protocol type codes (the low nibble of a field header). */
@@ -139,5 +140,37 @@ export class CompactReader {
   private skipElement(t: number, depth: number): void {
     if (t === T_BOOL_TRUE || t === T_BOOL_FALSE) this.skip(1);
     else this.skipValue(t, depth);
+  }
+}
+
+/** Appends `v` (a non-negative integer below 2^53) as an unsigned varint. */
+export function varintBytes(v: number, out: number[]): void {
+  while (v >= 0x80) {
+    out.push((v % 0x80) | 0x80);
+    v = Math.floor(v / 0x80);
+  }
+  out.push(v);
+}
+
+/** The zigzag form of a signed integer (what the compact protocol writes for i16/i32). */
+export const zigzag = (v: number): number => (v >= 0 ? v * 2 : -v * 2 - 1);
+
+/** Appends a compact-protocol field header for field `id` of type `t` after field `prevId`. */
+export function fieldHeader(id: number, prevId: number, t: number, out: number[]): void {
+  const delta = id - prevId;
+  if (delta >= 1 && delta <= 15) {
+    out.push((delta << 4) | t);
+  } else {
+    out.push(t);
+    varintBytes(zigzag(id), out);
+  }
+}
+
+/** Appends a compact-protocol list header: `size` elements of type `elementType`. */
+export function listHeader(size: number, elementType: number, out: number[]): void {
+  if (size < 15) out.push((size << 4) | elementType);
+  else {
+    out.push(0xf0 | elementType);
+    varintBytes(size, out);
   }
 }
