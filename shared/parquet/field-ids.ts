@@ -10,6 +10,7 @@
  * 2,464 → 3,322 bytes). Setting field 9 directly costs 2 bytes per column (22 per file) and one
  * copy of the file: the walk over the schema part of the footer is done once and reused for every
  * file whose schema bytes are the same (all of the encoder's), checked by a native comparison.
+ * (That `ARROW:schema` entry itself is taken out afterwards: ./arrow-schema.ts.)
  *
  * The edit: the footer (Thrift compact protocol, `FileMetaData`) is `version` (1) then `schema`
  * (2, a list of SchemaElement structs); for each top-level leaf column whose name has an id and
