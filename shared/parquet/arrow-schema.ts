@@ -16,14 +16,22 @@
  * count from the field before it. Column chunks and pages sit before the footer and are
  * addressed by absolute offsets, so nothing else moves; only the footer length changes.
  */
-import { CompactReader, T_BINARY, T_LIST, T_STRUCT, fieldHeader, listHeader } from './thrift-compact.js';
+import {
+  CompactReader,
+  T_BINARY,
+  T_LIST,
+  T_STRUCT,
+  fieldHeader,
+  footerBounds,
+  listHeader,
+  spliceFooter,
+} from './thrift-compact.js';
 
 /** Thrown when bytes are not a Parquet file whose footer this module can read. */
 export class ParquetMetadataEditError extends Error {
   override readonly name = 'ParquetMetadataEditError';
 }
 
-const MAGIC = 0x31524150; // "PAR1" little-endian
 /** FileMetaData.key_value_metadata and KeyValue.key (parquet.thrift). */
 const FMD_KEY_VALUE_METADATA = 5;
 const KV_KEY = 1;
@@ -44,16 +52,10 @@ function isArrowSchemaKey(b: Uint8Array, at: number, len: number): boolean {
  * @throws ParquetMetadataEditError when `file` is not a Parquet file or its footer cannot be read.
  */
 export function withoutArrowSchema(file: Uint8Array): Uint8Array {
-  if (file.byteLength < 12) throw new ParquetMetadataEditError('not a Parquet file: too short');
-  const view = new DataView(file.buffer, file.byteOffset, file.byteLength);
-  if (view.getUint32(file.byteLength - 4, true) !== MAGIC)
-    throw new ParquetMetadataEditError('not a Parquet file: no PAR1 at the end');
-  const footerLength = view.getUint32(file.byteLength - 8, true);
-  const footerEnd = file.byteLength - 8;
-  const footerStart = footerEnd - footerLength;
-  if (footerStart < 4) throw new ParquetMetadataEditError('not a Parquet file: footer longer than the file');
+  const fail = (m: string): Error => new ParquetMetadataEditError(m);
+  const { start: footerStart, end: footerEnd, length: footerLength } = footerBounds(file, fail);
 
-  const r = new CompactReader(file, footerStart, footerEnd, (m) => new ParquetMetadataEditError(m));
+  const r = new CompactReader(file, footerStart, footerEnd, fail);
   let lastId = 0;
   for (;;) {
     const fieldStart = r.at;
@@ -106,23 +108,4 @@ export function withoutArrowSchema(file: Uint8Array): Uint8Array {
     else fieldHeader(nextId, lastId, nh & 0x0f, replaced);
     return spliceFooter(file, fieldStart, r.at, replaced, footerLength);
   }
-}
-
-/** `file` with its footer bytes `[from, to)` replaced by `bytes` and the footer length set to match. */
-function spliceFooter(
-  file: Uint8Array,
-  from: number,
-  to: number,
-  bytes: readonly number[],
-  footerLength: number,
-): Uint8Array {
-  const growth = bytes.length - (to - from);
-  const out = new Uint8Array(file.byteLength + growth);
-  out.set(file.subarray(0, from), 0);
-  out.set(bytes, from);
-  out.set(file.subarray(to, file.byteLength - 8), from + bytes.length);
-  const outView = new DataView(out.buffer, out.byteOffset, out.byteLength);
-  outView.setUint32(out.byteLength - 8, footerLength + growth, true);
-  outView.setUint32(out.byteLength - 4, MAGIC, true);
-  return out;
 }

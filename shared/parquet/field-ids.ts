@@ -27,6 +27,8 @@ import {
   T_LIST,
   T_STRUCT,
   fieldHeader,
+  footerBounds,
+  spliceFooter,
   varintBytes,
   zigzag,
 } from './thrift-compact.js';
@@ -36,7 +38,6 @@ export class ParquetSchemaEditError extends Error {
   override readonly name = 'ParquetSchemaEditError';
 }
 
-const MAGIC = 0x31524150; // "PAR1" little-endian
 /** SchemaElement fields (parquet.thrift). */
 const SE_NAME = 4;
 const SE_NUM_CHILDREN = 5;
@@ -212,24 +213,13 @@ function sameBytes(file: Uint8Array, at: number, bytes: Buffer): boolean {
  * @throws ParquetSchemaEditError when `file` is not a Parquet file or its footer cannot be read.
  */
 export function withFieldIds(file: Uint8Array, ids: Readonly<Record<string, number>>): Uint8Array {
-  if (file.byteLength < 12) throw new ParquetSchemaEditError('not a Parquet file: too short');
-  const view = new DataView(file.buffer, file.byteOffset, file.byteLength);
-  if (view.getUint32(file.byteLength - 4, true) !== MAGIC)
-    throw new ParquetSchemaEditError('not a Parquet file: no PAR1 at the end');
-  const footerLength = view.getUint32(file.byteLength - 8, true);
-  const footerEnd = file.byteLength - 8;
-  const footerStart = footerEnd - footerLength;
-  if (footerStart < 4) throw new ParquetSchemaEditError('not a Parquet file: footer longer than the file');
-
+  const {
+    start: footerStart,
+    end: footerEnd,
+    length: footerLength,
+  } = footerBounds(file, (m) => new ParquetSchemaEditError(m));
   const { written, edited } = schemaPatch(file, footerStart, footerEnd, ids);
   const growth = edited.byteLength - written.byteLength;
   if (growth === 0) return file;
-  const out = new Uint8Array(file.byteLength + growth);
-  out.set(file.subarray(0, footerStart), 0);
-  out.set(edited, footerStart);
-  out.set(file.subarray(footerStart + written.byteLength, footerEnd), footerStart + edited.byteLength);
-  const outView = new DataView(out.buffer, out.byteOffset, out.byteLength);
-  outView.setUint32(out.byteLength - 8, footerLength + growth, true);
-  outView.setUint32(out.byteLength - 4, MAGIC, true);
-  return out;
+  return spliceFooter(file, footerStart, footerStart + written.byteLength, edited, footerLength);
 }

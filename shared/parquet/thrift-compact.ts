@@ -174,3 +174,47 @@ export function listHeader(size: number, elementType: number, out: number[]): vo
     varintBytes(size, out);
   }
 }
+
+/** "PAR1" as a little-endian uint32: the magic at both ends of a Parquet file. */
+export const PAR1 = 0x31524150;
+
+/**
+ * Where the footer of the whole Parquet file `file` lies: `[start, end)`, `length` bytes, followed
+ * by its 4-byte length and `PAR1`. Throws `fail(message)` for bytes that are not such a file.
+ */
+export function footerBounds(
+  file: Uint8Array,
+  fail: (message: string) => Error,
+): { start: number; end: number; length: number } {
+  if (file.byteLength < 12) throw fail('not a Parquet file: too short');
+  const view = new DataView(file.buffer, file.byteOffset, file.byteLength);
+  if (view.getUint32(file.byteLength - 4, true) !== PAR1) throw fail('not a Parquet file: no PAR1 at the end');
+  const length = view.getUint32(file.byteLength - 8, true);
+  const end = file.byteLength - 8;
+  const start = end - length;
+  if (start < 4) throw fail('not a Parquet file: footer longer than the file');
+  return { start, end, length };
+}
+
+/**
+ * `file` (a whole Parquet file whose footer is `footerLength` bytes) with its footer bytes
+ * `[from, to)` replaced by `bytes`, and the footer length written to match: a new array. Pages
+ * are addressed by absolute offsets before the footer, so nothing else moves.
+ */
+export function spliceFooter(
+  file: Uint8Array,
+  from: number,
+  to: number,
+  bytes: ArrayLike<number>,
+  footerLength: number,
+): Uint8Array {
+  const growth = bytes.length - (to - from);
+  const out = new Uint8Array(file.byteLength + growth);
+  out.set(file.subarray(0, from), 0);
+  out.set(bytes, from);
+  out.set(file.subarray(to, file.byteLength - 8), from + bytes.length);
+  const view = new DataView(out.buffer, out.byteOffset, out.byteLength);
+  view.setUint32(out.byteLength - 8, footerLength + growth, true);
+  view.setUint32(out.byteLength - 4, PAR1, true);
+  return out;
+}
