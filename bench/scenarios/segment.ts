@@ -10,7 +10,7 @@
  * Both sides carry an idempotency claim, as their clients send them: the Segment body's messageIds
  * make each request an Idempotency-Key (sha256 of the sorted ids), and every event of the Starfish
  * body has a message_id, so each push is claimed by its body hash (BODY_DEDUP_WINDOW_SECONDS).
- * Either claim is looked up and written inside the one id-minting script (mint_batch-4.lua), so
+ * Either claim is looked up and written inside the one id-minting script (mint_batches-n.lua), so
  * neither costs a Redis round trip more; the rows below show the Redis calls per batch to prove it,
  * and the CPU per batch of the API's event loop (where the Segment body is translated) and of the
  * whole service.

@@ -4,6 +4,7 @@ import { batchIdMs, randomSuffix } from '../ids.js';
 import { ledgerKeys } from '../redis/keyspace.js';
 import { type RedisClient, redisCall } from '../redis/connection.js';
 import { type ScriptedRedis, withScripts } from '../redis/scripts.js';
+import { GroupCommitter } from '../group-commit.js';
 
 export type { JobKeys };
 
@@ -45,7 +46,7 @@ const ENTRIES_PER_HASH = 100;
  * Bucket length (seconds) of an idempotency window: a claim is looked up in the current bucket
  * and the back = ceil(window / length) before it, so it is recognised for at least the window and
  * its hash lives (back + 1) × length at most: 1.25 windows when the window is a multiple of 4 s
- * (see mint_batch-4.lua).
+ * (see mint_batches-n.lua).
  */
 export function idempotencyBucketSeconds(windowSeconds: number): number {
   return Math.max(1, Math.ceil(windowSeconds / 4));
@@ -86,6 +87,28 @@ export interface PendingScan {
 /** Upkeep looks at this many prefixes per namespace (shard) at most per pass. */
 export const MAX_SCAN_PREFIXES = 10_000;
 
+/**
+ * Mints of one namespace that wait while a mint call runs leave together, at most this many to
+ * a call of mint_batches-n.lua: one round trip, one script run, one write on the socket for
+ * all of them; releases likewise (release_batches-n.lua). Bounds a call's size and its time on
+ * Redis. docs/decisions/0026-ledger-call-groups.md.
+ */
+export const LEDGER_GROUP_MAX = 32;
+
+/** One push's mint as mint_batches-n.lua takes it: its two keys and six arguments; its answer once sent. */
+interface MintRequest {
+  keys: [pending: string, idemPrefix: string];
+  argv: (string | Buffer)[];
+  result?: MintResult;
+}
+
+/** One release as release_batches-n.lua takes it: its four keys and eight arguments; whether the id was in flight once sent. */
+interface ReleaseRequest {
+  keys: [pending: string, idemPrefix: string, written: string, floor: string];
+  argv: (string | Buffer)[];
+  wasPending?: boolean;
+}
+
 /** Where one claim lives: its shard's key prefix, the field and the bucket length. */
 interface ClaimSlot {
   keyPrefix: string;
@@ -119,16 +142,36 @@ export class BatchLedger {
   readonly namespace: string;
   private readonly redis: ScriptedRedis;
   private readonly shard: { index: number; count: number };
+  private readonly mints: GroupCommitter<MintRequest>;
+  private readonly releases: GroupCommitter<ReleaseRequest>;
 
   /**
    * `shard`: this namespace is shard `index` of `count` (QUEUE_SHARDS): its ids' random suffix is
    * ≡ index (mod count), so ids minted on different shards' clocks never collide and an id names
-   * its shard.
+   * its shard. `groupMax`: mints per call at most, and releases per call
+   * ({@link LEDGER_GROUP_MAX}; 1: each alone).
    */
-  constructor(redis: RedisClient, namespace: string, opts: { shard?: { index: number; count: number } } = {}) {
+  constructor(
+    redis: RedisClient,
+    namespace: string,
+    opts: { shard?: { index: number; count: number }; groupMax?: number } = {},
+  ) {
     this.namespace = namespace;
     this.shard = opts.shard ?? { index: 0, count: 1 };
     this.redis = withScripts(redis);
+    const group = { maxItems: opts.groupMax ?? LEDGER_GROUP_MAX, maxBytes: Number.MAX_SAFE_INTEGER, sizeOf: () => 0 };
+    this.mints = new GroupCommitter<MintRequest>({ ...group, send: (requests) => this.sendMints(requests, '') });
+    this.releases = new GroupCommitter<ReleaseRequest>({ ...group, send: (requests) => this.sendReleases(requests) });
+  }
+
+  /** Mint calls sent to Redis and the mints they carried (this process, this namespace). */
+  get mintCalls(): { sends: number; mints: number } {
+    return { sends: this.mints.sends, mints: this.mints.items };
+  }
+
+  /** Release calls sent to Redis and the releases they carried (this process, this namespace). */
+  get releaseCalls(): { sends: number; releases: number } {
+    return { sends: this.releases.sends, releases: this.releases.items };
   }
 
   private clockKey(): string {
@@ -194,23 +237,38 @@ export class BatchLedger {
   async mint(prefix: string, opts: { idempotency?: IdempotencyClaim; clockMs?: number } = {}): Promise<MintResult> {
     const claim = opts.idempotency && opts.idempotency.windowSeconds > 0 ? opts.idempotency : undefined;
     const slot = claim ? this.slot(claim) : undefined;
-    const bodyDigest = claim ? digestOfBody(claim) : '';
-    const [batchId, status] = await redisCall(
-      this.redis.ingestMint(
-        this.clockKey(),
-        this.pendingKey(prefix),
-        slot ? slot.keyPrefix : ledgerKeys.idemUnused(this.namespace),
-        this.prefixesKey(),
+    const request: MintRequest = {
+      keys: [this.pendingKey(prefix), slot ? slot.keyPrefix : ledgerKeys.idemUnused(this.namespace)],
+      argv: [
         shardSuffix(this.shard.index, this.shard.count),
         String(slot?.windowSeconds ?? 0),
         slot ? '1' : '0',
-        opts.clockMs === undefined ? '' : String(opts.clockMs),
         prefix,
         slot ? slot.field : '',
-        bodyDigest,
-      ),
-    );
-    return { batchId, deduplicated: status === 1, conflict: status === 2 };
+        claim ? digestOfBody(claim) : '',
+      ],
+    };
+    // A test's clock override goes alone: a call has one clock.
+    if (opts.clockMs !== undefined) await this.sendMints([request], String(opts.clockMs));
+    else await this.mints.submit(request).done;
+    return request.result as MintResult;
+  }
+
+  /** One call of mint_batches-n.lua for `requests`, in order; each gets its answer. */
+  private async sendMints(requests: readonly MintRequest[], clockOverride: string): Promise<void> {
+    const keys: string[] = [this.clockKey(), this.prefixesKey()];
+    const argv: (string | Buffer)[] = [clockOverride];
+    for (const r of requests) {
+      keys.push(...r.keys);
+      argv.push(...r.argv);
+    }
+    const answers = await redisCall(this.redis.ingestMint(keys.length, ...keys, ...argv));
+    if (answers.length !== 2 * requests.length)
+      throw new Error(`mint_batches answered ${answers.length} values for ${requests.length} mints`);
+    requests.forEach((r, i) => {
+      const status = Number(answers[2 * i + 1]);
+      r.result = { batchId: String(answers[2 * i]), deduplicated: status === 1, conflict: status === 2 };
+    });
   }
 
   /**
@@ -289,15 +347,14 @@ export class BatchLedger {
     o: { forget?: IdempotencyClaim; written?: boolean; cutoff?: string; ttl?: number },
   ): Promise<boolean> {
     const slot = o.forget ? this.slot(o.forget) : undefined;
-    const n = await redisCall(
-      this.redis.ingestRelease(
+    const request: ReleaseRequest = {
+      keys: [
         this.pendingKey(prefix),
-        this.prefixesKey(),
         slot ? slot.keyPrefix : ledgerKeys.idemUnused(this.namespace),
         this.writtenKey(prefix),
         this.floorKey(prefix),
-        this.clockKey(),
-        this.groupsKey(),
+      ],
+      argv: [
         batchId,
         prefix,
         slot ? '1' : '0',
@@ -306,9 +363,26 @@ export class BatchLedger {
         String(o.ttl ?? 0),
         String(slot?.windowSeconds ?? 0),
         slot ? slot.field : '',
-      ),
-    );
-    return n === 1;
+      ],
+    };
+    await this.releases.submit(request).done;
+    return request.wasPending === true;
+  }
+
+  /** One call of release_batches-n.lua for `requests`, in order; each learns whether its id was in flight. */
+  private async sendReleases(requests: readonly ReleaseRequest[]): Promise<void> {
+    const keys: string[] = [this.prefixesKey(), this.clockKey(), this.groupsKey()];
+    const argv: (string | Buffer)[] = [];
+    for (const r of requests) {
+      keys.push(...r.keys);
+      argv.push(...r.argv);
+    }
+    const answers = await redisCall(this.redis.ingestRelease(keys.length, ...keys, ...argv));
+    if (answers.length !== requests.length)
+      throw new Error(`release_batches answered ${answers.length} values for ${requests.length} releases`);
+    requests.forEach((r, i) => {
+      r.wasPending = Number(answers[i]) === 1;
+    });
   }
 
   /**

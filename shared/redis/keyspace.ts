@@ -263,7 +263,7 @@ export const ledgerKeys = {
   groups: (ns: string): string => `${hashTag(ns)}:groups`,
   /** `{<ns>}:idem:<k|b>:`: every bucket hash of one idempotency family (for SCAN MATCH). */
   idemFamilyPrefix: (ns: string, family: IdemFamily): string => `${hashTag(ns)}:idem:${family === 'key' ? 'k' : 'b'}:`,
-  /** `{<ns>}:idem:<k|b>:<shard>:`: the scripts append the bucket number (mint_batch-4.lua). */
+  /** `{<ns>}:idem:<k|b>:<shard>:`: the scripts append the bucket number (mint_batches-n.lua). */
   idemBucketPrefix: (ns: string, family: IdemFamily, shard: number): string =>
     `${ledgerKeys.idemFamilyPrefix(ns, family)}${shard}:`,
   /**

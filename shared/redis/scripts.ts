@@ -4,8 +4,8 @@
  * for the connection with these commands and calls them by name.
  *
  * Each script is one file in ./scripts/ whose header lists its KEYS, ARGV and what it returns,
- * and whose name ends with its key count (`mint_batch-4.lua`: four keys), which is the count the
- * loader declares. Every key a script touches is among its KEYS, so on a Redis Cluster each call
+ * and whose name ends with its key count (`list_written-4.lua`: four keys), which is the count
+ * the loader declares; `-n` (`mint_batches-n.lua`) means the caller passes the count first. Every key a script touches is among its KEYS, so on a Redis Cluster each call
  * is routed by its first key and stays in that key's slot (the keys share a hash tag:
  * ./keyspace.ts). scripts/build.mjs copies the .lua files into dist/ next to this module.
  */
@@ -15,9 +15,9 @@ import type { RedisClient } from './connection.js';
 /** The command each script becomes on a connection, and its file in ./scripts/. */
 export const SCRIPT_FILES = {
   // The ledger (shared/ledger/ledger.ts).
-  ingestMint: 'mint_batch-4.lua',
+  ingestMint: 'mint_batches-n.lua',
   ingestIdemLookup: 'idem_lookup-1.lua',
-  ingestRelease: 'release_batch-7.lua',
+  ingestRelease: 'release_batches-n.lua',
   ingestReap: 'release_unless_replaying-3.lua',
   ingestListBound: 'list_bound-2.lua',
   ingestListWritten: 'list_written-4.lua',
@@ -37,24 +37,11 @@ type Arg = string | Buffer;
 
 /** The scripts as commands: KEYS first, then ARGV, as each file's header lists them. */
 export interface ScriptCommands {
-  ingestMint(
-    clock: string,
-    pending: string,
-    idemPrefix: string,
-    prefixes: string,
-    ...argv: Arg[]
-  ): Promise<[string, number]>;
+  /** Key count (2 + 2 per push), the keys, then the arguments; answers `[id, status]` per push, flat. */
+  ingestMint(keyCount: number, ...keysAndArgv: Arg[]): Promise<(string | number)[]>;
   ingestIdemLookup(idemPrefix: string, ...argv: Arg[]): Promise<[string, number]>;
-  ingestRelease(
-    k1: string,
-    k2: string,
-    k3: string,
-    k4: string,
-    k5: string,
-    k6: string,
-    k7: string,
-    ...argv: Arg[]
-  ): Promise<number>;
+  /** Key count (3 + 4 per release), the keys, then the arguments; answers 1 or 0 per release. */
+  ingestRelease(keyCount: number, ...keysAndArgv: Arg[]): Promise<number[]>;
   ingestReap(pending: string, prefixes: string, replayMark: string, batchId: string, prefix: string): Promise<number>;
   ingestListBound(clock: string, pending: string): Promise<[string, string, string]>;
   ingestListWritten(
@@ -76,11 +63,11 @@ export interface ScriptCommands {
 /** A connection with every script defined on it. */
 export type ScriptedRedis = RedisClient & ScriptCommands;
 
-/** The key count a script file's name declares (`name-<keys>.lua`). */
-export function keyCountOf(file: string): number {
-  const m = /-(\d+)\.lua$/.exec(file);
-  if (!m) throw new Error(`script ${file} does not end with -<key count>.lua`);
-  return Number(m[1]);
+/** The key count a script file's name declares (`name-<keys>.lua`); undefined for `name-n.lua` (the caller's). */
+export function keyCountOf(file: string): number | undefined {
+  const m = /-(\d+|n)\.lua$/.exec(file);
+  if (!m) throw new Error(`script ${file} does not end with -<key count>.lua or -n.lua`);
+  return m[1] === 'n' ? undefined : Number(m[1]);
 }
 
 /** Script sources, read once per process from ./scripts/ next to this module (src or dist). */

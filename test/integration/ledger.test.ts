@@ -2,7 +2,8 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { inject } from 'vitest';
 import { BATCH_ID_RE, batchIdMs } from '../../shared/ids.js';
-import { BatchLedger, type IdempotencyClaim, visibleUnder } from '../../shared/ledger/ledger.js';
+import { BatchLedger, type IdempotencyClaim, type MintResult, visibleUnder } from '../../shared/ledger/ledger.js';
+import { withScripts } from '../../shared/redis/scripts.js';
 import { uniqueName } from '../helpers/names.js';
 
 function expectStrictlyIncreasing(ids: readonly string[]): void {
@@ -55,16 +56,20 @@ describe('batch id minting (Lua script on a real Redis)', () => {
     const ns = ledger.namespace;
     // Pipelined through the same script the ledger defines: one round trip for 25k mints.
     for (let i = 0; i < n; i++) {
-      (pipe as unknown as { ingestMint(...a: string[]): void }).ingestMint(
+      // mint_batches-n.lua: 2 + 2 keys, the clock override, then one push's six arguments.
+      (pipe as unknown as { ingestMint(...a: (string | number)[]): void }).ingestMint(
+        4,
         `{${ns}}:clock`,
+        `{${ns}}:prefixes`,
         `{${ns}}:pending:p/`,
         `{${ns}}:idem:-`,
-        `{${ns}}:prefixes`,
+        '1800000000000',
         'abcdef',
         '0',
         '0',
-        '1800000000000',
         'p/',
+        '',
+        '',
       );
     }
     const res = (await pipe.exec()) ?? [];
@@ -102,16 +107,20 @@ describe('batch id minting (Lua script on a real Redis)', () => {
     const T = 1_800_000_000_000;
     const pipe = redis.pipeline();
     for (let i = 0; i < 10_000; i++) {
-      (pipe as unknown as { ingestMint(...a: string[]): void }).ingestMint(
+      // mint_batches-n.lua: 2 + 2 keys, the clock override, then one push's six arguments.
+      (pipe as unknown as { ingestMint(...a: (string | number)[]): void }).ingestMint(
+        4,
         `{${ns}}:clock`,
+        `{${ns}}:prefixes`,
         `{${ns}}:pending:p/`,
         `{${ns}}:idem:-`,
-        `{${ns}}:prefixes`,
+        String(T),
         'abcdef',
         '0',
         '0',
-        String(T),
         'p/',
+        '',
+        '',
       );
     }
     const filled = ((await pipe.exec()) ?? []).map(([err, v]) => {
@@ -209,6 +218,72 @@ describe('batch id minting (Lua script on a real Redis)', () => {
     expect(body.deduplicated || body.conflict).toBe(false);
   });
 
+  it('mints that wait for a running call leave together, each answered as if minted alone, in order', async () => {
+    const ledger = new BatchLedger(redis, uniqueName('mint'));
+    const alone = new BatchLedger(redis, uniqueName('mint'), { groupMax: 1 });
+    // The same 40 mints, issued at once: plain ones on two prefixes, a keyed claim twice (the
+    // second a retry), the same key with another body (a conflict), and a body claim.
+    const plan = (l: BatchLedger): Promise<MintResult>[] =>
+      Array.from({ length: 40 }, (_, i) => {
+        if (i === 5 || i === 17) return l.mint('p/', { idempotency: keyed('k-group', H1) });
+        if (i === 23) return l.mint('p/', { idempotency: keyed('k-group', H2) });
+        if (i === 30)
+          return l.mint('q/', { idempotency: { family: 'body', scope: 'b', bodyHash: H2, windowSeconds: 60 } });
+        return l.mint(i % 3 === 0 ? 'q/' : 'p/');
+      });
+    const grouped = await Promise.all(plan(ledger));
+    const single = await Promise.all(plan(alone));
+    // Grouped: the first mint went alone, the 39 that waited for it in two calls (32 and 7).
+    expect(ledger.mintCalls).toEqual({ sends: 3, mints: 40 });
+    expect(alone.mintCalls).toEqual({ sends: 40, mints: 40 });
+    for (const results of [grouped, single]) {
+      const statuses = results.map((r) => (r.conflict ? 'conflict' : r.deduplicated ? 'retry' : 'new'));
+      expect(statuses.filter((x) => x !== 'new')).toEqual(['retry', 'conflict']);
+      expect(statuses[17]).toBe('retry');
+      expect(statuses[23]).toBe('conflict');
+      expect(results[17]?.batchId).toBe(results[5]?.batchId);
+      expect(results[23]?.batchId).toBe(results[5]?.batchId);
+      const minted = results.filter((r) => !r.deduplicated && !r.conflict).map((r) => r.batchId);
+      expect(minted).toHaveLength(38);
+      expect(new Set(minted).size).toBe(38);
+      // Strictly increasing in the order the mints were issued.
+      expectStrictlyIncreasing(minted);
+    }
+    // Every new id is in flight under its own prefix, and the claims are found afterwards.
+    const minted = grouped.filter((r) => !r.deduplicated && !r.conflict).map((r) => r.batchId);
+    const pending = [...(await ledger.oldestPending('p/', 100)), ...(await ledger.oldestPending('q/', 100))];
+    expect(pending.sort()).toEqual([...minted].sort());
+    expect(await ledger.lookup(keyed('k-group', H1))).toEqual({
+      batchId: grouped[5]?.batchId,
+      deduplicated: true,
+      conflict: false,
+    });
+    // The clock moved once per new id: the next mint follows the group's last id.
+    const next = await ledger.mint('p/');
+    expect(next.batchId > (minted.at(-1) as string)).toBe(true);
+  });
+
+  it('a failed mint call fails every mint it carried, and the next call goes on', async () => {
+    const real = withScripts(conn());
+    let refuse = true;
+    // The real connection, whose mint script Redis refuses while `refuse` holds.
+    const flaky = new Proxy(real, {
+      get: (t, p, r) =>
+        p === 'ingestMint' && refuse
+          ? () => Promise.reject(Object.assign(new Error('ERR refused'), { name: 'ReplyError' }))
+          : Reflect.get(t, p, r),
+    });
+    const ledger = new BatchLedger(flaky, uniqueName('mint'));
+    const failed = await Promise.allSettled(Array.from({ length: 5 }, () => ledger.mint('p/')));
+    expect(failed.map((r) => r.status)).toEqual(Array(5).fill('rejected'));
+    // The first alone, the four that waited for it together.
+    expect(ledger.mintCalls).toEqual({ sends: 2, mints: 5 });
+    refuse = false;
+    const ok = await Promise.all(Array.from({ length: 5 }, () => ledger.mint('p/')));
+    expect(ok.map((r) => r.batchId).every((id) => BATCH_ID_RE.test(id))).toBe(true);
+    expect(await ledger.oldestPending('p/', 10)).toEqual(ok.map((r) => r.batchId));
+  });
+
   it('forgets a claim after its window, and its bucket hashes expire within a window plus a bucket', async () => {
     const ledger = new BatchLedger(redis, uniqueName('mint'));
     const claim = keyed('k-short', H1, 2);
@@ -225,6 +300,32 @@ describe('batch id minting (Lua script on a real Redis)', () => {
     const later = await ledger.mint('p/', { idempotency: claim });
     expect(later.deduplicated).toBe(false);
     expect(later.batchId > first.batchId).toBe(true);
+  });
+
+  it('releases that wait for a running call leave together, each as if released alone', async () => {
+    const ledger = new BatchLedger(redis, uniqueName('rel'));
+    const claim = keyed('k-rel', H1);
+    const ids: string[] = [];
+    for (let i = 0; i < 20; i++) ids.push((await ledger.mint(i < 10 ? 'p/' : 'q/')).batchId);
+    const claimed = (await ledger.mint('q/', { idempotency: claim })).batchId;
+    const before = ledger.releaseCalls.sends;
+    // All at once, as a group job's members finish: 20 written, one failed push forgetting its
+    // claim, and one id released twice.
+    const answers = await Promise.all([
+      ...ids.map((id, i) => ledger.markWritten(i < 10 ? 'p/' : 'q/', id, 3600)),
+      ledger.release('q/', claimed, claim),
+      ledger.release('p/', ids[0] as string),
+    ]);
+    expect(answers).toEqual([...Array(21).fill(true), false]);
+    // The first alone, the 21 that waited for it in one call.
+    expect(ledger.releaseCalls.sends - before).toBe(2);
+    expect(await ledger.oldestPending('p/', 100)).toEqual([]);
+    expect(await ledger.oldestPending('q/', 100)).toEqual([]);
+    expect(await ledger.prefixes()).toEqual([]);
+    // Written ids are in their prefix's index; the failed push's is not, and its claim is forgotten.
+    expect(await redis.zrange(ledger.writtenKey('p/'), '0', '-1')).toEqual(ids.slice(0, 10));
+    expect(await redis.zrange(ledger.writtenKey('q/'), '0', '-1')).toEqual(ids.slice(10, 20));
+    expect(await ledger.lookup(claim)).toBeNull();
   });
 
   it('a replay mark keeps the reaper from releasing the id it just put back in flight', async () => {

@@ -116,7 +116,7 @@ describe('the package as others install it', () => {
     // Only what a user needs: compiled code, declarations, maps, Lua, the bin, docs and the OpenAPI document.
     expect(files).toContain('dist/index.js');
     expect(files).toContain('dist/index.d.ts');
-    expect(files).toContain('dist/shared/redis/scripts/mint_batch-4.lua');
+    expect(files).toContain('dist/shared/redis/scripts/mint_batches-n.lua');
     expect(files).toContain('bin/events-ingest.mjs');
     expect(files).toContain('dist/cli/main.js');
     expect(files).toContain('docs/openapi.json');

@@ -55,7 +55,7 @@ class FakeClock implements Clock {
   }
 }
 
-/** The ledger's promises (mint_batch-4.lua, idem_lookup-1.lua, release_batch-7.lua), in memory. */
+/** The ledger's promises (mint_batches-n.lua, idem_lookup-1.lua, release_batches-n.lua), in memory. */
 class FakeLedger implements Ledger {
   readonly pending = new Map<string, Set<string>>();
   readonly claims = new Map<string, { batchId: string; bodyHash: string }>();
