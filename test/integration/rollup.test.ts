@@ -62,15 +62,18 @@ describe('rollups (in process, 2 s periods)', () => {
     async () => {
       const apps = ['ra', 'rb'];
       let pushed = 0;
-      const ids: string[] = [];
+      const lastIdOf = new Map<string, string>();
       const until = Date.now() + 5000;
       for (let i = 0; Date.now() < until; i++) {
         const app = apps[i % 2] as string;
-        ids.push(await push(stack.url, app, 20 + (i % 7)));
+        lastIdOf.set(app, await push(stack.url, app, 20 + (i % 7)));
         pushed += 20 + (i % 7);
         await new Promise((r) => setTimeout(r, 40));
       }
-      const lastEnd = periodStart(batchIdMs(ids[ids.length - 1] as string), 2000) + 2000;
+      // Each app's watermark reaches the end of the period of its own last batch: a period with no
+      // batch of that app is never rolled for it (the last two pushes, one per app, can straddle
+      // a period boundary: CI 2026-12-06 waited two minutes for a period rb had no batch in).
+      const lastEnd = (app: string): number => periodStart(batchIdMs(lastIdOf.get(app) as string), 2000) + 2000;
       // Alone this takes a few seconds. Two loaded runs waited past 30 s and 57 s for the second
       // app. The likely cause: each planner pass took every app's lock for retention right after
       // queueing its job, so jobs found the lock taken (3 or 4 of 6 jobs in an unloaded run) and came
@@ -88,9 +91,9 @@ describe('rollups (in process, 2 s periods)', () => {
       for (const app of apps) {
         try {
           await waitFor(
-            async () => ((await readManifest(stack.store, `events/${app}/`))?.watermarkMs ?? 0) >= lastEnd,
+            async () => ((await readManifest(stack.store, `events/${app}/`))?.watermarkMs ?? 0) >= lastEnd(app),
             Math.max(1000, deadline - Date.now()),
-            `rollup of ${app} through ${lastEnd}`,
+            `rollup of ${app} through ${lastEnd(app)}`,
           );
         } catch (err) {
           throw new Error(
