@@ -64,6 +64,7 @@ describe('npm run bench -- --smoke', () => {
       expect(stdout).toContain('| scenario');
       expect(stdout).toContain('durable events/s at saturation');
       expect(stdout).toContain('CPU per batch at saturation, 100-event batches: Redis (reached over its unix socket)');
+      expect(stdout).toMatch(/CPU per batch at 60% load \(\d+ pushes\/s\), 100-event batches: all processes/);
     } finally {
       rmSync(file, { force: true });
     }
