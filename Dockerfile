@@ -35,8 +35,7 @@ RUN npm install --no-save --omit=dev --no-audit --no-fund "@duckdb/node-api@$(no
     && npm cache clean --force
 
 FROM node:${NODE_VERSION}-bookworm-slim AS rollup
-ENV NODE_ENV=production HOST=0.0.0.0 METRICS_PORT=9465 DATA_DIR=/app/data \
-    MALLOC_MMAP_THRESHOLD_=1048576
+ENV NODE_ENV=production HOST=0.0.0.0 METRICS_PORT=9465 DATA_DIR=/app/data
 WORKDIR /app
 COPY --from=rollup-deps --chown=node:node /app/node_modules ./node_modules
 COPY --from=build --chown=node:node /app/dist ./dist
@@ -53,10 +52,9 @@ ENV NODE_ENV=production \
     PORT=8787 \
     METRICS_PORT=9464 \
     DATA_DIR=/app/data \
-    MALLOC_MMAP_THRESHOLD_=1048576
-# glibc's allocator, as npm start's scripts set it (shared/malloc-env.ts): buffers of 1 MiB and more
-# get their own mapping, given back when freed, so a process that took a
-# burst of large pushes comes back near its idle RSS; smaller ones reuse the heap's pages.
+    MALLOC_MMAP_THRESHOLD_=131072
+# MALLOC_MMAP_THRESHOLD_: glibc returns large freed buffers to the system at once, so an API or
+# encoder that took a burst of large pushes comes back near its idle RSS (docs/operations.md, "After a burst").
 WORKDIR /app
 COPY --from=deps --chown=node:node /app/node_modules ./node_modules
 COPY --from=build --chown=node:node /app/dist ./dist

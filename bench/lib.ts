@@ -9,7 +9,7 @@ import http from 'node:http';
 import { join, resolve } from 'node:path';
 import autocannon, { type AutocannonResult } from 'autocannon';
 import { Redis } from 'ioredis';
-import { distEntry, startEnv, startFlags } from '../test/helpers/dist.js';
+import { distEntry, startFlags } from '../test/helpers/dist.js';
 import { sampleEvent } from '../test/helpers/events.js';
 import type { BenchRow } from './types.js';
 
@@ -50,15 +50,15 @@ export interface Child {
 }
 
 /**
- * Runs one of our services the way `npm start` does: compiled JavaScript with plain `node`,
- * the node flags and environment defaults of the package.json script that runs that entry, no tsx (`services/main` →
+ * Runs one of our services the way `npm start` does: compiled JavaScript with plain `node` and
+ * the node flags of the package.json script that runs that entry, no tsx (`services/main` →
  * `node --min-semi-space-size=16 <build>/services/main.js`). The build is the tests' own
  * (`test/helpers/dist.ts`: `npm run build`'s script into `.tmp/test-dist`, redone only when a
  * source changed), so a bench run never rewrites the `dist/` a running `npm start` uses.
  */
 export async function spawnService(entry: string, env: Record<string, string>): Promise<Child> {
   const compiled = await distEntry(`${entry}.js`);
-  return spawnNode([...startFlags(compiled), compiled], { ...startEnv(compiled), ...env });
+  return spawnNode([...startFlags(compiled), compiled], env);
 }
 
 /**

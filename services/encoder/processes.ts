@@ -2,7 +2,7 @@ import { type ChildProcess, fork } from 'node:child_process';
 import { AggregatorRegistry, type MetricObjectWithValues, type MetricValue } from 'prom-client';
 import type { Env } from '../../shared/config.js';
 import type { Component } from '../../shared/lifecycle.js';
-import { withMallocEnv } from '../../shared/malloc-env.js';
+import { encoderProcessEnv } from './process-env.js';
 
 type ChildMetrics = MetricObjectWithValues<MetricValue<string>>[];
 /** What the parent hands each encoder process (its `start` message). */
@@ -36,11 +36,11 @@ function startEncoderProcess(
   count: number,
   processStopping: () => boolean,
 ): { encoder: EncoderProcess; ready: Promise<void> } {
-  // glibc's settings of shared/malloc-env.ts, unless this process' environment has its own.
+  // Its environment fixes glibc's mmap threshold, so a big batch's buffers are given back (services/encoder/process-env.ts).
   const child: ChildProcess = fork(entry, [], {
     serialization: 'advanced',
     execArgv: process.execArgv.filter((a) => !a.startsWith('--inspect')),
-    env: withMallocEnv(process.env),
+    env: encoderProcessEnv(process.env),
   });
   const waiters: ((m: FromChild) => void)[] = [];
   let exited = false;

@@ -65,38 +65,22 @@ export async function distEntry(entry: `${string}.js`): Promise<`${string}.js`> 
 }
 
 /**
- * How a package.json script runs a compiled entry point: `npm start` is
- * `MALLOC_MMAP_THRESHOLD_=${MALLOC_MMAP_THRESHOLD_:-1048576} node --min-semi-space-size=16 dist/services/main.js`,
- * so `startCommand('<any build>/services/main.js')` is `{ env: { MALLOC_MMAP_THRESHOLD_: '1048576' },
- * flags: ['--min-semi-space-size=16'] }`: the environment's defaults (a variable already set wins, as in
- * the shell) and the node flags. Tests and the bench run a build this way, so they run the process
- * `npm start` runs. Empty for an entry no script runs.
+ * The node flags a package.json script gives a compiled entry point: `npm start` is
+ * `node --min-semi-space-size=16 dist/services/main.js`, so
+ * `startFlags('<any build>/services/main.js')` is `['--min-semi-space-size=16']`. Tests and the
+ * bench run a build with these flags, so they run the process `npm start` runs. `[]` for an entry
+ * no script runs.
  */
-export function startCommand(compiledEntry: string): { env: Record<string, string>; flags: string[] } {
+export function startFlags(compiledEntry: string): string[] {
   const { scripts } = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as {
     scripts: Record<string, string>;
   };
   for (const command of Object.values(scripts)) {
-    const m = /^((?:\w+=\$\{\w+:-[^}\s]*\} )*)node((?: --[\w-]+(?:=\S+)?)*) dist\/(\S+\.js)$/.exec(command);
-    if (!m || !compiledEntry.endsWith(`/${m[3] as string}`)) continue;
-    const env: Record<string, string> = {};
-    for (const [, name, fallback] of (m[1] as string).matchAll(/(\w+)=\$\{(?:\w+):-([^}\s]*)\}/g))
-      env[name as string] = fallback as string;
-    return { env, flags: (m[2] as string).split(' ').filter((a) => a.length > 0) };
+    const m = /^node((?: --[\w-]+(?:=\S+)?)*) dist\/(\S+\.js)$/.exec(command);
+    if (m && compiledEntry.endsWith(`/${m[2] as string}`))
+      return (m[1] as string).split(' ').filter((a) => a.length > 0);
   }
-  return { env: {}, flags: [] };
-}
-
-/** The node flags of startCommand. */
-export function startFlags(compiledEntry: string): string[] {
-  return startCommand(compiledEntry).flags;
-}
-
-/** The environment a script gives a compiled entry: its defaults under `base` (a variable set in `base` wins). */
-export function startEnv(compiledEntry: string, base: NodeJS.ProcessEnv = process.env): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const [name, fallback] of Object.entries(startCommand(compiledEntry).env)) out[name] = base[name] ?? fallback;
-  return out;
+  return [];
 }
 
 /** The command line of a running process, as the kernel has it (`/proc/<pid>/cmdline`). */
@@ -104,16 +88,6 @@ export function commandLine(pid: number): string[] {
   return readFileSync(`/proc/${pid}/cmdline`, 'utf8')
     .split('\0')
     .filter((s) => s.length > 0);
-}
-
-/** The environment a running process started with, as the kernel has it (`/proc/<pid>/environ`). */
-export function processEnv(pid: number): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const pair of readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0')) {
-    const at = pair.indexOf('=');
-    if (at > 0) out[pair.slice(0, at)] = pair.slice(at + 1);
-  }
-  return out;
 }
 
 /**

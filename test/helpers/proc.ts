@@ -1,5 +1,5 @@
 import { type Service, spawnService, waitHttpOk } from '../../scripts/chaos-kit.js';
-import { startEnv, startFlags } from './dist.js';
+import { startFlags } from './dist.js';
 import { registerProductOrigin } from './openapi-origins.js';
 
 export type ServiceProcess = Service;
@@ -18,12 +18,12 @@ export function startService(
   // The integration tier checks the API's answers against its own document (openapi-hook.ts).
   if (!entry.includes('encoder') && /^\d+$/.test(env.PORT ?? '') && env.PORT !== '0')
     registerProductOrigin(`http://127.0.0.1:${env.PORT}`, env.BASE_PATH ?? '');
-  // A compiled entry runs with the node flags and environment defaults its package.json script gives it (npm start's).
+  // A compiled entry runs with the node flags its package.json script gives it (npm start's).
   // No drain window unless a test asks for one (api-drain, rollout): start:api's 5 s default would
   // add 5 s to every stop of every test that runs it.
   return spawnService(
     entry,
-    { LOG_LEVEL: 'info', SHUTDOWN_DRAIN_MS: '0', ...(entry.endsWith('.js') ? startEnv(entry) : {}), ...env },
+    { LOG_LEVEL: 'info', SHUTDOWN_DRAIN_MS: '0', ...env },
     { keepChars: Number.POSITIVE_INFINITY, nodeFlags: entry.endsWith('.js') ? startFlags(entry) : [] },
   );
 }

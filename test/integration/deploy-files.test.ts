@@ -3,8 +3,7 @@ import { join, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
 import { parseEnv } from '../../shared/config.js';
-import { MALLOC_ENV } from '../../shared/malloc-env.js';
-import { startCommand, startFlags } from '../helpers/dist.js';
+import { startFlags } from '../helpers/dist.js';
 
 /**
  * Docker cannot run on the dev and CI machines, so the deployment files are checked by
@@ -326,25 +325,6 @@ describe('Dockerfile and .dockerignore', () => {
     expect(Object.keys(pkg.dependencies)).not.toContain('tsx');
     expect(Object.keys(pkg.dependencies)).not.toContain('@duckdb/node-api');
     expect(Object.keys(pkg.devDependencies)).toContain('tsx');
-  });
-
-  it("every image and every start script runs node with glibc's mmap threshold of shared/malloc-env.ts", () => {
-    // Each image stage's ENV instructions (continuation lines joined), as name=value pairs.
-    const stages = new Map<string, Record<string, string>>();
-    let stageEnv: Record<string, string> | undefined;
-    for (const l of read('Dockerfile')
-      .replace(/\\\n/g, ' ')
-      .split('\n')
-      .map((x) => x.trim())) {
-      const from = /^FROM\s.*\bAS\s+(\S+)/i.exec(l);
-      if (from) stages.set(from[1] as string, (stageEnv = {}));
-      else if (stageEnv && /^ENV\s/i.test(l))
-        for (const [, k, v] of l.slice(4).matchAll(/(\w+)=(\S+)/g)) stageEnv[k as string] = v as string;
-    }
-    for (const stage of ['runtime', 'rollup'])
-      for (const [k, v] of Object.entries(MALLOC_ENV)) expect(stages.get(stage)?.[k], `${stage}: ${k}`).toBe(v);
-    for (const entry of ['main', 'api/main', 'encoder/main', 'rollup/main'])
-      expect(startCommand(`dist/services/${entry}.js`).env, entry).toEqual(MALLOC_ENV);
   });
 
   it('.dockerignore keeps node_modules, data, .git and bench results out of the context', () => {

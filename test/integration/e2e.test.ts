@@ -6,14 +6,13 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { BATCH_ID_RE, batchIdMs } from '../../shared/ids.js';
 import { SIDECAR_MIN_BYTES } from '../../shared/store/filesystem/index.js';
 import { createLogger } from '../../shared/logger.js';
-import { MALLOC_ENV } from '../../shared/malloc-env.js';
 import { ensureRedis } from '../../shared/redis/private-server.js';
 import { ioredisAddress } from '../../shared/redis/url.js';
 import { duckQuery } from '../helpers/duckdb.js';
 import { batchBody, sampleEvent } from '../helpers/events.js';
 import { uniqueName } from '../helpers/names.js';
 import { threadCpuSeconds } from '../../bench/lib.js';
-import { childNodePids, commandLine, distEntry, processEnv, startFlags } from '../helpers/dist.js';
+import { childNodePids, commandLine, distEntry, startFlags } from '../helpers/dist.js';
 import { type ServiceProcess, startService, waitFor, waitForHttp } from '../helpers/proc.js';
 import { freePort } from '../helpers/redis-server.js';
 import { rgwEnv, rgwStoreFor, startRgw } from '../helpers/rgw.js';
@@ -284,9 +283,6 @@ FROM read_parquet('${root}/events/shop/**/*.parquet') WHERE received_at >= now()
     expect(startFlags(entry['services/main.js']!)).toEqual(['--min-semi-space-size=16']);
     expect(commandLine(a.proc.pid)).toContain('--min-semi-space-size=16');
     expect(commandLine(a.encoder)).toContain('--min-semi-space-size=16');
-    // npm start's environment defaults (glibc's allocator settings, shared/malloc-env.ts) reach
-    // the API's process and the encoder's.
-    for (const pid of [a.proc.pid, a.encoder]) expect(processEnv(pid)).toMatchObject(MALLOC_ENV);
     const encoderNices = threadNices(a.encoder);
     expect(encoderNices.length).toBeGreaterThan(3);
     expect(new Set(encoderNices)).toEqual(new Set([10]));
