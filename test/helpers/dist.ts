@@ -90,6 +90,16 @@ export function commandLine(pid: number): string[] {
     .filter((s) => s.length > 0);
 }
 
+/** A running process's environment (Linux /proc/<pid>/environ), as it was when it started. */
+export function processEnvOf(pid: number): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const entry of readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0')) {
+    const eq = entry.indexOf('=');
+    if (eq > 0) out[entry.slice(0, eq)] = entry.slice(eq + 1);
+  }
+  return out;
+}
+
 /**
  * The Node child processes of `pid` (`npm start`'s encoder processes; a private redis-server is
  * not one), from the parent field and process name of every /proc/<pid>/stat. Empty elsewhere.

@@ -142,6 +142,21 @@ describe('docker-compose.yml', () => {
       expect(dependsOn(svc(name))[jobName as string]).toBe('service_completed_successfully');
   });
 
+  it("APIs run glibc's mmap threshold at 1 MiB, encoders the image's 128 KiB (decision 0027)", () => {
+    const apis = Object.entries(compose.services).filter(([, s]) =>
+      words(s.command).includes('dist/services/api/main.js'),
+    );
+    const encoders = Object.entries(compose.services).filter(([, s]) =>
+      words(s.command).includes('dist/services/encoder/main.js'),
+    );
+    expect(apis.map(([n]) => n).sort()).toEqual(['api', 'api-cluster']);
+    expect(encoders.length).toBeGreaterThanOrEqual(2);
+    for (const [name, s] of apis) expect(env(s).MALLOC_MMAP_THRESHOLD_, name).toBe('1048576');
+    for (const [name, s] of encoders) expect(env(s).MALLOC_MMAP_THRESHOLD_, name).toBeUndefined();
+    const runtime = read('Dockerfile').slice(read('Dockerfile').indexOf('AS runtime'));
+    expect(/MALLOC_MMAP_THRESHOLD_=(\d+)/.exec(runtime)?.[1]).toBe('131072');
+  });
+
   it('api and encoder are built from the repo Dockerfile and share Redis, queue and store settings', () => {
     for (const name of ['api', 'encoder']) {
       const s = svc(name);

@@ -12,7 +12,7 @@ import { duckQuery } from '../helpers/duckdb.js';
 import { batchBody, sampleEvent } from '../helpers/events.js';
 import { uniqueName } from '../helpers/names.js';
 import { threadCpuSeconds } from '../../bench/lib.js';
-import { childNodePids, commandLine, distEntry, startFlags } from '../helpers/dist.js';
+import { childNodePids, commandLine, distEntry, processEnvOf, startFlags } from '../helpers/dist.js';
 import { type ServiceProcess, startService, waitFor, waitForHttp } from '../helpers/proc.js';
 import { freePort } from '../helpers/redis-server.js';
 import { rgwEnv, rgwStoreFor, startRgw } from '../helpers/rgw.js';
@@ -283,6 +283,10 @@ FROM read_parquet('${root}/events/shop/**/*.parquet') WHERE received_at >= now()
     expect(startFlags(entry['services/main.js']!)).toEqual(['--min-semi-space-size=16']);
     expect(commandLine(a.proc.pid)).toContain('--min-semi-space-size=16');
     expect(commandLine(a.encoder)).toContain('--min-semi-space-size=16');
+    // glibc's mmap threshold: fixed at 128 KiB in the encoder process (services/encoder/process-env.ts),
+    // the API's process left as it was started (glibc's default when nothing sets it).
+    expect(processEnvOf(a.encoder).MALLOC_MMAP_THRESHOLD_).toBe(process.env.MALLOC_MMAP_THRESHOLD_ ?? '131072');
+    expect(processEnvOf(a.proc.pid).MALLOC_MMAP_THRESHOLD_).toBe(process.env.MALLOC_MMAP_THRESHOLD_);
     const encoderNices = threadNices(a.encoder);
     expect(encoderNices.length).toBeGreaterThan(3);
     expect(new Set(encoderNices)).toEqual(new Set([10]));

@@ -110,8 +110,13 @@ function expectRestricted(pod: IPodSpec, where: string): void {
   }
 }
 
-/** The env names the product reads (EnvSchema: REDIS_PASSWORD and the Sentinel variables included), plus the AWS SDK's. */
-const KNOWN_ENV = new Set([...Object.keys(EnvSchema.shape), 'AWS_ACCESS_KEY_ID', 'AWS_SECRET_ACCESS_KEY']);
+/** The env names the product reads (EnvSchema: REDIS_PASSWORD and the Sentinel variables included), plus the AWS SDK's and glibc's mmap threshold (decision 0027). */
+const KNOWN_ENV = new Set([
+  ...Object.keys(EnvSchema.shape),
+  'AWS_ACCESS_KEY_ID',
+  'AWS_SECRET_ACCESS_KEY',
+  'MALLOC_MMAP_THRESHOLD_',
+]);
 
 /** Every value set the chart is rendered with: defaults and each ci/ file, KEDA and monitoring each on and off. */
 function valueSets(): { file: string | undefined; sets: string[]; label: string }[] {
@@ -253,6 +258,23 @@ describe('Helm chart (deploy/helm/events-ingest)', { timeout: 180_000 }, () => {
       expect(c?.livenessProbe?.httpGet?.path).toBe('/healthz');
       expect(c?.startupProbe?.httpGet?.port).toBe('metrics');
     }
+  });
+
+  it("the API runs glibc's mmap threshold at 1 MiB, the encoders keep the image's 128 KiB, and a value set replaces the API's (decision 0027)", async () => {
+    const threshold = (objs: Awaited<ReturnType<typeof render>>, component: string): string | undefined =>
+      deployments(objs)
+        .find((d) => d.metadata.labels?.['app.kubernetes.io/component'] === component)
+        ?.spec.template.spec.containers[0]?.env?.find((e) => e.name === 'MALLOC_MMAP_THRESHOLD_')?.value;
+    const dockerfile = readFileSync(join(ROOT, 'Dockerfile'), 'utf8');
+    const runtime = dockerfile.slice(dockerfile.indexOf('AS runtime'));
+    expect(/MALLOC_MMAP_THRESHOLD_=(\d+)/.exec(runtime)?.[1], "the runtime image's value").toBe('131072');
+    const defaults = await render(undefined);
+    expect(threshold(defaults, 'api')).toBe('1048576');
+    expect(threshold(defaults, 'encoder')).toBeUndefined();
+    const set = await render(undefined, ['api.env.MALLOC_MMAP_THRESHOLD_=262144']);
+    expect(threshold(set, 'api')).toBe('262144');
+    const dropped = await render(undefined, ['api.env.MALLOC_MMAP_THRESHOLD_=null']);
+    expect(threshold(dropped, 'api')).toBeUndefined();
   });
 
   it("each Deployment's grace exceeds the process's own bounded stop (the API's preStop pause and drain window, then SHUTDOWN_GRACE_MS)", async () => {
