@@ -560,3 +560,27 @@ export function probeRedis(url: string): Redis {
   r.on('error', () => undefined);
   return r;
 }
+
+/**
+ * Sum and count of each `label` value of a histogram on a service's /metrics (Prometheus text),
+ * e.g. `ingest_push_step_duration_seconds` by `step`. Empty when the service does not serve it.
+ */
+export async function histogramTotals(
+  metricsUrl: string,
+  name: string,
+  label: string,
+): Promise<Map<string, { sum: number; count: number }>> {
+  const out = new Map<string, { sum: number; count: number }>();
+  const res = await fetch(metricsUrl);
+  if (!res.ok) return out;
+  const line = new RegExp(`^${name}_(sum|count)\\{(?:[^}]*,)?${label}="([^"]*)"[^}]*\\} (\\S+)$`);
+  for (const text of (await res.text()).split('\n')) {
+    const m = line.exec(text);
+    if (!m) continue;
+    const [, kind, value, n] = m as unknown as [string, 'sum' | 'count', string, string];
+    const at = out.get(value) ?? { sum: 0, count: 0 };
+    at[kind] += Number(n);
+    out.set(value, at);
+  }
+  return out;
+}

@@ -24,6 +24,7 @@ import {
   bodyFactory,
   loadTest,
   median,
+  histogramTotals,
   pacedLoad,
   parquetFiles,
   probeRedis,
@@ -87,6 +88,23 @@ interface RunResult {
   dir: string;
   /** Paced runs: what the failed requests got (`503`, `ECONNRESET`, …) with counts. */
   failures?: Record<string, number>;
+  /** Ours' paced runs: each push step's mean time in ms (`ingest_push_step_duration_seconds`), in step order. */
+  stepMeanMs?: [string, number][];
+}
+
+const STEP_METRIC = 'ingest_push_step_duration_seconds';
+
+/** Each step's mean in ms between two readings of the step histogram, steps in the order first seen. */
+function stepMeans(
+  before: Map<string, { sum: number; count: number }>,
+  after: Map<string, { sum: number; count: number }>,
+): [string, number][] {
+  const out: [string, number][] = [];
+  for (const [step, a] of after) {
+    const b = before.get(step) ?? { sum: 0, count: 0 };
+    if (a.count > b.count) out.push([step, ((a.sum - b.sum) / (a.count - b.count)) * 1000]);
+  }
+  return out;
 }
 
 /** ` (ours: 503×2; ref: ECONNRESET×1)`: what the failed paced requests got, or '' when none failed. */
@@ -160,6 +178,8 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
       const threads0 = serviceThreadCpu(pids);
       const rcpu0 = side.name === 'ours' ? await redisCpuSeconds(redis) : 0;
       const forks0 = side.name === 'ours' ? await redisForks(redis) : 0;
+      const steps = side.name === 'ours' && overallRate !== undefined;
+      const steps0 = steps ? await histogramTotals(`${side.url}/metrics`, STEP_METRIC, 'step') : undefined;
       const t0 = performance.now();
       const path = (): string => `/push/events/${app}/x`;
       // Saturation: autocannon, 32 connections back to back. A fixed rate: an open-loop paced load
@@ -181,6 +201,7 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
               failures: { ...r.failures, ...(r.skipped ? { 'not sent': r.skipped } : {}) },
             }));
       const tLoad = performance.now();
+      const steps1 = steps0 ? await histogramTotals(`${side.url}/metrics`, STEP_METRIC, 'step') : undefined;
       const accepted = result.accepted;
       let tDurable = tLoad;
       if (side.name === 'ours') {
@@ -218,6 +239,7 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
         redisForks: forks,
         dir,
         ...(result.failures ? { failures: result.failures } : {}),
+        ...(steps0 && steps1 ? { stepMeanMs: stepMeans(steps0, steps1) } : {}),
       };
     };
 
@@ -258,7 +280,13 @@ export async function run(ctx: BenchContext): Promise<BenchRow[]> {
           runs[side.name].push(run);
           // Ours' Redis forks once per AOF rewrite; a rewrite during a paced round competes for the cores.
           const forks = side.name === 'ours' ? `, Redis forks (AOF rewrites) ${run.redisForks}` : '';
-          ctx.progress(`${what}: p50 ${run.p50.toFixed(2)} ms, p99 ${run.p99.toFixed(1)} ms${forks}`, { keep: true });
+          // Where ours' push time went: each step's mean (the API's own histogram, read before and after).
+          const steps = run.stepMeanMs?.length
+            ? `; steps (mean ms): ${run.stepMeanMs.map(([s, ms]) => `${s} ${ms.toFixed(2)}`).join(', ')}`
+            : '';
+          ctx.progress(`${what}: p50 ${run.p50.toFixed(2)} ms, p99 ${run.p99.toFixed(1)} ms${forks}${steps}`, {
+            keep: true,
+          });
           await sleep(smoke ? 100 : 1000);
         }
       }

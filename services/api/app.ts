@@ -27,7 +27,7 @@ import { TokenRoles } from './auth.js';
 import { edgeFromEnv } from './edge-from-env.js';
 import { noImplicitConditional } from './edge/conditional.js';
 import { pushLengthCheck } from './edge/expect-continue.js';
-import { createApiMetrics, type ApiMetrics } from './metrics.js';
+import { createApiMetrics, pushStepTimer, type ApiMetrics } from './metrics.js';
 import { type EventsPluginOptions, type QueueBinding, createEventsServerPlugin } from './plugin.js';
 import { createAdminRouter } from './admin.js';
 import { createEraseRouter } from './erase.js';
@@ -257,12 +257,14 @@ function pushStepObserver(
       metrics.encodeFailures.inc();
       encodeFailedWarn({ err: err.message });
     },
+    stepSeconds: pushStepTimer(metrics.pushStepDuration),
   };
 }
 
-/** Each push's outcome, counted by outcome and reason (the edge's observers add theirs). */
+/** Each push's outcome, counted by outcome and reason, and its admission steps' times (the edge's observers add theirs). */
 function pushOutcomeObserver(metrics: ApiMetrics): RouterObserver {
   return {
+    stepSeconds: pushStepTimer(metrics.pushStepDuration),
     rejected: (reason) => {
       metrics.pushes.inc({ outcome: 'rejected' });
       metrics.rejections.inc({ reason });

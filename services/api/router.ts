@@ -80,6 +80,8 @@ export interface RouterObserver {
   timedOut?(): void;
   /** Any sync route refused by auth. */
   authDenied?(status: 401 | 403): void;
+  /** Each admission step's time, by the step's name (push/admission/). */
+  stepSeconds?(step: string, seconds: number): void;
 }
 
 export interface SyncRouterOptions {

@@ -12,6 +12,19 @@ import { type TestStack, startTestStack } from '../helpers/stack.js';
 
 const MAX_BODY = 50_000;
 const PUSH_ROUTE = '/push/events/:app/:batchId';
+/** The steps of a push, admission's then the queued path's (services/api/push/). */
+const STEPS = [
+  'shed',
+  'params',
+  'headers',
+  'read-body',
+  'envelope',
+  'app-budget',
+  'claim-id',
+  'build-payload',
+  'enqueue',
+  'durability-wait',
+];
 
 /**
  * Sums the samples of one exposed series (`name`, or `name_count`/`name_sum`/`name_bucket` of a
@@ -117,6 +130,24 @@ describe('metric values after a known sequence of pushes (read back from the reg
     // The deduplicated retry mints (and finds the first id); only new batches are enqueued.
     expect(await sample(s, 'ingest_mint_duration_seconds_count')).toBe(4);
     expect(await sample(s, 'ingest_enqueue_duration_seconds_count')).toBe(3);
+    // Each step of a push, timed: all eight pushes start admission; the 415 ends at headers, the 413
+    // at read-body, the 400 at envelope; the empty batch is answered after admission without a
+    // step of the queued path; the keyed retry runs all four (its claim finds the first batch).
+    const steps: Record<string, number | undefined> = {};
+    for (const step of STEPS) steps[step] = await sample(s, 'ingest_push_step_duration_seconds_count', { step });
+    expect(steps).toEqual({
+      shed: 8,
+      params: 8,
+      headers: 8,
+      'read-body': 7,
+      envelope: 6,
+      'app-budget': 5,
+      'claim-id': 4,
+      'build-payload': 4,
+      enqueue: 4,
+      'durability-wait': 4,
+    });
+    expect(await sample(s, 'ingest_push_step_duration_seconds_count')).toBe(58);
     for (const [status, n] of [
       ['200', 5],
       ['415', 1],

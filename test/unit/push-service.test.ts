@@ -224,6 +224,25 @@ describe('PushService.accept: every outcome of the push path', () => {
     expect(setup().service.stepNames).toEqual(['claim-id', 'build-payload', 'enqueue', 'durability-wait']);
   });
 
+  it('stepSeconds: each step it ran, in order, with its time; a step that ends the push is told too, the steps after it are not', async () => {
+    const steps: [string, number][] = [];
+    const stepSeconds = (step: string, s: number): void => void steps.push([step, s]);
+    const { service } = setup({ observe: { stepSeconds } });
+    expect((await service.accept(request([{ event: 'a' }]))).kind).toBe('accepted');
+    expect(steps.map(([name]) => name)).toEqual(['claim-id', 'build-payload', 'enqueue', 'durability-wait']);
+    for (const [, s] of steps) expect(s >= 0 && s < 5).toBe(true);
+    // The claim that finds the mint down ends the path: only it is told.
+    steps.length = 0;
+    const down = setup({ observe: { stepSeconds } });
+    down.ledger.mintFails = 'reject';
+    expect((await down.service.accept(request([{ event: 'a' }]))).kind).toBe('unavailable');
+    expect(steps.map(([name]) => name)).toEqual(['claim-id']);
+    // An empty batch runs no step.
+    steps.length = 0;
+    expect((await service.accept(request([]))).kind).toBe('empty');
+    expect(steps).toEqual([]);
+  });
+
   it('accepted: a new id, its job in the queue (key, payload, received_at = the id instant), the id in flight', async () => {
     const { service, jobs, ledger, seen } = setup();
     const req = request([{ event: 'a' }, { event: 'b' }]);

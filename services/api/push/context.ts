@@ -19,6 +19,8 @@ export interface PushObserver {
   encodeSeconds?(s: number): void;
   /** A prepared body whose encode failed here: its batch goes as JSON, for an encoder to encode. */
   encodeFailed?(err: Error): void;
+  /** Each step's time (./steps/1-claim-id.ts … 4-durability-wait.ts, by the step's name). */
+  stepSeconds?(step: string, seconds: number): void;
 }
 
 /** What every step of the queued push path is built over. */

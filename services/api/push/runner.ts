@@ -10,6 +10,12 @@ export interface Step<I, O, D = PushOutcome> {
   run(input: I): Promise<StepResult<O, D>>;
 }
 
+/**
+ * Told, after each step that ran, its name and how long it took in seconds, whether it passed the
+ * push on or ended its path (a refusal counts too). A step that threw is not reported.
+ */
+export type StepTimer = (step: string, seconds: number) => void;
+
 export const next = <O>(value: O): StepResult<O, never> => ({ kind: 'next', value });
 export const done = <D = PushOutcome>(outcome: D): StepResult<never, D> => ({ kind: 'done', outcome });
 
@@ -33,10 +39,17 @@ export class StepRunner<I, O, D = PushOutcome> {
     return this.steps.map((s) => s.name);
   }
 
-  async run(input: I): Promise<StepResult<O, D>> {
+  async run(input: I, timer?: StepTimer): Promise<StepResult<O, D>> {
     let value: unknown = input;
+    // One clock read per step: a step's end is the next one's start.
+    let t0 = timer ? performance.now() : 0;
     for (const step of this.steps) {
       const r = await step.run(value);
+      if (timer) {
+        const t1 = performance.now();
+        timer(step.name, (t1 - t0) / 1000);
+        t0 = t1;
+      }
       if (r.kind === 'done') return r;
       value = r.value;
     }

@@ -4,7 +4,7 @@ import { listPrefix } from '../../../shared/paths.js';
 import type { PushContext, PushDeps, PushObserver } from './context.js';
 import { type PushOutcome, type PushRequest, type Unavailable, unavailable } from './outcome.js';
 import { type Clock, systemClock } from './ports.js';
-import { StepRunner } from './runner.js';
+import { StepRunner, type StepTimer } from './runner.js';
 import { claimId } from './steps/1-claim-id.js';
 import { buildPayload } from './steps/2-build-payload.js';
 import { enqueue } from './steps/3-enqueue.js';
@@ -24,6 +24,7 @@ export type PushServiceOptions = Omit<PushDeps, 'clock' | 'observe' | 'bestEffor
 export class PushService {
   private readonly deps: PushDeps;
   private readonly steps: StepRunner<PushContext, PushOutcome>;
+  private readonly timer: StepTimer | undefined;
 
   constructor(opts: PushServiceOptions) {
     this.deps = {
@@ -37,6 +38,8 @@ export class PushService {
       .then(buildPayload(this.deps))
       .then(enqueue(this.deps))
       .then(durabilityWait(this.deps));
+    const observe = this.deps.observe;
+    this.timer = observe.stepSeconds && ((step, s) => observe.stepSeconds?.(step, s));
   }
 
   /** The steps' names, in the order they run. */
@@ -47,7 +50,7 @@ export class PushService {
   async accept(req: PushRequest): Promise<PushOutcome> {
     if (req.events === 0) return { kind: 'empty', hash: req.hash };
     const prefix = listPrefix(this.deps.template, req.params);
-    const r = await this.steps.run({ req, prefix, claim: this.claimOf(prefix, req) });
+    const r = await this.steps.run({ req, prefix, claim: this.claimOf(prefix, req) }, this.timer);
     return r.kind === 'done' ? r.outcome : r.value;
   }
 

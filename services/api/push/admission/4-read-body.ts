@@ -24,7 +24,7 @@ const CODE_OF: Record<BodyRefusal['reason'], AdmissionCode> = {
 export function readBody(deps: AdmissionDeps): Step<WithHeaders, WithBody, Refused> {
   const { collection, inflightBudget, observer } = deps;
   return {
-    name: 'readBody',
+    name: 'read-body',
     async run(c) {
       const body = await c.input.body.read({
         maxBytes: collection.maxBodyBytes,

@@ -11,7 +11,7 @@ import { refused } from './types.js';
 export function appBudget(deps: AdmissionDeps): Step<Checked, Checked, Refused> {
   const { template } = deps;
   return {
-    name: 'appBudget',
+    name: 'app-budget',
     async run(c) {
       const charge = c.input.appEvents;
       if (!charge) return next(c);

@@ -1,4 +1,4 @@
-import { StepRunner } from '../runner.js';
+import { StepRunner, type StepTimer } from '../runner.js';
 import type { PushRequest } from '../outcome.js';
 import { shed } from './1-shed.js';
 import { params } from './2-params.js';
@@ -35,8 +35,11 @@ export interface Admitted {
  */
 export class Admission {
   private readonly steps: StepRunner<Admitting, Checked, Refused>;
+  private readonly timer: StepTimer | undefined;
 
   constructor(private readonly deps: AdmissionDeps) {
+    const observer = deps.observer;
+    this.timer = observer?.stepSeconds && ((step, s) => observer.stepSeconds?.(step, s));
     this.steps = StepRunner.start<Admitting, Refused>()
       .then(shed(deps))
       .then(params(deps))
@@ -58,7 +61,7 @@ export class Admission {
   async admit<T>(input: AdmissionInput, answer: (r: Refused | Admitted) => Promise<T>): Promise<T> {
     const held = { bytes: 0 };
     try {
-      const r = await this.steps.run({ input, held });
+      const r = await this.steps.run({ input, held }, this.timer);
       return await answer(r.kind === 'done' ? r.outcome : this.admitted(r.value));
     } finally {
       this.deps.inflightBudget?.give(held.bytes);

@@ -88,6 +88,8 @@ export interface AdmissionInput {
 export interface AdmissionObserver {
   rejected?(reason: RejectReason): void;
   shed?(reason: ShedReason): void;
+  /** Each admission step's time (./1-shed.ts … ./6-app-budget.ts, by the step's name). */
+  stepSeconds?(step: string, seconds: number): void;
 }
 
 /** What admission checks against: the collection, the process' limits, the push path's read-only lookups. */
