@@ -109,7 +109,12 @@ describe('the whole stop is bounded by the drain window plus the grace', () => {
     const t0 = Date.now();
     const report = await lifecycle.stop(drainedStopGraceMs(60, 100));
     const took = Date.now() - t0;
-    expect(order).toEqual(['drain 160', 'server after drain=true grace<=true']);
+    // The window gets the whole 160 ms less what the lifecycle's own clock saw pass before it
+    // started (a millisecond on a loaded machine: Node 24 in CI once gave 159).
+    expect(order).toEqual([expect.stringMatching(/^drain \d+$/), 'server after drain=true grace<=true']);
+    const windowGrace = Number(order[0]?.slice('drain '.length));
+    expect(windowGrace).toBeGreaterThanOrEqual(155);
+    expect(windowGrace).toBeLessThanOrEqual(160);
     expect(report.notStopped).toEqual(['server']);
     expect(took).toBeGreaterThanOrEqual(150);
     // Bounded: the window plus the grace, with a timer's slack.
