@@ -44,6 +44,8 @@ export const SYSTEM = [
   'test/integration/chaos.test.ts',
   'test/integration/soak.test.ts',
   'test/integration/bench-smoke.test.ts',
+  // npm run profile, briefly (a second of load at saturation, then two CPU profiles read back).
+  'test/integration/profile-smoke.test.ts',
   'test/integration/rollup-acceptance.test.ts',
   'test/integration/rollup-acceptance-faults.test.ts',
   // Short form of npm run iceberg-acceptance (real processes, kill -9, Ceph RGW).
