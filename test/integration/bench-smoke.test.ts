@@ -3,10 +3,10 @@
  * their Redis, runs every scenario briefly and writes a results file with a number in every row.
  * Speeds are not asserted here (they belong to the full bench run); only that the numbers exist.
  */
-import { spawn } from 'node:child_process';
 import { existsSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { runTsScript } from '../helpers/run-script.js';
 
 const ROOT = resolve(import.meta.dirname, '../..');
 const RESULTS = join(ROOT, 'bench', 'results');
@@ -18,24 +18,9 @@ interface ResultFile {
 }
 
 function runSmoke(): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((done) => {
-    // The e2e scenario's socket option (BENCH_REDIS_SOCKET=1) is the path smoke-tested; full runs use TCP.
-    const child = spawn(join(ROOT, 'node_modules/.bin/tsx'), ['bench/run.ts', '--smoke'], {
-      cwd: ROOT,
-      env: { ...process.env, BENCH_REDIS_SOCKET: '1' },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (stderr = (stderr + d.toString()).slice(-20_000)));
-    // Bounded: a hung harness is killed rather than holding the suite.
-    const t = setTimeout(() => child.kill('SIGKILL'), 270_000);
-    child.once('exit', (code) => {
-      clearTimeout(t);
-      done({ code, stdout, stderr });
-    });
-  });
+  // The e2e scenario's socket option (BENCH_REDIS_SOCKET=1) is the path smoke-tested; full runs use TCP.
+  // Bounded: a hung harness is killed rather than holding the suite.
+  return runTsScript('bench/run.ts', ['--smoke'], { env: { BENCH_REDIS_SOCKET: '1' }, killAfterMs: 270_000 });
 }
 
 describe('npm run bench -- --smoke', () => {
