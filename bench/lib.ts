@@ -56,9 +56,14 @@ export interface Child {
  * (`test/helpers/dist.ts`: `npm run build`'s script into `.tmp/test-dist`, redone only when a
  * source changed), so a bench run never rewrites the `dist/` a running `npm start` uses.
  */
-export async function spawnService(entry: string, env: Record<string, string>): Promise<Child> {
+export async function spawnService(
+  entry: string,
+  env: Record<string, string>,
+  /** Node flags added to the script's (e.g. `--cpu-prof`); its child processes inherit them. */
+  extraFlags: readonly string[] = [],
+): Promise<Child> {
   const compiled = await distEntry(`${entry}.js`);
-  return spawnNode([...startFlags(compiled), compiled], env);
+  return spawnNode([...startFlags(compiled), ...extraFlags, compiled], env);
 }
 
 /**

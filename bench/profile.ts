@@ -11,12 +11,11 @@
  * measured window only: self time by module and by function. The `.cpuprofile` files stay in
  * `--out` (default `bench/results/profile-<time>/`) for Chrome DevTools or speedscope.
  */
-import { spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { PRIVATE_REDIS_ARGS } from '../shared/redis/private-server.js';
-import { childNodePids, distEntry, startFlags } from '../test/helpers/dist.js';
+import { childNodePids } from '../test/helpers/dist.js';
 import { freePort, startRedisServer } from '../test/helpers/redis-server.js';
 import { type CpuProfile, formatSummary, summarizeProfile } from './cpuprofile.js';
 import {
@@ -29,6 +28,7 @@ import {
   serviceCpuSeconds,
   serviceThreadCpu,
   sleep,
+  spawnService,
   splitServiceCpu,
   waitForFiles,
   waitHttp,
@@ -84,37 +84,23 @@ async function main(): Promise<void> {
   const tmp = mkdtempSync(join(tmpdir(), 'ingest-profile-'));
   const redisServer = await startRedisServer({ args: [...PRIVATE_REDIS_ARGS] });
   const redis = probeRedis(redisServer.url);
-  const compiled = await distEntry('services/main.js');
   const port = await freePort();
   const url = `http://127.0.0.1:${port}`;
-  const child = spawn(
-    process.execPath,
-    [...startFlags(compiled), '--cpu-prof', `--cpu-prof-dir=${args.out}`, compiled],
+  const service = await spawnService(
+    'services/main',
     {
-      cwd: ROOT,
-      env: {
-        ...process.env,
-        PORT: String(port),
-        HOST: '127.0.0.1',
-        REDIS_URL: redisServer.url,
-        DATA_DIR: join(tmp, 'data'),
-        QUEUE_NAME: 'profile',
-      },
-      stdio: ['ignore', 'ignore', 'pipe'],
+      PORT: String(port),
+      HOST: '127.0.0.1',
+      REDIS_URL: redisServer.url,
+      DATA_DIR: join(tmp, 'data'),
+      QUEUE_NAME: 'profile',
     },
+    ['--cpu-prof', `--cpu-prof-dir=${args.out}`],
   );
-  let stderr = '';
-  child.stderr?.on('data', (d: Buffer) => (stderr = (stderr + d.toString()).slice(-5000)));
-  const exited = new Promise<void>((r) => child.once('exit', () => r()));
-  const apiPid = child.pid ?? -1;
+  const apiPid = service.pid;
   let encoderPids: number[] = [];
   try {
-    await waitHttp(`${url}/healthz`, {
-      child,
-      pid: apiPid,
-      output: () => stderr,
-      stop: async () => undefined,
-    });
+    await waitHttp(`${url}/healthz`, service);
     encoderPids = childNodePids(apiPid);
     const load = (app: string, seconds: number, rate: number | undefined) =>
       rate === undefined
@@ -176,10 +162,7 @@ async function main(): Promise<void> {
     ];
 
     progress('stopping the service (it writes its profiles as it exits)');
-    child.kill('SIGTERM');
-    const t = setTimeout(() => child.kill('SIGKILL'), 30_000);
-    await exited;
-    clearTimeout(t);
+    await service.stop(30_000);
 
     const files = readdirSync(args.out).filter((f) => f.endsWith('.cpuprofile'));
     const roleOf = (pid: number): string =>
@@ -200,7 +183,7 @@ async function main(): Promise<void> {
     lines.push('', `profiles: ${args.out}`);
     process.stdout.write(`${lines.join('\n')}\n`);
   } finally {
-    child.kill('SIGKILL');
+    await service.stop();
     redis.disconnect();
     await redisServer.stop();
     rmSync(tmp, { recursive: true, force: true });
