@@ -1,5 +1,5 @@
 /**
- * `npm run profile [-- --size 100] [-- --seconds 8] [-- --rate <pushes/s>] [-- --top 15] [-- --out <dir>]`:
+ * `npm run profile [-- --size 100] [-- --seconds 8] [-- --rate <pushes/s>] [-- --top 15] [-- --out <dir>] [-- --gc]`:
  * CPU profiles of `npm start`'s processes under a load, and where their time went.
  *
  * Starts a private Redis and the compiled service the way the bench does (`npm start`'s node
@@ -9,7 +9,10 @@
  * prints the CPU per batch of each part (the API's event loop, the encoders' event loops, the
  * other threads, Redis), stops the service, and summarizes each process's profile over the
  * measured window only: self time by module and by function. The `.cpuprofile` files stay in
- * `--out` (default `bench/results/profile-<time>/`) for Chrome DevTools or speedscope.
+ * `--out` (default `bench/results/profile-<time>/`) for Chrome DevTools or speedscope. With `--gc`
+ * the service also runs with `--trace-gc-nvp`, and each process's collections in the measured
+ * window are summarized (./gc-trace.ts): scavenges, their mean pause and bytes promoted, full
+ * collections, the longest pause.
  */
 import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -18,6 +21,7 @@ import { PRIVATE_REDIS_ARGS } from '../shared/redis/private-server.js';
 import { childNodePids } from '../test/helpers/dist.js';
 import { freePort, startRedisServer } from '../test/helpers/redis-server.js';
 import { type CpuProfile, formatSummary, summarizeProfile } from './cpuprofile.js';
+import { type GcEvent, formatGcSummary, parseGcLine, summarizeGc } from './gc-trace.js';
 import {
   ROOT,
   bodyFactory,
@@ -41,10 +45,11 @@ interface Args {
   rate: number | undefined;
   top: number;
   out: string;
+  gc: boolean;
 }
 
 const USAGE =
-  'usage: npm run profile [-- --size <events per batch, 1-10000>] [-- --seconds <1-120>] [-- --rate <pushes/s>] [-- --top <n>] [-- --out <dir>]';
+  'usage: npm run profile [-- --size <events per batch, 1-10000>] [-- --seconds <1-120>] [-- --rate <pushes/s>] [-- --top <n>] [-- --out <dir>] [-- --gc]';
 
 function parseArgs(argv: string[]): Args {
   const args: Args = {
@@ -53,6 +58,7 @@ function parseArgs(argv: string[]): Args {
     rate: undefined,
     top: 15,
     out: join(ROOT, 'bench', 'results', `profile-${new Date().toISOString().replace(/[:.]/g, '-')}`),
+    gc: false,
   };
   const num = (flag: string, v: string | undefined, min: number, max: number): number => {
     const n = Number(v);
@@ -67,6 +73,7 @@ function parseArgs(argv: string[]): Args {
     else if (a === '--rate') args.rate = num(a, argv[++i], 1, 100_000);
     else if (a === '--top') args.top = Math.round(num(a, argv[++i], 1, 200));
     else if (a === '--out') args.out = resolve(argv[++i] ?? '');
+    else if (a === '--gc') args.gc = true;
     else if (a === '--help' || a === '-h') {
       process.stdout.write(`${USAGE}\n`);
       process.exit(0);
@@ -95,9 +102,23 @@ async function main(): Promise<void> {
       DATA_DIR: join(tmp, 'data'),
       QUEUE_NAME: 'profile',
     },
-    ['--cpu-prof', `--cpu-prof-dir=${args.out}`],
+    ['--cpu-prof', `--cpu-prof-dir=${args.out}`, ...(args.gc ? ['--trace-gc-nvp'] : [])],
   );
   const apiPid = service.pid;
+  // --gc: V8's lines, kept only while `gcWindow` is open (the measured load and its drain).
+  const gcEvents: GcEvent[] = [];
+  let gcWindow = false;
+  let partial = '';
+  service.child.stdout?.on('data', (d: Buffer) => {
+    if (!args.gc) return;
+    const lines = (partial + d.toString()).split('\n');
+    partial = lines.pop() ?? '';
+    if (partial.length > 65_536) partial = '';
+    for (const line of lines) {
+      const e = gcWindow ? parseGcLine(line) : undefined;
+      if (e) gcEvents.push(e);
+    }
+  });
   let encoderPids: number[] = [];
   try {
     await waitHttp(`${url}/healthz`, service);
@@ -146,10 +167,12 @@ async function main(): Promise<void> {
     const redis0 = await redisCpuSeconds(redis);
     const fromUs = nowUs();
     const t0 = performance.now();
+    gcWindow = true;
     const r = await load('measured', args.seconds, args.rate);
     const tLoad = performance.now();
     progress(`load done: ${r.accepted} accepted, ${r.bad} failed; waiting until every batch is written`);
     const tDurable = await drain('measured', r.accepted);
+    gcWindow = false;
     const toUs = nowUs();
     const cpu = serviceCpuSeconds(pids) - cpu0;
     const split = splitServiceCpu(pids, threads0, serviceThreadCpu(pids), cpu);
@@ -161,16 +184,23 @@ async function main(): Promise<void> {
       `CPU per batch (ms): all ${perBatch(cpu + redisCpu)} = API event loop ${perBatch(split.main)} + encoders' event loops ${perBatch(split.encoder)} + other threads ${perBatch(split.other)} + Redis ${perBatch(redisCpu)}`,
     ];
 
-    progress('stopping the service (it writes its profiles as it exits)');
-    await service.stop(30_000);
-
-    const files = readdirSync(args.out).filter((f) => f.endsWith('.cpuprofile'));
     const roleOf = (pid: number): string =>
       pid === apiPid
         ? 'API process'
         : encoderPids.includes(pid)
           ? `encoder process ${encoderPids.indexOf(pid) + 1}`
           : `process ${pid}`;
+    if (args.gc) {
+      const gc = summarizeGc(gcEvents);
+      lines.push('', 'garbage collection over the measured window (--trace-gc-nvp):');
+      for (const s of gc) lines.push(`  ${formatGcSummary(s, roleOf(s.pid))}`);
+      if (gc.length === 0) lines.push('  no collections were traced');
+    }
+
+    progress('stopping the service (it writes its profiles as it exits)');
+    await service.stop(30_000);
+
+    const files = readdirSync(args.out).filter((f) => f.endsWith('.cpuprofile'));
     for (const f of files.sort()) {
       // CPU.<date>.<time>.<pid>.<thread>.<seq>.cpuprofile; thread 0 is the process's main thread.
       const [, , , pid, thread] = f.split('.');

@@ -1,7 +1,8 @@
 /**
  * `npm run profile` end to end, briefly: it loads the compiled service with 10-event batches for
  * a second, waits for every batch to be written, and summarizes the API's and the encoder's CPU
- * profiles. Speeds are not asserted (they belong to full runs); only that each part is there.
+ * profiles and (`--gc`) their garbage collections. Speeds are not asserted (they belong to full
+ * runs); only that each part is there.
  */
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -15,7 +16,7 @@ describe('npm run profile', () => {
     try {
       const { code, stdout, stderr } = await runTsScript(
         'bench/profile.ts',
-        ['--size', '10', '--seconds', '1', '--top', '5', '--out', out],
+        ['--size', '10', '--seconds', '1', '--top', '5', '--out', out, '--gc'],
         {
           // Bounded: a hung run is killed rather than holding the suite.
           killAfterMs: 110_000,
@@ -39,6 +40,11 @@ describe('npm run profile', () => {
         const block = stdout.slice(at).split('\n\n')[0] as string;
         expect(block.match(/^ {4}\s*\d+\.\d%  \S/gm)?.length, block).toBe(10);
       }
+      // --gc: V8's trace lines were read over the window; a second of saturation collects in the API.
+      expect(stdout).toContain('garbage collection over the measured window (--trace-gc-nvp):');
+      expect(stdout, stdout).toMatch(
+        /^ {2}API process: [1-9]\d* scavenges \(mean [\d.]+ ms, [\d,]+ KB promoted each\), \d+ full/m,
+      );
       expect(readdirSync(out).filter((f) => f.endsWith('.cpuprofile')).length).toBeGreaterThanOrEqual(2);
     } finally {
       rmSync(out, { recursive: true, force: true });
