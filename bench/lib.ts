@@ -26,6 +26,17 @@ export function median(xs: readonly number[]): number {
 export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /** A row with its ratio and pass/fail filled in from a `>=`/`<=` target on the ratio. */
+/**
+ * The durable events/s a machine's cores give when every one of them is busy for the whole run
+ * at a measured CPU per batch: the most any scheduling of the same work could reach. Against the
+ * reference's rate it says whether a throughput target is reachable without making a batch
+ * cheaper (docs/performance.md, issue 47). NaN when the CPU per batch is not a positive number.
+ */
+export function coreCeilingEventsPerSec(cores: number, cpuMsPerBatch: number, eventsPerBatch: number): number {
+  if (!(cpuMsPerBatch > 0) || !(cores > 0)) return Number.NaN;
+  return ((cores * 1000) / cpuMsPerBatch) * eventsPerBatch;
+}
+
 export function row(
   r: Omit<BenchRow, 'ratio' | 'pass'> & { ratioTarget?: { op: '>=' | '<='; value: number } },
 ): BenchRow {
